@@ -1,0 +1,76 @@
+// attention.h — the public attention entry point: forward and backward for every variant of the
+// attention contract (design.md): GQA/MQA, causal with bottom-right alignment, sliding window,
+// sink tokens, gpt-oss sink logits, custom scale. Dispatches on the tensors' device and the chosen
+// implementation:
+//   cpu  + naive : materialises S and P, accumulates in double — the oracle
+//   cpu  + flash : tiled FlashAttention-2 (Algorithms 1 and 2) with configurable tiles
+//   cuda + naive : materialises S and P with cuBLASLt GEMMs (the "standard attention" baseline)
+//   cuda + flash : the FlashAttention-2 CUDA kernels
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+#include "core/stream.h"
+#include "core/tensor.h"
+
+namespace ft {
+
+enum class AttentionImpl { naive, flash };
+const char* name_of(AttentionImpl impl);
+AttentionImpl parse_attention_impl(std::string_view text);  // "naive" | "flash"
+
+struct AttentionOptions {
+  bool causal = false;             // same as window_right = 0
+  std::int64_t window_left = -1;   // keys j >= i + off - window_left; -1 = unbounded
+  std::int64_t window_right = -1;  // keys j <= i + off + window_right; -1 = unbounded
+  std::int64_t sink_tokens = 0;    // keys j < sink_tokens bypass the left window bound
+  std::optional<double> scale;     // default 1/sqrt(D)
+  AttentionImpl impl = AttentionImpl::flash;
+  int block_q = 64;                // CPU tiled implementation only: query tile (>= 16)
+  int block_k = 64;                // CPU tiled implementation only: key tile (>= 16)
+  Stream stream;                   // CUDA work is ordered on this stream
+};
+
+// Tensors of one attention call. Shapes are logical; memory layout comes from the strides (last dim
+// contiguous), so (B,H,N,D) and (B,N,H,D) storage both work without copies.
+struct AttentionTensors {
+  Tensor q;      // (B, Hq, Nq, D)   bf16 | fp16 | fp32
+  Tensor k;      // (B, Hkv, Nk, D)  same dtype, Hq % Hkv == 0
+  Tensor v;      // (B, Hkv, Nk, D)  same dtype
+  Tensor sinks;  // (Hq) fp32, optional gpt-oss sink logits (undefined = none)
+  Tensor o;      // (B, Hq, Nq, D)   forward output, backward input
+  Tensor lse;    // (B, Hq, Nq) fp32 natural-log logsumexp: forward output, backward input
+};
+
+struct AttentionGrads {
+  Tensor d_o;     // (B, Hq, Nq, D)  gradient of the loss with respect to o
+  Tensor dq;      // (B, Hq, Nq, D)  outputs, same dtype as q
+  Tensor dk;      // (B, Hkv, Nk, D)
+  Tensor dv;      // (B, Hkv, Nk, D)
+  Tensor dsinks;  // (Hq) fp32, required exactly when sinks are given
+};
+
+// Validated sizes of one call (also used by the implementations).
+struct AttentionShape {
+  std::int64_t batch = 0, heads_q = 0, heads_kv = 0, len_q = 0, len_k = 0, head_dim = 0;
+  double scale = 0;              // resolved: options.scale or 1/sqrt(head_dim)
+  std::int64_t window_left = -1;   // resolved: -1 = unbounded
+  std::int64_t window_right = -1;  // resolved: 0 when causal, -1 = unbounded
+  std::int64_t sink_tokens = 0;
+  bool has_sinks = false;
+};
+
+// Checks shapes, dtypes, devices, strides and options; throws ft::Error naming what was expected
+// and what was given. `backward` also checks o, lse and the gradients.
+AttentionShape validate_attention(const AttentionTensors& t, const AttentionOptions& options,
+                                  const AttentionGrads* grads = nullptr);
+
+// o, lse <- attention(q, k, v).
+void attention_forward(const AttentionTensors& t, const AttentionOptions& options);
+// dq, dk, dv (and dsinks) <- gradients, given q, k, v, o, lse and d_o. Outputs are overwritten.
+void attention_backward(const AttentionTensors& t, const AttentionGrads& grads, const AttentionOptions& options);
+
+}  // namespace ft

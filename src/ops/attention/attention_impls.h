@@ -1,0 +1,29 @@
+// attention_impls.h — internal: the implementations behind attention_forward / attention_backward.
+// Each receives validated tensors and the resolved shape (validate_attention).
+#pragma once
+
+#include "ops/attention.h"
+
+namespace ft::attention_impl {
+
+// CPU, materialised S and P with double accumulation: the oracle (cpu_naive.cpp).
+void cpu_naive_forward(const AttentionTensors& t, const AttentionShape& s);
+void cpu_naive_backward(const AttentionTensors& t, const AttentionGrads& g, const AttentionShape& s);
+
+// CPU, tiled FlashAttention-2 (Algorithms 1 and 2) with block_q x block_k tiles (cpu_tiled.cpp).
+void cpu_tiled_forward(const AttentionTensors& t, const AttentionShape& s, int block_q, int block_k);
+void cpu_tiled_backward(const AttentionTensors& t, const AttentionGrads& g, const AttentionShape& s, int block_q,
+                        int block_k);
+
+#if FT_HAS_CUDA
+// CUDA FlashAttention-2 kernels (cuda/flash_*.cu).
+void cuda_flash_forward(const AttentionTensors& t, const AttentionShape& s, const Stream& stream);
+void cuda_flash_backward(const AttentionTensors& t, const AttentionGrads& g, const AttentionShape& s,
+                         const Stream& stream);
+// CUDA naive baseline: cuBLASLt GEMMs and a softmax kernel, S and P materialised (cuda/naive_*.cu).
+void cuda_naive_forward(const AttentionTensors& t, const AttentionShape& s, const Stream& stream);
+void cuda_naive_backward(const AttentionTensors& t, const AttentionGrads& g, const AttentionShape& s,
+                         const Stream& stream);
+#endif
+
+}  // namespace ft::attention_impl
