@@ -116,8 +116,10 @@ AttentionShape validate_attention(const AttentionTensors& t, const AttentionOpti
   FT_CHECK(!options.causal || options.window_right <= 0,
            "attention: causal means window_right = 0, but window_right = ", options.window_right, " was given too");
   FT_CHECK(options.sink_tokens >= 0, "attention: sink_tokens must be >= 0, given ", options.sink_tokens);
-  s.window_left = options.window_left;
-  s.window_right = options.causal ? 0 : options.window_right;
+  // A window wider than Nq + Nk bounds nothing: resolving it to -1 keeps visible_keys' arithmetic in range.
+  const std::int64_t widest = s.len_q + s.len_k;
+  s.window_left = options.window_left >= widest ? -1 : options.window_left;
+  s.window_right = options.causal ? 0 : (options.window_right >= widest ? -1 : options.window_right);
   s.sink_tokens = options.sink_tokens;
   s.scale = options.scale ? *options.scale : 1.0 / std::sqrt(static_cast<double>(s.head_dim));
   FT_CHECK(std::isfinite(s.scale), "attention: scale must be finite, given ", s.scale);
@@ -154,12 +156,14 @@ AttentionShape validate_attention(const AttentionTensors& t, const AttentionOpti
   return s;
 }
 
+#if !FT_HAS_CUDA
 namespace {
 [[noreturn]] void no_cuda_build(Device device) {
   FT_THROW(unsupported, "attention: tensors are on ", device.to_string(),
            ", but this flashtrain build has no CUDA (configure with nvcc present, preset 'cuda')");
 }
 }  // namespace
+#endif
 
 void attention_forward(const AttentionTensors& t, const AttentionOptions& options) {
   NvtxRange range(options.impl == AttentionImpl::naive ? "attention.forward.naive" : "attention.forward.flash");
