@@ -1,2 +1,85 @@
-// main.cpp — the flashtrain CLI entry point (placeholder body replaced by the CLI work).
-int main() { return 0; }
+// main.cpp — the flashtrain command-line tool: builds the command tree from the register functions
+// in commands.h, parses, runs the chosen subcommand's action, and turns every error into one line on
+// stderr and a non-zero exit status (2; 1 is a check that ran and FAILed).
+//   flashtrain --version
+//   flashtrain attention check --help
+#include <exception>
+#include <iostream>
+#include <string>
+
+#include "core/error.h"
+#include "flashtrain/commands.h"
+
+namespace {
+
+// "flashtrain: error: <message>" on a single line.
+std::string error_line(const std::string& message) {
+  std::string line = "flashtrain: error: " + message;
+  for (char& ch : line) {
+    if (ch == '\n' || ch == '\r') ch = ' ';
+  }
+  while (!line.empty() && line.back() == ' ') line.pop_back();
+  return line;
+}
+
+// "flashtrain attention check": the root and the subcommands parsed so far.
+std::string command_path(const CLI::App* root) {
+  std::string path = root->get_name();
+  for (const CLI::App* app = root; !app->get_subcommands().empty();) {
+    app = app->get_subcommands().front();
+    path += " " + app->get_name();
+  }
+  return path;
+}
+
+// "check, ...": the subcommands of the deepest command parsed so far, where one must be chosen.
+std::string subcommand_names(const CLI::App& root) {
+  const CLI::App* app = &root;
+  while (!app->get_subcommands().empty()) app = app->get_subcommands().front();
+  std::string names;
+  for (const CLI::App* sub : app->get_subcommands({})) names += (names.empty() ? "" : ", ") + sub->get_name();
+  return names;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace ft::cli;
+  CLI::App app{"flashtrain — FlashAttention-2 kernels, a Transformer LM engine, benchmarks and data-parallel "
+               "training in C++20/CUDA",
+               "flashtrain"};
+  app.failure_message([](const CLI::App* root, const CLI::Error& e) {
+    return error_line(std::string(e.what()) + " (see " + command_path(root) + " --help)") + "\n";
+  });
+
+  Action action;
+  register_version(app);
+
+  CLI::App* attention = app.add_subcommand("attention", "Attention kernels: check an implementation against the reference");
+  register_attention_check(*attention, action);
+
+  CLI::App* bench = app.add_subcommand("bench", "Benchmarks: time kernels, models and communication");
+  register_bench_attention(*bench, action);
+
+  try {
+    app.parse(argc, argv);
+    if (!action) {
+      std::cerr << error_line("choose a subcommand: " + subcommand_names(app) + " (see " + command_path(&app) +
+                              " --help)")
+                << std::endl;
+      return 2;
+    }
+    return action();
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // --help and --version are "errors" with status 0
+  } catch (const ft::Error& e) {
+    // Mistakes in the request read best without a source location; failures inside keep theirs.
+    const bool users = e.kind() == ft::ErrorKind::invalid_argument || e.kind() == ft::ErrorKind::unsupported ||
+                       e.kind() == ft::ErrorKind::io;
+    std::cerr << error_line(users ? e.message() : e.what()) << std::endl;
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << error_line(e.what()) << std::endl;
+    return 2;
+  }
+}

@@ -1,0 +1,196 @@
+// attention_bench.cpp — timing attention cases and sweeps for `flashtrain bench attention`.
+#include "flashtrain/attention_bench.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "bench/report_table.h"
+#include "bench/results_json.h"
+#include "bench/statistics.h"
+#include "core/allocator.h"
+#include "core/buffer.h"
+#include "core/error.h"
+#include "core/tensor_io.h"
+
+namespace ft::cli {
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+
+std::vector<std::int64_t> powers_of_two(std::int64_t from, std::int64_t to) {
+  std::vector<std::int64_t> out;
+  for (std::int64_t n = from; n <= to; n *= 2) out.push_back(n);
+  return out;
+}
+
+// Median of repeats, with the repeat count cut so one measurement stays near max_seconds.
+double median_ms(Device device, const std::function<void()>& work, const AttentionBenchConfig& config) {
+  TimingOptions probe{.warmup = config.timing.warmup, .repeats = 1, .flush_l2 = config.timing.flush_l2};
+  const double one_ms = time_repeats(device, Stream(), work, probe).front();
+  const int affordable = static_cast<int>(config.max_seconds * 1000.0 / std::max(one_ms, 1e-3));
+  TimingOptions timed = config.timing;
+  timed.warmup = 0;
+  timed.repeats = std::clamp(affordable, std::min(5, config.timing.repeats), config.timing.repeats);
+  return summarize(time_repeats(device, Stream(), work, timed)).median;
+}
+
+}  // namespace
+
+AttentionBenchConfig preset_sweep(const std::string& name, Device device) {
+  AttentionBenchConfig config;
+  config.sweep = name;
+  config.device = device;
+  if (name == "memory") {
+    config.impls = {AttentionImpl::naive, AttentionImpl::flash};
+    config.batch = {8};
+    config.heads = {1};
+    config.head_dims = {16, 32, 64, 128};
+    config.seqlens = {256, 1024, 4096, 8192, 16384};
+    config.dtypes = {DType::f32};
+    config.causal = false;
+  } else if (name == "scaling") {
+    config.impls = {AttentionImpl::flash, AttentionImpl::naive};
+    config.batch = {1};
+    config.heads = {1};
+    config.head_dims = {16, 32, 64, 128};
+    config.seqlens = powers_of_two(128, 65536);
+    config.dtypes = {DType::bf16, DType::f32};
+    config.causal = true;
+  } else if (name == "leaderboard") {
+    config.impls = {AttentionImpl::flash};
+    config.batch = {16};
+    config.heads = {1};
+    config.head_dims = {64};
+    config.seqlens = {16384};
+    config.dtypes = {DType::bf16};
+    config.causal = true;
+    config.ones_grad = true;
+  } else {
+    FT_THROW(invalid_argument, "unknown sweep '", name, "': expected memory, scaling or leaderboard");
+  }
+  return config;
+}
+
+double attention_forward_flops(const AttentionBenchCase& c) {
+  const double flops = 4.0 * c.batch * c.heads * static_cast<double>(c.seqlen) * c.seqlen * c.head_dim;
+  return c.causal ? flops / 2 : flops;
+}
+
+std::vector<AttentionBenchCase> expand_cases(const AttentionBenchConfig& config) {
+  std::vector<AttentionBenchCase> cases;
+  for (auto impl : config.impls)
+    for (auto dtype : config.dtypes)
+      for (auto d : config.head_dims)
+        for (auto n : config.seqlens)
+          for (auto b : config.batch)
+            for (auto h : config.heads) cases.push_back({impl, b, h, n, d, dtype, config.causal});
+  return cases;
+}
+
+AttentionBenchRow run_attention_bench_case(const AttentionBenchCase& c, const AttentionBenchConfig& config) {
+  AttentionBenchRow row;
+  row.c = c;
+  const Device device = config.device;
+  Allocator& allocator = Allocator::instance();
+  try {
+    const Shape shape{c.batch, c.heads, c.seqlen, c.head_dim};
+    OwnedTensor q(shape, c.dtype, device, "bench.q"), k(shape, c.dtype, device, "bench.k"),
+        v(shape, c.dtype, device, "bench.v"), o(shape, c.dtype, device, "bench.o"),
+        d_o(shape, c.dtype, device, "bench.d_o"), dq(shape, c.dtype, device, "bench.dq"),
+        dk(shape, c.dtype, device, "bench.dk"), dv(shape, c.dtype, device, "bench.dv");
+    OwnedTensor lse({c.batch, c.heads, c.seqlen}, DType::f32, device, "bench.lse");
+    fill_normal(q, config.seed + 1);
+    fill_normal(k, config.seed + 2);
+    fill_normal(v, config.seed + 3);
+    if (config.ones_grad)
+      fill_constant(d_o, 1.0);
+    else
+      fill_normal(d_o, config.seed + 4);
+
+    const AttentionTensors t{.q = q, .k = k, .v = v, .sinks = {}, .o = o, .lse = lse};
+    const AttentionGrads g{.d_o = d_o, .dq = dq, .dk = dk, .dv = dv, .dsinks = {}};
+    AttentionOptions options;
+    options.causal = c.causal;
+    options.impl = c.impl;
+
+    allocator.reset_peak(device);
+    attention_forward(t, options);
+    row.mem_before_bwd_gib = static_cast<double>(allocator.stats(device).current_bytes) / kGiB;
+    attention_backward(t, g, options);
+
+    row.fwd_ms = median_ms(device, [&] { attention_forward(t, options); }, config);
+    row.bwd_ms = median_ms(device, [&] { attention_backward(t, g, options); }, config);
+    row.fwd_bwd_ms = median_ms(device, [&] {
+      attention_forward(t, options);
+      attention_backward(t, g, options);
+    }, config);
+    row.peak_gib = static_cast<double>(allocator.stats(device).peak_bytes) / kGiB;
+
+    const double fwd = attention_forward_flops(c);
+    row.fwd_tflops = fwd / (row.fwd_ms * 1e9);
+    row.bwd_tflops = 2.5 * fwd / (row.bwd_ms * 1e9);
+    row.fwd_bwd_tflops = 3.5 * fwd / (row.fwd_bwd_ms * 1e9);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::out_of_memory) throw;
+    row = AttentionBenchRow();
+    row.c = c;
+    row.oom = true;
+    row.oom_message = e.message();
+  }
+  return row;
+}
+
+std::string format_attention_bench(const std::vector<AttentionBenchRow>& rows, bool csv) {
+  ReportTable table({"impl", "dtype", "causal", "B", "H", "N", "D", "fwd_ms", "bwd_ms", "fwd_bwd_ms", "fwd_tflops",
+                     "bwd_tflops", "fwd_bwd_tflops", "mem_before_bwd_gib", "peak_gib"});
+  for (const auto& r : rows) {
+    std::vector<std::string> cells{name_of(r.c.impl), name_of(r.c.dtype), r.c.causal ? "yes" : "no",
+                                   std::to_string(r.c.batch), std::to_string(r.c.heads), std::to_string(r.c.seqlen),
+                                   std::to_string(r.c.head_dim)};
+    if (r.oom) {
+      cells.resize(15, "OOM");
+    } else {
+      for (double x : {r.fwd_ms, r.bwd_ms, r.fwd_bwd_ms}) cells.push_back(fixed(x, 3));
+      for (double x : {r.fwd_tflops, r.bwd_tflops, r.fwd_bwd_tflops}) cells.push_back(fixed(x, 1));
+      for (double x : {r.mem_before_bwd_gib, r.peak_gib}) cells.push_back(fixed(x, 3));
+    }
+    table.add_row(std::move(cells));
+  }
+  return csv ? table.csv() : table.markdown();
+}
+
+nlohmann::json attention_bench_document(const AttentionBenchConfig& config, const std::vector<AttentionBenchRow>& rows) {
+  nlohmann::json out_rows = nlohmann::json::array();
+  for (const auto& r : rows) {
+    nlohmann::json row{{"impl", name_of(r.c.impl)}, {"B", r.c.batch},       {"H", r.c.heads},
+                       {"N", r.c.seqlen},           {"D", r.c.head_dim},    {"dtype", name_of(r.c.dtype)},
+                       {"causal", r.c.causal}};
+    if (r.oom) {
+      row["oom"] = true;
+      row["error"] = r.oom_message;
+    } else {
+      row.update({{"fwd_ms", r.fwd_ms},
+                  {"bwd_ms", r.bwd_ms},
+                  {"fwd_bwd_ms", r.fwd_bwd_ms},
+                  {"fwd_tflops", r.fwd_tflops},
+                  {"bwd_tflops", r.bwd_tflops},
+                  {"fwd_bwd_tflops", r.fwd_bwd_tflops},
+                  {"mem_before_bwd_gib", r.mem_before_bwd_gib},
+                  {"peak_gib", r.peak_gib}});
+    }
+    out_rows.push_back(std::move(row));
+  }
+  nlohmann::json cfg{{"sweep", config.sweep},
+                     {"warmup", config.timing.warmup},
+                     {"repeats", config.timing.repeats},
+                     {"max_seconds", config.max_seconds},
+                     {"flush_l2", config.timing.flush_l2},
+                     {"grad", config.ones_grad ? "ones (d sum(O))" : "random normal"},
+                     {"timing", "median of CUDA-event timed repeats after warm-up"},
+                     {"flops", "forward 4*B*H*N^2*D, halved when causal; backward 2.5x forward"}};
+  const char* benchmark = config.sweep == "leaderboard" ? "attention-leaderboard" : "attention";
+  return results_document(benchmark, config.device, std::move(cfg), std::move(out_rows));
+}
+
+}  // namespace ft::cli

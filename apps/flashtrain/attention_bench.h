@@ -1,0 +1,70 @@
+// attention_bench.h — `flashtrain bench attention`: times attention forward, backward and
+// forward+backward for one case or a sweep of cases (the CS336 sweeps: naive vs flash memory and
+// latency, the causal scaling sweep, the leaderboard case), with TFLOP/s, memory and OOM cells.
+// No CLI11 here: cmd_bench_attention.cpp parses options into these structs.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/timer.h"
+#include "core/device.h"
+#include "core/dtype.h"
+#include "ops/attention.h"
+
+namespace ft::cli {
+
+struct AttentionBenchCase {
+  AttentionImpl impl = AttentionImpl::flash;
+  std::int64_t batch = 1, heads = 1, seqlen = 1024, head_dim = 64;
+  DType dtype = DType::bf16;
+  bool causal = true;
+};
+
+struct AttentionBenchRow {
+  AttentionBenchCase c;
+  bool oom = false;
+  std::string oom_message;
+  double fwd_ms = 0, bwd_ms = 0, fwd_bwd_ms = 0;       // medians
+  double fwd_tflops = 0, bwd_tflops = 0, fwd_bwd_tflops = 0;
+  double mem_before_bwd_gib = 0;  // flashtrain-held device memory after forward, before backward
+  double peak_gib = 0;            // peak flashtrain-held device memory over forward + backward
+};
+
+struct AttentionBenchConfig {
+  std::string sweep = "custom";  // memory | scaling | leaderboard | custom
+  std::vector<AttentionImpl> impls{AttentionImpl::flash};
+  std::vector<std::int64_t> batch{1}, heads{1}, seqlens{1024}, head_dims{64};
+  std::vector<DType> dtypes{DType::bf16};
+  bool causal = true;
+  Device device = Device::cpu();
+  TimingOptions timing{.warmup = 3, .repeats = 100, .flush_l2 = false};
+  double max_seconds = 2.0;  // per measurement: fewer repeats (>= 5) when a case is slow
+  bool ones_grad = false;    // dO = 1, the gradient of sum(O) (leaderboard); else random normal
+  std::uint64_t seed = 0;
+};
+
+// The preset sweeps: "memory" (naive vs flash, batch 8, one head, d 16..128 x N 256..16384, fp32,
+// non-causal), "scaling" (batch 1, causal, N 128..65536, d 16..128, bf16 and fp32, flash and naive),
+// "leaderboard" ((16, 16384, 64), bf16, causal, fwd+bwd of sum(O), flash). Throws for other names.
+AttentionBenchConfig preset_sweep(const std::string& name, Device device);
+
+// Forward FLOPs 4*B*H*N^2*D (halved when causal); backward = 2.5x forward.
+double attention_forward_flops(const AttentionBenchCase& c);
+
+// Times one case; an out-of-memory failure gives a row with oom = true instead of throwing.
+AttentionBenchRow run_attention_bench_case(const AttentionBenchCase& c, const AttentionBenchConfig& config);
+
+// Every combination of the config's lists, in order impl, dtype, head_dim, seqlen, batch, heads.
+std::vector<AttentionBenchCase> expand_cases(const AttentionBenchConfig& config);
+
+// Markdown table (or CSV) of rows; OOM cells read "OOM".
+std::string format_attention_bench(const std::vector<AttentionBenchRow>& rows, bool csv);
+
+// Results document: benchmark "attention-leaderboard" for the leaderboard sweep, else "attention".
+nlohmann::json attention_bench_document(const AttentionBenchConfig& config, const std::vector<AttentionBenchRow>& rows);
+
+}  // namespace ft::cli

@@ -1,0 +1,96 @@
+// cli_parse.cpp — parsers and CLI11 validators for windows, devices and bounded integers.
+#include "flashtrain/cli_parse.h"
+
+#include <charconv>
+#include <string>
+
+#include "core/error.h"
+
+namespace ft::cli {
+
+namespace {
+
+std::string_view trim(std::string_view text) {
+  const auto first = text.find_first_not_of(" \t");
+  if (first == std::string_view::npos) return {};
+  const auto last = text.find_last_not_of(" \t");
+  return text.substr(first, last - first + 1);
+}
+
+// A validator whose check is a parser that throws ft::Error: the error's message becomes the
+// validation message.
+template <class Parse>
+CLI::Validator from_parser(Parse parse, std::string description) {
+  return CLI::Validator(
+      [parse](std::string& value) -> std::string {
+        try {
+          parse(value);
+          return {};
+        } catch (const Error& e) {
+          return e.message();
+        }
+      },
+      std::move(description));
+}
+
+}  // namespace
+
+std::int64_t parse_integer(std::string_view text) {
+  const std::string_view digits = trim(text);
+  std::int64_t value = 0;
+  const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+  FT_CHECK(!digits.empty() && ec == std::errc() && end == digits.data() + digits.size(),
+           "expected an integer, given '", text, "'");
+  return value;
+}
+
+Window parse_window(std::string_view text) {
+  const auto comma = text.find(',');
+  FT_CHECK(comma != std::string_view::npos && text.find(',', comma + 1) == std::string_view::npos,
+           "expected LEFT,RIGHT (two integers >= -1, -1 = unbounded, e.g. 128,0), given '", text, "'");
+  Window window;
+  try {
+    window.left = parse_integer(text.substr(0, comma));
+    window.right = parse_integer(text.substr(comma + 1));
+  } catch (const Error&) {
+    FT_THROW(invalid_argument, "expected LEFT,RIGHT (two integers >= -1, -1 = unbounded, e.g. 128,0), given '",
+             text, "'");
+  }
+  FT_CHECK(window.left >= -1 && window.right >= -1,
+           "expected LEFT,RIGHT with both bounds >= -1 (-1 = unbounded), given '", text, "'");
+  return window;
+}
+
+std::optional<Device> parse_device_option(std::string_view text) {
+  const std::string_view name = trim(text);
+  if (name == "auto") return std::nullopt;
+  try {
+    return parse_device(name);
+  } catch (const Error&) {
+    FT_THROW(invalid_argument, "expected auto, cpu, cuda or cuda:N, given '", text, "'");
+  }
+}
+
+CLI::Validator window_validator() {
+  return from_parser([](const std::string& value) { parse_window(value); }, "");
+}
+
+CLI::Validator device_validator() {
+  return from_parser([](const std::string& value) { parse_device_option(value); }, "");
+}
+
+CLI::Validator at_least(std::int64_t min) {
+  return from_parser(
+      [min](const std::string& value) {
+        bool ok = false;
+        try {
+          ok = parse_integer(value) >= min;
+        } catch (const Error&) {
+          ok = false;
+        }
+        FT_CHECK(ok, "expected an integer >= ", min, ", given '", value, "'");
+      },
+      "");
+}
+
+}  // namespace ft::cli

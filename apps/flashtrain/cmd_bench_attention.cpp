@@ -1,0 +1,136 @@
+// cmd_bench_attention.cpp — `flashtrain bench attention`: options (documented, defaults shown in
+// --help), the preset sweeps and the action that runs the cases, prints the table and writes --json.
+//   flashtrain bench attention --sweep leaderboard --json bench/results/attention-leaderboard-h100.json
+//   flashtrain bench attention --impl flash,naive --seqlen 1024,4096 --head-dim 64 --dtype bf16
+#include <iostream>
+#include <memory>
+
+#include "bench/results_json.h"
+#include "core/error.h"
+#include "flashtrain/attention_bench.h"
+#include "flashtrain/cli_parse.h"
+#include "flashtrain/commands.h"
+
+namespace ft::cli {
+
+namespace {
+
+constexpr const char* kFooter = R"(
+Sweeps (--sweep; the list options below then override the preset's lists):
+  memory       naive vs flash, B=8, H=1, D in {16,32,64,128} x N in {256,1024,4096,8192,16384},
+               fp32, non-causal: the memory/latency comparison of standard and flash attention
+  scaling      flash and naive, B=1, H=1, causal, N = 128, 256, ..., 65536, D in {16,32,64,128},
+               bf16 and fp32: latency and TFLOP/s against sequence length
+  leaderboard  flash, q, k, v of shape (16, 16384, 64), bf16, causal, forward + backward of sum(O)
+  custom       the lists given by the options (the default)
+
+Every row reports the median of timed repeats after warm-up: forward, backward (given O and L)
+and forward+backward, in ms and TFLOP/s (forward FLOPs 4*B*H*N^2*D, halved when causal; backward
+2.5x forward); on a GPU, times come from CUDA events. mem_before_bwd_gib is the device memory
+flashtrain holds after the forward, before the backward; peak_gib the peak over forward+backward
+(including the naive implementation's S and P). A case that runs out of memory is an OOM row.
+Each measurement repeats --repeats times, or fewer (at least 5) when that would take longer than
+--max-seconds.)";
+
+template <class T>
+std::vector<T> parse_list(const std::string& text, T (*parse_one)(std::string_view), const char* what) {
+  std::vector<T> out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    std::size_t comma = text.find(',', start);
+    if (comma == std::string::npos) comma = text.size();
+    out.push_back(parse_one(std::string_view(text).substr(start, comma - start)));
+    start = comma + 1;
+  }
+  FT_CHECK(!out.empty(), "expected a comma-separated list of ", what, ", given '", text, "'");
+  return out;
+}
+
+std::int64_t parse_positive(std::string_view text) {
+  std::int64_t value = parse_integer(text);
+  FT_CHECK(value >= 1, "expected a positive integer, given ", value);
+  return value;
+}
+
+struct BenchAttentionOptions {
+  std::string sweep = "custom";
+  std::string impls, batch, heads, seqlens, head_dims, dtypes;
+  std::optional<bool> causal;
+  std::string device = "auto";
+  int warmup = 3;
+  int repeats = 100;
+  double max_seconds = 2.0;
+  bool flush_l2 = false;
+  bool csv = false;
+  std::string json_path;
+  std::uint64_t seed = 0;
+};
+
+AttentionBenchConfig resolve(const BenchAttentionOptions& o) {
+  std::optional<Device> chosen = parse_device_option(o.device);
+  const Device device = chosen ? *chosen : (cuda_available() ? Device::cuda(0) : Device::cpu());
+  AttentionBenchConfig config;
+  if (o.sweep != "custom") config = preset_sweep(o.sweep, device);
+  config.device = device;
+  if (!o.impls.empty()) config.impls = parse_list<AttentionImpl>(o.impls, parse_attention_impl, "implementations");
+  if (!o.batch.empty()) config.batch = parse_list<std::int64_t>(o.batch, parse_positive, "batch sizes");
+  if (!o.heads.empty()) config.heads = parse_list<std::int64_t>(o.heads, parse_positive, "head counts");
+  if (!o.seqlens.empty()) config.seqlens = parse_list<std::int64_t>(o.seqlens, parse_positive, "lengths");
+  if (!o.head_dims.empty()) config.head_dims = parse_list<std::int64_t>(o.head_dims, parse_positive, "head dims");
+  if (!o.dtypes.empty()) config.dtypes = parse_list<DType>(o.dtypes, parse_dtype, "dtypes");
+  if (o.causal) config.causal = *o.causal;
+  config.timing = {.warmup = o.warmup, .repeats = o.repeats, .flush_l2 = o.flush_l2};
+  config.max_seconds = o.max_seconds;
+  config.seed = o.seed;
+  return config;
+}
+
+int run_bench_attention(const BenchAttentionOptions& options) {
+  const AttentionBenchConfig config = resolve(options);
+  std::vector<AttentionBenchRow> rows;
+  for (const AttentionBenchCase& c : expand_cases(config)) {
+    rows.push_back(run_attention_bench_case(c, config));
+    std::cerr << "  " << name_of(c.impl) << " " << name_of(c.dtype) << " B=" << c.batch << " H=" << c.heads
+              << " N=" << c.seqlen << " D=" << c.head_dim << (rows.back().oom ? ": OOM" : ": done") << "\n";
+  }
+  std::cout << "attention benchmark (" << config.sweep << ") on " << describe_device(config.device) << "\n\n"
+            << format_attention_bench(rows, options.csv);
+  if (!options.json_path.empty()) {
+    write_json_atomic(options.json_path, attention_bench_document(config, rows));
+    std::cout << "wrote " << options.json_path << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+void register_bench_attention(CLI::App& bench, Action& action) {
+  CLI::App* command = bench.add_subcommand("attention", "Time attention forward/backward (naive vs flash sweeps)");
+  command->footer(kFooter);
+  command->option_defaults()->always_capture_default();
+  auto options = std::make_shared<BenchAttentionOptions>();
+  BenchAttentionOptions& o = *options;
+  command->add_option("--sweep", o.sweep, "Preset sweep: memory, scaling, leaderboard or custom")
+      ->check(CLI::IsMember({"memory", "scaling", "leaderboard", "custom"}));
+  command->add_option("--impl", o.impls, "Implementations, comma-separated: flash, naive (custom default: flash)");
+  command->add_option("--batch", o.batch, "Batch sizes B, comma-separated (custom default: 1)");
+  command->add_option("--heads", o.heads, "Heads H, comma-separated (custom default: 1)");
+  command->add_option("--seqlen", o.seqlens, "Sequence lengths N, comma-separated (custom default: 1024)");
+  command->add_option("--head-dim", o.head_dims, "Head dims D, comma-separated (custom default: 64)");
+  command->add_option("--dtype", o.dtypes, "Dtypes, comma-separated: fp32, fp16, bf16 (custom default: bf16)");
+  command->add_option("--causal", o.causal, "Causal masking: true or false (custom default: true)");
+  command->add_option("--device", o.device, "cpu, cuda, cuda:N, or auto (cuda:0 when a GPU is visible, else cpu)")
+      ->check(device_validator());
+  command->add_option("--warmup", o.warmup, "Untimed runs before each measurement")->check(CLI::Range(0, 1000));
+  command->add_option("--repeats", o.repeats, "Timed runs per measurement (the median is reported)")
+      ->check(CLI::Range(1, 100000));
+  command->add_option("--max-seconds", o.max_seconds, "Time budget per measurement; slow cases repeat less (>= 5)")
+      ->check(CLI::PositiveNumber);
+  command->add_flag("--flush-l2", o.flush_l2, "Overwrite a buffer of twice the L2 size before each timed repeat");
+  command->add_flag("--csv", o.csv, "Print CSV instead of a markdown table");
+  command->add_option("--json", o.json_path, "Write the results document (bench/results format) to this path");
+  command->add_option("--seed", o.seed, "Seed of the random inputs");
+  command->callback([&action, options] { action = [options] { return run_bench_attention(*options); }; });
+}
+
+}  // namespace ft::cli

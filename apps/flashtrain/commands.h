@@ -1,0 +1,30 @@
+// commands.h — the subcommands of the flashtrain CLI. main.cpp calls each register function
+// explicitly; a subcommand chosen on the command line stores in `action` what main() runs once
+// parsing is done (its result is the exit status). New subcommands (bench attention, bench model,
+// train, bench comm) follow the same pattern, one cmd_*.cpp file each.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+#include "flashtrain/attention_check.h"
+
+namespace ft::cli {
+
+using Action = std::function<int()>;
+
+// `flashtrain --version`: version, git commit, CUDA compiled in or not, visible devices (cmd_version.cpp).
+std::string version_text();
+void register_version(CLI::App& app);
+
+// `flashtrain attention check` (cmd_attention_check.cpp). add_attention_check_options declares the
+// options on any CLI11 app, filling config as they are parsed (the tests parse with it directly).
+void add_attention_check_options(CLI::App& command, AttentionCheckConfig& config);
+void register_attention_check(CLI::App& attention, Action& action);
+
+// `flashtrain bench attention` (cmd_bench_attention.cpp): attention timing sweeps.
+void register_bench_attention(CLI::App& bench, Action& action);
+
+}  // namespace ft::cli
