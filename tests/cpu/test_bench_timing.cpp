@@ -1,4 +1,4 @@
-// test_bench_timing.cpp — bench statistics and the CPU timing loop.
+// test_bench_timing.cpp — bench statistics, the CPU timing loop and report tables.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -35,6 +35,27 @@ TEST(Timer, CpuRunsWarmupThenTimedRepeats) {
   ASSERT_EQ(samples.size(), 3u);
   for (double ms : samples) EXPECT_GE(ms, 1.9);
   EXPECT_THROW(time_repeats(Device::cpu(), Stream(), [] {}, {.warmup = 0, .repeats = 0}), Error);
+}
+
+}  // namespace
+}  // namespace ft
+
+#include "bench/report_table.h"
+
+namespace ft {
+namespace {
+
+TEST(ReportTable, MarkdownAndCsv) {
+  ReportTable table({"impl", "N", "fwd_ms"});
+  table.add_row({"flash", "1024", fixed(0.12345, 2)});
+  table.add_row({"naive, fp32", "16384", "OOM"});
+  EXPECT_EQ(table.markdown(),
+            "| impl        | N     | fwd_ms |\n"
+            "|-------------|-------|--------|\n"
+            "| flash       | 1024  | 0.12   |\n"
+            "| naive, fp32 | 16384 | OOM    |\n");
+  EXPECT_EQ(table.csv(), "impl,N,fwd_ms\nflash,1024,0.12\n\"naive, fp32\",16384,OOM\n");
+  EXPECT_THROW(table.add_row({"x"}), Error);
 }
 
 }  // namespace
