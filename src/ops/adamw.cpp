@@ -1,0 +1,57 @@
+// adamw.cpp — validation of optimiser-update calls and dispatch to the CPU kernels (cpu/optimizer.cpp).
+#include "ops/adamw.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#include "core/nvtx.h"
+#include "ops/cpu/cpu_ops.h"
+#include "ops/op_common.h"
+
+namespace ft {
+
+namespace {
+
+// Checks t: fp32, contiguous, on ref's device with ref's shape.
+void like_params(const char* op, const Tensor& t, const char* name, const Tensor& ref) {
+  ops::check_dtype(op, t, name, {DType::f32});
+  ops::check_device(op, t, name, ref.device());
+  ops::check_shape(op, t, name, ref.shape());
+  ops::check_contiguous(op, t, name);
+}
+
+}  // namespace
+
+void adamw_step(const Tensor& params, const Tensor& grads, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                const AdamWConfig& c, std::int64_t step, [[maybe_unused]] const Stream& stream) {
+  constexpr const char* op = "adamw_step";
+  NvtxRange range(op);
+  ops::check_dtype(op, params, "params", {DType::f32});
+  ops::check_contiguous(op, params, "params");
+  like_params(op, grads, "grads", params);
+  like_params(op, exp_avg, "exp_avg", params);
+  like_params(op, exp_avg_sq, "exp_avg_sq", params);
+  FT_CHECK(step >= 1, op, ": step counts steps including this one: expected >= 1, given ", step);
+  FT_CHECK(std::isfinite(c.lr) && c.lr >= 0, op, ": lr must be finite and >= 0, given ", c.lr);
+  FT_CHECK(c.beta1 >= 0 && c.beta1 < 1, op, ": beta1 must be in [0, 1), given ", c.beta1);
+  FT_CHECK(c.beta2 >= 0 && c.beta2 < 1, op, ": beta2 must be in [0, 1), given ", c.beta2);
+  FT_CHECK(c.eps > 0, op, ": eps must be > 0, given ", c.eps);
+  FT_CHECK(std::isfinite(c.weight_decay) && c.weight_decay >= 0, op, ": weight_decay must be finite and >= 0, given ",
+           c.weight_decay);
+  ops::require_cpu_implementation(op, params.device());
+  cpu::adamw_step(params.data_as<float>(), grads.data_as<float>(), exp_avg.data_as<float>(),
+                  exp_avg_sq.data_as<float>(), params.numel(), c, step);
+}
+
+void sgd_step(const Tensor& params, const Tensor& grads, double lr, [[maybe_unused]] const Stream& stream) {
+  constexpr const char* op = "sgd_step";
+  NvtxRange range(op);
+  ops::check_dtype(op, params, "params", {DType::f32});
+  ops::check_contiguous(op, params, "params");
+  like_params(op, grads, "grads", params);
+  FT_CHECK(std::isfinite(lr) && lr >= 0, op, ": lr must be finite and >= 0, given ", lr);
+  ops::require_cpu_implementation(op, params.device());
+  cpu::sgd_step(params.data_as<float>(), grads.data_as<float>(), params.numel(), lr);
+}
+
+}  // namespace ft

@@ -1,0 +1,27 @@
+// cross_entropy.h — mean cross-entropy over rows of logits with the softmax backward fused in:
+//   loss     = (1 / rows) sum_r [logsumexp(logits[r]) - logits[r, target_r]]
+//   dlogits  = (softmax(logits[r]) - onehot(target_r)) * grad_scale / rows
+// logits (rows, vocab) fp32 (leading dims collapse into rows); targets int32 with rows elements;
+// dlogits fp32 — it may be the logits tensor itself (overwritten in place, saving a (rows, vocab)
+// buffer) — or bf16 (fused cast for a bf16 LM-head backward; then a separate buffer). Numerically stable
+// (max subtracted). Targets outside [0, vocab) raise ft::Error naming the target, row and vocabulary.
+// The row losses are summed in row order: deterministic. Dispatches on the device: CPU here; CUDA = not
+// built yet (ErrorKind::unsupported).
+#pragma once
+
+#include "core/stream.h"
+#include "core/tensor.h"
+#include "ops/token_ids.h"
+
+namespace ft {
+
+struct CrossEntropyOptions {
+  double grad_scale = 1.0;  // multiplies dlogits, e.g. 1 / micro_batches for gradient accumulation
+  Stream stream;            // CUDA work is ordered on this stream (the returned loss synchronises)
+};
+
+// Returns the mean loss; writes dlogits unless it is undefined (forward only, e.g. evaluation).
+double cross_entropy(const Tensor& logits, const TokenIds& targets, const Tensor& dlogits,
+                     const CrossEntropyOptions& options = {});
+
+}  // namespace ft

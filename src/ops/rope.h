@@ -1,0 +1,29 @@
+// rope.h — rotary position embedding, in place, on interleaved pairs (x[2i], x[2i+1]) of each head:
+//   angle(t, i) = (position_offset + t) * theta^(-2i / Dh)
+//   forward   (x0, x1) <- (x0 cos - x1 sin, x0 sin + x1 cos)
+//   backward  the inverse rotation (the transpose), applied in place to the gradient.
+// x is (B, H, T, Dh) logically, with any strides and a contiguous last dim, so both (B, H, T, Dh) and
+// (B, T, H, Dh) memory layouts work (pass the latter as permute({0, 2, 1, 3})); Dh even; fp32, bf16 or
+// fp16 (rotated in fp32, rounded once). Angles are computed in double. Dispatches on the device: CPU
+// here; CUDA = not built yet (ErrorKind::unsupported).
+#pragma once
+
+#include <cstdint>
+
+#include "core/stream.h"
+#include "core/tensor.h"
+
+namespace ft {
+
+struct RopeOptions {
+  double theta = 10000.0;
+  std::int64_t position_offset = 0;  // position of t = 0 (e.g. the cache length in a decode step)
+  Stream stream;                     // CUDA work is ordered on this stream
+};
+
+// x <- rope(x).
+void rope_forward(const Tensor& x, const RopeOptions& options = {});
+// dx <- rope^-1(dx): the gradient with respect to the unrotated input.
+void rope_backward(const Tensor& dx, const RopeOptions& options = {});
+
+}  // namespace ft

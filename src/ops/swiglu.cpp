@@ -1,0 +1,50 @@
+// swiglu.cpp — validation of SwiGLU calls and dispatch to the CPU kernels (cpu/swiglu.cpp).
+#include "ops/swiglu.h"
+
+#include "core/error.h"
+#include "core/nvtx.h"
+#include "ops/cpu/cpu_ops.h"
+#include "ops/op_common.h"
+
+namespace ft {
+
+namespace {
+
+// Checks t against a: same shape, dtype and device; returns its rows.
+ops::RowView like_a(const char* op, const Tensor& t, const char* name, const Tensor& a) {
+  ops::check_defined(op, t, name);
+  FT_CHECK(t.dtype() == a.dtype(), op, ": ", name, " must have the dtype of a: expected ", name_of(a.dtype()),
+           ", given ", name_of(t.dtype()));
+  ops::check_device(op, t, name, a.device());
+  ops::check_shape(op, t, name, a.shape());
+  return ops::row_view(op, t, name);
+}
+
+}  // namespace
+
+void swiglu_forward(const Tensor& h, const Tensor& a, const Tensor& b, [[maybe_unused]] const Stream& stream) {
+  constexpr const char* op = "swiglu_forward";
+  NvtxRange range(op);
+  ops::check_dtype(op, a, "a", {DType::f32, DType::bf16, DType::f16});
+  const ops::RowView av = ops::row_view(op, a, "a");
+  const ops::RowView bv = like_a(op, b, "b", a);
+  const ops::RowView hv = like_a(op, h, "h", a);
+  ops::require_cpu_implementation(op, a.device());
+  cpu::swiglu_forward(hv, av, bv);
+}
+
+void swiglu_backward(const Tensor& da, const Tensor& db, const Tensor& dh, const Tensor& a, const Tensor& b,
+                     [[maybe_unused]] const Stream& stream) {
+  constexpr const char* op = "swiglu_backward";
+  NvtxRange range(op);
+  ops::check_dtype(op, a, "a", {DType::f32, DType::bf16, DType::f16});
+  const ops::RowView av = ops::row_view(op, a, "a");
+  const ops::RowView bv = like_a(op, b, "b", a);
+  const ops::RowView dhv = like_a(op, dh, "dh", a);
+  const ops::RowView dav = like_a(op, da, "da", a);
+  const ops::RowView dbv = like_a(op, db, "db", a);
+  ops::require_cpu_implementation(op, a.device());
+  cpu::swiglu_backward(dav, dbv, dhv, av, bv);
+}
+
+}  // namespace ft

@@ -1,0 +1,61 @@
+// grad_clip.cpp — global-norm gradient clipping: validation and dispatch to the CPU sums and scaling
+// (cpu/optimizer.cpp).
+#include "optim/grad_clip.h"
+
+#include <cmath>
+#include <string>
+
+#include "core/error.h"
+#include "core/nvtx.h"
+#include "ops/cpu/cpu_ops.h"
+#include "ops/op_common.h"
+
+namespace ft {
+
+namespace {
+
+constexpr double kClipEps = 1e-6;  // the reference's guard in max_norm / (norm + eps)
+
+void validate(const char* op, const std::vector<Tensor>& tensors) {
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const std::string name = "tensor " + std::to_string(i);
+    ops::check_dtype(op, tensors[i], name.c_str(), {DType::f32});
+    ops::check_contiguous(op, tensors[i], name.c_str());
+    ops::require_cpu_implementation(op, tensors[i].device());
+  }
+}
+
+}  // namespace
+
+double grad_sum_squares(const std::vector<Tensor>& grads, [[maybe_unused]] const Stream& stream) {
+  constexpr const char* op = "grad_sum_squares";
+  NvtxRange range(op);
+  validate(op, grads);
+  double total = 0;
+  for (const Tensor& g : grads) total += cpu::sum_squares(g.data_as<float>(), g.numel());
+  return total;
+}
+
+double clip_factor(double norm, double max_norm) {
+  FT_CHECK(max_norm > 0, "clip_factor: max_norm must be > 0, given ", max_norm);
+  FT_CHECK(norm >= 0, "clip_factor: norm must be >= 0, given ", norm);
+  return norm > max_norm ? max_norm / (norm + kClipEps) : 1.0;
+}
+
+void scale_tensors(const std::vector<Tensor>& tensors, double factor, [[maybe_unused]] const Stream& stream) {
+  constexpr const char* op = "scale_tensors";
+  NvtxRange range(op);
+  validate(op, tensors);
+  FT_CHECK(std::isfinite(factor), op, ": factor must be finite, given ", factor);
+  for (const Tensor& t : tensors) cpu::scale(t.data_as<float>(), t.numel(), factor);
+}
+
+double clip_grad_norm(const std::vector<Tensor>& grads, double max_norm, const Stream& stream) {
+  FT_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be > 0, given ", max_norm);
+  const double norm = std::sqrt(grad_sum_squares(grads, stream));
+  const double factor = clip_factor(norm, max_norm);
+  if (factor < 1.0) scale_tensors(grads, factor, stream);
+  return norm;
+}
+
+}  // namespace ft

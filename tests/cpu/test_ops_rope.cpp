@@ -1,0 +1,98 @@
+// test_ops_rope.cpp — RoPE on interleaved pairs against a double reference in both memory layouts and
+// with a position offset, the backward against central finite differences, forward-then-backward as
+// the identity, bf16 storage, and malformed calls.
+#include <gtest/gtest.h>
+
+#include "ops/rope.h"
+#include "test_ops_util.h"
+
+namespace ft {
+namespace {
+
+using test::expect_close;
+using test::normals;
+
+constexpr std::int64_t B = 2, H = 3, T = 5, Dh = 8;
+
+// x (B, H, T, Dh) logical order -> rotated, in double.
+std::vector<double> reference(const std::vector<double>& x, double theta, std::int64_t offset) {
+  std::vector<double> y(x.size());
+  for (std::int64_t row = 0; row < B * H * T; ++row) {
+    const std::int64_t t = row % T;
+    for (std::int64_t i = 0; i < Dh / 2; ++i) {
+      const double angle = static_cast<double>(offset + t) * std::pow(theta, -2.0 * i / Dh);
+      const double x0 = x[row * Dh + 2 * i], x1 = x[row * Dh + 2 * i + 1];
+      y[row * Dh + 2 * i] = x0 * std::cos(angle) - x1 * std::sin(angle);
+      y[row * Dh + 2 * i + 1] = x0 * std::sin(angle) + x1 * std::cos(angle);
+    }
+  }
+  return y;
+}
+
+// A (B, H, T, Dh) view holding x: stored as (B, H, T, Dh), or as (B, T, H, Dh) and permuted.
+struct Layout {
+  OwnedTensor storage;
+  Tensor view;
+  Layout(bool tokens_major, const std::vector<double>& x, DType dtype = DType::f32)
+      : storage(tokens_major ? Shape{B, T, H, Dh} : Shape{B, H, T, Dh}, dtype, Device::cpu(), "test"),
+        view(tokens_major ? storage->permute({0, 2, 1, 3}) : storage.tensor()) {
+    write_from_double(view, x);
+  }
+};
+
+TEST(Rope, ForwardMatchesReferenceInBothLayouts) {
+  const auto x = normals(B * H * T * Dh, 1);
+  for (bool tokens_major : {false, true}) {
+    for (std::int64_t offset : {0, 37}) {
+      Layout l(tokens_major, x);
+      RopeOptions options;
+      options.position_offset = offset;
+      rope_forward(l.view, options);
+      expect_close(read_as_double(l.view), reference(x, 10000.0, offset), 1e-6,
+                   std::string(tokens_major ? "(B,T,H,Dh)" : "(B,H,T,Dh)") + " offset " + std::to_string(offset));
+    }
+  }
+}
+
+TEST(Rope, BackwardMatchesFiniteDifferencesAndInvertsForward) {
+  const auto x = normals(B * H * T * Dh, 2), g = normals(B * H * T * Dh, 3);
+  RopeOptions options;
+  options.theta = 500.0;
+  options.position_offset = 3;
+  Layout dx(true, g);
+  rope_backward(dx.view, options);
+  const auto numeric = test::numeric_gradient(
+      [&](const std::vector<double>& xs) { return test::dot(reference(xs, 500.0, 3), g); }, x);
+  expect_close(read_as_double(dx.view), numeric, 1e-6, "dx");
+
+  Layout round_trip(false, x);
+  rope_forward(round_trip.view, options);
+  rope_backward(round_trip.view, options);
+  expect_close(read_as_double(round_trip.view), x, 1e-6, "backward(forward(x))");
+}
+
+TEST(Rope, Bf16IsRotatedInFp32AndRoundedOnce) {
+  const auto x = test::rounded(normals(B * H * T * Dh, 4), DType::bf16);
+  Layout l(false, x, DType::bf16);
+  rope_forward(l.view);
+  const auto expected = reference(x, 10000.0, 0);
+  const auto got = read_as_double(l.view);
+  for (std::size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], expected[i], std::fabs(expected[i]) * 4e-3 + 1e-6) << i;
+}
+
+TEST(Rope, MalformedCallsNameExpectedAndGiven) {
+  auto odd = test::zeros({B, H, T, 7}), three = test::zeros({B, T, Dh});
+  OwnedTensor wide({B, H, T, 2 * Dh}, DType::f32, Device::cpu(), "test");
+  test::expect_error([&] { rope_forward(odd); }, ErrorKind::invalid_argument, {"rope_forward", "even", "given Dh = 7"});
+  test::expect_error([&] { rope_backward(three); }, ErrorKind::invalid_argument,
+                     {"rope_backward", "expected 4 dims", "given 3"});
+  const Tensor strided_last(wide->data(), DType::f32, Device::cpu(), {B, H, T, Dh}, {H * T * 2 * Dh, T * 2 * Dh, 2 * Dh, 2});
+  test::expect_error([&] { rope_forward(strided_last); }, ErrorKind::invalid_argument, {"expected stride 1", "given 2"});
+  RopeOptions negative;
+  negative.position_offset = -1;
+  auto fine = test::zeros({B, H, T, Dh});
+  test::expect_error([&] { rope_forward(fine, negative); }, ErrorKind::invalid_argument, {"position_offset", "given -1"});
+}
+
+}  // namespace
+}  // namespace ft
