@@ -1,0 +1,175 @@
+// gemm_cuda.cu — strided-batched row-major GEMMs over cuBLASLt: per-device handles, layouts, alignment
+// preferences, heuristic algorithm choice and a stream-ordered workspace.
+//
+// cuBLASLt is column-major. A row-major (r, c) matrix with leading dimension ld is the column-major
+// (c, r) matrix with the same ld, so row-major D = op(A) op(B) runs as column-major
+// D^T = op(B)^T op(A)^T: B goes in cuBLASLt's first slot and A in its second, each with its own op.
+#include "ops/gemm_cuda.h"
+
+#include <cublasLt.h>
+
+#include <algorithm>
+#include <memory>
+#include <mutex>
+#include <type_traits>
+#include <unordered_map>
+
+#include "core/buffer.h"
+#include "core/cuda_check.h"
+#include "core/error.h"
+
+namespace ft::gemm {
+
+namespace {
+
+constexpr std::size_t kWorkspaceBytes = 32u << 20;  // cuBLASLt's recommendation for Hopper
+constexpr std::int64_t kMaxBatch = 65535;           // batches larger than this run in chunks
+
+using DescPtr = std::unique_ptr<std::remove_pointer_t<cublasLtMatmulDesc_t>, decltype(&cublasLtMatmulDescDestroy)>;
+using LayoutPtr =
+    std::unique_ptr<std::remove_pointer_t<cublasLtMatrixLayout_t>, decltype(&cublasLtMatrixLayoutDestroy)>;
+using PrefPtr = std::unique_ptr<std::remove_pointer_t<cublasLtMatmulPreference_t>,
+                                decltype(&cublasLtMatmulPreferenceDestroy)>;
+
+cudaDataType_t cuda_type(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return CUDA_R_32F;
+    case DType::f16: return CUDA_R_16F;
+    case DType::bf16: return CUDA_R_16BF;
+  }
+  FT_THROW(unsupported, "gemm: unknown dtype");
+}
+
+// The device's cuBLASLt handle, created on first use; handles live for the whole process.
+cublasLtHandle_t handle_for(int device) {
+  static std::mutex mutex;
+  static auto* handles = new std::unordered_map<int, cublasLtHandle_t>();
+  std::lock_guard lock(mutex);
+  auto it = handles->find(device);
+  if (it != handles->end()) return it->second;
+  cublasLtHandle_t handle = nullptr;
+  FT_CUBLAS_CHECK(cublasLtCreate(&handle));
+  handles->emplace(device, handle);
+  return handle;
+}
+
+// Column-major layout of `batch` stored row-major (rows, cols) matrices.
+LayoutPtr layout(const Matrix& x, std::int64_t rows, std::int64_t cols, std::int64_t batch) {
+  cublasLtMatrixLayout_t raw = nullptr;
+  FT_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&raw, cuda_type(x.dtype), static_cast<std::uint64_t>(cols),
+                                             static_cast<std::uint64_t>(rows), x.ld));
+  LayoutPtr result(raw, &cublasLtMatrixLayoutDestroy);
+  const auto count = static_cast<std::int32_t>(batch);
+  const std::int64_t stride = x.batch_stride;
+  FT_CUBLAS_CHECK(
+      cublasLtMatrixLayoutSetAttribute(raw, CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &count, sizeof(count)));
+  FT_CUBLAS_CHECK(cublasLtMatrixLayoutSetAttribute(raw, CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride,
+                                                   sizeof(stride)));
+  return result;
+}
+
+// Largest power of two (<= 256) dividing the address of every matrix of the batch.
+std::uint32_t alignment_of(const Matrix& x, std::int64_t batch) {
+  auto bits = reinterpret_cast<std::uintptr_t>(x.data);
+  if (batch > 1) bits |= static_cast<std::uintptr_t>(x.batch_stride) * size_of(x.dtype);
+  std::uint32_t align = 256;
+  while (align > 1 && bits % align != 0) align /= 2;
+  return align;
+}
+
+const void* advance(const Matrix& x, std::int64_t matrices) {
+  return static_cast<const char*>(x.data) +
+         matrices * x.batch_stride * static_cast<std::int64_t>(size_of(x.dtype));
+}
+
+void check_operand(const Matrix& x, const char* name, std::int64_t rows, std::int64_t cols) {
+  FT_CHECK(x.data != nullptr, "gemm: ", name, " has no data");
+  FT_CHECK(x.ld >= cols, "gemm: ", name, " is stored as (", rows, ", ", cols, ") row-major, so its leading dimension",
+           " must be >= ", cols, ": given ", x.ld);
+}
+
+void run_chunk(cublasLtHandle_t handle, const Args& args, void* workspace, cudaStream_t stream) {
+  const cublasComputeType_t compute =
+      args.a.dtype == DType::f32 && args.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  cublasLtMatmulDesc_t raw_desc = nullptr;
+  FT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&raw_desc, compute, CUDA_R_32F));
+  DescPtr desc(raw_desc, &cublasLtMatmulDescDestroy);
+  // cuBLASLt's first operand is our B, its second our A (see the top of this file).
+  const cublasOperation_t op_first = args.b.transpose ? CUBLAS_OP_T : CUBLAS_OP_N;
+  const cublasOperation_t op_second = args.a.transpose ? CUBLAS_OP_T : CUBLAS_OP_N;
+  FT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(raw_desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)));
+  FT_CUBLAS_CHECK(
+      cublasLtMatmulDescSetAttribute(raw_desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)));
+
+  const LayoutPtr layout_b = args.b.transpose ? layout(args.b, args.n, args.k, args.batch)
+                                              : layout(args.b, args.k, args.n, args.batch);
+  const LayoutPtr layout_a = args.a.transpose ? layout(args.a, args.k, args.m, args.batch)
+                                              : layout(args.a, args.m, args.k, args.batch);
+  const LayoutPtr layout_d = layout(args.d, args.m, args.n, args.batch);
+
+  cublasLtMatmulPreference_t raw_pref = nullptr;
+  FT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&raw_pref));
+  PrefPtr pref(raw_pref, &cublasLtMatmulPreferenceDestroy);
+  const std::uint64_t workspace_bytes = kWorkspaceBytes;
+  FT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(raw_pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES,
+                                                       &workspace_bytes, sizeof(workspace_bytes)));
+  const std::uint32_t align_first = alignment_of(args.b, args.batch);
+  const std::uint32_t align_second = alignment_of(args.a, args.batch);
+  const std::uint32_t align_d = alignment_of(args.d, args.batch);
+  FT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
+                                                       &align_first, sizeof(align_first)));
+  FT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
+                                                       &align_second, sizeof(align_second)));
+  FT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
+                                                       &align_d, sizeof(align_d)));
+  FT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
+                                                       &align_d, sizeof(align_d)));
+
+  cublasLtMatmulHeuristicResult_t heuristic{};
+  int found = 0;
+  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle, raw_desc, layout_b.get(), layout_a.get(),
+                                                               layout_d.get(), layout_d.get(), raw_pref, 1,
+                                                               &heuristic, &found);
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)) {
+    FT_THROW(unsupported, "gemm: cuBLASLt has no algorithm for ", name_of(args.a.dtype), " (", args.m, " x ",
+             args.k, ")", args.a.transpose ? "^T" : "", " @ (", args.k, " x ", args.n, ")",
+             args.b.transpose ? "^T" : "", " -> ", name_of(args.d.dtype), ", batch ", args.batch, ", ld ", args.a.ld,
+             "/", args.b.ld, "/", args.d.ld, ", alignment ", align_second, "/", align_first, "/", align_d, " bytes");
+  }
+  FT_CUBLAS_CHECK(status);
+
+  FT_CUBLAS_CHECK(cublasLtMatmul(handle, raw_desc, &args.alpha, args.b.data, layout_b.get(), args.a.data,
+                                 layout_a.get(), &args.beta, args.d.data, layout_d.get(),
+                                 const_cast<void*>(args.d.data), layout_d.get(), &heuristic.algo, workspace,
+                                 kWorkspaceBytes, stream));
+}
+
+}  // namespace
+
+void matmul(const Args& args, Device device, cudaStream_t stream) {
+  FT_CHECK(device.is_cuda(), "gemm: runs on a CUDA device, given ", device.to_string());
+  FT_CHECK(args.m >= 1 && args.n >= 1 && args.k >= 1 && args.batch >= 1,
+           "gemm: m, n, k and batch must be >= 1, given m = ", args.m, ", n = ", args.n, ", k = ", args.k,
+           ", batch = ", args.batch);
+  FT_CHECK(args.a.dtype == args.b.dtype, "gemm: A and B must share a dtype, given ", name_of(args.a.dtype), " and ",
+           name_of(args.b.dtype));
+  FT_CHECK(args.d.dtype == args.a.dtype || args.d.dtype == DType::f32, "gemm: D must be ", name_of(args.a.dtype),
+           " or fp32 for ", name_of(args.a.dtype), " operands, given ", name_of(args.d.dtype));
+  check_operand(args.a, "A", args.a.transpose ? args.k : args.m, args.a.transpose ? args.m : args.k);
+  check_operand(args.b, "B", args.b.transpose ? args.n : args.k, args.b.transpose ? args.k : args.n);
+  check_operand(args.d, "D", args.m, args.n);
+
+  CudaDeviceGuard guard(device.index);
+  cublasLtHandle_t handle = handle_for(device.index);
+  Buffer workspace(kWorkspaceBytes, device, "gemm.workspace", Stream::wrap(stream, device));
+  for (std::int64_t first = 0; first < args.batch; first += kMaxBatch) {
+    Args chunk = args;
+    chunk.batch = std::min(kMaxBatch, args.batch - first);
+    chunk.a.data = advance(args.a, first);
+    chunk.b.data = advance(args.b, first);
+    chunk.d.data = advance(args.d, first);
+    run_chunk(handle, chunk, workspace.data(), stream);
+  }
+}
+
+}  // namespace ft::gemm
