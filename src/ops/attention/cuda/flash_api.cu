@@ -1,0 +1,145 @@
+// flash_api.cu — cuda_flash_forward / cuda_flash_backward: turn validated attention tensors into the
+// kernels' parameter blocks, allocate the backward scratch on the caller's stream, and dispatch on
+// head dim and dtype to the per-head-dim launchers (flash_{fwd,bwd}_hdim*.cu).
+#include <cstdint>
+#include <type_traits>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "core/buffer.h"
+#include "core/cuda_check.h"
+#include "core/error.h"
+#include "ops/attention/attention_impls.h"
+#include "ops/attention/cuda/flash_launch.h"
+#include "ops/attention/cuda/flash_traits.h"
+
+namespace ft::attention_impl {
+
+namespace {
+
+using flash::FlashShape;
+using flash::TensorRef;
+
+// (B, H, N, D) view -> element strides of its leading dims.
+TensorRef tensor_ref(const Tensor& t) {
+  return TensorRef{t.data(), t.stride(0), t.stride(1), t.stride(2)};
+}
+
+// True when the tensor's base and the strides of its non-trivial leading dims are 16-byte multiples.
+bool aligned16(const Tensor& t) {
+  if (reinterpret_cast<std::uintptr_t>(t.data()) % 16 != 0) return false;
+  for (int axis = 0; axis + 1 < t.dim(); ++axis)
+    if (t.size(axis) > 1 && (t.stride(axis) * static_cast<std::int64_t>(t.element_size())) % 16 != 0) return false;
+  return true;
+}
+
+FlashShape flash_shape(const AttentionShape& s, bool vec16) {
+  FlashShape f;
+  f.batch = static_cast<int>(s.batch);
+  f.heads_q = static_cast<int>(s.heads_q);
+  f.heads_kv = static_cast<int>(s.heads_kv);
+  f.group = static_cast<int>(s.heads_q / s.heads_kv);
+  f.len_q = static_cast<int>(s.len_q);
+  f.len_k = static_cast<int>(s.len_k);
+  f.window_left = s.window_left;
+  f.window_right = s.window_right;
+  f.sink_tokens = s.sink_tokens;
+  f.has_mask = s.window_left >= 0 || s.window_right >= 0 || s.sink_tokens > 0;
+  f.scale = static_cast<float>(s.scale);
+  f.scale_log2 = static_cast<float>(s.scale * 1.4426950408889634);
+  f.vec16 = vec16;
+  return f;
+}
+
+void check_supported(const AttentionShape& s) {
+  FT_CHECK_KIND(unsupported, flash::head_dim_index(static_cast<int>(s.head_dim)) >= 0,
+                "flash attention (CUDA): unsupported head dim ", s.head_dim, ": expected one of ",
+                flash::kHeadDimList);
+  constexpr std::int64_t kMaxLen = std::int64_t{1} << 30;
+  FT_CHECK_KIND(unsupported, s.len_q < kMaxLen && s.len_k < kMaxLen,
+                "flash attention (CUDA): sequence lengths must be < 2^30, given Nq = ", s.len_q, ", Nk = ", s.len_k);
+}
+
+// Calls fn(T{}, std::integral_constant<int, D>{}) for the tensors' dtype and head dim.
+template <class Fn>
+void dispatch(DType dtype, std::int64_t head_dim, Fn&& fn) {
+  auto by_dim = [&](auto type_tag) {
+    switch (head_dim) {
+      case 16: return fn(type_tag, std::integral_constant<int, 16>{});
+      case 32: return fn(type_tag, std::integral_constant<int, 32>{});
+      case 64: return fn(type_tag, std::integral_constant<int, 64>{});
+      case 96: return fn(type_tag, std::integral_constant<int, 96>{});
+      case 128: return fn(type_tag, std::integral_constant<int, 128>{});
+      case 256: return fn(type_tag, std::integral_constant<int, 256>{});
+    }
+    FT_THROW(unsupported, "flash attention (CUDA): unsupported head dim ", head_dim, ": expected one of ",
+             flash::kHeadDimList);
+  };
+  switch (dtype) {
+    case DType::bf16: return by_dim(__nv_bfloat16{});
+    case DType::f16: return by_dim(__half{});
+    case DType::f32: return by_dim(float{});
+  }
+}
+
+}  // namespace
+
+void cuda_flash_forward(const AttentionTensors& t, const AttentionShape& s, const Stream& stream) {
+  check_supported(s);
+  CudaDeviceGuard device(t.q.device().index);
+  flash::FlashFwdParams p;
+  p.shape = flash_shape(s, aligned16(t.q) && aligned16(t.k) && aligned16(t.v) && aligned16(t.o));
+  p.q = tensor_ref(t.q);
+  p.k = tensor_ref(t.k);
+  p.v = tensor_ref(t.v);
+  p.o = tensor_ref(t.o);
+  p.lse = TensorRef{t.lse.data(), t.lse.stride(0), t.lse.stride(1), t.lse.stride(2)};
+  p.sinks = s.has_sinks ? t.sinks.data_as<const float>() : nullptr;
+  auto cuda_stream = static_cast<cudaStream_t>(stream.handle());
+  dispatch(t.q.dtype(), s.head_dim, [&](auto type_tag, auto dim) {
+    flash::run_flash_fwd<decltype(type_tag), decltype(dim)::value>(p, cuda_stream);
+  });
+}
+
+void cuda_flash_backward(const AttentionTensors& t, const AttentionGrads& g, const AttentionShape& s,
+                         const Stream& stream) {
+  check_supported(s);
+  CudaDeviceGuard device(t.q.device().index);
+  flash::FlashBwdParams p;
+  const bool vec16 = aligned16(t.q) && aligned16(t.k) && aligned16(t.v) && aligned16(g.d_o) && aligned16(g.dq) &&
+                     aligned16(g.dk) && aligned16(g.dv);
+  p.shape = flash_shape(s, vec16);
+  p.q = tensor_ref(t.q);
+  p.k = tensor_ref(t.k);
+  p.v = tensor_ref(t.v);
+  p.o = tensor_ref(t.o);
+  p.d_o = tensor_ref(g.d_o);
+  p.lse = TensorRef{t.lse.data(), t.lse.stride(0), t.lse.stride(1), t.lse.stride(2)};
+  p.dq = tensor_ref(g.dq);
+  p.dk = tensor_ref(g.dk);
+  p.dv = tensor_ref(g.dv);
+  p.sinks = s.has_sinks ? t.sinks.data_as<const float>() : nullptr;
+  p.dsinks = s.has_sinks ? g.dsinks.data_as<float>() : nullptr;
+
+  p.len_q_pad = static_cast<int>((s.len_q + flash::kQueryPad - 1) / flash::kQueryPad * flash::kQueryPad);
+  p.pre_blocks = p.len_q_pad / flash::kPreRows;
+  const std::size_t rows = static_cast<std::size_t>(s.batch * s.heads_q) * p.len_q_pad;
+  const Device device_of = t.q.device();
+  Buffer dsum(rows * sizeof(float), device_of, "attention.flash.dsum", stream);          // (B, Hq, Nq_pad)
+  Buffer lse_log2(rows * sizeof(float), device_of, "attention.flash.lse_log2", stream);  // (B, Hq, Nq_pad)
+  Buffer sink_partials;  // (B * Hq, pre_blocks)
+  if (s.has_sinks)
+    sink_partials = Buffer(static_cast<std::size_t>(s.batch * s.heads_q) * p.pre_blocks * sizeof(float), device_of,
+                           "attention.flash.sink_partials", stream);
+  p.dsum = static_cast<float*>(dsum.data());
+  p.lse_log2 = static_cast<float*>(lse_log2.data());
+  p.sink_partials = static_cast<float*>(sink_partials.data());
+
+  auto cuda_stream = static_cast<cudaStream_t>(stream.handle());
+  dispatch(t.q.dtype(), s.head_dim, [&](auto type_tag, auto dim) {
+    flash::run_flash_bwd<decltype(type_tag), decltype(dim)::value>(p, cuda_stream);
+  });
+}
+
+}  // namespace ft::attention_impl

@@ -1,0 +1,343 @@
+// flash_bwd_kernel.cuh — internal (CUDA builds only): the FlashAttention-2 backward kernels, a
+// deterministic scheme without atomics:
+//   1. pre-pass  : D_i = dO_i . O_i (fp32), L_i * log2(e) padded for the tile kernels, and per-block
+//                  partial sums of exp(s_h - L_i) D_i for the sink-logit gradient;
+//   2. sink sum  : d s_h = -(fixed-order sum of the partials over batch and blocks), flash_bwd_sink.cu;
+//   3. dK/dV     : one block per (batch x kv head, key tile) loops over the query heads of its group
+//                  and the query tiles that see the key tile, accumulating dK and dV in registers.
+//                  It works on transposed scores (S^T = K Q^T), so P^T and dS^T are register A
+//                  operands of dV = P^T dO and dK = dS^T Q;
+//   4. dQ        : one block per (batch x query head, query tile) loops over the visible key tiles.
+// Every sum runs in a fixed order, so repeated runs give bit-identical gradients.
+#pragma once
+
+#include <cstdint>
+
+#include "ops/attention/cuda/flash_fwd_kernel.cuh"
+
+namespace ft::flash {
+
+template <class T, int D>
+__global__ void __launch_bounds__(kPreThreads) flash_bwd_pre_kernel(const __grid_constant__ FlashBwdParams p) {
+  const FlashShape& s = p.shape;
+  const int bh = blockIdx.x, b = bh / s.heads_q, h = bh % s.heads_q;
+  const int block = blockIdx.y;  // query rows [block * kPreRows, (block + 1) * kPreRows)
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  __shared__ float warp_sink[kPreThreads / 32];  // (warps) partial sink sums
+  const T* o = static_cast<const T*>(p.o.ptr) + b * p.o.batch_stride + h * p.o.head_stride;
+  const T* d_o = static_cast<const T*>(p.d_o.ptr) + b * p.d_o.batch_stride + h * p.d_o.head_stride;
+  const float* lse = static_cast<const float*>(p.lse.ptr) + b * p.lse.batch_stride + h * p.lse.head_stride;
+  const float sink = p.sinks ? p.sinks[h] : 0.f;
+
+  float sink_part = 0.f;
+  constexpr int kRowsPerWarp = kPreRows / (kPreThreads / 32);
+  for (int r = 0; r < kRowsPerWarp; ++r) {
+    const int i = block * kPreRows + warp * kRowsPerWarp + r;
+    float dot = 0.f, l2 = INFINITY;
+    if (i < s.len_q) {
+      for (int c = lane; c < D; c += 32)
+        dot += static_cast<float>(o[i * p.o.row_stride + c]) * static_cast<float>(d_o[i * p.d_o.row_stride + c]);
+#pragma unroll
+      for (int w = 16; w >= 1; w /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, w);
+      const float L = lse[i * p.lse.row_stride];
+      if (L != -INFINITY) {
+        l2 = L * kLog2e;
+        if (p.sinks) sink_part += expf(sink - L) * dot;
+      }
+    }
+    if (lane == 0 && i < p.len_q_pad) {
+      p.dsum[static_cast<std::int64_t>(bh) * p.len_q_pad + i] = dot;
+      p.lse_log2[static_cast<std::int64_t>(bh) * p.len_q_pad + i] = l2;
+    }
+  }
+  if (p.sinks) {
+    if (lane == 0) warp_sink[warp] = sink_part;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      float total = 0.f;
+      for (int w = 0; w < kPreThreads / 32; ++w) total += warp_sink[w];
+      p.sink_partials[static_cast<std::int64_t>(bh) * p.pre_blocks + block] = total;
+    }
+  }
+}
+
+// Loads kRows fp32 values (16-byte chunks) of a padded scratch row into shared memory.
+template <int kRows, int kThreads>
+__device__ __forceinline__ void load_row_values(float* smem, const float* gmem, int tid) {
+  for (int idx = tid; idx < kRows / 4; idx += kThreads) cp_async_16(smem + 4 * idx, gmem + 4 * idx, true);
+}
+
+template <class T, int D>
+struct BwdKernelTraits {
+  static constexpr FlashTiles kTiles = flash_tiles(sizeof(T), D);
+  static constexpr int kLdS = kLd<T, D>;
+  // dK/dV kernel: key tile kKvN (16 kKvWarpM rows per warp), query tile kKvM, head dim split kWarpsD ways.
+  static constexpr int kKvN = kTiles.kv_n, kKvM = kTiles.kv_m, kKvWarpM = kTiles.kv_wm, kWarpsD = kTiles.kv_wd;
+  static constexpr int kKvStages = kTiles.kv_st;
+  static constexpr int kKvThreads = kKvN / (16 * kKvWarpM) * kWarpsD * 32;
+  // sK, sV (kKvN, kLdS) | sQ, sdO (kKvStages, kKvM, kLdS) | sL, sD (kKvStages, kKvM) fp32
+  static constexpr int kKvSmemBytes = (2 * kKvN + 2 * kKvStages * kKvM) * kLdS * static_cast<int>(sizeof(T)) +
+                                      2 * kKvStages * kKvM * static_cast<int>(sizeof(float));
+  // dQ kernel: query tile kDqM (16 kDqWarpM rows per warp), key tile kDqN.
+  static constexpr int kDqM = kTiles.dq_m, kDqN = kTiles.dq_n, kDqWarpM = kTiles.dq_wm, kDqStages = kTiles.dq_st;
+  static constexpr int kDqThreads = kDqM / (16 * kDqWarpM) * 32;
+  // sQ, sdO (kDqM, kLdS) | sK, sV (kDqStages, kDqN, kLdS)
+  static constexpr int kDqSmemBytes = (2 * kDqM + 2 * kDqStages * kDqN) * kLdS * static_cast<int>(sizeof(T));
+  static_assert(kKvN % (16 * kKvWarpM) == 0 && kKvM % 16 == 0 && D % (16 * kWarpsD) == 0, "bad dK/dV tiles");
+  static_assert(kDqM % (16 * kDqWarpM) == 0 && kDqN % 16 == 0, "bad dQ tiles");
+  static_assert(kQueryPad % kKvM == 0 && kQueryPad % kDqM == 0 && kQueryPad % kPreRows == 0, "bad query padding");
+};
+
+template <class T, int D, bool kHasMask>
+__global__ void __launch_bounds__(BwdKernelTraits<T, D>::kKvThreads)
+    flash_bwd_dkdv_kernel(const __grid_constant__ FlashBwdParams p) {
+  using Tr = BwdKernelTraits<T, D>;
+  constexpr int BN = Tr::kKvN, BM = Tr::kKvM, kStages = Tr::kKvStages, kThreads = Tr::kKvThreads;
+  constexpr int MT = Tr::kKvWarpM;
+  constexpr int kLdS = Tr::kLdS;
+  constexpr int kDw = D / Tr::kWarpsD;  // dK/dV columns of one warp
+  constexpr int kNtS = BM / 8;          // transposed score tiles (columns = queries)
+  constexpr int kNtD = kDw / 8;         // dK/dV tiles of one warp
+  const FlashShape& s = p.shape;
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sK = reinterpret_cast<T*>(smem_raw);  // (BN, kLdS)
+  T* sV = sK + BN * kLdS;                  // (BN, kLdS)
+  T* sQ = sV + BN * kLdS;                  // (kStages, BM, kLdS)
+  T* sdO = sQ + kStages * BM * kLdS;       // (kStages, BM, kLdS)
+  float* sL = reinterpret_cast<float*>(sdO + kStages * BM * kLdS);  // (kStages, BM) L * log2(e)
+  float* sD = sL + kStages * BM;                                    // (kStages, BM) D
+
+  const int n_block = blockIdx.y;  // (causal) key tiles with the most query tiles first
+  const int b = blockIdx.x / s.heads_kv, hk = blockIdx.x % s.heads_kv;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, t = lane & 3;
+  const int warp_row = (warp / Tr::kWarpsD) * 16 * MT, warp_col = (warp % Tr::kWarpsD) * kDw;
+  const int n0 = n_block * BN;
+  const int keys_valid = s.len_k - n0;
+
+  const T* k = static_cast<const T*>(p.k.ptr) + b * p.k.batch_stride + hk * p.k.head_stride + n0 * p.k.row_stride;
+  const T* v = static_cast<const T*>(p.v.ptr) + b * p.v.batch_stride + hk * p.v.head_stride + n0 * p.v.row_stride;
+  load_tile<T, BN, D, kThreads>(sK, k, p.k.row_stride, keys_valid, s.vec16, tid);
+  load_tile<T, BN, D, kThreads>(sV, v, p.v.row_stride, keys_valid, s.vec16, tid);
+  cp_async_commit();
+
+  // Query tiles that see some key of this tile. Both bounds are non-decreasing in the key, except
+  // that sink keys are seen up to the last row.
+  const int key_last = min(n0 + BN, s.len_k) - 1;
+  const std::int64_t q_begin = key_queries<kHasMask>(n0, s).begin;
+  const std::int64_t q_end = n0 < s.sink_tokens ? s.len_q : key_queries<kHasMask>(key_last, s).end;
+  const int m_first = static_cast<int>(q_begin / BM);
+  const int m_count = q_end > q_begin ? static_cast<int>((q_end + BM - 1) / BM) - m_first : 0;
+  const int n_iters = m_count * s.group;
+  // The query range of this thread's key rows n0 + warp_row + 16 m + g + 8 r.
+  KeyQueries queries[MT][2];
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {
+    queries[m][0] = KeyQueries(key_queries<kHasMask>(n0 + warp_row + 16 * m + g, s));
+    queries[m][1] = KeyQueries(key_queries<kHasMask>(n0 + warp_row + 16 * m + g + 8, s));
+  }
+
+  auto load_q = [&](int it) {
+    if (it < n_iters) {
+      const int h = hk * s.group + it / m_count;
+      const int m0 = (m_first + it % m_count) * BM;
+      const int slot = it % kStages;
+      const T* q = static_cast<const T*>(p.q.ptr) + b * p.q.batch_stride + h * p.q.head_stride + m0 * p.q.row_stride;
+      const T* d_o = static_cast<const T*>(p.d_o.ptr) + b * p.d_o.batch_stride + h * p.d_o.head_stride +
+                     m0 * p.d_o.row_stride;
+      load_tile<T, BM, D, kThreads>(sQ + slot * BM * kLdS, q, p.q.row_stride, s.len_q - m0, s.vec16, tid);
+      load_tile<T, BM, D, kThreads>(sdO + slot * BM * kLdS, d_o, p.d_o.row_stride, s.len_q - m0, s.vec16, tid);
+      const std::int64_t row = static_cast<std::int64_t>(b * s.heads_q + h) * p.len_q_pad + m0;
+      load_row_values<BM, kThreads>(sL + slot * BM, p.lse_log2 + row, tid);
+      load_row_values<BM, kThreads>(sD + slot * BM, p.dsum + row, tid);
+    }
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) load_q(st);
+
+  float acc_dk[MT][kNtD][4] = {};  // dK of this thread's key rows, columns warp_col..
+  float acc_dv[MT][kNtD][4] = {};
+
+  for (int it = 0; it < n_iters; ++it) {
+    load_q(it + kStages - 1);
+    cp_async_wait<kStages - 1>();
+    __syncthreads();
+    const int slot = it % kStages;
+    const T* sQt = sQ + slot * BM * kLdS;
+    const T* sdOt = sdO + slot * BM * kLdS;
+    const float* sLt = sL + slot * BM;
+    const float* sDt = sD + slot * BM;
+    const int m0 = (m_first + it % m_count) * BM;
+
+    // P^T = exp2(K Q^T * scale log2(e) - L log2(e)), zero where the key is not visible.
+    float acc_s[MT][kNtS][4] = {};
+    gemm_ss<T, D, MT, kNtS>(acc_s, sK, kLdS, warp_row, sQt, kLdS, lane);
+    const bool full = tile_full(row_keys<kHasMask>(m0, s), row_keys<kHasMask>(min(m0 + BM, s.len_q) - 1, s), n0, BN,
+                                s.len_k);
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+#pragma unroll
+      for (int j = 0; j < kNtS; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const int col = 8 * j + 2 * t + (e & 1);
+          float pr = fast_exp2(acc_s[m][j][e] * s.scale_log2 - sLt[col]);
+          if (!full && !queries[m][e >> 1].contains(m0 + col)) pr = 0.f;
+          acc_s[m][j][e] = pr;
+        }
+      }
+    }
+
+    // dP^T = V dO^T
+    float acc_dp[MT][kNtS][4] = {};
+    gemm_ss<T, D, MT, kNtS>(acc_dp, sV, kLdS, warp_row, sdOt, kLdS, lane);
+
+    // dV += P^T dO
+    gemm_rs<T, MT, kNtS, kNtD>(acc_dv, acc_s, sdOt, kLdS, warp_col, lane);
+
+    // dS^T = P^T (dP^T - D); dK += dS^T Q
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+#pragma unroll
+      for (int j = 0; j < kNtS; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e)
+          acc_dp[m][j][e] = acc_s[m][j][e] * (acc_dp[m][j][e] - sDt[8 * j + 2 * t + (e & 1)]);
+      }
+    }
+    gemm_rs<T, MT, kNtS, kNtD>(acc_dk, acc_dp, sQt, kLdS, warp_col, lane);
+    __syncthreads();  // this slot is refilled by the next iteration's prefetch
+  }
+
+  cp_async_wait<0>();
+  __syncthreads();
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {
+    store_acc<T, kNtD>(sK, kLdS, warp_row + 16 * m, warp_col, acc_dk[m], s.scale, s.scale, lane);
+    store_acc<T, kNtD>(sV, kLdS, warp_row + 16 * m, warp_col, acc_dv[m], 1.f, 1.f, lane);
+  }
+  __syncthreads();
+  T* dk = static_cast<T*>(p.dk.ptr) + b * p.dk.batch_stride + hk * p.dk.head_stride + n0 * p.dk.row_stride;
+  T* dv = static_cast<T*>(p.dv.ptr) + b * p.dv.batch_stride + hk * p.dv.head_stride + n0 * p.dv.row_stride;
+  store_tile<T, BN, D, kThreads>(dk, p.dk.row_stride, sK, keys_valid, s.vec16, tid);
+  store_tile<T, BN, D, kThreads>(dv, p.dv.row_stride, sV, keys_valid, s.vec16, tid);
+}
+
+template <class T, int D, bool kHasMask>
+__global__ void __launch_bounds__(BwdKernelTraits<T, D>::kDqThreads)
+    flash_bwd_dq_kernel(const __grid_constant__ FlashBwdParams p) {
+  using Tr = BwdKernelTraits<T, D>;
+  constexpr int BM = Tr::kDqM, BN = Tr::kDqN, kStages = Tr::kDqStages, kThreads = Tr::kDqThreads;
+  constexpr int MT = Tr::kDqWarpM;
+  constexpr int kLdS = Tr::kLdS;
+  constexpr int kNtS = BN / 8;
+  constexpr int kNtQ = D / 8;
+  const FlashShape& s = p.shape;
+
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  T* sQ = reinterpret_cast<T*>(smem_raw);  // (BM, kLdS)
+  T* sdO = sQ + BM * kLdS;                 // (BM, kLdS)
+  T* sK = sdO + BM * kLdS;                 // (kStages, BN, kLdS)
+  T* sV = sK + kStages * BN * kLdS;        // (kStages, BN, kLdS)
+
+  const int m_block = gridDim.y - 1 - blockIdx.y;  // longest (causal) tiles of every head first
+  const int bh = blockIdx.x, b = bh / s.heads_q, h = bh % s.heads_q, hk = h / s.group;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, t = lane & 3;
+  const int m0 = m_block * BM;
+  const int rows_valid = s.len_q - m0;
+  const int warp_row = warp * 16 * MT;
+
+  const T* q = static_cast<const T*>(p.q.ptr) + b * p.q.batch_stride + h * p.q.head_stride + m0 * p.q.row_stride;
+  const T* d_o =
+      static_cast<const T*>(p.d_o.ptr) + b * p.d_o.batch_stride + h * p.d_o.head_stride + m0 * p.d_o.row_stride;
+  const T* k = static_cast<const T*>(p.k.ptr) + b * p.k.batch_stride + hk * p.k.head_stride;
+  const T* v = static_cast<const T*>(p.v.ptr) + b * p.v.batch_stride + hk * p.v.head_stride;
+
+  const KeyRange tile_first = row_keys<kHasMask>(m0, s);
+  const KeyRange tile_last = row_keys<kHasMask>(min(m0 + BM, s.len_q) - 1, s);
+  const KeyTiles tiles = key_tiles(tile_first, tile_last, BN);
+  const int n_iters = tiles.count();
+  // This thread's rows m0 + warp_row + 16 m + g + 8 r: visible keys, L log2(e) and D (padded scratch).
+  RowKeys keys[MT][2];
+  float lse[MT][2], dsum[MT][2];
+  const std::int64_t scratch = static_cast<std::int64_t>(bh) * p.len_q_pad;
+#pragma unroll
+  for (int m = 0; m < MT; ++m) {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = m0 + warp_row + 16 * m + g + 8 * r;
+      keys[m][r] = RowKeys(row_keys<kHasMask>(row, s));
+      lse[m][r] = p.lse_log2[scratch + row];
+      dsum[m][r] = p.dsum[scratch + row];
+    }
+  }
+
+  auto load_kv = [&](int it) {
+    if (it < n_iters) {
+      const int n0 = tiles.tile(it) * BN;
+      const int slot = it % kStages;
+      load_tile<T, BN, D, kThreads>(sK + slot * BN * kLdS, k + n0 * p.k.row_stride, p.k.row_stride, s.len_k - n0,
+                                    s.vec16, tid);
+      load_tile<T, BN, D, kThreads>(sV + slot * BN * kLdS, v + n0 * p.v.row_stride, p.v.row_stride, s.len_k - n0,
+                                    s.vec16, tid);
+    }
+    cp_async_commit();
+  };
+
+  load_tile<T, BM, D, kThreads>(sQ, q, p.q.row_stride, rows_valid, s.vec16, tid);
+  load_tile<T, BM, D, kThreads>(sdO, d_o, p.d_o.row_stride, rows_valid, s.vec16, tid);
+  cp_async_commit();
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) load_kv(st);
+
+  float acc_dq[MT][kNtQ][4] = {};
+
+  for (int it = 0; it < n_iters; ++it) {
+    load_kv(it + kStages - 1);
+    cp_async_wait<kStages - 1>();
+    __syncthreads();
+    const int slot = it % kStages;
+    const T* sKt = sK + slot * BN * kLdS;
+    const T* sVt = sV + slot * BN * kLdS;
+    const int n0 = tiles.tile(it) * BN;
+
+    float acc_s[MT][kNtS][4] = {};  // P = exp2(Q K^T * scale log2(e) - L log2(e))
+    gemm_ss<T, D, MT, kNtS>(acc_s, sQ, kLdS, warp_row, sKt, kLdS, lane);
+    const bool full = tile_full(tile_first, tile_last, n0, BN, s.len_k);
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+#pragma unroll
+      for (int j = 0; j < kNtS; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          float pr = fast_exp2(acc_s[m][j][e] * s.scale_log2 - lse[m][e >> 1]);
+          if (!full && !keys[m][e >> 1].contains(n0 + 8 * j + 2 * t + (e & 1))) pr = 0.f;
+          acc_s[m][j][e] = pr;
+        }
+      }
+    }
+    float acc_dp[MT][kNtS][4] = {};  // dP = dO V^T, then dS = P (dP - D)
+    gemm_ss<T, D, MT, kNtS>(acc_dp, sdO, kLdS, warp_row, sVt, kLdS, lane);
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+#pragma unroll
+      for (int j = 0; j < kNtS; ++j) {
+#pragma unroll
+        for (int e = 0; e < 4; ++e) acc_dp[m][j][e] = acc_s[m][j][e] * (acc_dp[m][j][e] - dsum[m][e >> 1]);
+      }
+    }
+    gemm_rs<T, MT, kNtS, kNtQ>(acc_dq, acc_dp, sKt, kLdS, 0, lane);  // dQ += dS K
+    __syncthreads();
+  }
+
+  cp_async_wait<0>();
+  __syncthreads();
+#pragma unroll
+  for (int m = 0; m < MT; ++m) store_acc<T, kNtQ>(sQ, kLdS, warp_row + 16 * m, 0, acc_dq[m], s.scale, s.scale, lane);
+  __syncthreads();
+  T* dq = static_cast<T*>(p.dq.ptr) + b * p.dq.batch_stride + h * p.dq.head_stride + m0 * p.dq.row_stride;
+  store_tile<T, BM, D, kThreads>(dq, p.dq.row_stride, sQ, rows_valid, s.vec16, tid);
+}
+
+}  // namespace ft::flash

@@ -1,0 +1,11 @@
+// flash_fwd_hdim32.cu — the FlashAttention-2 forward kernels for head dim 32 (bf16, fp16, fp32).
+// One translation unit per head dim and direction so that builds parallelise.
+#include "ops/attention/cuda/flash_launch_template.cuh"
+
+namespace ft::flash {
+
+template void run_flash_fwd<__nv_bfloat16, 32>(const FlashFwdParams&, cudaStream_t);
+template void run_flash_fwd<__half, 32>(const FlashFwdParams&, cudaStream_t);
+template void run_flash_fwd<float, 32>(const FlashFwdParams&, cudaStream_t);
+
+}  // namespace ft::flash

@@ -1,0 +1,22 @@
+// flash_launch.h — internal (CUDA builds only): the launchers of the FlashAttention-2 kernels, one
+// explicit instantiation per (input type, head dim) in flash_{fwd,bwd}_hdim*.cu. T is __nv_bfloat16,
+// __half or float; D one of kHeadDims (flash_traits.h).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include "ops/attention/cuda/flash_params.h"
+
+namespace ft::flash {
+
+template <class T, int D>
+void run_flash_fwd(const FlashFwdParams& p, cudaStream_t stream);
+
+// Runs the pre-pass, the sink-gradient sum (when sinks are given), the dK/dV and the dQ kernels.
+template <class T, int D>
+void run_flash_bwd(const FlashBwdParams& p, cudaStream_t stream);
+
+// dsinks <- -(sum of the pre-pass partials), in a fixed order (flash_bwd_sink.cu).
+void run_flash_bwd_sink(const FlashBwdParams& p, cudaStream_t stream);
+
+}  // namespace ft::flash

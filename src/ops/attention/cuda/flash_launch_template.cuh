@@ -1,0 +1,67 @@
+// flash_launch_template.cuh — internal (CUDA builds only): the definitions behind flash_launch.h.
+// Each launcher picks the masked or unmasked kernel (causal / window / sink tokens, or none), raises
+// the dynamic shared-memory limit where the traits need more than 48 KB, and checks every launch.
+// Included only by the per-head-dim instantiation files.
+#pragma once
+
+#include "core/cuda_check.h"
+#include "core/error.h"
+#include "ops/attention/cuda/flash_bwd_kernel.cuh"
+#include "ops/attention/cuda/flash_fwd_kernel.cuh"
+#include "ops/attention/cuda/flash_launch.h"
+
+namespace ft::flash {
+
+namespace detail {
+
+template <class Kernel, class Params>
+void launch(Kernel kernel, dim3 grid, int threads, int smem_bytes, cudaStream_t stream, const Params& p) {
+  if (smem_bytes > 48 * 1024)
+    FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
+  kernel<<<grid, threads, smem_bytes, stream>>>(p);
+  FT_CUDA_CHECK_LAUNCH();
+}
+
+inline unsigned ceil_div(int a, int b) { return static_cast<unsigned>((a + b - 1) / b); }
+
+// Grids are (batch x heads, tiles): tiles go in the y dimension, limited to 65535 blocks.
+inline dim3 tile_grid(int heads, int len, int tile) {
+  const unsigned tiles = ceil_div(len, tile);
+  FT_CHECK_KIND(unsupported, tiles <= 65535, "flash attention: ", tiles, " tiles of ", tile,
+                " rows exceed the 65535 blocks of a grid's y dimension (sequence length ", len, ")");
+  return dim3(static_cast<unsigned>(heads), tiles);
+}
+
+}  // namespace detail
+
+template <class T, int D>
+void run_flash_fwd(const FlashFwdParams& p, cudaStream_t stream) {
+  using Tr = FwdKernelTraits<T, D>;
+  const FlashShape& s = p.shape;
+  const dim3 grid = detail::tile_grid(s.batch * s.heads_q, s.len_q, Tr::kBlockM);
+  if (s.has_mask)
+    detail::launch(flash_fwd_kernel<T, D, true>, grid, Tr::kThreads, Tr::kSmemBytes, stream, p);
+  else
+    detail::launch(flash_fwd_kernel<T, D, false>, grid, Tr::kThreads, Tr::kSmemBytes, stream, p);
+}
+
+template <class T, int D>
+void run_flash_bwd(const FlashBwdParams& p, cudaStream_t stream) {
+  using Tr = BwdKernelTraits<T, D>;
+  const FlashShape& s = p.shape;
+  detail::launch(flash_bwd_pre_kernel<T, D>, detail::tile_grid(s.batch * s.heads_q, p.len_q_pad, kPreRows),
+                 kPreThreads, 0, stream, p);
+  if (p.sinks) run_flash_bwd_sink(p, stream);
+
+  const dim3 kv_grid = detail::tile_grid(s.batch * s.heads_kv, s.len_k, Tr::kKvN);
+  const dim3 dq_grid = detail::tile_grid(s.batch * s.heads_q, s.len_q, Tr::kDqM);
+  if (s.has_mask) {
+    detail::launch(flash_bwd_dkdv_kernel<T, D, true>, kv_grid, Tr::kKvThreads, Tr::kKvSmemBytes, stream, p);
+    detail::launch(flash_bwd_dq_kernel<T, D, true>, dq_grid, Tr::kDqThreads, Tr::kDqSmemBytes, stream, p);
+  } else {
+    detail::launch(flash_bwd_dkdv_kernel<T, D, false>, kv_grid, Tr::kKvThreads, Tr::kKvSmemBytes, stream, p);
+    detail::launch(flash_bwd_dq_kernel<T, D, false>, dq_grid, Tr::kDqThreads, Tr::kDqSmemBytes, stream, p);
+  }
+}
+
+}  // namespace ft::flash

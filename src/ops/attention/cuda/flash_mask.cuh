@@ -1,0 +1,85 @@
+// flash_mask.cuh — internal (CUDA builds only): the visible band at tile granularity. Per-row key
+// ranges come from visible_keys() (visibility.h); because every bound there is non-decreasing in the
+// row, a tile's bounds follow from its first and last row. Tiles outside the band are never visited,
+// tiles wholly inside it are "full" (no per-element test), the rest are masked element by element.
+#pragma once
+
+#include <cstdint>
+
+#include "ops/attention/cuda/flash_params.h"
+#include "ops/attention/visibility.h"
+
+namespace ft::flash {
+
+template <bool kHasMask>
+__device__ __forceinline__ KeyRange row_keys(std::int64_t row, const FlashShape& s) {
+  if constexpr (kHasMask)
+    return visible_keys(row, s.len_q, s.len_k, s.window_left, s.window_right, s.sink_tokens);
+  else
+    return KeyRange{0, 0, s.len_k};
+}
+
+// The key tiles a query tile visits: sink tiles [0, sink_tiles), then the window tiles
+// [win_begin, win_end) (win_begin >= sink_tiles, so no tile is visited twice).
+struct KeyTiles {
+  int sink_tiles = 0, win_begin = 0, win_end = 0;
+  __device__ int count() const { return sink_tiles + (win_end > win_begin ? win_end - win_begin : 0); }
+  __device__ int tile(int it) const { return it < sink_tiles ? it : win_begin + (it - sink_tiles); }
+};
+
+__device__ __forceinline__ KeyTiles key_tiles(const KeyRange& first, const KeyRange& last, int block_n) {
+  KeyTiles kt;
+  kt.sink_tiles = static_cast<int>((last.sink_end + block_n - 1) / block_n);
+  kt.win_begin = static_cast<int>(first.begin / block_n);
+  if (kt.win_begin < kt.sink_tiles) kt.win_begin = kt.sink_tiles;
+  kt.win_end = static_cast<int>((last.end + block_n - 1) / block_n);
+  return kt;
+}
+
+// True when every row from `first` to `last` sees every key of [n0, n0 + block_n) (all < len_k).
+__device__ __forceinline__ bool tile_full(const KeyRange& first, const KeyRange& last, std::int64_t n0, int block_n,
+                                          int len_k) {
+  const std::int64_t n1 = n0 + block_n;
+  if (n1 > len_k) return false;
+  return n1 <= first.sink_end || (n0 >= last.begin && n1 <= first.end);
+}
+
+// The query rows [begin, end) that see key j (the inverse of visible_keys: j is visible to row i when
+// j < end_i and (j < sink_tokens or j >= lo_i)); empty for j >= len_k.
+struct QueryRange {
+  std::int64_t begin = 0, end = 0;
+};
+
+template <bool kHasMask>
+__device__ __forceinline__ QueryRange key_queries(std::int64_t j, const FlashShape& s) {
+  if (j >= s.len_k) return {0, 0};
+  if constexpr (!kHasMask) {
+    return {0, s.len_q};
+  } else {
+    const std::int64_t off = static_cast<std::int64_t>(s.len_k) - s.len_q;
+    QueryRange r;
+    r.begin = s.window_right < 0 ? 0 : ft_max64(0, j - off - s.window_right);
+    r.end = (j < s.sink_tokens || s.window_left < 0) ? s.len_q : ft_min64(s.len_q, j - off + s.window_left + 1);
+    return r;
+  }
+}
+
+// A row's KeyRange in 32-bit registers (lengths are < 2^30), for the per-element masks.
+struct RowKeys {
+  int sink_end = 0, begin = 0, end = 0;
+  __device__ RowKeys() = default;
+  __device__ explicit RowKeys(const KeyRange& r)
+      : sink_end(static_cast<int>(r.sink_end)), begin(static_cast<int>(r.begin)), end(static_cast<int>(r.end)) {}
+  __device__ bool contains(int j) const { return j < sink_end || (j >= begin && j < end); }
+};
+
+// Likewise for a key's QueryRange.
+struct KeyQueries {
+  int begin = 0, end = 0;
+  __device__ KeyQueries() = default;
+  __device__ explicit KeyQueries(const QueryRange& r)
+      : begin(static_cast<int>(r.begin)), end(static_cast<int>(r.end)) {}
+  __device__ bool contains(int i) const { return i >= begin && i < end; }
+};
+
+}  // namespace ft::flash

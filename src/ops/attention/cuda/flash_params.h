@@ -1,0 +1,49 @@
+// flash_params.h — internal (CUDA builds only): the parameter blocks of the FlashAttention-2 kernels,
+// one per direction, filled by flash_api.cu from validated tensors and passed by value to the kernels.
+#pragma once
+
+#include <cstdint>
+
+namespace ft::flash {
+
+// A strided (B, H, N, D) operand: element strides of batch, head and row; the last dim is contiguous.
+struct TensorRef {
+  void* ptr = nullptr;
+  std::int64_t batch_stride = 0, head_stride = 0, row_stride = 0;
+};
+
+// Sizes and the visible band shared by both directions (see visibility.h).
+struct FlashShape {
+  int batch = 0, heads_q = 0, heads_kv = 0, group = 1;  // group = heads_q / heads_kv
+  int len_q = 0, len_k = 0;
+  std::int64_t window_left = -1, window_right = -1, sink_tokens = 0;  // resolved; -1 = unbounded
+  bool has_mask = false;    // any of causal / window / sink tokens: visible_keys is consulted
+  float scale = 0;          // softmax scale
+  float scale_log2 = 0;     // scale * log2(e): scores go straight into exp2
+  bool vec16 = false;       // every tile operand allows 16-byte accesses (else element-wise copies)
+};
+
+struct FlashFwdParams {
+  FlashShape shape;
+  TensorRef q, k, v;  // (B, Hq, Nq, D), (B, Hkv, Nk, D) x2 — inputs
+  TensorRef o;        // (B, Hq, Nq, D) output
+  TensorRef lse;      // (B, Hq, Nq) fp32 output (row_stride is the Nq stride)
+  const float* sinks = nullptr;  // (Hq) fp32 sink logits, or null
+};
+
+struct FlashBwdParams {
+  FlashShape shape;
+  TensorRef q, k, v, o, d_o;  // inputs as in the forward, d_o like o
+  TensorRef lse;              // (B, Hq, Nq) fp32 input
+  TensorRef dq, dk, dv;       // outputs, shaped like q, k, v
+  const float* sinks = nullptr;  // (Hq) fp32, or null
+  float* dsinks = nullptr;       // (Hq) fp32 output when sinks are given
+  // Scratch written by the pre-pass; rows padded to len_q_pad (a multiple of every query tile).
+  int len_q_pad = 0;
+  float* dsum = nullptr;         // (B, Hq, len_q_pad): D_i = dO_i . O_i, 0 on padding rows
+  float* lse_log2 = nullptr;     // (B, Hq, len_q_pad): L_i * log2(e); +inf where P must vanish
+  float* sink_partials = nullptr;  // (B * Hq, pre_blocks): per-block sums of exp(s_h - L_i) D_i
+  int pre_blocks = 0;
+};
+
+}  // namespace ft::flash

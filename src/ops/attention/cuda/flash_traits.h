@@ -1,0 +1,57 @@
+// flash_traits.h — internal (CUDA builds only): THE tunable table of tile sizes, warps and pipeline
+// depths of the FlashAttention-2 kernels, one row per (16-bit or fp32 inputs, head dim). A warp owns
+// 16 * warp_m rows of its kernel's row tile (warp_m mma row blocks share every B fragment it loads
+// from shared memory), so the warp count follows from the row tile:
+//   forward      : query tile fwd_m, key tile fwd_n, warps = fwd_m / (16 fwd_wm), fwd_st K/V buffers
+//   dK/dV kernel : key tile kv_n, query tile kv_m, kv_wd warps split the head dim of dK/dV,
+//                  warps = kv_n / (16 kv_wm) * kv_wd, kv_st Q/dO buffers
+//   dQ kernel    : query tile dq_m, key tile dq_n, warps = dq_m / (16 dq_wm), dq_st K/V buffers
+// Shared-memory rows are padded by 16 bytes. Registers bound the accumulators: per thread a warp
+// holds 2 * warp_m * (columns / 8) floats for each 16 x columns accumulator.
+#pragma once
+
+namespace ft::flash {
+
+inline constexpr int kHeadDims[] = {16, 32, 64, 96, 128, 256};
+inline constexpr const char* kHeadDimList = "16, 32, 64, 96, 128, 256";
+inline constexpr int kQueryPad = 128;  // query tiles of every kernel divide this (backward scratch rows)
+inline constexpr int kPreRows = 64;      // backward pre-pass: query rows per block
+inline constexpr int kPreThreads = 256;  // backward pre-pass: 8 warps, 8 rows each
+
+struct FlashTiles {
+  int fwd_m, fwd_n, fwd_wm, fwd_st;
+  int kv_n, kv_m, kv_wm, kv_wd, kv_st;
+  int dq_m, dq_n, dq_wm, dq_st;
+};
+
+// Rows in kHeadDims order.
+inline constexpr FlashTiles kTiles16[] = {
+    // fwd:  m   n wm st | dkdv: n   m wm wd st | dq: m   n wm st
+    {128, 64, 2, 2, 128, 32, 2, 1, 2, 64, 64, 1, 2},   // d=16
+    {128, 64, 2, 2, 128, 32, 2, 1, 2, 64, 64, 1, 2},   // d=32
+    {128, 64, 2, 2, 128, 32, 2, 1, 2, 64, 64, 1, 2},   // d=64
+    {128, 64, 2, 2, 64, 64, 1, 1, 2, 64, 64, 1, 2},    // d=96
+    {128, 64, 2, 2, 64, 32, 1, 1, 2, 64, 64, 1, 2},    // d=128
+    {64, 32, 1, 2, 64, 32, 1, 2, 2, 64, 32, 1, 2},     // d=256  (dK/dV, dQ ~135 KB)
+};
+inline constexpr FlashTiles kTiles32[] = {
+    {128, 64, 1, 2, 64, 64, 1, 1, 2, 64, 64, 1, 2},  // d=16
+    {128, 64, 1, 2, 64, 64, 1, 1, 2, 64, 64, 1, 2},  // d=32
+    {128, 64, 1, 2, 64, 64, 1, 1, 1, 64, 64, 1, 1},  // d=64   (forward 104 KB)
+    {128, 64, 1, 1, 64, 64, 1, 1, 1, 64, 64, 1, 1},  // d=96   (~102 KB)
+    {64, 64, 1, 1, 64, 64, 1, 1, 1, 64, 64, 1, 1},   // d=128  (dK/dV, dQ 135 KB)
+    {64, 32, 1, 1, 32, 32, 1, 2, 1, 32, 32, 1, 1},   // d=256  (~133 KB)
+};
+
+constexpr int head_dim_index(int d) {
+  for (int i = 0; i < static_cast<int>(sizeof(kHeadDims) / sizeof(kHeadDims[0])); ++i)
+    if (kHeadDims[i] == d) return i;
+  return -1;
+}
+
+// The row of the table for inputs of `elem_bytes` bytes (2 or 4) and head dim d (one of kHeadDims).
+constexpr FlashTiles flash_tiles(int elem_bytes, int d) {
+  return elem_bytes == 4 ? kTiles32[head_dim_index(d)] : kTiles16[head_dim_index(d)];
+}
+
+}  // namespace ft::flash

@@ -1,0 +1,526 @@
+// test_attention_flash.cpp — GPU tests (label gpu) of the CUDA FlashAttention-2 kernels
+// (AttentionImpl::flash on cuda tensors) against the CPU naive oracle (AttentionImpl::naive on CPU fp32
+// tensors holding the same values, accumulated in double): every variant (causal, windows, sink tokens,
+// sink logits, GQA 1/4/8), bf16/fp16/fp32, head dims 16..256, odd and unequal lengths, both memory
+// layouts and unaligned strides. Outputs are poisoned with NaN before every run; the backward runs twice
+// and must give bit-identical gradients.
+//   fp32 (TF32 tensor cores): |flash - ref| <= 1e-2 + 1e-2 |ref| element-wise.
+//   bf16/fp16: max |flash - ref| <= 2 max |lp - ref| + slack, where lp is the same naive computation
+//   carried out in the low dtype (inputs, P, dS and outputs rounded to it; low_precision_attention).
+// Run: ./build/bin/gpu_test_attention_flash   (needs a CUDA device; skips otherwise)
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <iostream>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/buffer.h"
+#include "core/device.h"
+#include "core/error.h"
+#include "core/half.h"
+#include "core/stream.h"
+#include "core/tensor_io.h"
+#include "ops/attention.h"
+#include "ops/attention/visibility.h"
+
+namespace ft {
+namespace {
+
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+enum class Layout { bhnd, bnhd };
+
+struct FlashCase {
+  std::string name;
+  DType dtype = DType::bf16;
+  std::int64_t batch = 1, heads_q = 1, heads_kv = 1, len_q = 1, len_k = 1, head_dim = 64;
+  bool causal = false;
+  std::int64_t window_left = -1, window_right = -1, sink_tokens = 0;
+  bool sinks = false;            // gpt-oss sink logits, one per query head
+  Layout layout = Layout::bhnd;  // memory layout of q, k, v, o and their gradients
+  bool unaligned = false;        // rows padded by one element: no 16-byte strides
+  double scale = 0;              // 0 = default 1/sqrt(D)
+  bool own_stream = false;       // run on a created stream instead of the default one
+};
+
+void PrintTo(const FlashCase& c, std::ostream* os) { *os << c.name; }
+
+double round_to(DType dtype, double x) {
+  switch (dtype) {
+    case DType::bf16: return to_float(to_bf16(static_cast<float>(x)));
+    case DType::f16: return to_float(to_f16(static_cast<float>(x)));
+    case DType::f32: return static_cast<float>(x);
+  }
+  return x;
+}
+
+// Problem inputs in logical (B, H, N, D) order, already rounded to the case's dtype.
+struct Inputs {
+  std::vector<double> q, k, v, d_o;  // (B,Hq,Nq,D), (B,Hkv,Nk,D) x2, (B,Hq,Nq,D)
+  std::vector<double> sinks;         // (Hq) fp32 values, empty = none
+};
+
+std::vector<double> random_values(std::size_t n, std::mt19937_64& rng, DType dtype, double std) {
+  std::normal_distribution<double> normal(0.0, std);
+  std::vector<double> out(n);
+  for (double& x : out) x = round_to(dtype, normal(rng));
+  return out;
+}
+
+Inputs make_inputs(const FlashCase& c, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  const auto q_size = static_cast<std::size_t>(c.batch * c.heads_q * c.len_q * c.head_dim);
+  const auto kv_size = static_cast<std::size_t>(c.batch * c.heads_kv * c.len_k * c.head_dim);
+  Inputs in;
+  in.q = random_values(q_size, rng, c.dtype, 1.0);
+  in.k = random_values(kv_size, rng, c.dtype, 1.0);
+  in.v = random_values(kv_size, rng, c.dtype, 1.0);
+  in.d_o = random_values(q_size, rng, c.dtype, 1.0);
+  if (c.sinks) in.sinks = random_values(static_cast<std::size_t>(c.heads_q), rng, DType::f32, 2.0);
+  return in;
+}
+
+// Every output of a forward + backward call, in logical order.
+struct Outputs {
+  std::vector<double> o, lse, dq, dk, dv, dsinks;
+};
+
+double resolved_scale(const FlashCase& c) {
+  return c.scale != 0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(c.head_dim));
+}
+
+AttentionOptions options_of(const FlashCase& c, AttentionImpl impl) {
+  AttentionOptions options;
+  options.causal = c.causal;
+  options.window_left = c.window_left;
+  options.window_right = c.window_right;
+  options.sink_tokens = c.sink_tokens;
+  if (c.scale != 0) options.scale = c.scale;
+  options.impl = impl;
+  return options;
+}
+
+// The oracle: the CPU naive implementation on fp32 tensors holding the inputs' values.
+Outputs run_reference(const FlashCase& c, const Inputs& in) {
+  const Device cpu = Device::cpu();
+  const Shape q_shape{c.batch, c.heads_q, c.len_q, c.head_dim}, kv_shape{c.batch, c.heads_kv, c.len_k, c.head_dim};
+  OwnedTensor q(q_shape, DType::f32, cpu, "test.q"), k(kv_shape, DType::f32, cpu, "test.k"),
+      v(kv_shape, DType::f32, cpu, "test.v"), o(q_shape, DType::f32, cpu, "test.o"),
+      lse({c.batch, c.heads_q, c.len_q}, DType::f32, cpu, "test.lse"), d_o(q_shape, DType::f32, cpu, "test.d_o"),
+      dq(q_shape, DType::f32, cpu, "test.dq"), dk(kv_shape, DType::f32, cpu, "test.dk"),
+      dv(kv_shape, DType::f32, cpu, "test.dv");
+  OwnedTensor sinks, dsinks;
+  write_from_double(q, in.q);
+  write_from_double(k, in.k);
+  write_from_double(v, in.v);
+  write_from_double(d_o, in.d_o);
+  AttentionTensors t{q, k, v, Tensor(), o, lse};
+  AttentionGrads g{d_o, dq, dk, dv, Tensor()};
+  if (c.sinks) {
+    sinks = OwnedTensor({c.heads_q}, DType::f32, cpu, "test.sinks");
+    dsinks = OwnedTensor({c.heads_q}, DType::f32, cpu, "test.dsinks");
+    write_from_double(sinks, in.sinks);
+    t.sinks = sinks;
+    g.dsinks = dsinks;
+  }
+  const AttentionOptions options = options_of(c, AttentionImpl::naive);
+  attention_forward(t, options);
+  attention_backward(t, g, options);
+  Outputs out{read_as_double(o), read_as_double(lse), read_as_double(dq), read_as_double(dk), read_as_double(dv), {}};
+  if (c.sinks) out.dsinks = read_as_double(dsinks);
+  return out;
+}
+
+// The naive computation carried out in the case's dtype: S and the softmax statistics exact, P and dS
+// rounded to the dtype before they multiply V, dO, K, Q (as the kernels do), outputs rounded.
+Outputs low_precision_attention(const FlashCase& c, const Inputs& in) {
+  const std::int64_t B = c.batch, Hq = c.heads_q, Nq = c.len_q, Nk = c.len_k, D = c.head_dim;
+  const std::int64_t group = c.heads_q / c.heads_kv;
+  const double scale = resolved_scale(c);
+  const std::int64_t right = c.causal ? 0 : c.window_right;
+  Outputs out;
+  out.o.assign(in.q.size(), 0.0);
+  out.lse.assign(static_cast<std::size_t>(B * Hq * Nq), -kInf);
+  out.dq.assign(in.q.size(), 0.0);
+  out.dk.assign(in.k.size(), 0.0);
+  out.dv.assign(in.v.size(), 0.0);
+  if (c.sinks) out.dsinks.assign(static_cast<std::size_t>(Hq), 0.0);
+  std::vector<double> s(static_cast<std::size_t>(Nk)), dsum(static_cast<std::size_t>(Nq));
+  for (std::int64_t b = 0; b < B; ++b) {
+    for (std::int64_t h = 0; h < Hq; ++h) {
+      const std::int64_t hk = h / group;
+      const double* q = in.q.data() + (b * Hq + h) * Nq * D;                  // (Nq, D)
+      const double* d_o = in.d_o.data() + (b * Hq + h) * Nq * D;              // (Nq, D)
+      const double* k = in.k.data() + (b * c.heads_kv + hk) * Nk * D;         // (Nk, D)
+      const double* v = in.v.data() + (b * c.heads_kv + hk) * Nk * D;         // (Nk, D)
+      double* o = out.o.data() + (b * Hq + h) * Nq * D;                       // (Nq, D)
+      double* dq = out.dq.data() + (b * Hq + h) * Nq * D;                     // (Nq, D)
+      double* dk = out.dk.data() + (b * c.heads_kv + hk) * Nk * D;            // (Nk, D)
+      double* dv = out.dv.data() + (b * c.heads_kv + hk) * Nk * D;            // (Nk, D)
+      const double sink = c.sinks ? in.sinks[h] : -kInf;
+      for (std::int64_t i = 0; i < Nq; ++i) {
+        const KeyRange range = visible_keys(i, Nq, Nk, c.window_left, right, c.sink_tokens);
+        double top = sink;
+        for (std::int64_t j = 0; j < Nk; ++j) {
+          if (!range.contains(j)) continue;
+          double dot = 0;
+          for (std::int64_t d = 0; d < D; ++d) dot += q[i * D + d] * k[j * D + d];
+          s[j] = scale * dot;
+          top = std::max(top, s[j]);
+        }
+        if (top == -kInf) continue;  // nothing visible: O = 0, L = -inf, no gradient
+        double sum = c.sinks ? std::exp(sink - top) : 0.0;
+        for (std::int64_t j = 0; j < Nk; ++j)
+          if (range.contains(j)) sum += std::exp(s[j] - top);
+        const double lse = top + std::log(sum);
+        out.lse[(b * Hq + h) * Nq + i] = static_cast<float>(lse);
+        std::vector<double> row(static_cast<std::size_t>(D), 0.0);
+        for (std::int64_t j = 0; j < Nk; ++j) {
+          if (!range.contains(j)) continue;
+          const double p = round_to(c.dtype, std::exp(s[j] - lse));
+          for (std::int64_t d = 0; d < D; ++d) row[d] += p * v[j * D + d];
+        }
+        double dot = 0;
+        for (std::int64_t d = 0; d < D; ++d) {
+          o[i * D + d] = round_to(c.dtype, row[d]);
+          dot += d_o[i * D + d] * o[i * D + d];
+        }
+        dsum[i] = dot;
+        if (c.sinks) out.dsinks[h] -= std::exp(sink - lse) * dot;
+        for (std::int64_t j = 0; j < Nk; ++j) {
+          if (!range.contains(j)) continue;
+          const double p = std::exp(s[j] - lse);
+          const double p_low = round_to(c.dtype, p);
+          double dp = 0;
+          for (std::int64_t d = 0; d < D; ++d) dp += d_o[i * D + d] * v[j * D + d];
+          const double ds = round_to(c.dtype, p * (dp - dsum[i]));
+          for (std::int64_t d = 0; d < D; ++d) {
+            dv[j * D + d] += p_low * d_o[i * D + d];
+            dq[i * D + d] += scale * ds * k[j * D + d];
+            dk[j * D + d] += scale * ds * q[i * D + d];
+          }
+        }
+      }
+    }
+  }
+  for (auto* grad : {&out.dq, &out.dk, &out.dv})
+    for (double& x : *grad) x = round_to(c.dtype, x);
+  for (double& x : out.dsinks) x = static_cast<float>(x);
+  return out;
+}
+
+// A device tensor of logical shape (B, H, N, D) stored in `layout`, rows padded by one element when
+// `unaligned`.
+struct DeviceTensor {
+  OwnedTensor storage;
+  Tensor view;
+};
+
+DeviceTensor device_tensor(std::int64_t B, std::int64_t H, std::int64_t N, std::int64_t D, const FlashCase& c,
+                           const Stream& stream, const char* tag) {
+  const std::int64_t row = D + (c.unaligned ? 1 : 0);
+  DeviceTensor t;
+  if (c.layout == Layout::bhnd) {
+    t.storage = OwnedTensor({B, H, N, row}, c.dtype, Device::cuda(0), tag, stream);
+    t.view = t.storage.tensor();
+  } else {
+    t.storage = OwnedTensor({B, N, H, row}, c.dtype, Device::cuda(0), tag, stream);
+    t.view = t.storage.tensor().permute({0, 2, 1, 3});
+  }
+  t.view = t.view.narrow(3, 0, D);
+  return t;
+}
+
+// lse (B, Hq, Nq) fp32; strided in the (B, N, H, D) layout.
+DeviceTensor device_lse(const FlashCase& c, const Stream& stream) {
+  DeviceTensor t;
+  if (c.layout == Layout::bhnd) {
+    t.storage = OwnedTensor({c.batch, c.heads_q, c.len_q}, DType::f32, Device::cuda(0), "test.lse", stream);
+    t.view = t.storage.tensor();
+  } else {
+    t.storage = OwnedTensor({c.batch, c.len_q, c.heads_q}, DType::f32, Device::cuda(0), "test.lse", stream);
+    t.view = t.storage.tensor().permute({0, 2, 1});
+  }
+  return t;
+}
+
+bool same_bits(const std::vector<double>& a, const std::vector<double>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
+}
+
+// The flash kernels on the GPU. The backward runs twice; `deterministic` reports whether both runs gave
+// bit-identical gradients.
+Outputs run_flash(const FlashCase& c, const Inputs& in, bool* deterministic) {
+  const Stream stream = c.own_stream ? Stream::create(Device::cuda(0)) : Stream();
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  DeviceTensor q = device_tensor(c.batch, c.heads_q, c.len_q, c.head_dim, c, stream, "test.q");
+  DeviceTensor k = device_tensor(c.batch, c.heads_kv, c.len_k, c.head_dim, c, stream, "test.k");
+  DeviceTensor v = device_tensor(c.batch, c.heads_kv, c.len_k, c.head_dim, c, stream, "test.v");
+  DeviceTensor o = device_tensor(c.batch, c.heads_q, c.len_q, c.head_dim, c, stream, "test.o");
+  DeviceTensor d_o = device_tensor(c.batch, c.heads_q, c.len_q, c.head_dim, c, stream, "test.d_o");
+  DeviceTensor dq = device_tensor(c.batch, c.heads_q, c.len_q, c.head_dim, c, stream, "test.dq");
+  DeviceTensor dk = device_tensor(c.batch, c.heads_kv, c.len_k, c.head_dim, c, stream, "test.dk");
+  DeviceTensor dv = device_tensor(c.batch, c.heads_kv, c.len_k, c.head_dim, c, stream, "test.dv");
+  DeviceTensor lse = device_lse(c, stream);
+  stream.synchronize();
+  write_from_double(q.view, in.q);
+  write_from_double(k.view, in.k);
+  write_from_double(v.view, in.v);
+  write_from_double(d_o.view, in.d_o);
+  AttentionTensors t{q.view, k.view, v.view, Tensor(), o.view, lse.view};
+  AttentionGrads g{d_o.view, dq.view, dk.view, dv.view, Tensor()};
+  OwnedTensor sinks, dsinks;
+  if (c.sinks) {
+    sinks = OwnedTensor({c.heads_q}, DType::f32, Device::cuda(0), "test.sinks", stream);
+    dsinks = OwnedTensor({c.heads_q}, DType::f32, Device::cuda(0), "test.dsinks", stream);
+    stream.synchronize();
+    write_from_double(sinks, in.sinks);
+    t.sinks = sinks;
+    g.dsinks = dsinks;
+  }
+  AttentionOptions options = options_of(c, AttentionImpl::flash);
+  options.stream = stream;
+
+  fill_constant(o.view, nan);
+  fill_constant(lse.view, nan);
+  attention_forward(t, options);
+  stream.synchronize();
+  Outputs out{read_as_double(o.view), read_as_double(lse.view), {}, {}, {}, {}};
+
+  Outputs runs[2];
+  for (Outputs& run : runs) {
+    for (const Tensor* grad : {&dq.view, &dk.view, &dv.view}) fill_constant(*grad, nan);
+    if (c.sinks) fill_constant(dsinks, nan);
+    attention_backward(t, g, options);
+    stream.synchronize();
+    run.dq = read_as_double(dq.view);
+    run.dk = read_as_double(dk.view);
+    run.dv = read_as_double(dv.view);
+    if (c.sinks) run.dsinks = read_as_double(dsinks);
+  }
+  *deterministic = same_bits(runs[0].dq, runs[1].dq) && same_bits(runs[0].dk, runs[1].dk) &&
+                   same_bits(runs[0].dv, runs[1].dv) && same_bits(runs[0].dsinks, runs[1].dsinks);
+  out.dq = std::move(runs[0].dq);
+  out.dk = std::move(runs[0].dk);
+  out.dv = std::move(runs[0].dv);
+  out.dsinks = std::move(runs[0].dsinks);
+  return out;
+}
+
+// max |a - b|; equal infinities count as 0, NaN or an unmatched infinity as +inf.
+double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  if (a.size() != b.size()) return kInf;
+  double worst = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    if (a[i] == b[i]) continue;
+    const double diff = std::abs(a[i] - b[i]);
+    worst = std::isnan(diff) ? kInf : std::max(worst, diff);
+  }
+  return worst;
+}
+
+double max_abs(const std::vector<double>& a) {
+  double m = 0;
+  for (double x : a)
+    if (std::isfinite(x)) m = std::max(m, std::abs(x));
+  return m;
+}
+
+// Element-wise |got - ref| <= atol + rtol |ref|; returns the number of violations (NaN counts).
+std::size_t count_outside(const std::vector<double>& got, const std::vector<double>& ref, double atol, double rtol) {
+  if (got.size() != ref.size()) return std::max<std::size_t>(1, ref.size());
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    if (got[i] == ref[i]) continue;
+    if (!(std::abs(got[i] - ref[i]) <= atol + rtol * std::abs(ref[i]))) ++bad;
+  }
+  return bad;
+}
+
+// d s_h = -sum_{b,i} exp(s_h - L_i) dO_i . O_i recomputed in double from the flash outputs O and L;
+// spread[h] = sum_{b,i} exp(s_h - L_i) |dO_i| |O_i| bounds how rounding O moves it.
+std::vector<double> sink_gradient_of(const FlashCase& c, const Inputs& in, const Outputs& got,
+                                     std::vector<double>* spread) {
+  std::vector<double> expected(static_cast<std::size_t>(c.heads_q), 0.0);
+  spread->assign(expected.size(), 0.0);
+  const std::int64_t D = c.head_dim;
+  for (std::int64_t b = 0; b < c.batch; ++b) {
+    for (std::int64_t h = 0; h < c.heads_q; ++h) {
+      for (std::int64_t i = 0; i < c.len_q; ++i) {
+        const std::int64_t row = (b * c.heads_q + h) * c.len_q + i;
+        double dot = 0, norm_o = 0, norm_do = 0;
+        for (std::int64_t d = 0; d < D; ++d) {
+          dot += in.d_o[row * D + d] * got.o[row * D + d];
+          norm_o += got.o[row * D + d] * got.o[row * D + d];
+          norm_do += in.d_o[row * D + d] * in.d_o[row * D + d];
+        }
+        const double weight = std::exp(in.sinks[h] - got.lse[row]);
+        expected[h] -= weight * dot;
+        (*spread)[h] += weight * std::sqrt(norm_o * norm_do);
+      }
+    }
+  }
+  return expected;
+}
+
+class FlashVsNaive : public ::testing::TestWithParam<FlashCase> {};
+
+TEST_P(FlashVsNaive, ForwardAndBackward) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const FlashCase& c = GetParam();
+  const Inputs in = make_inputs(c, 1234 + std::hash<std::string>{}(c.name) % 1000);
+  const Outputs ref = run_reference(c, in);
+  bool deterministic = false;
+  const Outputs got = run_flash(c, in, &deterministic);
+  EXPECT_TRUE(deterministic) << "two backward runs gave different gradients";
+
+  const std::pair<const char*, std::pair<const std::vector<double>*, const std::vector<double>*>> fields[] = {
+      {"o", {&got.o, &ref.o}},    {"dq", {&got.dq, &ref.dq}}, {"dk", {&got.dk, &ref.dk}},
+      {"dv", {&got.dv, &ref.dv}}, {"dsinks", {&got.dsinks, &ref.dsinks}}};
+  // lse is fp32 for every dtype: the scores of 16-bit inputs are exact products summed in fp32.
+  const double lse_tol = c.dtype == DType::f32 ? 1e-2 : 2e-3;
+  EXPECT_EQ(count_outside(got.lse, ref.lse, lse_tol, lse_tol), 0u)
+      << "lse: max |flash - ref| = " << max_abs_diff(got.lse, ref.lse);
+
+  // The sink gradient must be exactly the row sum the contract defines, over the flash O and L.
+  std::vector<double> spread;
+  if (c.sinks) {
+    const std::vector<double> expected = sink_gradient_of(c, in, got, &spread);
+    for (std::int64_t h = 0; h < c.heads_q; ++h)
+      EXPECT_NEAR(got.dsinks[h], expected[h], 1e-5 * (1 + spread[h])) << "dsinks[" << h << "] vs its own O, lse";
+  }
+
+  if (c.dtype == DType::f32) {
+    for (const auto& [name, pair] : fields) {
+      EXPECT_EQ(count_outside(*pair.first, *pair.second, 1e-2, 1e-2), 0u)
+          << name << ": max |flash - ref| = " << max_abs_diff(*pair.first, *pair.second);
+    }
+    return;
+  }
+  const Outputs low = low_precision_attention(c, in);
+  const std::vector<double>* low_of[] = {&low.o, &low.dq, &low.dk, &low.dv};
+  // Slack: half a unit in the last place of the dtype at the largest reference magnitude, plus 1e-4
+  // for gradients that vanish exactly in the reference (fp32 noise of a cancellation).
+  const double ulp = c.dtype == DType::bf16 ? 1.0 / 128 : 1.0 / 1024;
+  for (int f = 0; f < 4; ++f) {
+    const auto& [name, pair] = fields[f];
+    const double err = max_abs_diff(*pair.first, *pair.second);
+    const double base = max_abs_diff(*low_of[f], *pair.second);
+    const double slack = 0.5 * ulp * max_abs(*pair.second) + 1e-4;
+    std::cout << "  " << c.name << " " << name << ": flash err " << err << ", low-precision naive err " << base
+              << " (ratio " << (base > 0 ? err / base : 0) << ")\n";
+    EXPECT_LE(err, 2 * base + slack) << name << ": flash error vs the low-precision naive error";
+  }
+  if (c.sinks) {
+    for (std::int64_t h = 0; h < c.heads_q; ++h)
+      EXPECT_NEAR(got.dsinks[h], ref.dsinks[h], 2 * std::abs(low.dsinks[h] - ref.dsinks[h]) + ulp * spread[h])
+          << "dsinks[" << h << "] vs the reference";
+  }
+}
+
+std::vector<FlashCase> variant_cases() {
+  // The variants at d = 64, each for bf16, fp16 and fp32.
+  const std::vector<FlashCase> base = {
+      {.name = "full_128", .batch = 2, .heads_q = 2, .heads_kv = 2, .len_q = 128, .len_k = 128},
+      {.name = "causal_300", .batch = 2, .heads_q = 2, .heads_kv = 2, .len_q = 300, .len_k = 300, .causal = true},
+      {.name = "causal_q17_k300", .heads_q = 2, .heads_kv = 2, .len_q = 17, .len_k = 300, .causal = true},
+      {.name = "causal_q300_k17_empty_rows", .heads_q = 2, .heads_kv = 2, .len_q = 300, .len_k = 17,
+       .causal = true},
+      {.name = "full_q127_k1", .heads_q = 2, .heads_kv = 2, .len_q = 127, .len_k = 1},
+      {.name = "one_by_one_causal", .heads_q = 2, .heads_kv = 2, .len_q = 1, .len_k = 1, .causal = true},
+      {.name = "sliding_64_causal", .heads_q = 2, .heads_kv = 2, .len_q = 300, .len_k = 300, .causal = true,
+       .window_left = 64},
+      {.name = "window_32_16_q127_k200", .heads_q = 2, .heads_kv = 2, .len_q = 127, .len_k = 200,
+       .window_left = 32, .window_right = 16},
+      {.name = "window_right_20_scale", .heads_q = 2, .heads_kv = 2, .len_q = 150, .len_k = 150,
+       .window_right = 20, .scale = 0.3},
+      {.name = "diagonal_only", .heads_q = 2, .heads_kv = 2, .len_q = 100, .len_k = 100, .window_left = 0,
+       .window_right = 0},
+      {.name = "window_empty_rows_q200_k90", .heads_q = 2, .heads_kv = 2, .len_q = 200, .len_k = 90,
+       .window_left = 8, .window_right = 0},
+      {.name = "sink_tokens_4_sliding_48", .heads_q = 2, .heads_kv = 2, .len_q = 300, .len_k = 300,
+       .causal = true, .window_left = 48, .sink_tokens = 4},
+      {.name = "sink_tokens_70_sliding_20_q90_k257", .heads_q = 2, .heads_kv = 2, .len_q = 90, .len_k = 257,
+       .causal = true, .window_left = 20, .sink_tokens = 70},
+      {.name = "sink_tokens_5_causal", .heads_q = 2, .heads_kv = 2, .len_q = 257, .len_k = 257, .causal = true,
+       .sink_tokens = 5},
+      {.name = "sink_logits_1x1", .heads_q = 3, .heads_kv = 3, .len_q = 1, .len_k = 1, .sinks = true},
+      {.name = "sink_logits_causal_gqa4", .heads_q = 8, .heads_kv = 2, .len_q = 200, .len_k = 200, .causal = true,
+       .sinks = true},
+      {.name = "sink_logits_empty_rows", .heads_q = 2, .heads_kv = 1, .len_q = 120, .len_k = 40, .causal = true,
+       .sinks = true},
+      {.name = "gqa8_causal", .heads_q = 8, .heads_kv = 1, .len_q = 300, .len_k = 300, .causal = true},
+      {.name = "gqa4_full_q65_k130", .heads_q = 4, .heads_kv = 1, .len_q = 65, .len_k = 130},
+      {.name = "everything_bnhd", .batch = 2, .heads_q = 4, .heads_kv = 1, .len_q = 129, .len_k = 333,
+       .window_left = 40, .window_right = 8, .sink_tokens = 3, .sinks = true, .layout = Layout::bnhd},
+      {.name = "causal_bnhd", .batch = 2, .heads_q = 2, .heads_kv = 2, .len_q = 300, .len_k = 300, .causal = true,
+       .layout = Layout::bnhd},
+      {.name = "unaligned_causal_gqa2", .heads_q = 4, .heads_kv = 2, .len_q = 100, .len_k = 111, .causal = true,
+       .unaligned = true},
+      {.name = "unaligned_bnhd_window", .heads_q = 2, .heads_kv = 2, .len_q = 77, .len_k = 77, .window_left = 10,
+       .window_right = 10, .layout = Layout::bnhd, .unaligned = true},
+      {.name = "own_stream_causal", .heads_q = 2, .heads_kv = 2, .len_q = 200, .len_k = 200, .causal = true,
+       .own_stream = true},
+  };
+  std::vector<FlashCase> cases;
+  for (DType dtype : {DType::bf16, DType::f16, DType::f32}) {
+    for (FlashCase c : base) {
+      c.dtype = dtype;
+      c.name = std::string(name_of(dtype)) + "_d64_" + c.name;
+      cases.push_back(c);
+    }
+  }
+  return cases;
+}
+
+std::vector<FlashCase> head_dim_cases() {
+  std::vector<FlashCase> cases;
+  for (DType dtype : {DType::bf16, DType::f16, DType::f32}) {
+    for (std::int64_t d : {16, 32, 64, 96, 128, 256}) {
+      const std::string prefix = std::string(name_of(dtype)) + "_d" + std::to_string(d) + "_";
+      cases.push_back({.name = prefix + "causal_sinks_gqa2", .dtype = dtype, .batch = 2, .heads_q = 4,
+                       .heads_kv = 2, .len_q = 200, .len_k = 200, .head_dim = d, .causal = true, .sinks = true});
+      cases.push_back({.name = prefix + "window_sink_tokens_bnhd_q130_k257", .dtype = dtype, .heads_q = 2,
+                       .heads_kv = 2, .len_q = 130, .len_k = 257, .head_dim = d, .window_left = 50,
+                       .window_right = 30, .sink_tokens = 6, .layout = Layout::bnhd});
+      cases.push_back({.name = prefix + "full_q31_k300", .dtype = dtype, .heads_q = 2, .heads_kv = 1, .len_q = 31,
+                       .len_k = 300, .head_dim = d});
+    }
+    cases.push_back({.name = std::string(name_of(dtype)) + "_d128_causal_long_1031", .dtype = dtype, .heads_q = 2,
+                     .heads_kv = 1, .len_q = 1031, .len_k = 1031, .head_dim = 128, .causal = true});
+  }
+  return cases;
+}
+
+std::string case_name(const ::testing::TestParamInfo<FlashCase>& info) { return info.param.name; }
+
+INSTANTIATE_TEST_SUITE_P(Variants, FlashVsNaive, ::testing::ValuesIn(variant_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(HeadDims, FlashVsNaive, ::testing::ValuesIn(head_dim_cases()), case_name);
+
+TEST(FlashAttention, UnsupportedHeadDimNamesTheSupportedSet) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const FlashCase c{.name = "d48", .dtype = DType::bf16, .len_q = 8, .len_k = 8, .head_dim = 48};
+  const Stream stream;
+  DeviceTensor q = device_tensor(1, 1, 8, 48, c, stream, "test.q");
+  DeviceTensor k = device_tensor(1, 1, 8, 48, c, stream, "test.k");
+  DeviceTensor v = device_tensor(1, 1, 8, 48, c, stream, "test.v");
+  DeviceTensor o = device_tensor(1, 1, 8, 48, c, stream, "test.o");
+  DeviceTensor lse = device_lse(c, stream);
+  try {
+    attention_forward({q.view, k.view, v.view, Tensor(), o.view, lse.view}, options_of(c, AttentionImpl::flash));
+    FAIL() << "head dim 48 was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::unsupported);
+    EXPECT_NE(e.message().find("48"), std::string::npos) << e.message();
+    EXPECT_NE(e.message().find("16, 32, 64, 96, 128, 256"), std::string::npos) << e.message();
+  }
+}
+
+}  // namespace
+}  // namespace ft
