@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/expect_close.h"
 #include "core/buffer.h"
 #include "core/tensor_io.h"
 #include "ops/attention.h"
@@ -17,6 +18,8 @@
 
 namespace ft {
 namespace {
+
+using testing_util::expect_close;
 
 using attention_ref::ReferenceProblem;
 
@@ -110,22 +113,6 @@ TEST_P(Gradcheck, ReferenceBackwardMatchesFiniteDifferences) {
     expect_matches_finite_differences(p, &p.sinks, g.dsinks, w, "dsinks");
   } else {
     EXPECT_TRUE(g.dsinks.empty());
-  }
-}
-
-// Fails unless max |actual - expected| <= tol * max(max |expected|, 1).
-void expect_close(const std::vector<double>& actual, const std::vector<double>& expected, double tol,
-                  const char* what) {
-  ASSERT_EQ(actual.size(), expected.size()) << what;
-  double top = 1;
-  for (double e : expected)
-    if (std::isfinite(e)) top = std::max(top, std::fabs(e));
-  for (std::size_t i = 0; i < actual.size(); ++i) {
-    if (std::isinf(expected[i])) {
-      EXPECT_EQ(actual[i], expected[i]) << what << "[" << i << "]";
-      continue;
-    }
-    EXPECT_NEAR(actual[i], expected[i], tol * top) << what << "[" << i << "]";
   }
 }
 

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/expect_close.h"
 #include "core/buffer.h"
 #include "core/error.h"
 #include "core/tensor_io.h"
@@ -20,6 +21,8 @@
 
 namespace ft {
 namespace {
+
+using testing_util::expect_close;
 
 struct Case {
   DType dtype = DType::f32;
@@ -101,28 +104,6 @@ AttentionOptions options_of(const Case& c, AttentionImpl impl) {
   opt.block_q = c.block_q;
   opt.block_k = c.block_k;
   return opt;
-}
-
-// Fails unless max |actual - expected| <= tol * max(max |expected|, 1), infinities match exactly and
-// actual holds no NaN. (Inputs are unit normals; the floor of 1 covers outputs that cancel to 0.)
-void expect_close(const std::vector<double>& actual, const std::vector<double>& expected, double tol,
-                  const std::string& what) {
-  ASSERT_EQ(actual.size(), expected.size()) << what;
-  double top = 0, worst = 0;
-  std::size_t worst_at = 0;
-  for (std::size_t i = 0; i < expected.size(); ++i) {
-    ASSERT_FALSE(std::isnan(actual[i])) << what << ": NaN at " << i;
-    if (std::isinf(expected[i]) || std::isinf(actual[i])) {
-      ASSERT_EQ(actual[i], expected[i]) << what << ": infinity mismatch at " << i;
-      continue;
-    }
-    top = std::max(top, std::fabs(expected[i]));
-    const double diff = std::fabs(actual[i] - expected[i]);
-    if (diff > worst) worst = diff, worst_at = i;
-  }
-  EXPECT_LE(worst, tol * std::max(top, 1.0))
-      << what << ": max |diff| " << worst << " at " << worst_at << " (actual " << actual[worst_at] << ", expected "
-      << expected[worst_at] << "), max |expected| " << top << ", relative tolerance " << tol;
 }
 
 struct Tolerance {
