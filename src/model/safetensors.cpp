@@ -1,0 +1,380 @@
+// safetensors.cpp — safetensors writing (atomic: temporary file, fsync, rename) and reading (memory map,
+// full validation of header and offsets, copies into tensors on any device).
+#include "model/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <limits>
+#include <numeric>
+#include <set>
+#include <utility>
+
+#include <nlohmann/json.hpp>
+
+#include "core/error.h"
+#include "core/tensor_io.h"
+
+namespace ft {
+
+static_assert(std::endian::native == std::endian::little, "safetensors data is little-endian; so must the host be");
+
+namespace {
+
+struct DTypeInfo {
+  SafetensorsDType dtype;
+  const char* name;
+  std::size_t size;
+};
+
+constexpr DTypeInfo kDTypes[] = {
+    {SafetensorsDType::boolean, "BOOL", 1}, {SafetensorsDType::u8, "U8", 1},
+    {SafetensorsDType::i8, "I8", 1},        {SafetensorsDType::f8_e5m2, "F8_E5M2", 1},
+    {SafetensorsDType::f8_e4m3, "F8_E4M3", 1}, {SafetensorsDType::i16, "I16", 2},
+    {SafetensorsDType::u16, "U16", 2},      {SafetensorsDType::f16, "F16", 2},
+    {SafetensorsDType::bf16, "BF16", 2},    {SafetensorsDType::i32, "I32", 4},
+    {SafetensorsDType::u32, "U32", 4},      {SafetensorsDType::f32, "F32", 4},
+    {SafetensorsDType::f64, "F64", 8},      {SafetensorsDType::i64, "I64", 8},
+    {SafetensorsDType::u64, "U64", 8},
+};
+
+// The Python library refuses headers above 100 MB; so do we (a corrupt length must not allocate GBs).
+constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
+
+const DTypeInfo& info_of(SafetensorsDType dtype) {
+  for (const auto& info : kDTypes)
+    if (info.dtype == dtype) return info;
+  FT_THROW(invalid_argument, "unknown safetensors dtype ", static_cast<int>(dtype));
+}
+
+std::string dtype_list() {
+  std::string names;
+  for (const auto& info : kDTypes) names += std::string(names.empty() ? "" : ", ") + info.name;
+  return names;
+}
+
+std::string errno_text(int error) { return std::strerror(error); }
+
+// A file descriptor closed on scope exit.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+  int release() { return std::exchange(fd_, -1); }
+
+ private:
+  int fd_;
+};
+
+void write_all(int fd, const void* data, std::size_t bytes, const std::string& path) {
+  const auto* p = static_cast<const std::uint8_t*>(data);
+  while (bytes > 0) {
+    const std::size_t chunk = std::min<std::size_t>(bytes, std::size_t{1} << 30);
+    const ssize_t written = ::write(fd, p, chunk);
+    if (written < 0) {
+      if (errno == EINTR) continue;
+      FT_THROW(io, "writing ", path, " failed: ", errno_text(errno));
+    }
+    p += written;
+    bytes -= static_cast<std::size_t>(written);
+  }
+}
+
+// The temporary file a save writes; removed on destruction unless committed by the rename.
+class TemporaryFile {
+ public:
+  explicit TemporaryFile(const std::string& target) {
+    static std::atomic<std::uint64_t> sequence{0};
+    path_ = target + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(sequence++);
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    FT_CHECK_KIND(io, fd_ >= 0, "cannot create ", path_, " (the temporary file for ", target,
+                  "): ", errno_text(errno));
+  }
+  ~TemporaryFile() {
+    if (fd_ >= 0) ::close(fd_);
+    if (!committed_) ::unlink(path_.c_str());
+  }
+  TemporaryFile(const TemporaryFile&) = delete;
+  TemporaryFile& operator=(const TemporaryFile&) = delete;
+
+  int fd() const { return fd_; }
+  const std::string& path() const { return path_; }
+
+  // fsync, close, rename over target, fsync the folder so the rename itself is durable.
+  void commit(const std::string& target) {
+    FT_CHECK_KIND(io, ::fsync(fd_) == 0, "fsync of ", path_, " failed: ", errno_text(errno));
+    const int fd = std::exchange(fd_, -1);
+    FT_CHECK_KIND(io, ::close(fd) == 0, "closing ", path_, " failed: ", errno_text(errno));
+    FT_CHECK_KIND(io, ::rename(path_.c_str(), target.c_str()) == 0, "cannot rename ", path_, " to ", target,
+                  ": ", errno_text(errno));
+    committed_ = true;
+    const std::filesystem::path parent = std::filesystem::path(target).parent_path();
+    Fd folder(::open(parent.empty() ? "." : parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+    if (folder.get() >= 0) ::fsync(folder.get());  // best effort: some file systems refuse folder fsync
+  }
+
+ private:
+  std::string path_;
+  int fd_ = -1;
+  bool committed_ = false;
+};
+
+// Throws the io error for a corrupt file, "safetensors file PATH is corrupt: WHAT", at the caller's line.
+#define FT_CORRUPT(path, ...) FT_THROW(io, "safetensors file ", path, " is corrupt: ", __VA_ARGS__)
+
+// A non-negative JSON integer, or a corruption error naming what it is.
+std::uint64_t json_unsigned(const nlohmann::json& value, const std::string& path, const std::string& what) {
+  if (!value.is_number_unsigned()) FT_CORRUPT(path, what, " is ", value.dump(), ", expected a non-negative integer");
+  return value.get<std::uint64_t>();
+}
+
+SafetensorsEntry parse_entry(const std::string& name, const nlohmann::json& value, std::uint64_t data_bytes,
+                             const std::string& path) {
+  const std::string where = "tensor '" + name + "'";
+  if (!value.is_object()) FT_CORRUPT(path, where, " is ", value.dump(), ", expected an object");
+  for (const char* key : {"dtype", "shape", "data_offsets"})
+    if (!value.contains(key)) FT_CORRUPT(path, where, " has no \"", key, "\"");
+
+  SafetensorsEntry entry;
+  entry.name = name;
+  const auto& dtype = value["dtype"];
+  if (!dtype.is_string()) FT_CORRUPT(path, where, ": dtype is ", dtype.dump(), ", expected a string");
+  const auto parsed = parse_safetensors_dtype(dtype.get<std::string>());
+  if (!parsed) FT_CORRUPT(path, where, ": unknown dtype ", dtype.dump(), " (expected one of ", dtype_list(), ")");
+  entry.dtype = *parsed;
+
+  const auto& shape = value["shape"];
+  if (!shape.is_array()) FT_CORRUPT(path, where, ": shape is ", shape.dump(), ", expected an array");
+  std::uint64_t bytes = size_of(entry.dtype);
+  bool overflow = false;
+  for (const auto& dim : shape) {
+    const std::uint64_t size = json_unsigned(dim, path, where + " shape dimension");
+    if (size > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) overflow = true;
+    else if (size != 0 && bytes > std::numeric_limits<std::uint64_t>::max() / size) overflow = true;
+    else bytes *= size;
+    entry.shape.push_back(static_cast<std::int64_t>(size));
+  }
+  if (overflow) FT_CORRUPT(path, where, ": shape ", shape.dump(), " overflows the byte count");
+
+  const auto& offsets = value["data_offsets"];
+  if (!offsets.is_array() || offsets.size() != 2)
+    FT_CORRUPT(path, where, ": data_offsets is ", offsets.dump(), ", expected [begin, end]");
+  entry.begin = json_unsigned(offsets[0], path, where + " data_offsets begin");
+  entry.end = json_unsigned(offsets[1], path, where + " data_offsets end");
+  if (entry.begin > entry.end) FT_CORRUPT(path, where, ": data_offsets ", offsets.dump(), " end before they begin");
+  if (entry.end > data_bytes)
+    FT_CORRUPT(path, where, ": data_offsets ", offsets.dump(), " are out of range: the data section holds ",
+            data_bytes, " bytes");
+  if (entry.bytes() != bytes)
+    FT_CORRUPT(path, where, ": ", entry.describe(), " is ", bytes, " bytes but data_offsets ", offsets.dump(),
+            " span ", entry.bytes());
+  return entry;
+}
+
+}  // namespace
+
+const char* name_of(SafetensorsDType dtype) { return info_of(dtype).name; }
+
+std::size_t size_of(SafetensorsDType dtype) { return info_of(dtype).size; }
+
+std::optional<SafetensorsDType> parse_safetensors_dtype(std::string_view text) {
+  for (const auto& info : kDTypes)
+    if (text == info.name) return info.dtype;
+  return std::nullopt;
+}
+
+SafetensorsDType safetensors_dtype(DType dtype) {
+  switch (dtype) {
+    case DType::f32: return SafetensorsDType::f32;
+    case DType::f16: return SafetensorsDType::f16;
+    case DType::bf16: return SafetensorsDType::bf16;
+  }
+  FT_THROW(invalid_argument, "unknown DType ", static_cast<int>(dtype));
+}
+
+std::optional<DType> ft_dtype(SafetensorsDType dtype) {
+  switch (dtype) {
+    case SafetensorsDType::f32: return DType::f32;
+    case SafetensorsDType::f16: return DType::f16;
+    case SafetensorsDType::bf16: return DType::bf16;
+    default: return std::nullopt;
+  }
+}
+
+std::string SafetensorsEntry::describe() const { return std::string(name_of(dtype)) + shape_string(shape); }
+
+// ---- writing ------------------------------------------------------------------------------------------
+
+void save_safetensors(const std::string& path, const std::vector<NamedTensor>& tensors,
+                      const SafetensorsMetadata& metadata) {
+  FT_CHECK_KIND(io, !path.empty(), "save_safetensors: the output path is empty");
+  std::set<std::string_view> names;
+  for (const auto& [name, tensor] : tensors) {
+    FT_CHECK(!name.empty(), "save_safetensors ", path, ": a tensor has an empty name");
+    FT_CHECK(name != "__metadata__", "save_safetensors ", path, ": \"__metadata__\" is reserved, not a tensor name");
+    FT_CHECK(names.insert(name).second, "save_safetensors ", path, ": tensor name '", name, "' is given twice");
+    FT_CHECK(tensor.defined(), "save_safetensors ", path, ": tensor '", name, "' is undefined");
+  }
+
+  std::vector<std::size_t> order(tensors.size());  // data order: descending element size, stable
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return tensors[a].tensor.element_size() > tensors[b].tensor.element_size();
+  });
+
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  std::uint64_t offset = 0;
+  for (std::size_t i : order) {
+    const Tensor& t = tensors[i].tensor;
+    const std::uint64_t bytes = static_cast<std::uint64_t>(t.numel()) * t.element_size();
+    header[tensors[i].name] = {{"dtype", name_of(safetensors_dtype(t.dtype()))},
+                               {"shape", t.shape()},
+                               {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string text = header.dump();
+  text.append((8 - text.size() % 8) % 8, ' ');
+  const std::uint64_t header_bytes = text.size();
+
+  TemporaryFile temporary(path);
+  write_all(temporary.fd(), &header_bytes, sizeof(header_bytes), temporary.path());
+  write_all(temporary.fd(), text.data(), text.size(), temporary.path());
+  for (std::size_t i : order) {
+    const Tensor& t = tensors[i].tensor;
+    const std::size_t bytes = static_cast<std::size_t>(t.numel()) * t.element_size();
+    if (t.device().is_cpu() && t.is_contiguous()) {
+      write_all(temporary.fd(), t.data(), bytes, temporary.path());
+    } else {
+      OwnedTensor staging(t.shape(), t.dtype(), Device::cpu(), "safetensors staging");  // t's shape, contiguous
+      copy(staging, t);
+      write_all(temporary.fd(), staging->data(), bytes, temporary.path());
+    }
+  }
+  temporary.commit(path);
+}
+
+// ---- reading -----------------------------------------------------------------------------------------
+
+SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
+  const std::uint64_t size = file_.size();
+  if (size < 8) FT_CORRUPT(path, "the file is ", size, " bytes, shorter than the 8-byte header length");
+  std::uint64_t header_bytes = 0;
+  std::memcpy(&header_bytes, file_.data(), 8);
+  if (header_bytes > size - 8)
+    FT_CORRUPT(path, "the header length is ", header_bytes, " bytes but only ", size - 8, " bytes follow it");
+  if (header_bytes > kMaxHeaderBytes)
+    FT_CORRUPT(path, "the header length ", header_bytes, " exceeds the limit of ", kMaxHeaderBytes, " bytes");
+  data_start_ = 8 + header_bytes;
+  const std::uint64_t data_bytes = size - data_start_;
+
+  // Parse, noting names given twice at the top level (the parser would silently keep the last).
+  std::set<std::string> seen;
+  std::string duplicate;
+  const auto note_keys = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
+    if (event == nlohmann::json::parse_event_t::key && depth == 1 && !seen.insert(parsed.get<std::string>()).second)
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
+  const char* text = reinterpret_cast<const char*>(file_.data() + 8);
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(text, text + header_bytes, note_keys);
+  } catch (const nlohmann::json::exception& e) {
+    FT_CORRUPT(path, "the ", header_bytes, "-byte header is not valid JSON: ", e.what());
+  }
+  if (!header.is_object()) FT_CORRUPT(path, "the header is a JSON ", header.type_name(), ", expected an object");
+  if (!duplicate.empty()) FT_CORRUPT(path, "the header names '", duplicate, "' twice");
+
+  for (auto it = header.begin(); it != header.end(); ++it) {
+    if (it.key() == "__metadata__") {
+      if (!it->is_object()) FT_CORRUPT(path, "__metadata__ is ", it->dump(), ", expected an object of strings");
+      for (auto m = it->begin(); m != it->end(); ++m) {
+        if (!m->is_string())
+          FT_CORRUPT(path, "__metadata__ entry '", m.key(), "' is ", m->dump(), ", expected a string");
+        metadata_[m.key()] = m->get<std::string>();
+      }
+      continue;
+    }
+    entries_.push_back(parse_entry(it.key(), *it, data_bytes, path));
+  }
+
+  // The tensors must tile the data section: sorted by offsets, each starts where the previous ended.
+  std::sort(entries_.begin(), entries_.end(), [](const SafetensorsEntry& a, const SafetensorsEntry& b) {
+    return std::pair(a.begin, a.end) < std::pair(b.begin, b.end);
+  });
+  std::uint64_t covered = 0;
+  for (std::size_t i = 0; i < entries_.size(); ++i) {
+    const auto& e = entries_[i];
+    if (e.begin < covered)
+      FT_CORRUPT(path, "tensor '", e.name, "' at bytes [", e.begin, ", ", e.end, ") overlaps tensor '",
+              entries_[i - 1].name, "' at [", entries_[i - 1].begin, ", ", entries_[i - 1].end, ")");
+    if (e.begin > covered)
+      FT_CORRUPT(path, "bytes [", covered, ", ", e.begin, ") of the data section belong to no tensor (gap before '",
+              e.name, "')");
+    covered = e.end;
+  }
+  if (covered != data_bytes)
+    FT_CORRUPT(path, "the tensors cover ", covered, " bytes but the data section holds ", data_bytes,
+            " (trailing bytes, or a truncated header)");
+  for (std::size_t i = 0; i < entries_.size(); ++i) index_.emplace(entries_[i].name, i);
+}
+
+const SafetensorsEntry* SafetensorsFile::find(std::string_view name) const {
+  const auto it = index_.find(name);
+  return it == index_.end() ? nullptr : &entries_[it->second];
+}
+
+const SafetensorsEntry& SafetensorsFile::entry(std::string_view name) const {
+  const SafetensorsEntry* e = find(name);
+  FT_CHECK_KIND(io, e != nullptr, "safetensors file ", path(), " has no tensor '", name, "' (it holds ",
+                entries_.size(), " tensors)");
+  return *e;
+}
+
+const std::uint8_t* SafetensorsFile::bytes(const SafetensorsEntry& entry) const {
+  return file_.data() + data_start_ + entry.begin;
+}
+
+void SafetensorsFile::read_into(std::string_view name, const Tensor& dst) const {
+  FT_CHECK(dst.defined(), "read_into: the destination for '", name, "' is undefined");
+  const SafetensorsEntry& e = entry(name);
+  const std::optional<DType> dtype = ft_dtype(e.dtype);
+  FT_CHECK_KIND(io, dtype && *dtype == dst.dtype() && e.shape == dst.shape(), "tensor '", name, "' in ", path(),
+                " is ", e.describe(), " but the destination is ", dst.describe());
+  if (e.bytes() == 0) return;
+  // The mapped bytes may be unaligned for the element type: only byte copies touch them directly.
+  const void* source = bytes(e);
+  if (dst.is_contiguous()) {
+    copy(dst, Tensor(const_cast<void*>(source), *dtype, Device::cpu(), e.shape));
+    return;
+  }
+  OwnedTensor staging(e.shape, *dtype, Device::cpu(), "safetensors staging");  // e.shape, contiguous
+  std::memcpy(staging->data(), source, e.bytes());
+  copy(dst, staging);
+}
+
+OwnedTensor SafetensorsFile::load(std::string_view name, Device device) const {
+  const SafetensorsEntry& e = entry(name);
+  const std::optional<DType> dtype = ft_dtype(e.dtype);
+  FT_CHECK_KIND(io, dtype.has_value(), "tensor '", name, "' in ", path(), " is ", e.describe(),
+                ", which no flashtrain tensor holds (F32, F16 or BF16 expected)");
+  OwnedTensor out(e.shape, *dtype, device, "safetensors load");  // e.shape, contiguous
+  read_into(name, out);
+  return out;
+}
+
+}  // namespace ft

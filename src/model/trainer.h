@@ -1,0 +1,73 @@
+// trainer.h — Trainer: the training-step API over a TransformerLM.
+//   forward_backward(inputs, targets)  one micro-batch: gradients of loss / accumulation_steps are written
+//                                      (first micro-batch after zero_grads) or added (the others)
+//   optimizer_step()                   optional global-norm clipping, then AdamW (ops/adamw.h) with the
+//                                      learning rate of the cosine schedule at this step; step += 1
+//   zero_grads()                       the next micro-batch overwrites the gradients instead of adding
+//                                      (no pass over memory, like torch's zero_grad(set_to_none=True))
+// A gradient-ready hook (set_gradient_ready_hook) is called during every backward as each parameter's
+// gradient becomes final for that micro-batch (TransformerLM::gradient_ready_order()); MicroBatch says
+// whether it is the last micro-batch before the optimizer step (when data-parallel code reduces).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+
+#include "model/parameters.h"
+#include "model/transformer.h"
+#include "ops/adamw.h"
+#include "optim/lr_schedule.h"
+
+namespace ft {
+
+struct TrainerConfig {
+  AdamWConfig adamw;                       // adamw.lr is used when there is no schedule
+  std::optional<CosineSchedule> schedule;  // learning rate per step (iteration = steps taken so far)
+  double max_grad_norm = 0;                // > 0: clip the global gradient norm to it
+  std::int64_t accumulation_steps = 1;     // micro-batches per optimizer step (loss scaled by 1 / this)
+};
+
+struct MicroBatch {
+  std::int64_t index = 0;  // 0-based within the current accumulation
+  bool last = false;       // index == accumulation_steps - 1
+};
+
+using TrainerGradientHook = std::function<void(const ParameterInfo& info, const Tensor& grad, const MicroBatch& micro)>;
+
+struct StepResult {
+  std::int64_t step = 0;  // steps taken, including this one
+  double lr = 0;          // learning rate used
+  double grad_norm = 0;   // global norm before clipping (computed only when clipping; else 0)
+};
+
+class Trainer {
+ public:
+  // Allocates the AdamW state (exp_avg, exp_avg_sq: fp32, the parameter layout, zero-filled).
+  Trainer(TransformerLM& model, const TrainerConfig& config);
+
+  // One micro-batch; returns its (unscaled) mean loss.
+  double forward_backward(const TokenIds& inputs, const TokenIds& targets);
+  StepResult optimizer_step();
+  void zero_grads();
+  void set_gradient_ready_hook(TrainerGradientHook hook) { hook_ = std::move(hook); }
+
+  std::int64_t step() const { return step_; }
+  double learning_rate() const;  // the rate the next optimizer_step uses
+  const TrainerConfig& config() const { return config_; }
+  TransformerLM& model() { return model_; }
+  const ParameterBuffer& exp_avg() const { return exp_avg_; }
+  const ParameterBuffer& exp_avg_sq() const { return exp_avg_sq_; }
+  MemoryReport memory() const;  // the model's, plus the optimizer state
+
+ private:
+  TransformerLM& model_;
+  TrainerConfig config_;
+  ParameterBuffer exp_avg_;     // (numel) fp32 AdamW m
+  ParameterBuffer exp_avg_sq_;  // (numel) fp32 AdamW v
+  TrainerGradientHook hook_;
+  std::int64_t step_ = 0;
+  std::int64_t micro_batches_ = 0;  // since the last zero_grads
+};
+
+}  // namespace ft

@@ -1,0 +1,139 @@
+// transformer.cpp — TransformerLM construction: buffers, the activation and workspace arena plans, views of
+// them for a batch, and the memory report. Forward and backward live in transformer_forward.cpp and
+// transformer_backward.cpp.
+#include "model/transformer.h"
+
+#include "core/error.h"
+#include "model/init.h"
+
+namespace ft {
+
+TransformerLM::TransformerLM(const ModelConfig& config, const ModelOptions& options)
+    : config_(config), options_(options), layout_(config) {
+  if (options_.max_seq_len == 0) options_.max_seq_len = config_.context_length;
+  FT_CHECK(options_.max_batch >= 1, "TransformerLM: max_batch must be >= 1, given ", options_.max_batch);
+  FT_CHECK(options_.max_seq_len >= 1 && options_.max_seq_len <= config_.context_length,
+           "TransformerLM: max_seq_len must be in [1, context_length = ", config_.context_length, "], given ",
+           options_.max_seq_len);
+  const Device device = options_.device;
+  params_ = ParameterBuffer(layout_, DType::f32, device, "parameters", options_.stream);
+  grads_ = ParameterBuffer(layout_, DType::f32, device, "gradients", options_.stream);
+  if (options_.precision == Precision::bf16)
+    weight_copies_ = ParameterBuffer(layout_, DType::bf16, device, "weight copies (bf16)", options_.stream);
+  plan_memory();
+  activations_ = Buffer(activation_layout_.bytes(), device, "activations", options_.stream);
+  workspace_ = Buffer(workspace_layout_.bytes(), device, "workspace", options_.stream);
+  init_parameters(layout_, params_, options_.seed);
+}
+
+void TransformerLM::plan_memory() {
+  const auto rows = static_cast<std::size_t>(options_.max_batch * options_.max_seq_len);
+  const auto d = static_cast<std::size_t>(config_.d_model), f = static_cast<std::size_t>(config_.d_ff);
+  const auto vocab = static_cast<std::size_t>(config_.vocab_size);
+  const DType c = compute_dtype();
+  const bool bf16 = options_.precision == Precision::bf16;
+
+  ArenaLayout& a = activation_layout_;
+  residual_slots_.push_back(a.add("layers.0.x", rows * d, DType::f32));
+  for (std::int64_t l = 0; l < config_.num_layers; ++l) {
+    const std::string p = "layers." + std::to_string(l) + ".";
+    LayerSlots s{};
+    s.ln1_y = a.add(p + "ln1.y", rows * d, c);
+    s.ln1_rstd = a.add(p + "ln1.rstd", rows, DType::f32);
+    s.qkv = a.add(p + "attn.qkv", rows * 3 * d, c);
+    s.attn_o = a.add(p + "attn.o", rows * d, c);
+    s.attn_lse = a.add(p + "attn.lse", rows * static_cast<std::size_t>(config_.num_heads), DType::f32);
+    s.x_mid = a.add(p + "x_mid", rows * d, DType::f32);
+    s.ln2_y = a.add(p + "ln2.y", rows * d, c);
+    s.ln2_rstd = a.add(p + "ln2.rstd", rows, DType::f32);
+    s.ffn_a = a.add(p + "ffn.a", rows * f, c);
+    s.ffn_b = a.add(p + "ffn.b", rows * f, c);
+    layer_slots_.push_back(s);
+    const std::string next = l + 1 < config_.num_layers ? "layers." + std::to_string(l + 1) + ".x" : "ln_final.x";
+    residual_slots_.push_back(a.add(next, rows * d, DType::f32));
+  }
+  lnf_y_ = a.add("ln_final.y", rows * d, c);
+  lnf_rstd_ = a.add("ln_final.rstd", rows, DType::f32);
+  logits_ = a.add("lm_head.logits", rows * vocab, DType::f32);
+  if (bf16) dlogits_ = a.add("lm_head.dlogits", rows * vocab, DType::bf16);
+
+  ArenaLayout& w = workspace_layout_;
+  ws_.dres = w.add("dx (residual stream)", rows * d, DType::f32);
+  ws_.dres_c = bf16 ? w.add("dx (bf16 copy)", rows * d, DType::bf16) : ws_.dres;
+  ws_.dnorm = w.add("d norm output", rows * d, DType::f32);
+  ws_.dtmp = w.add("d ffn.w1 input", rows * d, DType::f32);
+  const std::size_t overlay = w.end();
+  ws_.ffn_h = w.add("ffn.h", rows * f, c);
+  ws_.ffn_dh = w.add("ffn.dh", rows * f, c);
+  w.rewind_to(overlay);
+  ws_.attn_do = w.add("attn.d_o", rows * d, c);
+  ws_.attn_dqkv = w.add("attn.dqkv", rows * 3 * d, c);
+}
+
+Tensor TransformerLM::act(std::size_t offset, DType dtype, Shape shape) const {
+  return Tensor(static_cast<char*>(activations_.data()) + offset, dtype, options_.device, std::move(shape));
+}
+
+Tensor TransformerLM::work(std::size_t offset, DType dtype, Shape shape) const {
+  return Tensor(static_cast<char*>(workspace_.data()) + offset, dtype, options_.device, std::move(shape));
+}
+
+Tensor TransformerLM::residual(std::int64_t l, const Batch& b) const {
+  return act(residual_slots_.at(static_cast<std::size_t>(l)), DType::f32, {b.B, b.T, config_.d_model});
+}
+
+Tensor TransformerLM::qkv_view(const Tensor& qkv, int which, const Batch& b) const {
+  const std::int64_t d = config_.d_model, H = config_.num_heads, Dh = config_.head_dim();
+  char* base = static_cast<char*>(qkv.data()) + static_cast<std::size_t>(which * d) * size_of(qkv.dtype());
+  return Tensor(base, qkv.dtype(), qkv.device(), {b.B, H, b.T, Dh}, {b.T * 3 * d, Dh, 3 * d, 1});
+}
+
+TransformerLM::AttentionViews TransformerLM::attention_views(std::int64_t l, const Batch& b) const {
+  const LayerSlots& s = layer_slots_[static_cast<std::size_t>(l)];
+  const std::int64_t d = config_.d_model, H = config_.num_heads, Dh = config_.head_dim();
+  const DType c = compute_dtype();
+  const Tensor qkv = act(s.qkv, c, {b.B, b.T, 3 * d});  // (B, T, 3, H, Dh)
+  AttentionViews v;
+  v.o_rows = act(s.attn_o, c, {b.B, b.T, d});  // (B, T, H, Dh)
+  v.tensors.q = qkv_view(qkv, 0, b);
+  v.tensors.k = qkv_view(qkv, 1, b);
+  v.tensors.v = qkv_view(qkv, 2, b);
+  v.tensors.o = Tensor(v.o_rows.data(), c, options_.device, {b.B, H, b.T, Dh}, {b.T * d, Dh, d, 1});
+  v.tensors.lse = act(s.attn_lse, DType::f32, {b.B, H, b.T});
+  return v;
+}
+
+Tensor TransformerLM::fused_qkv(const ParameterBuffer& buffer, std::int64_t l) const {
+  const Tensor& q = buffer[layout_.layer_index(l, LayerSlot::q_proj)];
+  return Tensor(q.data(), q.dtype(), options_.device, {3 * config_.d_model, config_.d_model});
+}
+
+Tensor TransformerLM::logits() const {
+  FT_CHECK(logits_batch_.B > 0,
+           "TransformerLM::logits: no logits are held; call forward() first (forward_backward "
+           "overwrites them with their gradient)");
+  return act(logits_, DType::f32, {logits_batch_.B, logits_batch_.T, config_.vocab_size});
+}
+
+std::vector<std::size_t> TransformerLM::gradient_ready_order() const {
+  std::vector<std::size_t> order = {layout_.lm_head_index(), layout_.ln_final_index()};
+  constexpr LayerSlot kBackwardOrder[] = {LayerSlot::w2,     LayerSlot::w3,          LayerSlot::w1,
+                                          LayerSlot::ln2,    LayerSlot::output_proj, LayerSlot::v_proj,
+                                          LayerSlot::k_proj, LayerSlot::q_proj,      LayerSlot::ln1};
+  for (std::int64_t l = config_.num_layers - 1; l >= 0; --l)
+    for (LayerSlot slot : kBackwardOrder) order.push_back(layout_.layer_index(l, slot));
+  order.push_back(ParameterLayout::embedding_index());
+  return order;
+}
+
+MemoryReport TransformerLM::memory() const {
+  MemoryReport m;
+  m.parameters = params_.bytes();
+  m.gradients = grads_.bytes();
+  m.weight_copies = weight_copies_.bytes();
+  m.activations = activations_.bytes();
+  m.workspace = workspace_.bytes();
+  return m;
+}
+
+}  // namespace ft

@@ -1,0 +1,159 @@
+// transformer.h — TransformerLM: the model of design.md's contract (token embedding -> num_layers pre-norm
+// blocks [x += attn(rmsnorm1(x)); x += ffn(rmsnorm2(x))] -> final RMSNorm -> LM head -> mean
+// cross-entropy), forward and backward over a batch of token ids, built only from the public,
+// device-dispatching ops (so the same code runs wherever the ops are implemented).
+//
+// Memory, one allocation per kind (memory() reports the bytes):
+//   parameters     fp32 masters, ParameterBuffer (parameters.h)
+//   gradients      fp32, same layout
+//   weight copies  bf16 mode only: bf16 copies of the masters, recast at every forward (as autocast does)
+//   activations    an arena (arena.h) sized for (max_batch, max_seq_len), per tensor and layer:
+//                  x (B,T,d) fp32, ln1.y (B,T,d) c, ln1.rstd (B,T), attn.qkv (B,T,3,H,Dh) c (q and k
+//                  after RoPE), attn.o (B,T,H,Dh) c, attn.lse (B,H,T), x_mid (B,T,d) fp32, ln2.y (B,T,d) c,
+//                  ln2.rstd (B,T), ffn.a = w1 y (B,T,d_ff) c, ffn.b = w3 y (B,T,d_ff) c; then ln_final.y,
+//                  ln_final.rstd, logits (B,T,V) fp32 (overwritten by their gradient in fp32 mode) and
+//                  dlogits (B,T,V) bf16 in bf16 mode. c = the compute dtype (fp32 or bf16). The SwiGLU
+//                  product h is not kept: backward recomputes it from a and b.
+//   workspace      temporaries of one layer at a time (gradient of the residual stream, its bf16 copy,
+//                  norm input gradients, h and dh, d_o and dqkv — the FFN and attention groups overlay).
+// The fused QKV GEMM uses q_proj, k_proj, v_proj as one (3d, d) matrix (they are adjacent in the layout)
+// writing (B,T,3,H,Dh); attention reads q, k, v as strided (B,H,T,Dh) views of it without copies.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "core/buffer.h"
+#include "core/stream.h"
+#include "core/tensor.h"
+#include "model/arena.h"
+#include "model/config.h"
+#include "model/parameters.h"
+#include "ops/attention.h"
+#include "ops/token_ids.h"
+
+namespace ft {
+
+struct ModelOptions {
+  Precision precision = Precision::fp32;
+  AttentionImpl attention = AttentionImpl::flash;
+  std::int64_t max_batch = 4;    // B capacity of the activation arena
+  std::int64_t max_seq_len = 0;  // T capacity; 0 = config.context_length
+  Device device = Device::cpu();
+  std::uint64_t seed = 0;   // parameter initialisation (init.h)
+  bool allow_tf32 = false;  // fp32 GEMMs on CUDA may use TF32
+  Stream stream;            // every op is ordered on this stream
+};
+
+// Bytes held per kind.
+struct MemoryReport {
+  std::size_t parameters = 0;
+  std::size_t gradients = 0;
+  std::size_t weight_copies = 0;
+  std::size_t optimizer_state = 0;
+  std::size_t activations = 0;
+  std::size_t workspace = 0;
+  std::size_t total() const {
+    return parameters + gradients + weight_copies + optimizer_state + activations + workspace;
+  }
+};
+
+// Called during backward right after the last op writing a parameter's gradient has been issued (on CUDA:
+// enqueued on the model's stream — record an event there to order other work after it).
+using GradientReadyHook = std::function<void(const ParameterInfo& info, const Tensor& grad)>;
+
+struct BackwardOptions {
+  double loss_scale = 1.0;  // the gradients are those of loss_scale * loss (1 / micro-batches to accumulate)
+  bool accumulate = false;  // gradients += instead of =
+  GradientReadyHook on_gradient_ready;  // may be empty
+};
+
+class TransformerLM {
+ public:
+  // Allocates every buffer and initialises the parameters with options.seed.
+  TransformerLM(const ModelConfig& config, const ModelOptions& options = {});
+  TransformerLM(const TransformerLM&) = delete;
+  TransformerLM& operator=(const TransformerLM&) = delete;
+
+  // The mean cross-entropy of inputs (B, T) predicting targets (B, T) (int32 ids on the model's device,
+  // B <= max_batch, T <= max_seq_len); no gradients. Leaves the logits readable through logits().
+  double forward(const TokenIds& inputs, const TokenIds& targets);
+  // Forward, then backward: the gradients of loss_scale * loss, written (or added) into gradients(), the
+  // hook told as each becomes final (order: gradient_ready_order()). Returns the (unscaled) mean loss.
+  double forward_backward(const TokenIds& inputs, const TokenIds& targets, const BackwardOptions& options = {});
+
+  // (B, T, V) fp32 logits of the last forward() call.
+  Tensor logits() const;
+
+  const ModelConfig& config() const { return config_; }
+  const ModelOptions& options() const { return options_; }
+  const ParameterLayout& layout() const { return layout_; }
+  const ParameterBuffer& parameters() const { return params_; }
+  const ParameterBuffer& gradients() const { return grads_; }
+  // Parameter indices in the order backward finalises their gradients: lm_head, ln_final, then each
+  // layer from the last: ffn.w2, ffn.w3, ffn.w1, ln2, attn.output_proj, attn.v_proj, attn.k_proj,
+  // attn.q_proj, ln1; token_embeddings last.
+  std::vector<std::size_t> gradient_ready_order() const;
+  MemoryReport memory() const;  // optimizer_state is the trainer's (0 here)
+  const ArenaLayout& activation_layout() const { return activation_layout_; }
+  const ArenaLayout& workspace_layout() const { return workspace_layout_; }
+
+ private:
+  // Byte offsets of one block's saved activations in the activation arena.
+  struct LayerSlots {
+    std::size_t ln1_y, ln1_rstd, qkv, attn_o, attn_lse, x_mid, ln2_y, ln2_rstd, ffn_a, ffn_b;
+  };
+  // Byte offsets in the workspace arena.
+  struct WorkspaceSlots {
+    std::size_t dres, dres_c, dnorm, dtmp, ffn_h, ffn_dh, attn_do, attn_dqkv;
+  };
+  struct Batch {
+    std::int64_t B = 0, T = 0;
+  };
+  // The attention tensors of layer l: q, k, v views of its qkv activation, o and lse.
+  struct AttentionViews {
+    AttentionTensors tensors;
+    Tensor o_rows;  // (B, T, d) o as the output projection's input
+  };
+
+  void plan_memory();
+  Batch check_batch(const TokenIds& inputs, const TokenIds& targets) const;
+  double run_forward(const Batch& b, const TokenIds& inputs, const TokenIds& targets, bool for_backward,
+                     double loss_scale);
+  void layer_forward(std::int64_t l, const Batch& b);
+  void run_backward(const Batch& b, const TokenIds& inputs, const BackwardOptions& options);
+  void layer_backward(std::int64_t l, const Batch& b, const BackwardOptions& options);
+  void notify(const BackwardOptions& options, std::size_t index) const;
+
+  Tensor act(std::size_t offset, DType dtype, Shape shape) const;
+  Tensor work(std::size_t offset, DType dtype, Shape shape) const;
+  Tensor residual(std::int64_t l, const Batch& b) const;  // x entering layer l (l = num_layers: final norm input)
+  AttentionViews attention_views(std::int64_t l, const Batch& b) const;
+  Tensor qkv_view(const Tensor& qkv, int which, const Batch& b) const;  // (B,H,T,Dh) of a (B,T,3,H,Dh) buffer
+  // The GEMM operands: the fp32 masters, or their bf16 copies in bf16 mode.
+  const ParameterBuffer& operands() const { return options_.precision == Precision::bf16 ? weight_copies_ : params_; }
+  Tensor weight(std::size_t index) const { return operands()[index]; }
+  Tensor fused_qkv(const ParameterBuffer& buffer, std::int64_t l) const;  // (3d, d): q_proj, k_proj, v_proj
+  DType compute_dtype() const { return options_.precision == Precision::bf16 ? DType::bf16 : DType::f32; }
+
+  ModelConfig config_;
+  ModelOptions options_;
+  ParameterLayout layout_;
+  ParameterBuffer params_;
+  ParameterBuffer grads_;
+  ParameterBuffer weight_copies_;  // bf16 mode only
+
+  ArenaLayout activation_layout_;
+  ArenaLayout workspace_layout_;
+  std::vector<std::size_t> residual_slots_;  // x entering layer l, l = 0..num_layers
+  std::vector<LayerSlots> layer_slots_;
+  std::size_t lnf_y_ = 0, lnf_rstd_ = 0, logits_ = 0, dlogits_ = 0;
+  WorkspaceSlots ws_{};
+  Buffer activations_;
+  Buffer workspace_;
+  Batch logits_batch_;  // the batch whose logits the arena holds (B = 0: none)
+};
+
+}  // namespace ft

@@ -1,0 +1,126 @@
+// transformer_backward.cpp — TransformerLM backward: LM head, final RMSNorm, the blocks from the last to
+// the first (FFN: w2, SwiGLU with h recomputed, w3 and w1, ln2; attention: output projection, attention,
+// inverse RoPE, fused QKV, ln1), the embedding; the gradient-ready hook told as each gradient is final.
+#include "core/nvtx.h"
+#include "model/transformer.h"
+#include "ops/cast.h"
+#include "ops/embedding.h"
+#include "ops/linear.h"
+#include "ops/residual.h"
+#include "ops/rmsnorm.h"
+#include "ops/rope.h"
+#include "ops/swiglu.h"
+
+namespace ft {
+
+double TransformerLM::forward_backward(const TokenIds& inputs, const TokenIds& targets,
+                                       const BackwardOptions& options) {
+  const Batch b = check_batch(inputs, targets);
+  logits_batch_ = {};
+  const double loss = run_forward(b, inputs, targets, true, options.loss_scale);
+  run_backward(b, inputs, options);
+  return loss;
+}
+
+void TransformerLM::notify(const BackwardOptions& options, std::size_t index) const {
+  if (options.on_gradient_ready) options.on_gradient_ready(layout_[index], grads_[index]);
+}
+
+void TransformerLM::run_backward(const Batch& b, const TokenIds& inputs, const BackwardOptions& options) {
+  NvtxRange range("model backward");
+  const Stream& stream = options_.stream;
+  const std::int64_t L = config_.num_layers, d = config_.d_model, V = config_.vocab_size;
+  const DType c = compute_dtype();
+  const bool acc = options.accumulate;
+  const std::size_t lm_head = layout_.lm_head_index(), ln_final = layout_.ln_final_index();
+
+  // LM head: dlogits (from the cross-entropy) -> d ln_final.y, d lm_head.
+  const Tensor dlogits = act(options_.precision == Precision::bf16 ? dlogits_ : logits_, c, {b.B, b.T, V});
+  const Tensor dnorm = work(ws_.dnorm, DType::f32, {b.B, b.T, d});  // (B, T, d) fp32
+  linear_backward({dnorm, grads_[lm_head], acc}, dlogits, act(lnf_y_, c, {b.B, b.T, d}), weight(lm_head),
+                  {options_.allow_tf32, stream});
+  notify(options, lm_head);
+
+  // Final norm: starts the residual stream's gradient dres = d x_L.
+  const Tensor dres = work(ws_.dres, DType::f32, {b.B, b.T, d});  // (B, T, d) fp32
+  rmsnorm_backward({dres, grads_[ln_final], false, acc}, dnorm, residual(L, b), params_[ln_final],
+                   act(lnf_rstd_, DType::f32, {b.B, b.T}), {config_.norm_eps, stream});
+  notify(options, ln_final);
+
+  for (std::int64_t l = L - 1; l >= 0; --l) layer_backward(l, b, options);
+
+  const std::size_t embedding = ParameterLayout::embedding_index();
+  embedding_backward(grads_[embedding], inputs, dres, acc, stream);
+  notify(options, embedding);
+}
+
+void TransformerLM::layer_backward(std::int64_t l, const Batch& b, const BackwardOptions& options) {
+  NvtxRange range("layer backward");
+  const LayerSlots& s = layer_slots_[static_cast<std::size_t>(l)];
+  const Stream& stream = options_.stream;
+  const std::int64_t d = config_.d_model, f = config_.d_ff;
+  const DType c = compute_dtype();
+  const bool bf16 = options_.precision == Precision::bf16;
+  const bool acc = options.accumulate;
+  const LinearOptions lin{options_.allow_tf32, stream};
+  const RmsNormOptions norm{config_.norm_eps, stream};
+  const auto index = [&](LayerSlot slot) { return layout_.layer_index(l, slot); };
+
+  const Tensor dres = work(ws_.dres, DType::f32, {b.B, b.T, d});    // (B, T, d) fp32: d x_{l+1}, then d x_mid, d x_l
+  const Tensor dres_c = work(ws_.dres_c, c, {b.B, b.T, d});         // (B, T, d) dres as a GEMM operand
+  const Tensor dnorm = work(ws_.dnorm, DType::f32, {b.B, b.T, d});  // (B, T, d) fp32: d of a norm's output
+  const Tensor dtmp = work(ws_.dtmp, DType::f32, {b.B, b.T, d});    // (B, T, d) fp32
+
+  // FFN: h = silu(a) * g is recomputed; da, dg overwrite a, g (no longer needed).
+  const Tensor a = act(s.ffn_a, c, {b.B, b.T, f});       // (B, T, d_ff)
+  const Tensor g = act(s.ffn_b, c, {b.B, b.T, f});       // (B, T, d_ff)
+  const Tensor h = work(ws_.ffn_h, c, {b.B, b.T, f});    // (B, T, d_ff)
+  const Tensor dh = work(ws_.ffn_dh, c, {b.B, b.T, f});  // (B, T, d_ff)
+  const Tensor ln2_y = act(s.ln2_y, c, {b.B, b.T, d});   // (B, T, d)
+  if (bf16) cast(dres_c, dres, stream);
+  swiglu_forward(h, a, g, stream);
+  linear_backward({dh, grads_[index(LayerSlot::w2)], acc}, dres_c, h, weight(index(LayerSlot::w2)), lin);
+  notify(options, index(LayerSlot::w2));
+  swiglu_backward(a, g, dh, a, g, stream);
+  linear_backward({dnorm, grads_[index(LayerSlot::w3)], acc}, g, ln2_y, weight(index(LayerSlot::w3)), lin);
+  notify(options, index(LayerSlot::w3));
+  linear_backward({dtmp, grads_[index(LayerSlot::w1)], acc}, a, ln2_y, weight(index(LayerSlot::w1)), lin);
+  notify(options, index(LayerSlot::w1));
+  residual_add(dnorm, dtmp, stream);
+  const Tensor x_mid = act(s.x_mid, DType::f32, {b.B, b.T, d});  // (B, T, d) fp32
+  rmsnorm_backward({dres, grads_[index(LayerSlot::ln2)], true, acc}, dnorm, x_mid, params_[index(LayerSlot::ln2)],
+                   act(s.ln2_rstd, DType::f32, {b.B, b.T}), norm);
+  notify(options, index(LayerSlot::ln2));
+
+  // Attention: output projection, attention (by recomputation inside), inverse RoPE, fused QKV.
+  if (bf16) cast(dres_c, dres, stream);
+  const AttentionViews attn = attention_views(l, b);
+  const Tensor d_o = work(ws_.attn_do, c, {b.B, b.T, d});  // (B, T, H, Dh)
+  linear_backward({d_o, grads_[index(LayerSlot::output_proj)], acc}, dres_c, attn.o_rows,
+                  weight(index(LayerSlot::output_proj)), lin);
+  notify(options, index(LayerSlot::output_proj));
+  const Tensor dqkv = work(ws_.attn_dqkv, c, {b.B, b.T, 3 * d});  // (B, T, 3, H, Dh)
+  AttentionGrads grads;
+  grads.d_o = Tensor(d_o.data(), c, options_.device, attn.tensors.o.shape(), attn.tensors.o.strides());
+  grads.dq = qkv_view(dqkv, 0, b);
+  grads.dk = qkv_view(dqkv, 1, b);
+  grads.dv = qkv_view(dqkv, 2, b);
+  AttentionOptions attn_options;
+  attn_options.causal = true;
+  attn_options.impl = options_.attention;
+  attn_options.stream = stream;
+  attention_backward(attn.tensors, grads, attn_options);
+  const RopeOptions rope{config_.rope_theta, 0, stream};
+  rope_backward(grads.dq, rope);
+  rope_backward(grads.dk, rope);
+  const Tensor ln1_y = act(s.ln1_y, c, {b.B, b.T, d});  // (B, T, d)
+  linear_backward({dnorm, fused_qkv(grads_, l), acc}, dqkv, ln1_y, fused_qkv(operands(), l), lin);
+  notify(options, index(LayerSlot::v_proj));
+  notify(options, index(LayerSlot::k_proj));
+  notify(options, index(LayerSlot::q_proj));
+  rmsnorm_backward({dres, grads_[index(LayerSlot::ln1)], true, acc}, dnorm, residual(l, b),
+                   params_[index(LayerSlot::ln1)], act(s.ln1_rstd, DType::f32, {b.B, b.T}), norm);
+  notify(options, index(LayerSlot::ln1));
+}
+
+}  // namespace ft
