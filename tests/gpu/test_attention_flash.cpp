@@ -440,6 +440,8 @@ std::vector<FlashCase> variant_cases() {
        .window_left = 32, .window_right = 16},
       {.name = "window_right_20_scale", .heads_q = 2, .heads_kv = 2, .len_q = 150, .len_k = 150,
        .window_right = 20, .scale = 0.3},
+      {.name = "negative_scale_causal_sinks_gqa2", .heads_q = 4, .heads_kv = 2, .len_q = 130, .len_k = 150,
+       .causal = true, .sinks = true, .scale = -0.3},
       {.name = "diagonal_only", .heads_q = 2, .heads_kv = 2, .len_q = 100, .len_k = 100, .window_left = 0,
        .window_right = 0},
       {.name = "window_empty_rows_q200_k90", .heads_q = 2, .heads_kv = 2, .len_q = 200, .len_k = 90,

@@ -2,7 +2,8 @@
 // One block per (batch x query head, query tile); each warp owns 16 * warp_m query rows. The block
 // loops once over the key tiles of the visible band (sink tiles first, then the window), K/V tiles
 // streamed with cp.async through a ring of kStages buffers. Online softmax in fp32 on exp2 with scale * log2(e)
-// folded in; P is rounded to the input dtype before P V; O and L are written once at the end.
+// and the row max applied by one FFMA; O is rescaled only when a row max moved; P is rounded to the input
+// dtype before P V; O and L are written once at the end.
 #pragma once
 
 #include <cstdint>
@@ -30,7 +31,7 @@ struct FwdKernelTraits {
 };
 
 template <class T, int D, bool kHasMask>
-__global__ void __launch_bounds__(FwdKernelTraits<T, D>::kThreads)
+__global__ void __launch_bounds__(FwdKernelTraits<T, D>::kThreads, 2)
     flash_fwd_kernel(const __grid_constant__ FlashFwdParams p) {
   using Tr = FwdKernelTraits<T, D>;
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, kStages = Tr::kStages, kThreads = Tr::kThreads;
@@ -60,13 +61,10 @@ __global__ void __launch_bounds__(FwdKernelTraits<T, D>::kThreads)
   const KeyRange tile_last = row_keys<kHasMask>(min(m0 + BM, s.len_q) - 1, s);
   const KeyTiles tiles = key_tiles(tile_first, tile_last, BN);
   const int n_iters = tiles.count();
-  // This thread's rows: m0 + warp_row + 16 m + g + 8 r for row block m and half r.
-  RowKeys keys[MT][2];
-#pragma unroll
-  for (int m = 0; m < MT; ++m) {
-    keys[m][0] = RowKeys(row_keys<kHasMask>(m0 + warp_row + 16 * m + g, s));
-    keys[m][1] = RowKeys(row_keys<kHasMask>(m0 + warp_row + 16 * m + g + 8, s));
-  }
+  // Scores stay unscaled until exp2, whose FFMA applies scale * log2(e) and subtracts the row max. A
+  // negative scale is moved into Q (negated once in shared memory) so that sl > 0; a zero scale
+  // becomes a tiny one, which leaves every visible exp2 argument at 0 as it should.
+  const float sl = fmaxf(fabsf(s.scale_log2), 1e-30f);
 
   auto load_kv = [&](int it) {
     if (it < n_iters) {
@@ -84,9 +82,14 @@ __global__ void __launch_bounds__(FwdKernelTraits<T, D>::kThreads)
   cp_async_commit();
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) load_kv(st);
+  if (s.scale_log2 < 0.f) {  // S = |scale| (-Q) K^T; the loop's first barrier orders these writes
+    cp_async_wait<0>();
+    __syncthreads();
+    for (int i = tid; i < BM * kLdS; i += kThreads) sQ[i] = -sQ[i];
+  }
 
   float acc_o[MT][kNtO][4] = {};  // O of this thread's rows (unnormalised)
-  float row_max[MT][2], row_sum[MT][2];  // running max of scores * scale * log2(e); this thread's part of the sum
+  float row_max[MT][2], row_sum[MT][2];  // running max of scores * sl; this thread's part of the sum
 #pragma unroll
   for (int m = 0; m < MT; ++m) {
     row_max[m][0] = row_max[m][1] = -INFINITY;
@@ -102,47 +105,56 @@ __global__ void __launch_bounds__(FwdKernelTraits<T, D>::kThreads)
     const T* sVt = sV + slot * BN * kLdS;
     const int n0 = tiles.tile(it) * BN;
 
-    float acc_s[MT][kNtS][4] = {};  // S = Q K^T
+    float acc_s[MT][kNtS][4] = {};  // S = Q K^T, unscaled
     gemm_ss<T, D, MT, kNtS>(acc_s, sQ, kLdS, warp_row, sKt, kLdS, lane);
 
-    const bool full = tile_full(tile_first, tile_last, n0, BN, s.len_k);
+    if (!tile_full(tile_first, tile_last, n0, BN, s.len_k)) {  // hidden scores -> -inf
 #pragma unroll
-    for (int m = 0; m < MT; ++m) {
+      for (int m = 0; m < MT; ++m) {
 #pragma unroll
-      for (int j = 0; j < kNtS; ++j) {
+        for (int r = 0; r < 2; ++r) {
+          const RowKeys keys(row_keys<kHasMask>(m0 + warp_row + 16 * m + g + 8 * r, s));
 #pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float x = acc_s[m][j][e] * s.scale_log2;
-          if (!full && !keys[m][e >> 1].contains(n0 + 8 * j + 2 * t + (e & 1))) x = -INFINITY;
-          acc_s[m][j][e] = x;
+          for (int j = 0; j < kNtS; ++j) {
+#pragma unroll
+            for (int e = 0; e < 2; ++e)
+              if (!keys.contains(n0 + 8 * j + 2 * t + e)) acc_s[m][j][2 * r + e] = -INFINITY;
+          }
         }
       }
     }
 
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
+      float correction[2];
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
-        float mx = row_max[m][r];
+        float mx = -INFINITY;
 #pragma unroll
         for (int j = 0; j < kNtS; ++j) mx = fmaxf(mx, fmaxf(acc_s[m][j][2 * r], acc_s[m][j][2 * r + 1]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        mx = fmaxf(row_max[m][r], mx * sl);
         const float base = mx == -INFINITY ? 0.f : mx;  // a row with nothing visible yet stays at zero
-        const float correction = fast_exp2(row_max[m][r] - base);
+        correction[r] = fast_exp2(row_max[m][r] - base);
         row_max[m][r] = mx;
         float sum = 0.f;
 #pragma unroll
         for (int j = 0; j < kNtS; ++j) {
-          acc_s[m][j][2 * r] = fast_exp2(acc_s[m][j][2 * r] - base);
-          acc_s[m][j][2 * r + 1] = fast_exp2(acc_s[m][j][2 * r + 1] - base);
+          acc_s[m][j][2 * r] = fast_exp2(fmaf(acc_s[m][j][2 * r], sl, -base));
+          acc_s[m][j][2 * r + 1] = fast_exp2(fmaf(acc_s[m][j][2 * r + 1], sl, -base));
           sum += acc_s[m][j][2 * r] + acc_s[m][j][2 * r + 1];
         }
-        row_sum[m][r] = row_sum[m][r] * correction + sum;
+        row_sum[m][r] = row_sum[m][r] * correction[r] + sum;
+      }
+      // O is rescaled only when the max of some row of this warp's block moved (warp-uniform branch).
+      if (__any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {
 #pragma unroll
         for (int j = 0; j < kNtO; ++j) {
-          acc_o[m][j][2 * r] *= correction;
-          acc_o[m][j][2 * r + 1] *= correction;
+          acc_o[m][j][0] *= correction[0];
+          acc_o[m][j][1] *= correction[0];
+          acc_o[m][j][2] *= correction[1];
+          acc_o[m][j][3] *= correction[1];
         }
       }
     }
