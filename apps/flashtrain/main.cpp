@@ -3,6 +3,7 @@
 // stderr and a non-zero exit status (2; 1 is a check that ran and FAILed).
 //   flashtrain --version
 //   flashtrain attention check --help
+//   flashtrain train --size tiny --steps 100
 #include <exception>
 #include <iostream>
 #include <string>
@@ -60,6 +61,8 @@ int main(int argc, char** argv) {
 
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks: time kernels, models and communication");
   register_bench_attention(*bench, action);
+
+  register_train(app, action);
 
   try {
     app.parse(argc, argv);

@@ -1,6 +1,8 @@
 // trainer.cpp — micro-batch accumulation, clipping, the AdamW step and the learning-rate schedule.
 #include "model/trainer.h"
 
+#include <cmath>
+
 #include "core/error.h"
 #include "core/nvtx.h"
 #include "ops/cast.h"
@@ -50,6 +52,8 @@ StepResult Trainer::optimizer_step() {
   StepResult result;
   if (config_.max_grad_norm > 0)
     result.grad_norm = clip_grad_norm({model_.gradients().flat()}, config_.max_grad_norm, stream);
+  else
+    result.grad_norm = std::sqrt(grad_sum_squares({model_.gradients().flat()}, stream));
   AdamWConfig adamw = config_.adamw;
   adamw.lr = learning_rate();
   adamw_step(model_.parameters().flat(), model_.gradients().flat(), exp_avg_.flat(), exp_avg_sq_.flat(), adamw,
@@ -61,6 +65,12 @@ StepResult Trainer::optimizer_step() {
 }
 
 void Trainer::zero_grads() { micro_batches_ = 0; }
+
+void Trainer::restore_step(std::int64_t step) {
+  FT_CHECK(step >= 0, "Trainer: restore_step needs a step >= 0, given ", step);
+  step_ = step;
+  micro_batches_ = 0;
+}
 
 MemoryReport Trainer::memory() const {
   MemoryReport m = model_.memory();

@@ -38,7 +38,7 @@ using TrainerGradientHook = std::function<void(const ParameterInfo& info, const 
 struct StepResult {
   std::int64_t step = 0;  // steps taken, including this one
   double lr = 0;          // learning rate used
-  double grad_norm = 0;   // global norm before clipping (computed only when clipping; else 0)
+  double grad_norm = 0;   // global gradient norm before clipping
 };
 
 class Trainer {
@@ -53,6 +53,9 @@ class Trainer {
   void set_gradient_ready_hook(TrainerGradientHook hook) { hook_ = std::move(hook); }
 
   std::int64_t step() const { return step_; }
+  // Sets the steps taken so far (a resumed run: AdamW's bias correction and the schedule continue from
+  // there); the optimizer state itself is restored through exp_avg() / exp_avg_sq().
+  void restore_step(std::int64_t step);
   double learning_rate() const;  // the rate the next optimizer_step uses
   const TrainerConfig& config() const { return config_; }
   TransformerLM& model() { return model_; }

@@ -1,0 +1,92 @@
+// cmd_train.cpp — `flashtrain train`: the options (each documented, defaults shown in --help) and the
+// action that resolves them and runs the training loop of train_run.h.
+//   flashtrain train --size tiny --steps 200 --data tokens.bin --checkpoint-dir ckpt --checkpoint-interval 50
+//   flashtrain train --size small --precision bf16 --steps 50 --json bench/results/train-small-h200.json
+//   flashtrain train --size tiny --steps 400 --checkpoint-dir ckpt --resume latest
+#include <iostream>
+#include <memory>
+
+#include "flashtrain/commands.h"
+#include "flashtrain/train_run.h"
+
+namespace ft::cli {
+
+namespace {
+
+constexpr const char* kFooter = R"(
+Steps: one step is --accumulate micro-batches of --batch sequences of --context tokens (the gradients
+average over them), then clipping of the global gradient norm to --clip and one AdamW step
+(torch.optim.AdamW semantics) at the learning rate of the cosine schedule: linear warm-up from 0 to
+--lr over --warmup steps, then a cosine decay to --min-lr at --steps.
+
+Data: --data maps a file of uint16 token ids (raw little-endian, or .npy of dtype '<u2'); every
+sequence is a window at a uniformly random position (seed --seed + 1). Without --data the tokens
+are uniform random ids (a throughput run; the loss cannot fall below ln(vocab)). --val-data is read
+the same way (seed --seed + 2); each evaluation averages the loss over the same --eval-batches
+batches. Parameters are initialised from --seed.
+
+Log: every --log-interval steps (and the first and last): the step's loss, learning rate, gradient
+norm before clipping, mean wall time per step and tokens/s over the interval, and MFU = model FLOPs
+per token * tokens/s / the device's dense peak. Model FLOPs per token (PaLM): 6 N + 12 L d T with N
+the parameters in matrix products (all but the token embedding), L layers, d d_model, T context.
+Peaks (TFLOP/s, bf16 / tf32 / fp32): H100 SXM and H200 989.4 / 494.7 / 66.9, H100 PCIe 756 / 378 /
+51.2, H100 NVL and H200 NVL 835 / 417.5 / 60, A100 312 / 156 / 19.5; other GPUs and the CPU: n/a.
+
+Checkpoints: DIR/step_NNNNNN.safetensors (model parameters under the reference state-dict names,
+AdamW state under optimizer.m.* and optimizer.v.*, step and data generator in the metadata), each
+written atomically, then DIR/latest names the newest. --resume restores all of it and continues to
+--steps with the same losses as an uninterrupted run (give the same options). --init-from loads
+model parameters only, from a checkpoint or a reference model's exported state dict.)";
+
+int run_train(const TrainOptions& options) {
+  const TrainPlan plan = resolve_train_options(options);
+  run_training(plan, std::cout);
+  return 0;
+}
+
+}  // namespace
+
+void add_train_options(CLI::App& command, TrainOptions& o) {
+  command.option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  command.add_option("--size", o.size, "Model size: tiny, small, medium, large, xl or 2.7b");
+  command.add_option("--vocab", o.vocab, "Vocabulary size (default: the size's, 10000; tiny 97)");
+  command.add_option("--context", o.context, "Context length T of every sequence (default: 512; tiny 32)");
+  command.add_option("--batch", o.batch, "Sequences per micro-batch");
+  command.add_option("--precision", o.precision,
+                     "fp32, or bf16 mixed precision (fp32 master weights, bf16 GEMM and attention operands)");
+  command.add_flag("--tf32", o.tf32, "fp32 on CUDA: let GEMMs use TF32 tensor cores");
+  command.add_option("--attention", o.attention, "Attention implementation: flash or naive");
+  command.add_option("--device", o.device, "cpu, cuda, cuda:N, or auto (cuda:0 when a GPU is visible, else cpu)");
+  command.add_option("--steps", o.steps, "Optimizer steps to train to (a resumed run continues to this step)");
+  command.add_option("--accumulate", o.accumulate, "Micro-batches per optimizer step (gradient accumulation)");
+  command.add_option("--lr", o.lr, "Peak learning rate");
+  command.add_option("--min-lr", o.min_lr, "Learning rate at the end of the cosine decay (default: --lr / 10)");
+  command.add_option("--warmup", o.warmup, "Linear warm-up steps (default: --steps / 10)");
+  command.add_option("--weight-decay", o.weight_decay, "AdamW decoupled weight decay");
+  command.add_option("--beta1", o.beta1, "AdamW beta1");
+  command.add_option("--beta2", o.beta2, "AdamW beta2");
+  command.add_option("--eps", o.eps, "AdamW epsilon");
+  command.add_option("--clip", o.clip, "Clip the global gradient norm to this; 0 = no clipping");
+  command.add_option("--data", o.data, "Training tokens: a uint16 file (raw or .npy); default: random tokens");
+  command.add_option("--val-data", o.val_data, "Validation tokens (same format), evaluated every --eval-interval");
+  command.add_option("--eval-interval", o.eval_interval, "Steps between evaluations on --val-data (and the last)");
+  command.add_option("--eval-batches", o.eval_batches, "Batches each evaluation averages over");
+  command.add_option("--seed", o.seed, "Seed of the parameter initialisation and of the data sampling");
+  command.add_option("--log-interval", o.log_interval, "Steps between log lines");
+  command.add_option("--checkpoint-dir", o.checkpoint_dir, "Folder of the checkpoints (created when missing)");
+  command.add_option("--checkpoint-interval", o.checkpoint_interval,
+                     "Steps between checkpoints; 0 = one after the last step only (needs --checkpoint-dir)");
+  command.add_option("--resume", o.resume, "Continue from a checkpoint: a path, or latest (in --checkpoint-dir)");
+  command.add_option("--init-from", o.init_from, "Load model parameters (only) from a safetensors file");
+  command.add_option("--json", o.json_path, "Write the results document (benchmark train, a row per log line)");
+}
+
+void register_train(CLI::App& app, Action& action) {
+  CLI::App* command = app.add_subcommand("train", "Train the Transformer LM: logs loss and throughput, checkpoints");
+  command->footer(kFooter);
+  auto options = std::make_shared<TrainOptions>();
+  add_train_options(*command, *options);
+  command->callback([&action, options] { action = [options] { return run_train(*options); }; });
+}
+
+}  // namespace ft::cli

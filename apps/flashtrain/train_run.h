@@ -1,0 +1,128 @@
+// train_run.h — `flashtrain train` without CLI11: the options as given on the command line
+// (TrainOptions), their validated and resolved form (TrainPlan), the training loop (run_training:
+// micro-batch accumulation, global-norm clipping, AdamW on the cosine schedule, evaluation, logging,
+// atomic checkpoints and bit-exact resume), the throughput model (FLOPs per token, peak FLOP/s table,
+// MFU) and the results document. cmd_train.cpp declares the options and calls these.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "core/device.h"
+#include "model/config.h"
+#include "ops/adamw.h"
+#include "ops/attention.h"
+#include "optim/lr_schedule.h"
+
+namespace ft::cli {
+
+// The command line's values, before validation. Unset optionals take the defaults resolve_train_options
+// documents.
+struct TrainOptions {
+  std::string size = "small";
+  std::optional<std::int64_t> vocab;    // default: the size's (10000; tiny 97)
+  std::optional<std::int64_t> context;  // default: the size's (512; tiny 32)
+  std::int64_t batch = 4;               // sequences per micro-batch
+  std::string precision = "bf16";
+  bool tf32 = false;
+  std::string attention = "flash";
+  std::string device = "auto";
+  std::int64_t steps = 1000;
+  std::int64_t accumulate = 1;  // micro-batches per optimizer step
+  double lr = 1e-3;
+  std::optional<double> min_lr;         // default: lr / 10
+  std::optional<std::int64_t> warmup;   // default: steps / 10
+  double weight_decay = 0.01;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  double clip = 1.0;  // max global gradient norm; 0 = no clipping
+  std::string data;      // uint16 token file; empty = random tokens
+  std::string val_data;  // optional validation token file
+  std::int64_t eval_interval = 100;
+  std::int64_t eval_batches = 10;
+  std::uint64_t seed = 0;
+  std::int64_t log_interval = 10;
+  std::string checkpoint_dir;
+  std::int64_t checkpoint_interval = 0;  // 0 = only after the last step
+  std::string resume;     // checkpoint path, or "latest" (the newest in checkpoint_dir)
+  std::string init_from;  // safetensors of model parameters only
+  std::string json_path;
+};
+
+// The validated run: every default filled in, names parsed, the resume path resolved.
+struct TrainPlan {
+  ModelConfig model;  // size with vocab and context applied
+  Precision precision = Precision::bf16;
+  bool tf32 = false;
+  AttentionImpl attention = AttentionImpl::flash;
+  Device device = Device::cpu();
+  std::int64_t batch = 4;
+  std::int64_t steps = 1000;
+  std::int64_t accumulate = 1;
+  AdamWConfig adamw;
+  CosineSchedule schedule;  // cycle_iters = steps
+  double clip = 1.0;
+  std::string data, val_data;
+  std::int64_t eval_interval = 100, eval_batches = 10;
+  std::uint64_t seed = 0;
+  std::int64_t log_interval = 10;
+  std::string checkpoint_dir;
+  std::int64_t checkpoint_interval = 0;
+  std::string resume_path;  // resolved ("latest" -> the file it names); empty = fresh start
+  std::string init_from;
+  std::string json_path;
+
+  std::int64_t tokens_per_step() const { return batch * model.context_length * accumulate; }
+};
+
+// Validates options (ft::Error invalid_argument naming the option and the value given; io when --resume
+// latest finds no checkpoint) and fills in the defaults. auto devices become cuda:0 when a GPU is visible.
+TrainPlan resolve_train_options(const TrainOptions& options);
+
+// One logged step. Timings and throughput cover the steps since the previous logged one.
+struct TrainLogRow {
+  std::int64_t step = 0;
+  double loss = 0;       // mean over the step's micro-batches
+  double lr = 0;         // learning rate the step used
+  double grad_norm = 0;  // global gradient norm before clipping
+  double step_ms = 0;    // mean wall time per step
+  double tokens_per_s = 0;
+  std::optional<double> mfu;       // fraction of the device's peak; none when the peak is unknown
+  std::optional<double> val_loss;  // when an evaluation ran after this step
+};
+
+struct TrainResult {
+  std::int64_t first_step = 1;   // the step the run started with (checkpoint step + 1 on resume)
+  std::vector<double> losses;    // (steps run): losses[i] is the loss of step first_step + i
+  std::vector<TrainLogRow> rows;
+  std::vector<std::string> checkpoints;  // paths written, in order
+  std::int64_t parameters = 0;
+  std::string device_name;
+  std::optional<double> peak_flops;
+};
+
+// Trains as the plan says, printing the log to `log`; writes checkpoints and the --json document.
+TrainResult run_training(const TrainPlan& plan, std::ostream& log);
+
+// Model FLOPs per trained token (forward + backward), PaLM's formula:
+//   6 * N + 12 * num_layers * d_model * context
+// N = the parameters taking part in matrix products (all but the token embedding, a lookup); the second
+// term is attention's score and value products, counted in full (not halved for the causal mask).
+double train_flops_per_token(const ModelConfig& config);
+
+// Dense peak FLOP/s of a GPU named `device_name` (cudaDeviceProp::name or describe_device) for the
+// precision's GEMMs: bf16 -> bf16 tensor cores; fp32 with tf32 -> TF32 tensor cores; fp32 -> FP32 cores.
+// Known: H100 SXM/PCIe/NVL, H200 (and GH200), H200 NVL, A100. nullopt for any other name (and the CPU).
+std::optional<double> peak_flops(const std::string& device_name, Precision precision, bool tf32);
+
+// The results document: benchmark "train", config = the plan, a row per logged step.
+nlohmann::json train_document(const TrainPlan& plan, const TrainResult& result);
+
+// "step_000100.safetensors": the checkpoint written after `step`.
+std::string checkpoint_file_name(std::int64_t step);
+
+}  // namespace ft::cli
