@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # install_deps.sh — installs what building and testing flashtrain needs and is missing: Debian
 # packages (compiler, CMake, Ninja, GoogleTest, CLI11, nlohmann-json, Open MPI) and Python packages
-# (numpy, pytest, matplotlib). Installs nothing that is already there; prints one line per step.
+# (numpy, pytest, matplotlib, nanobind for the Python module). Installs nothing that is already there; prints one line per step.
 # The CUDA toolkit is not installed here: the build uses nvcc when it finds one.
 #   bash scripts/install_deps.sh
 set -euo pipefail
@@ -9,7 +9,7 @@ set -euo pipefail
 say() { echo "install_deps: $*"; }
 
 apt_wanted=(cmake ninja-build g++ libgtest-dev libcli11-dev nlohmann-json3-dev openmpi-bin libopenmpi-dev)
-python_modules=(numpy pytest matplotlib)  # the PyPI names equal the import names
+python_modules=(numpy pytest matplotlib nanobind)  # the PyPI names equal the import names
 
 missing=()
 for package in "${apt_wanted[@]}"; do
@@ -19,8 +19,11 @@ for package in "${apt_wanted[@]}"; do
 done
 if ! command -v python3 >/dev/null 2>&1; then
   missing+=(python3 python3-pip)
-elif ! python3 -m pip --version >/dev/null 2>&1; then
-  missing+=(python3-pip)
+else
+  python3 -m pip --version >/dev/null 2>&1 || missing+=(python3-pip)
+  # The Python module needs Python's headers (Debian's python3-dev; pyenv and venv Pythons carry them).
+  python3 -c 'import os, sys, sysconfig; sys.exit(not os.path.exists(os.path.join(sysconfig.get_paths()["include"], "Python.h")))' ||
+    missing+=(python3-dev)
 fi
 
 if ((${#missing[@]} > 0)); then

@@ -1,0 +1,29 @@
+"""flashtrain — FlashAttention-2 forward and backward from the flashtrain C++/CUDA library, for every
+variant of its attention contract: causal (bottom-right aligned), sliding window (left, right), sink
+tokens, gpt-oss sink logits, custom scale, GQA/MQA, any strides with a contiguous last dim, in float32,
+float16 and bfloat16, on the host or a CUDA device.
+
+    flashtrain.attention_forward(q, k, v, o, lse, ...)   any DLPack arrays (torch, numpy, cupy), outputs given
+    flashtrain.attention_backward(q, k, v, o, lse, d_o, dq, dk, dv, ...)
+    flashtrain.numpy.attention(q, k, v, ...)             numpy arrays in, (o, lse) out, on the host
+    flashtrain.torch.flash_attention(q, k, v, ...)       autograd, torch.compile, an nn.Module (imports torch)
+
+Errors keep the library's message: ValueError (invalid argument), TypeError (a dtype other than
+float32/float16/bfloat16), NotImplementedError (unsupported here: head dim, a CUDA array in a CPU-only
+build, ...), MemoryError (out of memory), RuntimeError (CUDA failures and the rest).
+"""
+import importlib
+
+from . import _C
+from . import numpy
+from ._C import __version__, attention_backward, attention_forward, built_with_cuda, cuda_available, git_commit
+
+__all__ = ["attention_forward", "attention_backward", "built_with_cuda", "cuda_available", "git_commit", "numpy",
+           "torch"]
+
+
+def __getattr__(name):
+    # flashtrain.torch imports torch, so it loads on first use rather than with the package.
+    if name == "torch":
+        return importlib.import_module(".torch", __name__)
+    raise AttributeError(f"module 'flashtrain' has no attribute '{name}'")

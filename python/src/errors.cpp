@@ -1,0 +1,40 @@
+// errors.cpp — the nanobind exception translator for ft::Error.
+#include "errors.h"
+
+#include <exception>
+
+#include <nanobind/nanobind.h>
+
+#include "core/error.h"
+
+namespace nb = nanobind;
+
+namespace ft::python {
+
+namespace {
+
+PyObject* python_type_of(ErrorKind kind) {
+  switch (kind) {
+    case ErrorKind::invalid_argument: return PyExc_ValueError;
+    case ErrorKind::unsupported: return PyExc_NotImplementedError;
+    case ErrorKind::out_of_memory: return PyExc_MemoryError;
+    case ErrorKind::device:
+    case ErrorKind::io:
+    case ErrorKind::runtime: return PyExc_RuntimeError;
+  }
+  return PyExc_RuntimeError;
+}
+
+void translate(const std::exception_ptr& error, void*) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const Error& e) {
+    PyErr_SetString(python_type_of(e.kind()), e.what());
+  }
+}
+
+}  // namespace
+
+void register_error_translator() { nb::register_exception_translator(&translate); }
+
+}  // namespace ft::python

@@ -1,0 +1,123 @@
+// module.cpp — flashtrain._C, the nanobind extension: attention forward and backward (every variant of
+// the attention contract) over DLPack arrays from any framework, on the host or a CUDA device. The
+// caller allocates the outputs; CUDA work is ordered on the stream handle the caller passes (its
+// current stream, e.g. torch.cuda.current_stream().cuda_stream; 0 = the legacy default stream).
+// The GIL is released while the attention runs.
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+
+#include "core/device.h"
+#include "core/version.h"
+#include "dlpack_tensor.h"
+#include "errors.h"
+#include "ops/attention.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace ft::python {
+
+namespace {
+
+// The variant and the stream, as the Python keywords give them.
+struct Variant {
+  bool causal = false;
+  std::int64_t window_left = -1;
+  std::int64_t window_right = -1;
+  std::int64_t sink_tokens = 0;
+  std::optional<double> scale;
+  std::string impl = "flash";
+  std::uintptr_t stream = 0;
+};
+
+AttentionOptions options_for(const Variant& variant, Device device) {
+  AttentionOptions options;
+  options.causal = variant.causal;
+  options.window_left = variant.window_left;
+  options.window_right = variant.window_right;
+  options.sink_tokens = variant.sink_tokens;
+  options.scale = variant.scale;
+  options.impl = parse_attention_impl(variant.impl);
+  if (device.is_cuda()) options.stream = Stream::wrap(reinterpret_cast<void*>(variant.stream), device);
+  return options;
+}
+
+// q (B, Hq, Nq, D), k/v (B, Hkv, Nk, D), o (B, Hq, Nq, D) written, lse (B, Hq, Nq) fp32 written,
+// sinks (Hq) fp32 or None.
+void forward(const InputArray& q, const InputArray& k, const InputArray& v, const OutputArray& o,
+             const OutputArray& lse, const std::optional<InputArray>& sinks, bool causal, std::int64_t window_left,
+             std::int64_t window_right, std::int64_t sink_tokens, std::optional<double> scale,
+             const std::string& impl, std::uintptr_t stream) {
+  AttentionTensors t;
+  t.q = tensor_view(q, "q");
+  t.k = tensor_view(k, "k");
+  t.v = tensor_view(v, "v");
+  t.o = tensor_view(o, "o");
+  t.lse = tensor_view(lse, "lse");
+  if (sinks) t.sinks = tensor_view(*sinks, "sinks");
+  const AttentionOptions options =
+      options_for({causal, window_left, window_right, sink_tokens, scale, impl, stream}, t.q.device());
+  nb::gil_scoped_release unlocked;
+  attention_forward(t, options);
+}
+
+// Inputs as forward, plus o and lse from forward and d_o (B, Hq, Nq, D); dq, dk, dv (shaped like
+// q, k, v) and dsinks (Hq) fp32 — given exactly when sinks are — are overwritten.
+void backward(const InputArray& q, const InputArray& k, const InputArray& v, const InputArray& o,
+              const InputArray& lse, const InputArray& d_o, const OutputArray& dq, const OutputArray& dk,
+              const OutputArray& dv, const std::optional<InputArray>& sinks,
+              const std::optional<OutputArray>& dsinks, bool causal, std::int64_t window_left,
+              std::int64_t window_right, std::int64_t sink_tokens, std::optional<double> scale,
+              const std::string& impl, std::uintptr_t stream) {
+  AttentionTensors t;
+  t.q = tensor_view(q, "q");
+  t.k = tensor_view(k, "k");
+  t.v = tensor_view(v, "v");
+  t.o = tensor_view(o, "o");
+  t.lse = tensor_view(lse, "lse");
+  if (sinks) t.sinks = tensor_view(*sinks, "sinks");
+  AttentionGrads g;
+  g.d_o = tensor_view(d_o, "d_o");
+  g.dq = tensor_view(dq, "dq");
+  g.dk = tensor_view(dk, "dk");
+  g.dv = tensor_view(dv, "dv");
+  if (dsinks) g.dsinks = tensor_view(*dsinks, "dsinks");
+  const AttentionOptions options =
+      options_for({causal, window_left, window_right, sink_tokens, scale, impl, stream}, t.q.device());
+  nb::gil_scoped_release unlocked;
+  attention_backward(t, g, options);
+}
+
+}  // namespace
+
+}  // namespace ft::python
+
+NB_MODULE(_C, m) {
+  using namespace ft::python;
+  m.doc() = "flashtrain's attention kernels (FlashAttention-2 and the naive baselines) over DLPack arrays";
+  register_error_translator();
+
+  m.attr("__version__") = ft::version();
+  m.attr("git_commit") = ft::git_commit();
+  m.attr("built_with_cuda") = ft::built_with_cuda();
+  m.def("cuda_available", &ft::cuda_available, "True when this build has CUDA and a device is visible.");
+
+  m.def("attention_forward", &forward, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a, nb::kw_only(),
+        "sinks"_a = nb::none(), "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1,
+        "sink_tokens"_a = 0, "scale"_a = nb::none(), "impl"_a = "flash", "stream"_a = 0,
+        "o (B, Hq, Nq, D), lse (B, Hq, Nq) fp32 <- attention(q (B, Hq, Nq, D), k, v (B, Hkv, Nk, D)).\n"
+        "Any strides with a contiguous last dim; float32, float16 or bfloat16; host or CUDA memory.\n"
+        "sinks: (Hq) fp32 sink logits or None. window_left/right: -1 = unbounded. scale: None = 1/sqrt(D).\n"
+        "impl: 'flash' or 'naive'. stream: the cudaStream_t to run on, as an int (0 = legacy default).");
+  m.def("attention_backward", &backward, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a, "d_o"_a, "dq"_a, "dk"_a, "dv"_a,
+        nb::kw_only(), "sinks"_a = nb::none(), "dsinks"_a = nb::none(), "causal"_a = false, "window_left"_a = -1,
+        "window_right"_a = -1, "sink_tokens"_a = 0, "scale"_a = nb::none(), "impl"_a = "flash", "stream"_a = 0,
+        "dq, dk, dv (like q, k, v) and dsinks ((Hq) fp32, exactly when sinks are given) <- the gradients of\n"
+        "attention, given q, k, v, o and lse from attention_forward and d_o (B, Hq, Nq, D). Options as forward.");
+}
