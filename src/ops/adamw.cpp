@@ -1,4 +1,5 @@
-// adamw.cpp — validation of optimiser-update calls and dispatch to the CPU kernels (cpu/optimizer.cpp).
+// adamw.cpp — validation of optimiser-update calls and dispatch to the CPU kernels (cpu/optimizer.cpp) or
+// the CUDA kernels (cuda/optimizer.cu).
 #include "ops/adamw.h"
 
 #include <cmath>
@@ -6,6 +7,7 @@
 #include "core/error.h"
 #include "core/nvtx.h"
 #include "ops/cpu/cpu_ops.h"
+#include "ops/cuda/cuda_ops.h"
 #include "ops/op_common.h"
 
 namespace ft {
@@ -38,7 +40,13 @@ void adamw_step(const Tensor& params, const Tensor& grads, const Tensor& exp_avg
   FT_CHECK(c.eps > 0, op, ": eps must be > 0, given ", c.eps);
   FT_CHECK(std::isfinite(c.weight_decay) && c.weight_decay >= 0, op, ": weight_decay must be finite and >= 0, given ",
            c.weight_decay);
-  ops::require_cpu_implementation(op, params.device());
+#if FT_HAS_CUDA
+  if (params.device().is_cuda())
+    return gpu::adamw_step(params.data_as<float>(), grads.data_as<float>(), exp_avg.data_as<float>(),
+                           exp_avg_sq.data_as<float>(), params.numel(), c, step, params.device(), stream);
+#else
+  if (params.device().is_cuda()) ops::no_cuda_build(op, params.device());
+#endif
   cpu::adamw_step(params.data_as<float>(), grads.data_as<float>(), exp_avg.data_as<float>(),
                   exp_avg_sq.data_as<float>(), params.numel(), c, step);
 }
@@ -50,7 +58,12 @@ void sgd_step(const Tensor& params, const Tensor& grads, double lr, [[maybe_unus
   ops::check_contiguous(op, params, "params");
   like_params(op, grads, "grads", params);
   FT_CHECK(std::isfinite(lr) && lr >= 0, op, ": lr must be finite and >= 0, given ", lr);
-  ops::require_cpu_implementation(op, params.device());
+#if FT_HAS_CUDA
+  if (params.device().is_cuda())
+    return gpu::sgd_step(params.data_as<float>(), grads.data_as<float>(), params.numel(), lr, params.device(), stream);
+#else
+  if (params.device().is_cuda()) ops::no_cuda_build(op, params.device());
+#endif
   cpu::sgd_step(params.data_as<float>(), grads.data_as<float>(), params.numel(), lr);
 }
 

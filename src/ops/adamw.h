@@ -6,7 +6,8 @@
 //                 v <- beta2 * v + (1 - beta2) * g^2
 //                 p <- p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
 //   sgd_step    p <- p - lr * g
-// Dispatches on the device: CPU here; CUDA = not built yet (ErrorKind::unsupported).
+// Dispatches on the device: CPU or CUDA (one fused kernel; the CPU's float operations in the CPU's order,
+// without FMA contraction).
 #pragma once
 
 #include <cstdint>

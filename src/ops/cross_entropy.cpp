@@ -1,5 +1,5 @@
 // cross_entropy.cpp — validation of cross-entropy calls and dispatch to the CPU kernel
-// (cpu/cross_entropy.cpp).
+// (cpu/cross_entropy.cpp) or the CUDA kernels (cuda/cross_entropy.cu).
 #include "ops/cross_entropy.h"
 
 #include <cmath>
@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/nvtx.h"
 #include "ops/cpu/cpu_ops.h"
+#include "ops/cuda/cuda_ops.h"
 #include "ops/op_common.h"
 
 namespace ft {
@@ -36,7 +37,14 @@ double cross_entropy(const Tensor& logits, const TokenIds& targets, const Tensor
              "another layout (", dlogits.describe(), " vs ", logits.describe(), ")");
   }
   FT_CHECK(std::isfinite(options.grad_scale), op, ": grad_scale must be finite, given ", options.grad_scale);
-  ops::require_cpu_implementation(op, device);
+#if FT_HAS_CUDA
+  if (device.is_cuda()) {
+    gpu::check_token_range(op, targets, lv.cols, "targets", options.stream);
+    return gpu::cross_entropy(lv, targets.data, dv, options.grad_scale, device, options.stream);
+  }
+#else
+  if (device.is_cuda()) ops::no_cuda_build(op, device);
+#endif
   ops::check_token_range(op, targets, lv.cols, "targets");
   return cpu::cross_entropy(lv, targets.data, dv, options.grad_scale);
 }

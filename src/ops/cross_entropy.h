@@ -5,8 +5,8 @@
 // dlogits fp32 — it may be the logits tensor itself (overwritten in place, saving a (rows, vocab)
 // buffer) — or bf16 (fused cast for a bf16 LM-head backward; then a separate buffer). Numerically stable
 // (max subtracted). Targets outside [0, vocab) raise ft::Error naming the target, row and vocabulary.
-// The row losses are summed in row order: deterministic. Dispatches on the device: CPU here; CUDA = not
-// built yet (ErrorKind::unsupported).
+// The row losses are summed in a fixed order: deterministic. Dispatches on the device: CPU or CUDA (one
+// block per row; the returned loss synchronises the stream, as does the target check before the kernels).
 #pragma once
 
 #include "core/stream.h"

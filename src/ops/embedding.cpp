@@ -1,9 +1,11 @@
-// embedding.cpp — validation of embedding calls and dispatch to the CPU kernels (cpu/embedding.cpp).
+// embedding.cpp — validation of embedding calls and dispatch to the CPU kernels (cpu/embedding.cpp) or the
+// CUDA kernels (cuda/embedding.cu).
 #include "ops/embedding.h"
 
 #include "core/error.h"
 #include "core/nvtx.h"
 #include "ops/cpu/cpu_ops.h"
+#include "ops/cuda/cuda_ops.h"
 #include "ops/op_common.h"
 
 namespace ft {
@@ -34,7 +36,14 @@ void embedding_forward(const Tensor& out, const TokenIds& ids, const Tensor& wei
   validate(op, weight, "weight", ids, out, "out");
   const ops::RowView w = ops::row_view(op, weight, "weight");
   const ops::RowView o = ops::row_view(op, out, "out");
-  ops::require_cpu_implementation(op, weight.device());
+#if FT_HAS_CUDA
+  if (weight.device().is_cuda()) {
+    gpu::check_token_range(op, ids, weight.size(0), "ids", stream);
+    return gpu::embedding_forward(o, ids.data, w, weight.device(), stream);
+  }
+#else
+  if (weight.device().is_cuda()) ops::no_cuda_build(op, weight.device());
+#endif
   ops::check_token_range(op, ids, weight.size(0), "ids");
   cpu::embedding_forward(o, ids.data, w);
 }
@@ -46,7 +55,14 @@ void embedding_backward(const Tensor& dweight, const TokenIds& ids, const Tensor
   validate(op, dweight, "dweight", ids, dout, "dout");
   const ops::RowView dw = ops::row_view(op, dweight, "dweight");
   const ops::RowView g = ops::row_view(op, dout, "dout");
-  ops::require_cpu_implementation(op, dweight.device());
+#if FT_HAS_CUDA
+  if (dweight.device().is_cuda()) {
+    gpu::check_token_range(op, ids, dweight.size(0), "ids", stream);
+    return gpu::embedding_backward(dw, ids.data, g, accumulate, dweight.device(), stream);
+  }
+#else
+  if (dweight.device().is_cuda()) ops::no_cuda_build(op, dweight.device());
+#endif
   ops::check_token_range(op, ids, dweight.size(0), "ids");
   cpu::embedding_backward(dw, ids.data, g, accumulate);
 }

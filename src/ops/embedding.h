@@ -4,8 +4,8 @@
 //             dweight element sums its rows in position order whatever the thread count.
 // ids may have any shape S; out and dout are S + (d). fp32 throughout (the residual stream and master
 // weights are fp32 in every precision mode). Ids outside [0, vocab) raise ft::Error naming the id, its
-// position and the vocabulary size, before anything is written. Dispatches on the device: CPU here;
-// CUDA = not built yet (ErrorKind::unsupported).
+// position and the vocabulary size, before anything is written (on CUDA the check synchronises the
+// stream). Dispatches on the device: CPU (OpenMP) or CUDA (the same summation order, bit for bit).
 #pragma once
 
 #include "core/stream.h"

@@ -1,5 +1,6 @@
 // gemm_cuda.cu — strided-batched row-major GEMMs over cuBLASLt: per-device handles, layouts, alignment
-// preferences, heuristic algorithm choice and a stream-ordered workspace.
+// preferences, heuristic algorithm choice (cached per problem: the heuristic query costs more than the
+// launch) and a stream-ordered workspace.
 //
 // cuBLASLt is column-major. A row-major (r, c) matrix with leading dimension ld is the column-major
 // (c, r) matrix with the same ld, so row-major D = op(A) op(B) runs as column-major
@@ -9,6 +10,8 @@
 #include <cublasLt.h>
 
 #include <algorithm>
+#include <array>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <type_traits>
@@ -88,7 +91,21 @@ void check_operand(const Matrix& x, const char* name, std::int64_t rows, std::in
            " must be >= ", cols, ": given ", x.ld);
 }
 
-void run_chunk(cublasLtHandle_t handle, const Args& args, void* workspace, cudaStream_t stream) {
+// Everything the heuristic's answer depends on: device, compute type, ops, dtypes, sizes, leading
+// dimensions, batch strides and alignments.
+using ProblemKey = std::array<std::int64_t, 19>;
+
+// The cached algorithm of a problem, or nullptr.
+const cublasLtMatmulAlgo_t* cached_algo(const ProblemKey& key, std::mutex& mutex,
+                                        const std::map<ProblemKey, cublasLtMatmulAlgo_t>& cache) {
+  std::lock_guard lock(mutex);
+  auto it = cache.find(key);
+  return it == cache.end() ? nullptr : &it->second;  // entries are never erased: the pointer stays valid
+}
+
+void run_chunk(int device, cublasLtHandle_t handle, const Args& args, void* workspace, cudaStream_t stream) {
+  static std::mutex cache_mutex;
+  static auto* cache = new std::map<ProblemKey, cublasLtMatmulAlgo_t>();
   const cublasComputeType_t compute =
       args.a.dtype == DType::f32 && args.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   cublasLtMatmulDesc_t raw_desc = nullptr;
@@ -125,22 +142,33 @@ void run_chunk(cublasLtHandle_t handle, const Args& args, void* workspace, cudaS
   FT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                        &align_d, sizeof(align_d)));
 
-  cublasLtMatmulHeuristicResult_t heuristic{};
-  int found = 0;
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle, raw_desc, layout_b.get(), layout_a.get(),
-                                                               layout_d.get(), layout_d.get(), raw_pref, 1,
-                                                               &heuristic, &found);
-  if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)) {
-    FT_THROW(unsupported, "gemm: cuBLASLt has no algorithm for ", name_of(args.a.dtype), " (", args.m, " x ",
-             args.k, ")", args.a.transpose ? "^T" : "", " @ (", args.k, " x ", args.n, ")",
-             args.b.transpose ? "^T" : "", " -> ", name_of(args.d.dtype), ", batch ", args.batch, ", ld ", args.a.ld,
-             "/", args.b.ld, "/", args.d.ld, ", alignment ", align_second, "/", align_first, "/", align_d, " bytes");
+  const ProblemKey key = {device, static_cast<std::int64_t>(compute), static_cast<std::int64_t>(op_first),
+                          static_cast<std::int64_t>(op_second), static_cast<std::int64_t>(args.a.dtype),
+                          static_cast<std::int64_t>(args.d.dtype), args.m, args.n, args.k, args.batch, args.a.ld,
+                          args.b.ld, args.d.ld, args.a.batch_stride, args.b.batch_stride, args.d.batch_stride,
+                          align_first, align_second, align_d};
+  const cublasLtMatmulAlgo_t* algo = cached_algo(key, cache_mutex, *cache);
+  if (!algo) {
+    cublasLtMatmulHeuristicResult_t heuristic{};
+    int found = 0;
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle, raw_desc, layout_b.get(), layout_a.get(),
+                                                                 layout_d.get(), layout_d.get(), raw_pref, 1,
+                                                                 &heuristic, &found);
+    if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)) {
+      FT_THROW(unsupported, "gemm: cuBLASLt has no algorithm for ", name_of(args.a.dtype), " (", args.m, " x ",
+               args.k, ")", args.a.transpose ? "^T" : "", " @ (", args.k, " x ", args.n, ")",
+               args.b.transpose ? "^T" : "", " -> ", name_of(args.d.dtype), ", batch ", args.batch, ", ld ",
+               args.a.ld, "/", args.b.ld, "/", args.d.ld, ", alignment ", align_second, "/", align_first, "/",
+               align_d, " bytes");
+    }
+    FT_CUBLAS_CHECK(status);
+    std::lock_guard lock(cache_mutex);
+    algo = &cache->emplace(key, heuristic.algo).first->second;
   }
-  FT_CUBLAS_CHECK(status);
 
   FT_CUBLAS_CHECK(cublasLtMatmul(handle, raw_desc, &args.alpha, args.b.data, layout_b.get(), args.a.data,
                                  layout_a.get(), &args.beta, args.d.data, layout_d.get(),
-                                 const_cast<void*>(args.d.data), layout_d.get(), &heuristic.algo, workspace,
+                                 const_cast<void*>(args.d.data), layout_d.get(), algo, workspace,
                                  kWorkspaceBytes, stream));
 }
 
@@ -168,7 +196,7 @@ void matmul(const Args& args, Device device, cudaStream_t stream) {
     chunk.a.data = advance(args.a, first);
     chunk.b.data = advance(args.b, first);
     chunk.d.data = advance(args.d, first);
-    run_chunk(handle, chunk, workspace.data(), stream);
+    run_chunk(device.index, handle, chunk, workspace.data(), stream);
   }
 }
 

@@ -1,9 +1,10 @@
-// linear.cpp — validation of linear calls and dispatch to the CPU GEMM (cpu/gemm.h).
+// linear.cpp — validation of linear calls and dispatch to the CPU GEMM (cpu/gemm.h) or cuBLASLt (cuda/linear.cu).
 #include "ops/linear.h"
 
 #include "core/error.h"
 #include "core/nvtx.h"
 #include "ops/cpu/gemm.h"
+#include "ops/cuda/cuda_ops.h"
 #include "ops/op_common.h"
 
 namespace ft {
@@ -53,7 +54,11 @@ void linear_forward(const Tensor& y, const Tensor& x, const Tensor& w,
            "), given ", shape_string(x.shape()));
   const ops::RowView xv = ops::row_view(op, x, "x");
   const ops::RowView yv = activation(op, y, "y", ops::leading_shape(x), d_out, {dtype, DType::f32}, x.device());
-  ops::require_cpu_implementation(op, x.device());
+#if FT_HAS_CUDA
+  if (x.device().is_cuda()) return gpu::linear_forward(yv, xv, wv, options.allow_tf32, x.device(), options.stream);
+#else
+  if (x.device().is_cuda()) ops::no_cuda_build(op, x.device());
+#endif
   cpu::GemmArgs g;
   g.m = xv.rows, g.n = d_out, g.k = d_in;
   g.a = operand(xv, false);  // x (rows, d_in)
@@ -85,7 +90,12 @@ void linear_backward(const LinearGrads& grads, const Tensor& dy, const Tensor& x
     ops::check_shape(op, grads.dw, "dw", w.shape());
     dwv = ops::row_view(op, grads.dw, "dw");
   }
-  ops::require_cpu_implementation(op, device);
+#if FT_HAS_CUDA
+  if (device.is_cuda())
+    return gpu::linear_backward(dxv, dwv, grads.accumulate_dw, dyv, xv, wv, options.allow_tf32, device, options.stream);
+#else
+  if (device.is_cuda()) ops::no_cuda_build(op, device);
+#endif
   if (grads.dx.defined()) {
     cpu::GemmArgs g;
     g.m = xv.rows, g.n = d_in, g.k = d_out;

@@ -5,7 +5,7 @@
 // fp32; outputs y, dx are that dtype or fp32, dw is fp32 (master gradients) or that dtype. Tensors are
 // seen as (rows, cols) matrices: leading dims collapse into rows, the last dim must be contiguous, and
 // rows may be strided (a column slice of a wider matrix works). Dispatches on the tensors' device:
-// CPU = cache-blocked OpenMP GEMM, deterministic; CUDA = not built yet (ErrorKind::unsupported).
+// CPU = cache-blocked OpenMP GEMM, deterministic; CUDA = cuBLASLt (fp32 accumulation, TF32 only on request).
 #pragma once
 
 #include "core/stream.h"

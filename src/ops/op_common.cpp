@@ -1,4 +1,4 @@
-// op_common.cpp — the CPU-only device gate, argument checks and row views shared by the op families.
+// op_common.cpp — argument checks, the no-CUDA-build error and row views shared by the op families.
 #include "ops/op_common.h"
 
 #include <string>
@@ -7,9 +7,9 @@
 
 namespace ft::ops {
 
-void require_cpu_implementation(const char* op, Device device) {
-  FT_CHECK_KIND(unsupported, device.is_cpu(), op, ": tensors are on ", device.to_string(),
-                ", but the CUDA implementation of ", op, " is not built yet (expected tensors on cpu)");
+void no_cuda_build(const char* op, Device device) {
+  FT_THROW(unsupported, op, ": tensors are on ", device.to_string(),
+           ", but this flashtrain build has no CUDA (configure with nvcc present, preset 'cuda')");
 }
 
 void check_defined(const char* op, const Tensor& t, const char* name) {
@@ -84,17 +84,21 @@ void check_token_range(const char* op, const TokenIds& ids, std::int64_t vocab, 
   const std::int64_t n = ids.numel();
   for (std::int64_t i = 0; i < n; ++i) {
     const std::int32_t id = ids.data[i];
-    if (id >= 0 && id < vocab) continue;
-    std::string position;
-    std::int64_t rest = i;
-    for (int a = static_cast<int>(ids.shape.size()) - 1; a >= 0; --a) {
-      const std::int64_t size = ids.shape[a] > 0 ? ids.shape[a] : 1;
-      position = std::to_string(rest % size) + (position.empty() ? "" : ", ") + position;
-      rest /= size;
-    }
-    FT_THROW(invalid_argument, op, ": token id ", id, " at position [", position, "] of ", name, " ",
-             shape_string(ids.shape), " is out of range: expected 0 <= id < vocab size ", vocab);
+    if (id < 0 || id >= vocab) throw_token_out_of_range(op, ids, i, id, vocab, name);
   }
+}
+
+void throw_token_out_of_range(const char* op, const TokenIds& ids, std::int64_t position, std::int32_t id,
+                              std::int64_t vocab, const char* name) {
+  std::string index;
+  std::int64_t rest = position;
+  for (int a = static_cast<int>(ids.shape.size()) - 1; a >= 0; --a) {
+    const std::int64_t size = ids.shape[a] > 0 ? ids.shape[a] : 1;
+    index = std::to_string(rest % size) + (index.empty() ? "" : ", ") + index;
+    rest /= size;
+  }
+  FT_THROW(invalid_argument, op, ": token id ", id, " at position [", index, "] of ", name, " ",
+           shape_string(ids.shape), " is out of range: expected 0 <= id < vocab size ", vocab);
 }
 
 }  // namespace ft::ops

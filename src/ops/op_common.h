@@ -1,7 +1,7 @@
 // op_common.h — internal helpers shared by the op families (linear, embedding, rmsnorm, rope, swiglu,
-// cross-entropy, optimiser updates, residual add): the device gate that stands where an op's CUDA
-// implementation will be dispatched, argument checks whose messages name what was expected and what
-// was given, and RowView, a tensor seen as a (rows, cols) matrix with a contiguous last dim.
+// cross-entropy, optimiser updates, residual add, casts): argument checks whose messages name what was
+// expected and what was given, the error a CPU-only build raises for CUDA tensors, and RowView, a tensor
+// seen as a (rows, cols) matrix with a contiguous last dim.
 #pragma once
 
 #include <cstdint>
@@ -12,9 +12,8 @@
 
 namespace ft::ops {
 
-// Returns when device is the CPU; otherwise throws ErrorKind::unsupported naming the op and saying its
-// CUDA implementation is not built yet. Every op calls it where its CUDA dispatch will go.
-void require_cpu_implementation(const char* op, Device device);
+// Throws ErrorKind::unsupported: the op was given tensors on a CUDA device, but this build has no CUDA.
+[[noreturn]] void no_cuda_build(const char* op, Device device);
 
 void check_defined(const char* op, const Tensor& t, const char* name);
 void check_dtype(const char* op, const Tensor& t, const char* name, std::initializer_list<DType> allowed);
@@ -40,8 +39,11 @@ RowView row_view(const char* op, const Tensor& t, const char* name);
 
 // Checks that ids has data (unless empty) and lives on device.
 void check_token_ids(const char* op, const TokenIds& ids, const char* name, Device device);
-// Checks every id in [0, vocab) on the host; otherwise throws invalid_argument naming the id, its
-// position (index tuple in ids.shape) and the vocabulary size.
+// Checks every id of host ids in [0, vocab); otherwise throws invalid_argument naming the id, its
+// position (index tuple in ids.shape) and the vocabulary size (ids on a CUDA device: gpu::check_token_range).
 void check_token_range(const char* op, const TokenIds& ids, std::int64_t vocab, const char* name);
+// The error check_token_range raises for id found at flat position `position` of ids.
+[[noreturn]] void throw_token_out_of_range(const char* op, const TokenIds& ids, std::int64_t position,
+                                           std::int32_t id, std::int64_t vocab, const char* name);
 
 }  // namespace ft::ops

@@ -1,9 +1,11 @@
-// residual.cpp — validation of residual adds and dispatch to the CPU kernel (cpu/residual.cpp).
+// residual.cpp — validation of residual adds and dispatch to the CPU kernel (cpu/residual.cpp) or the CUDA
+// kernel (cuda/residual.cu).
 #include "ops/residual.h"
 
 #include "core/error.h"
 #include "core/nvtx.h"
 #include "ops/cpu/cpu_ops.h"
+#include "ops/cuda/cuda_ops.h"
 #include "ops/op_common.h"
 
 namespace ft {
@@ -17,7 +19,11 @@ void residual_add(const Tensor& x, const Tensor& y, [[maybe_unused]] const Strea
   ops::check_shape(op, y, "y", x.shape());
   const ops::RowView xv = ops::row_view(op, x, "x");
   const ops::RowView yv = ops::row_view(op, y, "y");
-  ops::require_cpu_implementation(op, x.device());
+#if FT_HAS_CUDA
+  if (x.device().is_cuda()) return gpu::residual_add(xv, yv, x.device(), stream);
+#else
+  if (x.device().is_cuda()) ops::no_cuda_build(op, x.device());
+#endif
   cpu::residual_add(xv, yv);
 }
 

@@ -1,9 +1,11 @@
-// rmsnorm.cpp — validation of RMSNorm calls and dispatch to the CPU kernels (cpu/rmsnorm.cpp).
+// rmsnorm.cpp — validation of RMSNorm calls and dispatch to the CPU kernels (cpu/rmsnorm.cpp) or the CUDA
+// kernels (cuda/rmsnorm.cu).
 #include "ops/rmsnorm.h"
 
 #include "core/error.h"
 #include "core/nvtx.h"
 #include "ops/cpu/cpu_ops.h"
+#include "ops/cuda/cuda_ops.h"
 #include "ops/op_common.h"
 
 namespace ft {
@@ -47,7 +49,13 @@ void rmsnorm_forward(const Tensor& y, const Tensor& rstd, const Tensor& x, const
   NvtxRange range(op);
   const ops::RowView xv = validate_inputs(op, x, w, rstd, options);
   const ops::RowView yv = like_x(op, y, "y", x, {DType::f32, DType::bf16});
-  ops::require_cpu_implementation(op, x.device());
+#if FT_HAS_CUDA
+  if (x.device().is_cuda())
+    return gpu::rmsnorm_forward(yv, rstd.data_as<float>(), xv, w.data_as<float>(), options.eps, x.device(),
+                                options.stream);
+#else
+  if (x.device().is_cuda()) ops::no_cuda_build(op, x.device());
+#endif
   cpu::rmsnorm_forward(yv, rstd.data_as<float>(), xv, w.data_as<float>(), options.eps);
 }
 
@@ -67,7 +75,13 @@ void rmsnorm_backward(const RmsNormGrads& grads, const Tensor& dy, const Tensor&
     ops::check_contiguous(op, grads.dw, "dw");
     dw = grads.dw.data_as<float>();
   }
-  ops::require_cpu_implementation(op, x.device());
+#if FT_HAS_CUDA
+  if (x.device().is_cuda())
+    return gpu::rmsnorm_backward(dxv, grads.accumulate_dx, dw, grads.accumulate_dw, dyv, xv, w.data_as<float>(),
+                                 rstd.data_as<float>(), x.device(), options.stream);
+#else
+  if (x.device().is_cuda()) ops::no_cuda_build(op, x.device());
+#endif
   cpu::rmsnorm_backward(dxv, grads.accumulate_dx, dw, grads.accumulate_dw, dyv, xv, w.data_as<float>(),
                         rstd.data_as<float>());
 }

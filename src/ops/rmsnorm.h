@@ -4,8 +4,8 @@
 //             dw (d) (+)= sum over rows of dy * xhat   (row order fixed: deterministic)
 // x, w, rstd, dx, dw are fp32; y and dy are fp32 or bf16 (bf16 when the norm feeds a bf16 GEMM in mixed
 // precision — the cast is fused). rows = x.numel() / d; rstd is any contiguous fp32 tensor of rows
-// elements, kept by the caller between forward and backward. Dispatches on the device: CPU here; CUDA =
-// not built yet (ErrorKind::unsupported).
+// elements, kept by the caller between forward and backward. Dispatches on the device: CPU or CUDA
+// (dw reduced over fixed row groups in a fixed order: deterministic too).
 #pragma once
 
 #include "core/stream.h"

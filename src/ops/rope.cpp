@@ -1,4 +1,5 @@
-// rope.cpp — validation of RoPE calls and dispatch to the CPU kernel (cpu/rope.cpp).
+// rope.cpp — validation of RoPE calls and dispatch to the CPU kernel (cpu/rope.cpp) or the CUDA kernel
+// (cuda/rope.cu).
 #include "ops/rope.h"
 
 #include <cmath>
@@ -6,6 +7,7 @@
 #include "core/error.h"
 #include "core/nvtx.h"
 #include "ops/cpu/cpu_ops.h"
+#include "ops/cuda/cuda_ops.h"
 #include "ops/op_common.h"
 
 namespace ft {
@@ -31,7 +33,11 @@ void rope_forward(const Tensor& x, const RopeOptions& options) {
   constexpr const char* op = "rope_forward";
   NvtxRange range(op);
   validate(op, x, "x", options);
-  ops::require_cpu_implementation(op, x.device());
+#if FT_HAS_CUDA
+  if (x.device().is_cuda()) return gpu::rope(x, options.theta, options.position_offset, false, options.stream);
+#else
+  if (x.device().is_cuda()) ops::no_cuda_build(op, x.device());
+#endif
   cpu::rope(x, options.theta, options.position_offset, false);
 }
 
@@ -39,7 +45,11 @@ void rope_backward(const Tensor& dx, const RopeOptions& options) {
   constexpr const char* op = "rope_backward";
   NvtxRange range(op);
   validate(op, dx, "dx", options);
-  ops::require_cpu_implementation(op, dx.device());
+#if FT_HAS_CUDA
+  if (dx.device().is_cuda()) return gpu::rope(dx, options.theta, options.position_offset, true, options.stream);
+#else
+  if (dx.device().is_cuda()) ops::no_cuda_build(op, dx.device());
+#endif
   cpu::rope(dx, options.theta, options.position_offset, true);
 }
 

@@ -4,8 +4,8 @@
 //   backward  the inverse rotation (the transpose), applied in place to the gradient.
 // x is (B, H, T, Dh) logically, with any strides and a contiguous last dim, so both (B, H, T, Dh) and
 // (B, T, H, Dh) memory layouts work (pass the latter as permute({0, 2, 1, 3})); Dh even; fp32, bf16 or
-// fp16 (rotated in fp32, rounded once). Angles are computed in double. Dispatches on the device: CPU
-// here; CUDA = not built yet (ErrorKind::unsupported).
+// fp16 (rotated in fp32, rounded once). Angles are computed in double (a (T, Dh/2) table of fp32 cos/sin
+// on both devices). Dispatches on the device: CPU or CUDA.
 #pragma once
 
 #include <cstdint>

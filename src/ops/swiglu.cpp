@@ -1,9 +1,11 @@
-// swiglu.cpp — validation of SwiGLU calls and dispatch to the CPU kernels (cpu/swiglu.cpp).
+// swiglu.cpp — validation of SwiGLU calls and dispatch to the CPU kernels (cpu/swiglu.cpp) or the CUDA
+// kernels (cuda/swiglu.cu).
 #include "ops/swiglu.h"
 
 #include "core/error.h"
 #include "core/nvtx.h"
 #include "ops/cpu/cpu_ops.h"
+#include "ops/cuda/cuda_ops.h"
 #include "ops/op_common.h"
 
 namespace ft {
@@ -29,7 +31,11 @@ void swiglu_forward(const Tensor& h, const Tensor& a, const Tensor& b, [[maybe_u
   const ops::RowView av = ops::row_view(op, a, "a");
   const ops::RowView bv = like_a(op, b, "b", a);
   const ops::RowView hv = like_a(op, h, "h", a);
-  ops::require_cpu_implementation(op, a.device());
+#if FT_HAS_CUDA
+  if (a.device().is_cuda()) return gpu::swiglu_forward(hv, av, bv, a.device(), stream);
+#else
+  if (a.device().is_cuda()) ops::no_cuda_build(op, a.device());
+#endif
   cpu::swiglu_forward(hv, av, bv);
 }
 
@@ -43,7 +49,11 @@ void swiglu_backward(const Tensor& da, const Tensor& db, const Tensor& dh, const
   const ops::RowView dhv = like_a(op, dh, "dh", a);
   const ops::RowView dav = like_a(op, da, "da", a);
   const ops::RowView dbv = like_a(op, db, "db", a);
-  ops::require_cpu_implementation(op, a.device());
+#if FT_HAS_CUDA
+  if (a.device().is_cuda()) return gpu::swiglu_backward(dav, dbv, dhv, av, bv, a.device(), stream);
+#else
+  if (a.device().is_cuda()) ops::no_cuda_build(op, a.device());
+#endif
   cpu::swiglu_backward(dav, dbv, dhv, av, bv);
 }
 

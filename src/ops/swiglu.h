@@ -5,7 +5,7 @@
 // a, b, h, dh, da, db: one shape (..., d_ff), one dtype (fp32, bf16 or fp16; computed in fp32), last dim
 // contiguous, rows possibly strided (a and b may be the two halves of one fused (rows, 2 d_ff) GEMM
 // output). An output may share memory with an input element for element (e.g. da written over a).
-// Dispatches on the device: CPU here; CUDA = not built yet (ErrorKind::unsupported).
+// Dispatches on the device: CPU or CUDA.
 #pragma once
 
 #include "core/stream.h"

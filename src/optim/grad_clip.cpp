@@ -1,5 +1,5 @@
 // grad_clip.cpp — global-norm gradient clipping: validation and dispatch to the CPU sums and scaling
-// (cpu/optimizer.cpp).
+// (cpu/optimizer.cpp) or the CUDA ones (cuda/optimizer.cu).
 #include "optim/grad_clip.h"
 
 #include <cmath>
@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "core/nvtx.h"
 #include "ops/cpu/cpu_ops.h"
+#include "ops/cuda/cuda_ops.h"
 #include "ops/op_common.h"
 
 namespace ft {
@@ -16,21 +17,31 @@ namespace {
 
 constexpr double kClipEps = 1e-6;  // the reference's guard in max_norm / (norm + eps)
 
-void validate(const char* op, const std::vector<Tensor>& tensors) {
+// Checks every tensor: fp32, contiguous, on the device of the first; returns that device (cpu for none).
+Device validate(const char* op, const std::vector<Tensor>& tensors) {
   for (std::size_t i = 0; i < tensors.size(); ++i) {
     const std::string name = "tensor " + std::to_string(i);
     ops::check_dtype(op, tensors[i], name.c_str(), {DType::f32});
     ops::check_contiguous(op, tensors[i], name.c_str());
-    ops::require_cpu_implementation(op, tensors[i].device());
+    ops::check_device(op, tensors[i], name.c_str(), tensors.front().device());
   }
+  const Device device = tensors.empty() ? Device::cpu() : tensors.front().device();
+#if !FT_HAS_CUDA
+  if (device.is_cuda()) ops::no_cuda_build(op, device);
+#endif
+  return device;
 }
 
 }  // namespace
 
-double grad_sum_squares(const std::vector<Tensor>& grads, [[maybe_unused]] const Stream& stream) {
+double grad_sum_squares(const std::vector<Tensor>& grads, const Stream& stream) {
   constexpr const char* op = "grad_sum_squares";
   NvtxRange range(op);
+#if FT_HAS_CUDA
+  if (validate(op, grads).is_cuda()) return gpu::sum_squares(grads, stream);
+#else
   validate(op, grads);
+#endif
   double total = 0;
   for (const Tensor& g : grads) total += cpu::sum_squares(g.data_as<float>(), g.numel());
   return total;
@@ -42,11 +53,17 @@ double clip_factor(double norm, double max_norm) {
   return norm > max_norm ? max_norm / (norm + kClipEps) : 1.0;
 }
 
-void scale_tensors(const std::vector<Tensor>& tensors, double factor, [[maybe_unused]] const Stream& stream) {
+void scale_tensors(const std::vector<Tensor>& tensors, double factor, const Stream& stream) {
   constexpr const char* op = "scale_tensors";
   NvtxRange range(op);
-  validate(op, tensors);
+  [[maybe_unused]] const Device device = validate(op, tensors);
   FT_CHECK(std::isfinite(factor), op, ": factor must be finite, given ", factor);
+#if FT_HAS_CUDA
+  if (device.is_cuda()) {
+    for (const Tensor& t : tensors) gpu::scale(t.data_as<float>(), t.numel(), factor, device, stream);
+    return;
+  }
+#endif
   for (const Tensor& t : tensors) cpu::scale(t.data_as<float>(), t.numel(), factor);
 }
 

@@ -2,8 +2,8 @@
 //   norm = sqrt(sum over all tensors of sum g^2);  if norm > max_norm: g <- g * max_norm / (norm + 1e-6)
 // (the reference gradient_clipping; torch.nn.utils.clip_grad_norm_ computes the same factor). The pieces
 // are exposed for data-parallel callers, which all-reduce the sum of squares between the two steps.
-// Sums are taken in double over fixed-size chunks in a fixed order: deterministic. Dispatches on the
-// device: CPU here; CUDA = not built yet (ErrorKind::unsupported).
+// Sums are taken in double over fixed-size chunks in a fixed order: deterministic. The tensors of one call
+// share a device. Dispatches on it: CPU or CUDA (the sum of squares synchronises the stream).
 #pragma once
 
 #include <vector>

@@ -1,0 +1,109 @@
+// cross_entropy.cu — CUDA mean cross-entropy with the fused softmax backward, as on the CPU: one block per
+// row makes three passes (max; sum of exp(x - max) in double; dlogits = (exp(x - max) / sum - onehot) *
+// scale, in place over the logits when asked), writing the row's loss (double); one block then sums the
+// row losses in a fixed order and the host reads the mean back (this synchronises the stream).
+#include <cmath>
+#include <cstdint>
+
+#include "core/buffer.h"
+#include "ops/cuda/common.cuh"
+#include "ops/cuda/cuda_ops.h"
+
+namespace ft::gpu {
+
+namespace {
+
+constexpr int kMeanThreads = 1024;
+
+// loss (rows) double; dl (rows, V) T or null (may alias x, fp32); N-element packs of a row.
+template <class T, int N>
+__global__ void row_kernel(const float* x_base, std::int64_t x_stride, const std::int32_t* __restrict__ targets,
+                           T* dl_base, std::int64_t dl_stride, std::int64_t V, float scale,
+                           double* __restrict__ loss) {
+  __shared__ float max_scratch[32];
+  __shared__ double sum_scratch[32];
+  const std::int64_t r = blockIdx.x;
+  const float* x = x_base + r * x_stride;  // (V)
+  const std::int32_t target = targets[r];
+  const float x_target = x[target];  // read before any thread overwrites the row (two reductions below sync)
+
+  float m = -INFINITY;
+  for (std::int64_t c = threadIdx.x * N; c < V; c += blockDim.x * N) {
+    const Pack<float, N> v = load_pack<N>(x + c);
+#pragma unroll
+    for (int i = 0; i < N; ++i) m = fmaxf(m, v.v[i]);
+  }
+  m = block_reduce(m, MaxOp{}, max_scratch);
+  double sum = 0;
+  for (std::int64_t c = threadIdx.x * N; c < V; c += blockDim.x * N) {
+    const Pack<float, N> v = load_pack<N>(x + c);
+#pragma unroll
+    for (int i = 0; i < N; ++i) sum += expf(v.v[i] - m);
+  }
+  sum = block_reduce(sum, SumOp{}, sum_scratch);
+  if (threadIdx.x == 0) loss[r] = (static_cast<double>(m) + log(sum)) - x_target;
+  if (!dl_base) return;
+  T* dl = dl_base + r * dl_stride;  // (V)
+  const float inv_sum = static_cast<float>(1.0 / sum);
+  for (std::int64_t c = threadIdx.x * N; c < V; c += blockDim.x * N) {
+    const Pack<float, N> v = load_pack<N>(x + c);
+    Pack<T, N> out;
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+      const float p = expf(v.v[i] - m) * inv_sum;
+      out.v[i] = from_f32<T>((p - (c + i == target ? 1.0f : 0.0f)) * scale);
+    }
+    store_pack<N>(dl + c, out);
+  }
+}
+
+// mean (1) <- sum of loss (rows) / rows, summed in a fixed order.
+__global__ void __launch_bounds__(kMeanThreads) mean_kernel(const double* __restrict__ loss, std::int64_t rows,
+                                                            double* __restrict__ mean) {
+  __shared__ double scratch[32];
+  double sum = 0;
+  for (std::int64_t r = threadIdx.x; r < rows; r += kMeanThreads) sum += loss[r];
+  sum = block_reduce(sum, SumOp{}, scratch);
+  if (threadIdx.x == 0) *mean = sum / static_cast<double>(rows);
+}
+
+int row_threads(std::int64_t V) { return V >= 16384 ? 1024 : V >= 2048 ? 512 : V >= 256 ? 128 : 32; }
+
+}  // namespace
+
+double cross_entropy(const ops::RowView& logits, const std::int32_t* targets, const ops::RowView& dlogits,
+                     double grad_scale, Device device, const Stream& stream) {
+  const std::int64_t rows = logits.rows, V = logits.cols;
+  FT_CHECK(rows <= 0x7fffffff, "cross_entropy: at most 2^31 - 1 rows per call, given ", rows);
+  CudaDeviceGuard guard(device.index);
+  const cudaStream_t s = cuda_stream(stream);
+  const float scale = static_cast<float>(grad_scale / static_cast<double>(rows));
+  Buffer loss(static_cast<std::size_t>(rows + 1) * sizeof(double), device, "cross-entropy losses", stream);
+  auto* row_loss = static_cast<double*>(loss.data());  // (rows), then the mean
+  const auto* x = static_cast<const float*>(logits.data);
+  const bool has_dl = dlogits.data != nullptr;
+  const DType dl_dtype = has_dl ? dlogits.dtype : DType::f32;
+  with_cuda_dtype(dl_dtype, [&](auto tag) {
+    using T = decltype(tag);
+    auto* dl = static_cast<T*>(dlogits.data);
+    const bool packs = V % 4 == 0 && logits.row_stride % 4 == 0 && pack_aligned(x, 4, sizeof(float)) &&
+                       (!has_dl || (dlogits.row_stride % 4 == 0 && pack_aligned(dl, 4, sizeof(T))));
+    const auto blocks = static_cast<unsigned>(rows);
+    const int threads = row_threads(V);
+    if (packs)
+      row_kernel<T, 4><<<blocks, threads, 0, s>>>(x, logits.row_stride, targets, dl, dlogits.row_stride, V, scale,
+                                                   row_loss);
+    else
+      row_kernel<T, 1><<<blocks, threads, 0, s>>>(x, logits.row_stride, targets, dl, dlogits.row_stride, V, scale,
+                                                   row_loss);
+  });
+  FT_CUDA_CHECK_LAUNCH();
+  mean_kernel<<<1, kMeanThreads, 0, s>>>(row_loss, rows, row_loss + rows);
+  FT_CUDA_CHECK_LAUNCH();
+  double mean = 0;
+  FT_CUDA_CHECK(cudaMemcpyAsync(&mean, row_loss + rows, sizeof(mean), cudaMemcpyDeviceToHost, s));
+  FT_CUDA_CHECK(cudaStreamSynchronize(s));
+  return mean;
+}
+
+}  // namespace ft::gpu

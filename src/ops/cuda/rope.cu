@@ -1,0 +1,96 @@
+// rope.cu — CUDA rotary embedding on interleaved pairs, in place. A first kernel fills a (T, Dh/2) table
+// of (cos, sin) computed in double and rounded to fp32 (the CPU's table, value for value); the second
+// rotates every pair of every (b, h, t) row through the tensor's strides, two pairs per thread in one
+// pack where the strides allow, with the CPU's unfused fp32 products.
+#include <cstdint>
+
+#include "core/buffer.h"
+#include "ops/cuda/common.cuh"
+#include "ops/cuda/cuda_ops.h"
+
+namespace ft::gpu {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+// table (T, half) <- (cos, sin) of (offset + t) * theta^(-2i / Dh); sin negated for the inverse.
+__global__ void table_kernel(float2* __restrict__ table, std::int64_t T, std::int64_t half, std::int64_t Dh,
+                             double theta, std::int64_t offset, bool inverse) {
+  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < T * half;
+       e += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t t = e / half, i = e % half;
+    const double inv_freq = pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(Dh));
+    const double angle = static_cast<double>(offset + t) * inv_freq;
+    double sin_a = 0, cos_a = 0;
+    sincos(angle, &sin_a, &cos_a);
+    table[e] = make_float2(static_cast<float>(cos_a), static_cast<float>(inverse ? -sin_a : sin_a));
+  }
+}
+
+// x (B, H, T, Dh) strided; kPairs consecutive pairs per thread (kPairs > 1: one pack of 2 kPairs elements;
+// 1: element accesses, any strides).
+template <class E, int kPairs>
+__global__ void rotate_kernel(E* x, std::int64_t H, std::int64_t T, std::int64_t half, std::int64_t sb,
+                              std::int64_t sh, std::int64_t st, const float2* __restrict__ table,
+                              std::int64_t groups /* B H T half / kPairs */) {
+  constexpr int N = 2 * kPairs;
+  const std::int64_t per_row = half / kPairs;
+  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < groups;
+       e += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t row = e / per_row, i0 = (e % per_row) * kPairs;
+    const std::int64_t t = row % T, h = row / T % H, b = row / (T * H);
+    E* v = x + b * sb + h * sh + t * st + 2 * i0;  // (2 kPairs)
+    const float2* cs = table + t * half + i0;      // (kPairs)
+    Pack<E, N> p;
+    if constexpr (kPairs > 1) {
+      p = load_pack<N>(v);
+    } else {
+      p.v[0] = v[0];
+      p.v[1] = v[1];
+    }
+#pragma unroll
+    for (int k = 0; k < kPairs; ++k) {
+      const float x0 = to_f32(p.v[2 * k]), x1 = to_f32(p.v[2 * k + 1]);
+      const float c = cs[k].x, s = cs[k].y;
+      p.v[2 * k] = from_f32<E>(__fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s)));
+      p.v[2 * k + 1] = from_f32<E>(__fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c)));
+    }
+    if constexpr (kPairs > 1) {
+      store_pack<N>(v, p);
+    } else {
+      v[0] = p.v[0];
+      v[1] = p.v[1];
+    }
+  }
+}
+
+}  // namespace
+
+void rope(const Tensor& x, double theta, std::int64_t position_offset, bool inverse, const Stream& stream) {
+  const std::int64_t B = x.size(0), H = x.size(1), T = x.size(2), Dh = x.size(3), half = Dh / 2;
+  if (B * H * T * half == 0) return;
+  const Device device = x.device();
+  CudaDeviceGuard guard(device.index);
+  const cudaStream_t s = cuda_stream(stream);
+  Buffer table(static_cast<std::size_t>(T * half) * sizeof(float2), device, "rope table", stream);  // (T, half)
+  auto* tp = static_cast<float2*>(table.data());
+  table_kernel<<<grid_for(T * half, kThreads), kThreads, 0, s>>>(tp, T, half, Dh, theta, position_offset, inverse);
+  FT_CUDA_CHECK_LAUNCH();
+  const std::int64_t sb = x.stride(0), sh = x.stride(1), st = x.stride(2);
+  with_cuda_dtype(x.dtype(), [&](auto tag) {
+    using E = decltype(tag);
+    auto* xp = static_cast<E*>(x.data());
+    const bool packs = half % 2 == 0 && (B == 1 || sb % 4 == 0) && (H == 1 || sh % 4 == 0) &&
+                       (T == 1 || st % 4 == 0) && pack_aligned(xp, 4, sizeof(E));
+    const std::int64_t pairs = B * H * T * half;
+    if (packs)
+      rotate_kernel<E, 2><<<grid_for(pairs / 2, kThreads), kThreads, 0, s>>>(xp, H, T, half, sb, sh, st, tp,
+                                                                              pairs / 2);
+    else
+      rotate_kernel<E, 1><<<grid_for(pairs, kThreads), kThreads, 0, s>>>(xp, H, T, half, sb, sh, st, tp, pairs);
+  });
+  FT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace ft::gpu

@@ -1,0 +1,433 @@
+// test_ops_cuda.cpp — every model op's CUDA implementation against its CPU implementation on the same
+// inputs: linear (fp32 with TF32 off, bf16 operands with fp32 / bf16 outputs, strided rows, accumulation),
+// embedding (bit-identical forward and backward, repeated ids), RMSNorm, RoPE (both memory layouts, offset),
+// SwiGLU (in place), cross-entropy (vocab 97 to 50257, in-place / bf16 / no dlogits), residual add,
+// AdamW, SGD, casts and fills, gradient clipping; vectorised and scalar paths (aligned and unaligned
+// shapes); determinism (two runs bit-identical); ids out of range raise before anything is written.
+// Run on a GPU machine: ./build/bin/gpu_test_ops_cuda
+#include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/buffer.h"
+#include "core/error.h"
+#include "core/half.h"
+#include "core/tensor_io.h"
+#include "ops/adamw.h"
+#include "ops/cast.h"
+#include "ops/cross_entropy.h"
+#include "ops/embedding.h"
+#include "ops/linear.h"
+#include "ops/residual.h"
+#include "ops/rmsnorm.h"
+#include "ops/rope.h"
+#include "ops/swiglu.h"
+#include "optim/grad_clip.h"
+
+namespace ft {
+namespace {
+
+const Device kGpu = Device::cuda(0);
+
+// n normal(0, scale) draws rounded to dtype, so host and device tensors hold them exactly.
+std::vector<double> normals(std::size_t n, std::uint64_t seed, DType dtype = DType::f32, double scale = 1.0) {
+  std::mt19937_64 gen(seed);
+  std::normal_distribution<double> normal(0.0, scale);
+  std::vector<double> x(n);
+  for (auto& v : x) {
+    const auto f = static_cast<float>(normal(gen));
+    v = dtype == DType::bf16 ? to_float(to_bf16(f)) : dtype == DType::f16 ? to_float(to_f16(f)) : f;
+  }
+  return x;
+}
+
+// One tensor on the host and its copy on the GPU, (shape) of dtype, holding seeded normals.
+struct Pair {
+  OwnedTensor cpu, gpu;
+};
+
+Pair pair(const Shape& shape, DType dtype, std::uint64_t seed, double scale = 1.0) {
+  Pair p{OwnedTensor(shape, dtype, Device::cpu(), "test"), OwnedTensor(shape, dtype, kGpu, "test")};
+  write_from_double(p.cpu, normals(static_cast<std::size_t>(shape_numel(shape)), seed, dtype, scale));
+  copy(p.gpu, p.cpu);
+  return p;
+}
+
+// The first `cols` columns of the last dim (strided rows when cols < the stored width).
+Tensor first_cols(const Tensor& t, std::int64_t cols) { return t.narrow(t.dim() - 1, 0, cols); }
+
+// Fails unless max |got - expected| <= tol * max |expected| (max |expected| > 0), naming the worst element.
+void expect_close(const std::vector<double>& got, const std::vector<double>& expected, double tol,
+                  const std::string& what) {
+  ASSERT_EQ(got.size(), expected.size()) << what;
+  double top = 0, worst = 0;
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    ASSERT_FALSE(std::isnan(got[i])) << what << ": NaN at " << i;
+    top = std::max(top, std::fabs(expected[i]));
+    const double diff = std::fabs(got[i] - expected[i]);
+    if (diff > worst) worst = diff, at = i;
+  }
+  ASSERT_GT(top, 0.0) << what << ": the reference is all zeros";
+  EXPECT_LE(worst, tol * top) << what << ": max |diff| " << worst << " at " << at << " (got " << got[at]
+                              << ", expected " << expected[at] << "), max |expected| " << top << ", tolerance " << tol;
+}
+
+void expect_close(const Tensor& got, const Tensor& expected, double tol, const std::string& what) {
+  expect_close(read_as_double(got), read_as_double(expected), tol, what);
+}
+
+void expect_equal(const Tensor& got, const Tensor& expected, const std::string& what) {
+  const auto g = read_as_double(got), e = read_as_double(expected);
+  ASSERT_EQ(g.size(), e.size()) << what;
+  for (std::size_t i = 0; i < g.size(); ++i) ASSERT_EQ(g[i], e[i]) << what << " [" << i << "]";
+}
+
+// Token ids on the host and the GPU.
+struct Ids {
+  std::vector<std::int32_t> host;
+  Buffer device;
+  Shape shape;
+  Ids(std::vector<std::int32_t> values, Shape s)
+      : host(std::move(values)), device(host.size() * sizeof(std::int32_t), kGpu, "test ids"), shape(std::move(s)) {
+    EXPECT_EQ(cudaMemcpy(device.data(), host.data(), host.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice),
+              cudaSuccess);
+  }
+  TokenIds cpu() const { return {host.data(), shape, Device::cpu()}; }
+  TokenIds gpu() const { return {static_cast<const std::int32_t*>(device.data()), shape, kGpu}; }
+};
+
+Ids random_ids(Shape shape, std::int64_t vocab, std::uint64_t seed) {
+  std::mt19937_64 gen(seed);
+  std::uniform_int_distribution<std::int32_t> id(0, static_cast<std::int32_t>(vocab - 1));
+  std::vector<std::int32_t> v(static_cast<std::size_t>(shape_numel(shape)));
+  for (auto& x : v) x = id(gen);
+  return Ids(std::move(v), std::move(shape));
+}
+
+// ---- linear --------------------------------------------------------------------------------------
+
+struct LinearCase {
+  DType dtype;
+  DType out;  // y and dx dtype
+  std::int64_t d_in, d_out, pad;  // pad > 0: x is a column slice of a wider matrix
+};
+
+class LinearCuda : public ::testing::TestWithParam<LinearCase> {};
+
+TEST_P(LinearCuda, MatchesCpu) {
+  const LinearCase c = GetParam();
+  const Shape lead = {3, 13};
+  const Pair x_store = pair({3, 13, c.d_in + c.pad}, c.dtype, 1);
+  const Pair w = pair({c.d_out, c.d_in}, c.dtype, 2, 0.1);
+  const Pair dy = pair({3, 13, c.d_out}, c.dtype, 3);
+  const Tensor x_cpu = first_cols(x_store.cpu, c.d_in), x_gpu = first_cols(x_store.gpu, c.d_in);
+  const Pair y = pair({3, 13, c.d_out}, c.out, 4), dx = pair({3, 13, c.d_in}, c.out, 5);
+  const Pair dw = pair({c.d_out, c.d_in}, DType::f32, 6);  // accumulated into
+
+  linear_forward(y.cpu, x_cpu, w.cpu);
+  linear_forward(y.gpu, x_gpu, w.gpu);
+  const bool exact_out = c.out == DType::f32;
+  expect_close(y.gpu, y.cpu, exact_out ? 1e-5 : 1e-2, "y");
+
+  linear_backward({dx.cpu, dw.cpu, true}, dy.cpu, x_cpu, w.cpu);
+  linear_backward({dx.gpu, dw.gpu, true}, dy.gpu, x_gpu, w.gpu);
+  expect_close(dx.gpu, dx.cpu, exact_out ? 1e-5 : 1e-2, "dx");
+  expect_close(dw.gpu, dw.cpu, 1e-5, "dw (accumulated)");
+
+  // Overwriting dw, twice: bit-identical runs.
+  linear_backward({Tensor(), dw.cpu, false}, dy.cpu, x_cpu, w.cpu);
+  linear_backward({Tensor(), dw.gpu, false}, dy.gpu, x_gpu, w.gpu);
+  expect_close(dw.gpu, dw.cpu, 1e-5, "dw");
+  const auto first = read_as_double(dw.gpu);
+  linear_backward({Tensor(), dw.gpu, false}, dy.gpu, x_gpu, w.gpu);
+  EXPECT_EQ(read_as_double(dw.gpu), first) << "dw differs between two runs";
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, LinearCuda,
+                         ::testing::Values(LinearCase{DType::f32, DType::f32, 64, 48, 0},
+                                           LinearCase{DType::f32, DType::f32, 72, 40, 24},
+                                           LinearCase{DType::f32, DType::f32, 37, 21, 3},
+                                           LinearCase{DType::bf16, DType::f32, 64, 48, 64},
+                                           LinearCase{DType::bf16, DType::bf16, 96, 40, 0}));
+
+// ---- embedding ----------------------------------------------------------------------------------
+
+class EmbeddingCuda : public ::testing::TestWithParam<std::tuple<std::int64_t, std::int64_t>> {};
+
+TEST_P(EmbeddingCuda, ForwardAndBackwardAreBitIdenticalToCpu) {
+  const auto [vocab, d] = GetParam();
+  const Ids ids = random_ids({4, 37}, vocab, 7);  // many repeats when vocab is small
+  const Pair weight = pair({vocab, d}, DType::f32, 8);
+  const Pair out = pair({4, 37, d}, DType::f32, 9);
+  embedding_forward(out.cpu, ids.cpu(), weight.cpu);
+  embedding_forward(out.gpu, ids.gpu(), weight.gpu);
+  expect_equal(out.gpu, out.cpu, "out");
+
+  const Pair dout = pair({4, 37, d}, DType::f32, 10);
+  const Pair dw = pair({vocab, d}, DType::f32, 11);
+  embedding_backward(dw.cpu, ids.cpu(), dout.cpu, true);
+  embedding_backward(dw.gpu, ids.gpu(), dout.gpu, true);
+  expect_equal(dw.gpu, dw.cpu, "dweight (accumulated)");
+  embedding_backward(dw.cpu, ids.cpu(), dout.cpu, false);
+  embedding_backward(dw.gpu, ids.gpu(), dout.gpu, false);
+  expect_equal(dw.gpu, dw.cpu, "dweight");
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, EmbeddingCuda,
+                         ::testing::Values(std::make_tuple(std::int64_t{5}, std::int64_t{64}),
+                                           std::make_tuple(std::int64_t{97}, std::int64_t{36}),
+                                           std::make_tuple(std::int64_t{50}, std::int64_t{1030}),
+                                           std::make_tuple(std::int64_t{3000}, std::int64_t{33})));
+
+TEST(EmbeddingCuda, IdsOutOfRangeRaiseBeforeAnythingIsWritten) {
+  const Ids ids({0, 3, 9, 2, 10, 1}, {2, 3});
+  const Pair weight = pair({10, 8}, DType::f32, 12);
+  const Pair out = pair({2, 3, 8}, DType::f32, 13);
+  const auto before = read_as_double(out.gpu);
+  try {
+    embedding_forward(out.gpu, ids.gpu(), weight.gpu);
+    ADD_FAILURE() << "no error for id 10 with vocab 10";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::invalid_argument);
+    for (const char* part : {"embedding_forward", "token id 10", "[1, 1]", "vocab size 10"})
+      EXPECT_NE(e.message().find(part), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(read_as_double(out.gpu), before);
+}
+
+// ---- RMSNorm -----------------------------------------------------------------------------------
+
+class RmsNormCuda : public ::testing::TestWithParam<std::tuple<std::int64_t, std::int64_t, DType>> {};
+
+TEST_P(RmsNormCuda, MatchesCpu) {
+  const auto [d, pad, ydtype] = GetParam();
+  const Pair x_store = pair({3, 7, d + pad}, DType::f32, 20);
+  const Tensor x_cpu = first_cols(x_store.cpu, d), x_gpu = first_cols(x_store.gpu, d);
+  const Pair w = pair({d}, DType::f32, 21);
+  const Pair y = pair({3, 7, d}, ydtype, 22), rstd = pair({3, 7}, DType::f32, 23);
+  rmsnorm_forward(y.cpu, rstd.cpu, x_cpu, w.cpu);
+  rmsnorm_forward(y.gpu, rstd.gpu, x_gpu, w.gpu);
+  expect_close(rstd.gpu, rstd.cpu, 1e-6, "rstd");
+  expect_close(y.gpu, y.cpu, ydtype == DType::f32 ? 1e-6 : 1e-2, "y");
+
+  const Pair dy = pair({3, 7, d}, ydtype, 24);
+  const Pair dx = pair({3, 7, d}, DType::f32, 25), dw = pair({d}, DType::f32, 26);
+  for (bool accumulate : {true, false}) {
+    rmsnorm_backward({dx.cpu, dw.cpu, accumulate, accumulate}, dy.cpu, x_cpu, w.cpu, rstd.cpu);
+    rmsnorm_backward({dx.gpu, dw.gpu, accumulate, accumulate}, dy.gpu, x_gpu, w.gpu, rstd.gpu);
+    const std::string tag = accumulate ? " (accumulated)" : "";
+    expect_close(dx.gpu, dx.cpu, 1e-5, "dx" + tag);
+    expect_close(dw.gpu, dw.cpu, 1e-5, "dw" + tag);
+  }
+  const auto first = read_as_double(dw.gpu);
+  rmsnorm_backward({Tensor(), dw.gpu, false, false}, dy.gpu, x_gpu, w.gpu, rstd.gpu);
+  EXPECT_EQ(read_as_double(dw.gpu), first) << "dw differs between two runs";
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormCuda,
+                         ::testing::Values(std::make_tuple(std::int64_t{64}, std::int64_t{0}, DType::f32),
+                                           std::make_tuple(std::int64_t{768}, std::int64_t{256}, DType::bf16),
+                                           std::make_tuple(std::int64_t{50}, std::int64_t{3}, DType::f32),
+                                           std::make_tuple(std::int64_t{2600}, std::int64_t{0}, DType::f32)));
+
+// ---- RoPE ----------------------------------------------------------------------------------------
+
+class RopeCuda : public ::testing::TestWithParam<std::tuple<DType, bool, std::int64_t>> {};
+
+TEST_P(RopeCuda, ForwardAndBackwardMatchCpu) {
+  const auto [dtype, bthd, Dh] = GetParam();
+  const std::int64_t B = 2, H = 3, T = 9;
+  // (B, H, T, Dh), or a (B, T, 3, H, Dh) buffer like the model's fused QKV seen as (B, H, T, Dh).
+  const Pair store = bthd ? pair({B, T, 3, H, Dh}, dtype, 30) : pair({B, H, T, Dh}, dtype, 30);
+  auto view = [&](const Tensor& t) {
+    if (!bthd) return t;
+    return Tensor(static_cast<char*>(t.data()) + H * Dh * size_of(dtype), dtype, t.device(), {B, H, T, Dh},
+                  {T * 3 * H * Dh, Dh, 3 * H * Dh, 1});  // the k part
+  };
+  RopeOptions options;
+  options.position_offset = 5;
+  rope_forward(view(store.cpu), options);
+  rope_forward(view(store.gpu), options);
+  const double tol = dtype == DType::f32 ? 1e-6 : 1e-2;
+  expect_close(store.gpu, store.cpu, tol, "rope forward");
+  rope_backward(view(store.cpu), options);
+  rope_backward(view(store.gpu), options);
+  expect_close(store.gpu, store.cpu, tol, "rope backward");
+}
+
+INSTANTIATE_TEST_SUITE_P(Layouts, RopeCuda,
+                         ::testing::Values(std::make_tuple(DType::f32, false, std::int64_t{16}),
+                                           std::make_tuple(DType::f32, true, std::int64_t{64}),
+                                           std::make_tuple(DType::bf16, true, std::int64_t{64}),
+                                           std::make_tuple(DType::f16, false, std::int64_t{6}),
+                                           std::make_tuple(DType::f32, true, std::int64_t{10})));
+
+// ---- SwiGLU --------------------------------------------------------------------------------------
+
+class SwigluCuda : public ::testing::TestWithParam<std::tuple<DType, std::int64_t>> {};
+
+TEST_P(SwigluCuda, ForwardAndInPlaceBackwardMatchCpu) {
+  const auto [dtype, f] = GetParam();
+  // a and b: the two halves of one (rows, 2 f) buffer, as a fused GEMM would write them.
+  const Pair ab = pair({5, 7, 2 * f}, dtype, 40);
+  const Tensor a_cpu = first_cols(ab.cpu, f), a_gpu = first_cols(ab.gpu, f);
+  auto second = [&](const Tensor& t) { return t.narrow(2, f, f); };
+  const Pair h = pair({5, 7, f}, dtype, 41), dh = pair({5, 7, f}, dtype, 42);
+  const double tol = dtype == DType::f32 ? 1e-5 : 1e-2;
+  swiglu_forward(h.cpu, a_cpu, second(ab.cpu));
+  swiglu_forward(h.gpu, a_gpu, second(ab.gpu));
+  expect_close(h.gpu, h.cpu, tol, "h");
+  swiglu_backward(a_cpu, second(ab.cpu), dh.cpu, a_cpu, second(ab.cpu));
+  swiglu_backward(a_gpu, second(ab.gpu), dh.gpu, a_gpu, second(ab.gpu));
+  expect_close(a_gpu, a_cpu, tol, "da (over a)");
+  expect_close(second(ab.gpu), second(ab.cpu), tol, "db (over b)");
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, SwigluCuda,
+                         ::testing::Values(std::make_tuple(DType::f32, std::int64_t{36}),
+                                           std::make_tuple(DType::f32, std::int64_t{35}),
+                                           std::make_tuple(DType::bf16, std::int64_t{172}),
+                                           std::make_tuple(DType::f16, std::int64_t{64})));
+
+// ---- cross-entropy -------------------------------------------------------------------------------
+
+enum class Dlogits { none, separate, in_place, bf16 };
+
+class CrossEntropyCuda : public ::testing::TestWithParam<std::tuple<std::int64_t, Dlogits>> {};
+
+TEST_P(CrossEntropyCuda, LossAndDlogitsMatchCpu) {
+  const auto [V, mode] = GetParam();
+  const Pair logits = pair({3, 4, V}, DType::f32, 50, 3.0);
+  const Ids targets = random_ids({3, 4}, V, 51);
+  const Pair dl = pair({3, 4, V}, mode == Dlogits::bf16 ? DType::bf16 : DType::f32, 52);
+  // The dlogits argument: none, a separate fp32 / bf16 buffer, or the logits themselves.
+  auto target = [&](const OwnedTensor& in_place, const OwnedTensor& separate) {
+    return mode == Dlogits::none ? Tensor() : mode == Dlogits::in_place ? in_place.tensor() : separate.tensor();
+  };
+  const Tensor dl_cpu = target(logits.cpu, dl.cpu), dl_gpu = target(logits.gpu, dl.gpu);
+  CrossEntropyOptions options;
+  options.grad_scale = 0.5;
+  const double loss_cpu = cross_entropy(logits.cpu, targets.cpu(), dl_cpu, options);
+  const double loss_gpu = cross_entropy(logits.gpu, targets.gpu(), dl_gpu, options);
+  EXPECT_NEAR(loss_gpu, loss_cpu, 1e-6 * loss_cpu);
+  if (mode != Dlogits::none) expect_close(dl_gpu, dl_cpu, mode == Dlogits::bf16 ? 1e-2 : 1e-5, "dlogits");
+  if (mode != Dlogits::in_place) {
+    EXPECT_EQ(cross_entropy(logits.gpu, targets.gpu(), dl_gpu, options), loss_gpu) << "loss differs between runs";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Vocabularies, CrossEntropyCuda,
+                         ::testing::Combine(::testing::Values(std::int64_t{97}, std::int64_t{1024},
+                                                              std::int64_t{50257}),
+                                            ::testing::Values(Dlogits::none, Dlogits::separate, Dlogits::in_place,
+                                                              Dlogits::bf16)));
+
+TEST(CrossEntropyCuda, TargetsOutOfRangeRaise) {
+  const Pair logits = pair({2, 10}, DType::f32, 53);
+  const Ids targets({3, -1}, {2});
+  try {
+    cross_entropy(logits.gpu, targets.gpu(), Tensor());
+    ADD_FAILURE() << "no error for target -1";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::invalid_argument);
+    for (const char* part : {"cross_entropy", "token id -1", "[1]", "targets", "vocab size 10"})
+      EXPECT_NE(e.message().find(part), std::string::npos) << e.what();
+  }
+}
+
+// ---- residual add --------------------------------------------------------------------------------
+
+TEST(ResidualCuda, MatchesCpu) {
+  for (auto [dtype, d, pad] : {std::make_tuple(DType::f32, std::int64_t{64}, std::int64_t{0}),
+                               std::make_tuple(DType::bf16, std::int64_t{64}, std::int64_t{4}),
+                               std::make_tuple(DType::f32, std::int64_t{35}, std::int64_t{1})}) {
+    const Pair x_store = pair({6, 5, d + pad}, DType::f32, 60);
+    const Pair y = pair({6, 5, d}, dtype, 61);
+    residual_add(first_cols(x_store.cpu, d), y.cpu);
+    residual_add(first_cols(x_store.gpu, d), y.gpu);
+    expect_equal(x_store.gpu, x_store.cpu, "x + y (" + std::string(name_of(dtype)) + ", d " + std::to_string(d) + ")");
+  }
+}
+
+// ---- optimisers and clipping -----------------------------------------------------------------------
+
+TEST(AdamWCuda, ThreeStepsMatchCpu) {
+  for (std::int64_t offset : {0, 1}) {  // offset 1: unaligned views (the single-element path)
+    const std::int64_t n = 4099;
+    const Pair p = pair({n + offset}, DType::f32, 70), m = pair({n + offset}, DType::f32, 71, 0.01);
+    const Pair v = pair({n + offset}, DType::f32, 72, 0.01);
+    auto view = [&](const OwnedTensor& t) { return t->narrow(0, offset, n); };
+    // exp_avg_sq must be >= 0: square it once on the host, copy.
+    auto sq = read_as_double(v.cpu);
+    for (auto& e : sq) e = static_cast<float>(e * e);
+    write_from_double(v.cpu, sq);
+    copy(v.gpu, v.cpu);
+    AdamWConfig config;
+    config.lr = 1e-2;
+    for (std::int64_t step = 1; step <= 3; ++step) {
+      const Pair g = pair({n + offset}, DType::f32, 80 + static_cast<std::uint64_t>(step));
+      adamw_step(view(p.cpu), view(g.cpu), view(m.cpu), view(v.cpu), config, step);
+      adamw_step(view(p.gpu), view(g.gpu), view(m.gpu), view(v.gpu), config, step);
+    }
+    const std::string tag = " (offset " + std::to_string(offset) + ")";
+    expect_close(p.gpu, p.cpu, 1e-6, "params" + tag);
+    expect_close(m.gpu, m.cpu, 1e-6, "exp_avg" + tag);
+    expect_close(v.gpu, v.cpu, 1e-6, "exp_avg_sq" + tag);
+  }
+}
+
+TEST(SgdCuda, MatchesCpu) {
+  const Pair p = pair({1001}, DType::f32, 90), g = pair({1001}, DType::f32, 91);
+  sgd_step(p.cpu, g.cpu, 0.1);
+  sgd_step(p.gpu, g.gpu, 0.1);
+  expect_close(p.gpu, p.cpu, 1e-7, "params");
+}
+
+TEST(GradClipCuda, SumOfSquaresAndClippingMatchCpuAndAreDeterministic) {
+  const Pair a = pair({40000}, DType::f32, 100), b = pair({1001}, DType::f32, 101), c = pair({16384}, DType::f32, 102);
+  const Pair d_store = pair({130}, DType::f32, 103);
+  const Tensor d_cpu = d_store.cpu->narrow(0, 1, 129), d_gpu = d_store.gpu->narrow(0, 1, 129);  // unaligned
+  const std::vector<Tensor> cpu = {a.cpu, b.cpu, c.cpu, d_cpu}, gpu = {a.gpu, b.gpu, c.gpu, d_gpu};
+  const double expected = grad_sum_squares(cpu), got = grad_sum_squares(gpu);
+  EXPECT_NEAR(got, expected, 1e-12 * expected);
+  EXPECT_EQ(grad_sum_squares(gpu), got) << "sum of squares differs between runs";
+  const double norm_cpu = clip_grad_norm(cpu, 10.0), norm_gpu = clip_grad_norm(gpu, 10.0);
+  EXPECT_NEAR(norm_gpu, norm_cpu, 1e-12 * norm_cpu);
+  for (std::size_t i = 0; i < cpu.size(); ++i)
+    expect_close(gpu[i], cpu[i], 1e-7, "clipped tensor " + std::to_string(i));
+  EXPECT_NEAR(std::sqrt(grad_sum_squares(gpu)), 10.0, 1e-5);
+}
+
+// ---- casts and fills -----------------------------------------------------------------------------
+
+TEST(CastCuda, CastsAndFillsMatchCpuExactly) {
+  const std::vector<std::pair<DType, DType>> pairs = {{DType::f32, DType::bf16}, {DType::bf16, DType::f32},
+                                                      {DType::f32, DType::f16},  {DType::f16, DType::bf16},
+                                                      {DType::bf16, DType::bf16}};
+  for (auto [from, to] : pairs) {
+    for (std::int64_t offset : {0, 1}) {
+      const std::int64_t n = 1027;
+      const Pair src = pair({n + offset}, from, 110, 3.0), dst = pair({n + offset}, to, 111);
+      cast(dst.cpu->narrow(0, offset, n), src.cpu->narrow(0, offset, n));
+      cast(dst.gpu->narrow(0, offset, n), src.gpu->narrow(0, offset, n));
+      expect_equal(dst.gpu, dst.cpu, std::string("cast ") + name_of(from) + " -> " + name_of(to));
+    }
+  }
+  for (DType dtype : {DType::f32, DType::bf16, DType::f16}) {
+    const Pair t = pair({1030}, dtype, 112);
+    fill(t.cpu->narrow(0, 1, 1029), 0.1);
+    fill(t.gpu->narrow(0, 1, 1029), 0.1);
+    expect_equal(t.gpu, t.cpu, std::string("fill ") + name_of(dtype));
+  }
+}
+
+}  // namespace
+}  // namespace ft
