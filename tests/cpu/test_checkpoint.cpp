@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "common/temp_folder.h"
 #include "core/buffer.h"
 #include "core/error.h"
 #include "core/tensor_io.h"
@@ -20,22 +21,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class TempFolder {
- public:
-  TempFolder() {
-    static int sequence = 0;
-    path_ = fs::path(::testing::TempDir()) /
-            ("ft_checkpoint_" + std::to_string(::getpid()) + "_" + std::to_string(sequence++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempFolder() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  std::size_t entries() const { return static_cast<std::size_t>(std::distance(fs::directory_iterator(path_), {})); }
-
- private:
-  fs::path path_;
-};
+using testing_util::TempFolder;
 
 // A miniature model's state as the engine holds it: one flat buffer per kind (parameters, m, v) viewed
 // per parameter under state-dict names, the way ParameterBuffer lays them out.

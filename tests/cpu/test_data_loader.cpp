@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/temp_folder.h"
 #include "core/error.h"
 #include "model/data_loader.h"
 
@@ -21,21 +22,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class TempFolder {
- public:
-  TempFolder() {
-    static int sequence = 0;
-    path_ = fs::path(::testing::TempDir()) /
-            ("ft_data_loader_" + std::to_string(::getpid()) + "_" + std::to_string(sequence++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempFolder() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
+using testing_util::TempFolder;
 
 void write_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);

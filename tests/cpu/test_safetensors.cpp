@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common/temp_folder.h"
 #include "core/buffer.h"
 #include "core/error.h"
 #include "core/tensor_io.h"
@@ -27,30 +28,7 @@ namespace {
 namespace fs = std::filesystem;
 
 // A fresh folder per test, removed afterwards.
-class TempFolder {
- public:
-  TempFolder() {
-    static int sequence = 0;
-    path_ = fs::path(::testing::TempDir()) / ("ft_safetensors_" + std::to_string(::getpid()) + "_" +
-                                              std::to_string(sequence++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempFolder() {
-    ::chmod(path_.c_str(), 0755);
-    fs::remove_all(path_);
-  }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-  std::vector<std::string> listing() const {
-    std::vector<std::string> names;
-    for (const auto& e : fs::directory_iterator(path_)) names.push_back(e.path().filename().string());
-    return names;
-  }
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using testing_util::TempFolder;
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "common/temp_folder.h"
 #include "core/error.h"
 #include "flashtrain/commands.h"
 #include "flashtrain/train_run.h"
@@ -22,21 +23,7 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class TempFolder {
- public:
-  TempFolder() {
-    static int sequence = 0;
-    path_ = fs::path(::testing::TempDir()) /
-            ("ft_train_" + std::to_string(::getpid()) + "_" + std::to_string(sequence++));
-    fs::remove_all(path_);
-    fs::create_directories(path_);
-  }
-  ~TempFolder() { fs::remove_all(path_); }
-  std::string file(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  fs::path path_;
-};
+using testing_util::TempFolder;
 
 // A learnable token file: the ids 1, 6, 11, ..., 56 repeated (each id determines the next).
 std::string write_pattern_tokens(const TempFolder& folder, const std::string& name) {
