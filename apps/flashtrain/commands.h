@@ -10,6 +10,7 @@
 #include <CLI/CLI.hpp>
 
 #include "flashtrain/attention_check.h"
+#include "flashtrain/model_bench.h"
 #include "flashtrain/train_run.h"
 
 namespace ft::cli {
@@ -27,6 +28,11 @@ void register_attention_check(CLI::App& attention, Action& action);
 
 // `flashtrain bench attention` (cmd_bench_attention.cpp): attention timing sweeps.
 void register_bench_attention(CLI::App& bench, Action& action);
+
+// `flashtrain bench model` (cmd_bench_model.cpp): Transformer LM step timing sweeps and memory profiles.
+// add_bench_model_options declares the options on any CLI11 app (the tests parse with it directly).
+void add_bench_model_options(CLI::App& command, BenchModelOptions& options);
+void register_bench_model(CLI::App& bench, Action& action);
 
 // `flashtrain train` (cmd_train.cpp): the training loop of train_run.h. add_train_options declares the
 // options on any CLI11 app, filling options as they are parsed (the tests parse with it directly).

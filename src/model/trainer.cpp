@@ -34,6 +34,7 @@ double Trainer::forward_backward(const TokenIds& inputs, const TokenIds& targets
   options.accumulate = micro_batches_ > 0;
   if (hook_)
     options.on_gradient_ready = [&](const ParameterInfo& info, const Tensor& grad) { hook_(info, grad, micro); };
+  options.on_backward_start = backward_start_hook_;
   const double loss = model_.forward_backward(inputs, targets, options);
   ++micro_batches_;
   return loss;

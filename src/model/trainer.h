@@ -51,6 +51,8 @@ class Trainer {
   StepResult optimizer_step();
   void zero_grads();
   void set_gradient_ready_hook(TrainerGradientHook hook) { hook_ = std::move(hook); }
+  // Called in each micro-batch between its forward and its backward (memory profiles mark phases with it).
+  void set_backward_start_hook(std::function<void()> hook) { backward_start_hook_ = std::move(hook); }
 
   std::int64_t step() const { return step_; }
   // Sets the steps taken so far (a resumed run: AdamW's bias correction and the schedule continue from
@@ -69,6 +71,7 @@ class Trainer {
   ParameterBuffer exp_avg_;     // (numel) fp32 AdamW m
   ParameterBuffer exp_avg_sq_;  // (numel) fp32 AdamW v
   TrainerGradientHook hook_;
+  std::function<void()> backward_start_hook_;
   std::int64_t step_ = 0;
   std::int64_t micro_batches_ = 0;  // since the last zero_grads
 };

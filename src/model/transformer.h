@@ -68,6 +68,7 @@ struct BackwardOptions {
   double loss_scale = 1.0;  // the gradients are those of loss_scale * loss (1 / micro-batches to accumulate)
   bool accumulate = false;  // gradients += instead of =
   GradientReadyHook on_gradient_ready;  // may be empty
+  std::function<void()> on_backward_start;  // called once the forward (and the loss gradient) is done; may be empty
 };
 
 class TransformerLM {

@@ -1,6 +1,7 @@
 // transformer_backward.cpp — TransformerLM backward: LM head, final RMSNorm, the blocks from the last to
 // the first (FFN: w2, SwiGLU with h recomputed, w3 and w1, ln2; attention: output projection, attention,
 // inverse RoPE, fused QKV, ln1), the embedding; the gradient-ready hook told as each gradient is final.
+#include "core/error.h"
 #include "core/nvtx.h"
 #include "model/transformer.h"
 #include "ops/cast.h"
@@ -18,6 +19,7 @@ double TransformerLM::forward_backward(const TokenIds& inputs, const TokenIds& t
   const Batch b = check_batch(inputs, targets);
   logits_batch_ = {};
   const double loss = run_forward(b, inputs, targets, true, options.loss_scale);
+  if (options.on_backward_start) options.on_backward_start();
   run_backward(b, inputs, options);
   return loss;
 }
@@ -55,7 +57,7 @@ void TransformerLM::run_backward(const Batch& b, const TokenIds& inputs, const B
 }
 
 void TransformerLM::layer_backward(std::int64_t l, const Batch& b, const BackwardOptions& options) {
-  NvtxRange range("layer backward");
+  NvtxRange range(str("layer ", l, " backward"));
   const LayerSlots& s = layer_slots_[static_cast<std::size_t>(l)];
   const Stream& stream = options_.stream;
   const std::int64_t d = config_.d_model, f = config_.d_ff;

@@ -63,7 +63,7 @@ double TransformerLM::run_forward(const Batch& b, const TokenIds& inputs, const 
 }
 
 void TransformerLM::layer_forward(std::int64_t l, const Batch& b) {
-  NvtxRange range("layer forward");
+  NvtxRange range(str("layer ", l, " forward"));
   const LayerSlots& s = layer_slots_[static_cast<std::size_t>(l)];
   const Stream& stream = options_.stream;
   const std::int64_t d = config_.d_model, f = config_.d_ff;

@@ -1,0 +1,113 @@
+// cmd_bench_model.cpp — `flashtrain bench model`: the options (each documented, defaults shown in --help)
+// and the action that runs the sweep (or the memory profile), prints the table and writes the JSON.
+//   flashtrain bench model --size small,medium --context 128,256,512,1024 --mode fwd,train --precision fp32,bf16
+//   flashtrain bench model --size small --warmup 0 --steps 5          (the first step's cost shows in std_ms)
+//   flashtrain bench model --size 2.7b --context 512 --mode train --precision bf16 --profile memory
+//       --memory-json bench/results/memory-2.7b-train.json
+#include <iostream>
+#include <memory>
+
+#include "bench/memory_timeline.h"
+#include "bench/results_json.h"
+#include "flashtrain/cli_parse.h"
+#include "flashtrain/commands.h"
+#include "flashtrain/model_bench.h"
+
+namespace ft::cli {
+
+namespace {
+
+constexpr const char* kFooter = R"(
+Each case (size x context x precision x mode) builds the model (and, for train, the AdamW state), draws
+one random batch of --batch sequences (uniform ids, seed --seed) and runs --warmup warm-up steps, then
+--steps timed steps, synchronising the device after each. Modes: fwd = forward and loss; fwd_bwd =
+forward and backward; train = forward, backward, clipping the gradient norm to 1.0, AdamW. Columns:
+first_step_ms = the first step run (with --warmup 0 a timed one: compare --warmup 0, 1, 2 to see the
+warm-up effect, also in std_ms); step_ms = the median of the timed steps; mean, std, min likewise;
+peak_gib = peak memory flashtrain holds on the device over the timed steps; tokens_per_s = batch x
+context / step_ms. A case that runs out of memory is an OOM row; the sweep goes on.
+
+NVTX ranges (Nsight Systems / Compute can filter by them): "warmup step N" and "step N" around each step;
+inside, the model's "model forward", "layer forward", "model backward", "layer backward",
+"optimizer step", and one range per op (e.g. "attention.forward.flash").
+
+--profile memory records the allocator's timeline (every allocation and free: bytes, tag, phase, time)
+for one case: phases init (model, optimizer state, token ids), warmup (the --warmup steps, if any),
+then one step: forward, backward, optimizer (as --mode has them). It prints the peak of each phase split
+into parameters (with bf16 weight copies), gradients, optimizer_state, activations (the model's saved
+tensors), workspace (per-layer and op temporaries) and other (token ids, memory held before), and writes
+the timeline to --memory-json (draw it with tools/plot_memory.py).)";
+
+int run_bench_model(const BenchModelOptions& options) {
+  const ModelBenchConfig config = resolve_bench_model_options(options);
+  const std::vector<ModelBenchCase> cases = expand_model_cases(config);
+  if (config.profile_memory) {
+    const ModelBenchCase& c = cases.front();
+    const MemoryTimeline timeline = profile_model_memory(c, config);
+    std::cout << "memory profile of " << c.model.name << ", ctx " << c.model.context_length << ", "
+              << name_of(c.precision) << ", " << name_of(c.mode) << ", batch " << config.batch << " on "
+              << describe_device(config.device) << "\n\n"
+              << format_memory_summary(summarize_memory_timeline(timeline), options.csv);
+    if (!config.memory_json.empty()) {
+      write_json_atomic(config.memory_json,
+                        memory_timeline_document(timeline, config.device, memory_profile_config(c, config)));
+      std::cout << "wrote " << config.memory_json << "\n";
+    }
+    return 0;
+  }
+  std::vector<ModelBenchRow> rows;
+  for (const ModelBenchCase& c : cases) {
+    rows.push_back(run_model_bench_case(c, config));
+    std::cerr << "  " << c.model.name << " ctx " << c.model.context_length << " " << name_of(c.precision) << " "
+              << name_of(c.mode) << (rows.back().oom ? ": OOM" : ": done") << "\n";
+  }
+  std::cout << "model benchmark on " << describe_device(config.device) << ": batch " << config.batch << ", vocab "
+            << config.models.front().vocab_size << ", " << name_of(config.attention) << " attention, "
+            << config.warmup << " warm-up + " << config.steps << " timed steps\n\n"
+            << format_model_bench(rows, options.csv);
+  if (!options.json_path.empty()) {
+    write_json_atomic(options.json_path, model_bench_document(config, rows));
+    std::cout << "wrote " << options.json_path << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+void add_bench_model_options(CLI::App& command, BenchModelOptions& o) {
+  command.option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  command.add_option("--size", o.sizes,
+                     "Model sizes, comma-separated: tiny, small, medium, large, xl, 2.7b (default: small)");
+  command.add_option("--d-model", o.d_model, "Explicit model (with --d-ff, --layers, --heads; no --size): d_model")
+      ->check(at_least(1));
+  command.add_option("--d-ff", o.d_ff, "Explicit model: FFN inner size")->check(at_least(1));
+  command.add_option("--layers", o.layers, "Explicit model: number of blocks")->check(at_least(1));
+  command.add_option("--heads", o.heads, "Explicit model: attention heads")->check(at_least(1));
+  command.add_option("--vocab", o.vocab, "Vocabulary size")->check(at_least(1));
+  command.add_option("--context", o.contexts, "Context lengths, comma-separated (the sweep: 128,256,512,1024)");
+  command.add_option("--batch", o.batch, "Sequences per step")->check(at_least(1));
+  command.add_option("--warmup", o.warmup, "Warm-up steps before the timed ones (timed apart)")->check(at_least(0));
+  command.add_option("--steps", o.steps, "Timed steps")->check(at_least(1));
+  command.add_option("--mode", o.modes, "Modes, comma-separated: fwd, fwd_bwd, train");
+  command.add_option("--precision", o.precisions, "Precisions, comma-separated: fp32, bf16 (mixed precision)");
+  command.add_option("--attention", o.attention, "Attention implementation: flash or naive");
+  command.add_flag("--tf32", o.tf32, "fp32 on CUDA: let GEMMs use TF32 tensor cores");
+  command.add_option("--device", o.device, "cpu, cuda, cuda:N, or auto (cuda:0 when a GPU is visible, else cpu)")
+      ->check(device_validator());
+  command.add_option("--seed", o.seed, "Seed of the parameters and of the random batch");
+  command.add_flag("--csv", o.csv, "Print CSV instead of a markdown table");
+  command.add_option("--json", o.json_path, "Write the results document (benchmark model) to this path");
+  command.add_option("--profile", o.profile, "memory: record the allocator timeline of one step instead of timing")
+      ->check(CLI::IsMember({"memory"}));
+  command.add_option("--memory-json", o.memory_json, "--profile memory: write the timeline document to this path");
+}
+
+void register_bench_model(CLI::App& bench, Action& action) {
+  CLI::App* command = bench.add_subcommand("model", "Time Transformer LM steps (sizes x contexts), memory profiles");
+  command->footer(kFooter);
+  auto options = std::make_shared<BenchModelOptions>();
+  add_bench_model_options(*command, *options);
+  command->callback([&action, options] { action = [options] { return run_bench_model(*options); }; });
+}
+
+}  // namespace ft::cli

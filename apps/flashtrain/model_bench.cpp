@@ -1,0 +1,388 @@
+// model_bench.cpp — `flashtrain bench model`: option validation, the timed steps of each case (NVTX
+// ranges "warmup step N" and "step N" around them; the model adds "model forward", "model backward",
+// per-layer and "optimizer step" ranges inside), OOM rows, the table, the results document and the
+// memory profile of one step.
+#include "flashtrain/model_bench.h"
+
+#include <chrono>
+#include <optional>
+
+#include "bench/report_table.h"
+#include "bench/results_json.h"
+#include "core/allocator.h"
+#include "core/buffer.h"
+#include "core/error.h"
+#include "core/nvtx.h"
+#include "core/tensor_io.h"
+#include "flashtrain/cli_parse.h"
+#include "model/data_loader.h"
+#include "model/parameters.h"
+#include "model/trainer.h"
+#include "model/transformer.h"
+
+namespace ft::cli {
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr double kClipNorm = 1.0;  // the train mode clips like `flashtrain train`'s default
+
+// Runs fn(), prefixing any ft::Error's message with the option whose value it was working on.
+template <class Fn>
+auto for_option(const char* option, Fn&& fn) {
+  try {
+    return fn();
+  } catch (const Error& e) {
+    throw Error(e.kind(), str(option, ": ", e.message()), e.file(), e.line());
+  }
+}
+
+// "a,b,c" -> each item parsed; empty items are an error naming the option.
+template <class T, class Parse>
+std::vector<T> parse_list(const char* option, const std::string& text, Parse parse_one) {
+  std::vector<T> out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    std::size_t comma = text.find(',', start);
+    if (comma == std::string::npos) comma = text.size();
+    const std::string item = text.substr(start, comma - start);
+    FT_CHECK(!item.empty(), option, ": expected a comma-separated list without empty items, given '", text, "'");
+    out.push_back(for_option(option, [&] { return parse_one(item); }));
+    start = comma + 1;
+  }
+  return out;
+}
+
+// Token ids where the model reads them: the host batch on the CPU, device copies otherwise.
+class DeviceTokens {
+ public:
+  DeviceTokens(Device device, const TokenBatch& batch) : device_(device), batch_(batch) {
+    if (device.is_cpu()) return;
+    const Shape shape{batch.batch * batch.context};  // (B * T) ids moved as 4-byte words
+    const auto bytes = static_cast<std::size_t>(shape[0]) * sizeof(std::int32_t);
+    inputs_ = Buffer(bytes, device, "token ids (inputs)");
+    targets_ = Buffer(bytes, device, "token ids (targets)");
+    // ft::DType has no integer type: f32 views of the same bytes copy the ids unchanged.
+    copy(Tensor(inputs_.data(), DType::f32, device, shape),
+         Tensor(const_cast<std::int32_t*>(batch.inputs.data()), DType::f32, Device::cpu(), shape));
+    copy(Tensor(targets_.data(), DType::f32, device, shape),
+         Tensor(const_cast<std::int32_t*>(batch.targets.data()), DType::f32, Device::cpu(), shape));
+  }
+
+  TokenIds inputs() const { return ids(inputs_, batch_.input_ids()); }
+  TokenIds targets() const { return ids(targets_, batch_.target_ids()); }
+
+ private:
+  TokenIds ids(const Buffer& on_device, const TokenIds& on_host) const {
+    if (device_.is_cpu()) return on_host;
+    return {static_cast<const std::int32_t*>(on_device.data()), on_host.shape, device_};
+  }
+
+  Device device_;
+  const TokenBatch& batch_;
+  Buffer inputs_, targets_;  // (B, T) int32 on a CUDA device
+};
+
+TokenBatch random_batch(const ModelBenchCase& c, const ModelBenchConfig& config) {
+  Rng rng(config.seed);
+  TokenBatch batch;
+  random_token_batch(rng, config.batch, c.model.context_length, c.model.vocab_size, batch);
+  return batch;
+}
+
+ModelOptions model_options(const ModelBenchCase& c, const ModelBenchConfig& config) {
+  ModelOptions o;
+  o.precision = c.precision;
+  o.attention = config.attention;
+  o.max_batch = config.batch;
+  o.max_seq_len = c.model.context_length;
+  o.device = config.device;
+  o.seed = config.seed;
+  o.allow_tf32 = config.tf32;
+  return o;
+}
+
+TrainerConfig trainer_config() {
+  TrainerConfig t;
+  t.max_grad_norm = kClipNorm;
+  return t;
+}
+
+// One case's model (and Trainer in train mode) with its batch, stepped as the mode says.
+class BenchStep {
+ public:
+  BenchStep(const ModelBenchCase& c, const ModelBenchConfig& config)
+      : device_(config.device),
+        mode_(c.mode),
+        model_(c.model, model_options(c, config)),
+        batch_(random_batch(c, config)),
+        tokens_(config.device, batch_) {
+    if (mode_ == BenchMode::train) trainer_.emplace(model_, trainer_config());
+  }
+
+  // One step, finished on the device when it returns. With a recorder, its phases are labelled
+  // "forward" (with the loss gradient), "backward" and "optimizer".
+  void run(MemoryRecorder* recorder) {
+    const TokenIds inputs = tokens_.inputs(), targets = tokens_.targets();
+    if (recorder) recorder->phase("forward");
+    std::function<void()> enter_backward;
+    if (recorder) enter_backward = [recorder] { recorder->phase("backward"); };
+    switch (mode_) {
+      case BenchMode::fwd:
+        model_.forward(inputs, targets);
+        break;
+      case BenchMode::fwd_bwd: {
+        BackwardOptions options;
+        options.on_backward_start = enter_backward;
+        model_.forward_backward(inputs, targets, options);
+        break;
+      }
+      case BenchMode::train:
+        trainer_->zero_grads();
+        trainer_->set_backward_start_hook(enter_backward);
+        trainer_->forward_backward(inputs, targets);
+        trainer_->set_backward_start_hook({});
+        if (recorder) recorder->phase("optimizer");
+        trainer_->optimizer_step();
+        break;
+    }
+    if (device_.is_cuda()) model_.options().stream.synchronize();
+  }
+
+  // Wall-clock milliseconds of one step inside an NVTX range of that name.
+  double timed(const std::string& range_name) {
+    NvtxRange range(range_name);
+    const auto start = std::chrono::steady_clock::now();
+    run(nullptr);
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  }
+
+  std::int64_t parameters() const { return model_.layout().numel(); }
+
+ private:
+  Device device_;
+  BenchMode mode_;
+  TransformerLM model_;
+  TokenBatch batch_;  // (B, T) host ids, the same every step
+  DeviceTokens tokens_;
+  std::optional<Trainer> trainer_;
+};
+
+nlohmann::json case_fields(const ModelBenchCase& c, const ModelBenchConfig& config) {
+  const ModelConfig& m = c.model;
+  return {{"size", m.name},           {"d_model", m.d_model},   {"d_ff", m.d_ff},
+          {"layers", m.num_layers},   {"heads", m.num_heads},   {"vocab", m.vocab_size},
+          {"ctx", m.context_length},  {"batch", config.batch},  {"precision", name_of(c.precision)},
+          {"mode", name_of(c.mode)},  {"attention", name_of(config.attention)}};
+}
+
+}  // namespace
+
+const char* name_of(BenchMode mode) {
+  switch (mode) {
+    case BenchMode::fwd: return "fwd";
+    case BenchMode::fwd_bwd: return "fwd_bwd";
+    case BenchMode::train: return "train";
+  }
+  return "fwd";
+}
+
+BenchMode parse_bench_mode(std::string_view text) {
+  if (text == "fwd") return BenchMode::fwd;
+  if (text == "fwd_bwd") return BenchMode::fwd_bwd;
+  if (text == "train") return BenchMode::train;
+  FT_THROW(invalid_argument, "unknown mode '", text, "': expected fwd, fwd_bwd or train");
+}
+
+ModelBenchConfig resolve_bench_model_options(const BenchModelOptions& o) {
+  ModelBenchConfig config;
+  const bool explicit_model = o.d_model || o.d_ff || o.layers || o.heads;
+  if (explicit_model) {
+    FT_CHECK(o.sizes.empty(), "--size '", o.sizes,
+             "' and --d-model/--d-ff/--layers/--heads exclude each other: give a size name or the hyperparameters");
+    std::string missing;
+    for (auto [name, value] : {std::pair{"--d-model", o.d_model}, std::pair{"--d-ff", o.d_ff},
+                               std::pair{"--layers", o.layers}, std::pair{"--heads", o.heads}})
+      if (!value) missing += std::string(missing.empty() ? "" : ", ") + name;
+    FT_CHECK(missing.empty(), "an explicit model needs --d-model, --d-ff, --layers and --heads; missing ", missing);
+    ModelConfig m;
+    m.name = "custom";
+    m.d_model = *o.d_model;
+    m.d_ff = *o.d_ff;
+    m.num_layers = *o.layers;
+    m.num_heads = *o.heads;
+    config.models.push_back(m);
+  } else {
+    config.models = parse_list<ModelConfig>("--size", o.sizes.empty() ? "small" : o.sizes,
+                                            [](const std::string& name) { return model_config(name); });
+  }
+  FT_CHECK(o.vocab >= 1, "--vocab must be >= 1, given ", o.vocab);
+  config.contexts = parse_list<std::int64_t>("--context", o.contexts, [](const std::string& text) {
+    const std::int64_t ctx = parse_integer(text);
+    FT_CHECK(ctx >= 1, "expected context lengths >= 1, given ", ctx);
+    return ctx;
+  });
+  for (ModelConfig& m : config.models) {
+    m.vocab_size = o.vocab;
+    m.context_length = config.contexts.front();
+    for_option(explicit_model ? "--d-model/--d-ff/--layers/--heads" : "--vocab", [&] { m.validate(); });
+  }
+  config.precisions = parse_list<Precision>("--precision", o.precisions, parse_precision);
+  config.modes = parse_list<BenchMode>("--mode", o.modes, parse_bench_mode);
+  config.attention = for_option("--attention", [&] { return parse_attention_impl(o.attention); });
+  config.tf32 = o.tf32;
+  const std::optional<Device> device = for_option("--device", [&] { return parse_device_option(o.device); });
+  config.device = device ? *device : (cuda_available() ? Device::cuda(0) : Device::cpu());
+
+  FT_CHECK(o.batch >= 1, "--batch must be >= 1, given ", o.batch);
+  FT_CHECK(o.warmup >= 0, "--warmup must be >= 0, given ", o.warmup);
+  FT_CHECK(o.steps >= 1, "--steps must be >= 1, given ", o.steps);
+  config.batch = o.batch;
+  config.warmup = o.warmup;
+  config.steps = o.steps;
+  config.seed = o.seed;
+
+  FT_CHECK(o.profile.empty() || o.profile == "memory", "--profile: expected memory, given '", o.profile, "'");
+  config.profile_memory = o.profile == "memory";
+  FT_CHECK(o.memory_json.empty() || config.profile_memory, "--memory-json ", o.memory_json,
+           " needs --profile memory (it is where the memory timeline goes)");
+  config.memory_json = o.memory_json;
+  FT_CHECK(o.json_path.empty() || !config.profile_memory, "--json ", o.json_path,
+           " writes timing results, which --profile memory does not produce; use --memory-json for the timeline");
+  if (config.profile_memory) {
+    const std::size_t cases = expand_model_cases(config).size();
+    FT_CHECK(cases == 1, "--profile memory records one step of one case: give one --size, --context, --precision ",
+             "and --mode; given ", config.models.size(), " size(s), ", config.contexts.size(), " context(s), ",
+             config.precisions.size(), " precision(s), ", config.modes.size(), " mode(s)");
+  }
+  return config;
+}
+
+std::vector<ModelBenchCase> expand_model_cases(const ModelBenchConfig& config) {
+  std::vector<ModelBenchCase> cases;
+  for (const ModelConfig& m : config.models)
+    for (std::int64_t ctx : config.contexts)
+      for (Precision p : config.precisions)
+        for (BenchMode mode : config.modes) {
+          ModelBenchCase c{m, p, mode};
+          c.model.context_length = ctx;
+          cases.push_back(std::move(c));
+        }
+  return cases;
+}
+
+ModelBenchRow run_model_bench_case(const ModelBenchCase& c, const ModelBenchConfig& config) {
+  ModelBenchRow row;
+  row.c = c;
+  Allocator& allocator = Allocator::instance();
+  try {
+    BenchStep step(c, config);
+    row.parameters = step.parameters();
+    for (std::int64_t i = 1; i <= config.warmup; ++i) row.warmup_ms.push_back(step.timed(str("warmup step ", i)));
+    allocator.reset_peak(config.device);
+    for (std::int64_t i = 1; i <= config.steps; ++i) row.step_ms.push_back(step.timed(str("step ", i)));
+    row.peak_gib = static_cast<double>(allocator.stats(config.device).peak_bytes) / kGiB;
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::out_of_memory) throw;
+    row = ModelBenchRow();
+    row.c = c;
+    row.parameters = ParameterLayout(c.model).numel();
+    row.oom = true;
+    row.oom_message = e.message();
+    return row;
+  }
+  row.timed = summarize(row.step_ms);
+  row.first_step_ms = row.warmup_ms.empty() ? row.step_ms.front() : row.warmup_ms.front();
+  row.tokens_per_s = static_cast<double>(config.batch * c.model.context_length) / (row.timed.median / 1e3);
+  return row;
+}
+
+std::string format_model_bench(const std::vector<ModelBenchRow>& rows, bool csv) {
+  ReportTable table({"size", "params_m", "ctx", "precision", "mode", "first_step_ms", "step_ms", "mean_ms", "std_ms",
+                     "min_ms", "peak_gib", "tokens_per_s"});
+  for (const ModelBenchRow& r : rows) {
+    std::vector<std::string> cells{r.c.model.name, fixed(static_cast<double>(r.parameters) / 1e6, 1),
+                                   std::to_string(r.c.model.context_length), name_of(r.c.precision),
+                                   name_of(r.c.mode)};
+    if (r.oom) {
+      cells.resize(12, "OOM");
+    } else {
+      for (double ms : {r.first_step_ms, r.timed.median, r.timed.mean, r.timed.stddev, r.timed.min})
+        cells.push_back(fixed(ms, 2));
+      cells.push_back(fixed(r.peak_gib, 3));
+      cells.push_back(fixed(r.tokens_per_s, 0));
+    }
+    table.add_row(std::move(cells));
+  }
+  return csv ? table.csv() : table.markdown();
+}
+
+nlohmann::json model_bench_document(const ModelBenchConfig& config, const std::vector<ModelBenchRow>& rows) {
+  nlohmann::json out_rows = nlohmann::json::array();
+  for (const ModelBenchRow& r : rows) {
+    nlohmann::json row = case_fields(r.c, config);
+    row["parameters"] = r.parameters;
+    if (r.oom) {
+      row["oom"] = true;
+      row["error"] = r.oom_message;
+    } else {
+      row.update({{"step_ms", r.timed.median},
+                  {"mean_ms", r.timed.mean},
+                  {"std_ms", r.timed.stddev},
+                  {"min_ms", r.timed.min},
+                  {"max_ms", r.timed.max},
+                  {"first_step_ms", r.first_step_ms},
+                  {"warmup_ms", r.warmup_ms},
+                  {"peak_gib", r.peak_gib},
+                  {"tokens_per_s", r.tokens_per_s}});
+    }
+    out_rows.push_back(std::move(row));
+  }
+  nlohmann::json cfg{{"batch", config.batch},
+                     {"vocab", config.models.front().vocab_size},
+                     {"warmup", config.warmup},
+                     {"steps", config.steps},
+                     {"attention", name_of(config.attention)},
+                     {"tf32", config.tf32},
+                     {"seed", config.seed},
+                     {"timing", "wall clock per step, synchronised after each; step_ms is the median of the timed "
+                                "steps, first_step_ms the first step run (a warm-up step when warmup > 0)"},
+                     {"modes", "fwd: forward and loss; fwd_bwd: forward and backward; train: forward, backward, "
+                               "gradient clipping to 1.0 and AdamW"},
+                     {"peak", "peak flashtrain-held memory on the device over the timed steps (model, optimizer "
+                              "state in train mode, activations, workspace)"}};
+  return results_document("model", config.device, std::move(cfg), std::move(out_rows));
+}
+
+MemoryTimeline profile_model_memory(const ModelBenchCase& c, const ModelBenchConfig& config) {
+  MemoryRecorder recorder;
+  recorder.start(config.device, "init");
+  BenchStep step(c, config);
+  if (config.warmup > 0) recorder.phase("warmup");
+  for (std::int64_t i = 1; i <= config.warmup; ++i) step.timed(str("warmup step ", i));
+  {
+    NvtxRange range("step 1");
+    step.run(&recorder);
+  }
+  return recorder.stop();
+}
+
+nlohmann::json memory_profile_config(const ModelBenchCase& c, const ModelBenchConfig& config) {
+  nlohmann::json cfg = case_fields(c, config);
+  cfg["parameters"] = ParameterLayout(c.model).numel();
+  cfg["warmup"] = config.warmup;
+  cfg["tf32"] = config.tf32;
+  cfg["seed"] = config.seed;
+  cfg["categories"] = {
+      {"parameters", "tags 'parameters' (fp32 masters) and 'weight copies ...' (bf16 copies)"},
+      {"gradients", "tag 'gradients'"},
+      {"optimizer_state", "tags 'optimizer state ...' (AdamW exp_avg, exp_avg_sq)"},
+      {"activations", "tag 'activations' (the arena of tensors saved for backward)"},
+      {"workspace", "tag 'workspace' (per-layer temporaries) and every other tag (op temporaries)"},
+      {"other", "tags 'token ids ...', 'init staging', 'bench. ...', and memory held before recording"}};
+  cfg["phases"] = "init: model, trainer, token ids; warmup: the warm-up steps; then one step: forward, "
+                  "backward (after the loss gradient), optimizer";
+  return cfg;
+}
+
+}  // namespace ft::cli

@@ -1,0 +1,57 @@
+// communicator.cpp — the argument checks shared by the Communicator backends.
+#include "dist/communicator.h"
+
+#include "core/error.h"
+
+namespace ft {
+
+const char* name_of(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return "sum";
+    case ReduceOp::average: return "average";
+  }
+  return "?";
+}
+
+void check_collective_buffer(const char* op, const char* role, const Tensor& t, bool allow_bf16) {
+  FT_CHECK(t.defined(), op, ": the ", role, " tensor is undefined");
+  FT_CHECK(t.is_contiguous(), op, ": the ", role, " tensor must be contiguous, given ", t.describe());
+  FT_CHECK(t.dtype() == DType::f32 || (allow_bf16 && t.dtype() == DType::bf16), op, ": the ", role,
+           " tensor must be fp32", allow_bf16 ? " or bf16" : "", ", given ", t.describe());
+}
+
+void check_reduce_scatter(const Tensor& output, const Tensor& input, int world_size) {
+  check_collective_buffer("reduce_scatter", "output", output, false);
+  check_collective_buffer("reduce_scatter", "input", input, false);
+  FT_CHECK(input.numel() == output.numel() * world_size, "reduce_scatter: the input must hold world_size (",
+           world_size, ") x output elements (", output.numel(), "), given ", input.describe());
+  FT_CHECK(input.device() == output.device(), "reduce_scatter: input and output must share a device, given ",
+           input.describe(), " and ", output.describe());
+  const char* in = static_cast<const char*>(input.data());
+  const char* out = static_cast<const char*>(output.data());
+  const bool disjoint = out + output.span_bytes() <= in || in + input.span_bytes() <= out;
+  FT_CHECK(disjoint || output.numel() == 0, "reduce_scatter: input and output must not overlap, given ",
+           input.describe(), " and ", output.describe());
+}
+
+void check_all_gather(const Tensor& output, const Tensor& input, int world_size) {
+  check_collective_buffer("all_gather", "output", output, true);
+  check_collective_buffer("all_gather", "input", input, true);
+  FT_CHECK(output.numel() == input.numel() * world_size, "all_gather: the output must hold world_size (",
+           world_size, ") x input elements (", input.numel(), "), given ", output.describe());
+  FT_CHECK(input.dtype() == output.dtype() && input.device() == output.device(),
+           "all_gather: input and output must share a dtype and device, given ", input.describe(), " and ",
+           output.describe());
+}
+
+void check_root(const char* op, int root, int world_size) {
+  FT_CHECK(root >= 0 && root < world_size, op, ": the root must be a rank in [0, ", world_size, "), given ", root);
+}
+
+std::string timeout_message(const std::string& what, int rank, int world_size, double timeout_seconds) {
+  return str(what, " on rank ", rank, " of ", world_size, " did not complete within the ", timeout_seconds,
+             " s timeout: a peer is stuck, has failed or never joined this collective (the timeout is "
+             "CommunicatorOptions::timeout_seconds)");
+}
+
+}  // namespace ft

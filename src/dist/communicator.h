@@ -1,0 +1,86 @@
+// communicator.h — the collective-communication interface data-parallel code is written against, and the
+// checks every backend shares. Backends:
+//   SingleProcessCommunicator  world 1: every collective is the identity (no launcher needed)
+//   MpiCommunicator            host buffers, nonblocking MPI collectives (dist/mpi_communicator.h)
+//   NcclCommunicator           GPU buffers (next: see dist/context.h for where it plugs in)
+// Every collective is asynchronous: it is issued at once and returns a Work handle; the buffers must stay
+// alive and untouched until wait() returns. All ranks issue the same collectives in the same order (as
+// MPI and NCCL require). Buffers are contiguous tensors of fp32 (every collective) or bf16 (every one but
+// reduce_scatter), on the device the backend moves (the CPU for MPI).
+// A collective that does not complete within the backend's timeout ends with ft::Error (kind runtime)
+// naming the operation, the rank and the timeout — never a silent hang.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "core/tensor.h"
+
+namespace ft {
+
+enum class ReduceOp { sum, average };
+const char* name_of(ReduceOp op);  // "sum", "average"
+
+// What a collective past its timeout does: throw ft::Error (runtime) on this rank, or print that error
+// and end every rank of the job (MPI_Abort) — the default, since a peer that never joins would leave the
+// other ranks blocked in their next collective.
+enum class TimeoutAction { throw_error, abort_job };
+
+struct CommunicatorOptions {
+  double timeout_seconds = 300;  // per wait(), from the moment it is called
+  TimeoutAction on_timeout = TimeoutAction::abort_job;
+};
+
+// A collective in flight.
+class Work {
+ public:
+  virtual ~Work() = default;
+  // True once the collective has completed (and its result is in the output buffer); never blocks, and
+  // lets the backend make progress.
+  virtual bool is_completed() = 0;
+  // Blocks until completion. Past the communicator's timeout: ft::Error (runtime), or the whole job ends
+  // (see the backend's options). Calling it again after completion returns at once.
+  virtual void wait() = 0;
+};
+using WorkHandle = std::unique_ptr<Work>;
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  virtual int rank() const = 0;              // 0 .. world_size - 1
+  virtual int world_size() const = 0;
+  virtual int local_rank() const = 0;        // rank among the processes of this node (-> GPU index)
+  virtual int local_world_size() const = 0;  // processes on this node
+  virtual const char* backend() const = 0;   // "single", "mpi", "nccl"
+
+  // data (n) <- the reduction of every rank's data, in place.
+  virtual WorkHandle all_reduce(const Tensor& data, ReduceOp op) = 0;
+  // output (n) <- the reduction over ranks of input[rank * n, (rank + 1) * n); input (world * n).
+  // input and output must not overlap.
+  virtual WorkHandle reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) = 0;
+  // output (world * n) <- every rank's input (n), rank r's at [r * n, (r + 1) * n). input may be that
+  // slice of output itself (in place: ZeRO's parameter all-gather).
+  virtual WorkHandle all_gather(const Tensor& output, const Tensor& input) = 0;
+  // data (n) <- root's data.
+  virtual WorkHandle broadcast(const Tensor& data, int root) = 0;
+  virtual WorkHandle barrier() = 0;
+};
+
+// A Work that is already complete (the identity collectives, empty buffers).
+class CompletedWork final : public Work {
+ public:
+  bool is_completed() override { return true; }
+  void wait() override {}
+};
+
+// The argument checks every backend runs (ft::Error naming the operation, what was expected and given).
+// `allow_bf16`: bf16 is accepted besides fp32.
+void check_collective_buffer(const char* op, const char* role, const Tensor& t, bool allow_bf16);
+void check_reduce_scatter(const Tensor& output, const Tensor& input, int world_size);
+void check_all_gather(const Tensor& output, const Tensor& input, int world_size);
+void check_root(const char* op, int root, int world_size);
+// "<what> on rank R of W did not complete within the T s timeout: ..." — the timeout error's message.
+std::string timeout_message(const std::string& what, int rank, int world_size, double timeout_seconds);
+
+}  // namespace ft

@@ -1,0 +1,149 @@
+// ddp.cpp — gradient averaging over ranks: bucket bookkeeping per step, launches, waits, bf16 staging.
+#include "dist/ddp.h"
+
+#include <cmath>
+#include <utility>
+
+#include "core/error.h"
+#include "ops/cast.h"
+
+namespace ft {
+
+const char* name_of(DdpStrategy strategy) {
+  switch (strategy) {
+    case DdpStrategy::naive: return "naive";
+    case DdpStrategy::flat: return "flat";
+    case DdpStrategy::overlapped: return "overlapped";
+    case DdpStrategy::bucketed: return "bucketed";
+  }
+  return "?";
+}
+
+std::vector<std::string> ddp_strategy_names() { return {"naive", "flat", "overlapped", "bucketed"}; }
+
+DdpStrategy parse_ddp_strategy(std::string_view text) {
+  for (DdpStrategy s : {DdpStrategy::naive, DdpStrategy::flat, DdpStrategy::overlapped, DdpStrategy::bucketed})
+    if (text == name_of(s)) return s;
+  FT_THROW(invalid_argument, "unknown DDP strategy '", text, "': expected naive, flat, overlapped or bucketed");
+}
+
+namespace {
+
+// The bucket cap in bytes each strategy plans with.
+std::int64_t cap_bytes(const DdpOptions& options) {
+  switch (options.strategy) {
+    case DdpStrategy::naive:
+    case DdpStrategy::overlapped: return 0;
+    case DdpStrategy::flat: return kUnlimitedBucketBytes;
+    case DdpStrategy::bucketed: break;
+  }
+  FT_CHECK(std::isfinite(options.bucket_size_mb) && options.bucket_size_mb > 0,
+           "DDP: bucket_size_mb must be > 0, given ", options.bucket_size_mb);
+  return static_cast<std::int64_t>(options.bucket_size_mb * 1024.0 * 1024.0);
+}
+
+void check_flat(const char* role, const Tensor& t) {
+  FT_CHECK(t.defined() && t.dtype() == DType::f32 && t.is_contiguous() && t.dim() == 1, "DDP: the ", role,
+           " must be one contiguous fp32 vector, given ", t.defined() ? t.describe() : std::string("undefined"));
+}
+
+}  // namespace
+
+DistributedDataParallel::DistributedDataParallel(Communicator& comm, DdpModel model, const DdpOptions& options)
+    : comm_(comm), model_(std::move(model)), options_(options) {
+  check_flat("parameter buffer", model_.parameters);
+  check_flat("gradient buffer", model_.gradients);
+  FT_CHECK(model_.parameters.numel() == model_.gradients.numel() &&
+               model_.parameters.device() == model_.gradients.device(),
+           "DDP: parameters and gradients must share a length and device, given ", model_.parameters.describe(),
+           " and ", model_.gradients.describe());
+  for (const DdpParameter& p : model_.tensors)
+    FT_CHECK(p.offset + p.numel <= model_.gradients.numel(), "DDP: parameter ", p.name, " [", p.offset, ", ",
+             p.offset + p.numel, ") lies outside the flat buffers of ", model_.gradients.numel(), " elements");
+  plan_ = plan_buckets(model_.tensors, model_.ready_order, cap_bytes(options_), sizeof(float));
+  members_.resize(plan_.buckets.size());
+  for (std::size_t b = 0; b < plan_.buckets.size(); ++b) members_[b] = plan_.buckets[b].parameters.size();
+  if (options_.bf16_communication)
+    staging_ = OwnedTensor({model_.gradients.numel()}, DType::bf16, model_.gradients.device(),
+                           "DDP bf16 gradient staging", model_.stream);
+  reset_step();
+  if (options_.broadcast_parameters) comm_.broadcast(model_.parameters, 0)->wait();
+}
+
+bool DistributedDataParallel::reduces_during_backward() const {
+  return options_.strategy == DdpStrategy::overlapped || options_.strategy == DdpStrategy::bucketed;
+}
+
+void DistributedDataParallel::reset_step() {
+  pending_ = members_;
+  reported_.assign(model_.tensors.size(), false);
+  works_.clear();
+  works_.resize(plan_.buckets.size());
+  next_launch_ = 0;
+  oldest_in_flight_ = 0;
+}
+
+void DistributedDataParallel::launch(std::size_t bucket) {
+  const Bucket& b = plan_.buckets[bucket];
+  const Tensor grads = model_.gradients.narrow(0, b.offset, b.numel);  // (numel) fp32, in place
+  if (!options_.bf16_communication) {
+    works_[bucket] = comm_.all_reduce(grads, ReduceOp::average);
+    return;
+  }
+  const Tensor staged = staging_->narrow(0, b.offset, b.numel);  // (numel) bf16
+  cast(staged, grads, model_.stream);  // a device communicator orders itself after the model's stream
+  works_[bucket] = comm_.all_reduce(staged, ReduceOp::average);
+}
+
+void DistributedDataParallel::launch_ready_buckets() {
+  while (next_launch_ < plan_.buckets.size() && pending_[next_launch_] == 0) launch(next_launch_++);
+  // Let the backend progress what is in flight (MPI moves nonblocking collectives only inside MPI calls).
+  while (oldest_in_flight_ < next_launch_ && works_[oldest_in_flight_]->is_completed()) ++oldest_in_flight_;
+}
+
+void DistributedDataParallel::gradient_ready(std::size_t index, bool last_micro_batch) {
+  FT_CHECK(index < model_.tensors.size(), "DDP: gradient_ready for parameter ", index, ", but the model has ",
+           model_.tensors.size());
+  if (!last_micro_batch || !reduces_during_backward()) return;
+  const std::size_t bucket = plan_.bucket_of[index];
+  if (bucket == BucketPlan::kNoBucket) return;  // frozen
+  FT_CHECK_KIND(runtime, !reported_[index], "DDP: parameter ", model_.tensors[index].name,
+                " was reported ready twice in one step; report each gradient once, when it is final");
+  reported_[index] = true;
+  --pending_[bucket];
+  launch_ready_buckets();
+}
+
+std::string DistributedDataParallel::unreported_parameters() const {
+  std::string names;
+  for (std::size_t i = 0; i < model_.tensors.size(); ++i)
+    if (model_.tensors[i].requires_grad && !reported_[i]) names += (names.empty() ? "" : ", ") + model_.tensors[i].name;
+  return names;
+}
+
+void DistributedDataParallel::synchronize() {
+  const std::size_t n = plan_.buckets.size();
+  if (options_.strategy == DdpStrategy::naive) {
+    for (std::size_t b = 0; b < n; ++b) {
+      launch(b);
+      works_[b]->wait();
+    }
+  } else if (options_.strategy == DdpStrategy::flat) {
+    for (std::size_t b = 0; b < n; ++b) launch(b);
+  } else {
+    FT_CHECK_KIND(runtime, next_launch_ == n, "DDP (", name_of(options_.strategy),
+                  "): synchronize() before every trainable gradient was reported ready on the last micro-batch; "
+                  "missing: ", unreported_parameters());
+  }
+  for (std::size_t b = 0; b < n; ++b) {
+    works_[b]->wait();
+    if (options_.bf16_communication) {
+      const Bucket& bucket = plan_.buckets[b];
+      cast(model_.gradients.narrow(0, bucket.offset, bucket.numel), staging_->narrow(0, bucket.offset, bucket.numel),
+           model_.stream);
+    }
+  }
+  reset_step();
+}
+
+}  // namespace ft

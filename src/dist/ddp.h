@@ -1,0 +1,105 @@
+// ddp.h — DistributedDataParallel: averages gradients over the ranks of a Communicator, for any model whose
+// gradients are one flat buffer with parameters packed as slices of it (TransformerLM; a toy model in a
+// test) — the model gives DDP a DdpModel and calls gradient_ready() as each gradient becomes final.
+// Strategies (DdpOptions::strategy, by name through parse_ddp_strategy):
+//   naive       after backward (synchronize()): one blocking all-reduce per parameter, one after another
+//   flat        after backward: one all-reduce of the whole flat gradient buffer (one per run of adjacent
+//               trainable parameters when some are frozen)
+//   overlapped  during backward: an asynchronous all-reduce of each parameter the moment its gradient is
+//               final; synchronize() waits for them
+//   bucketed    during backward: buckets of at most bucket_size_mb MiB (dist/bucket_plan.h: reverse
+//               memory order, each a slice of the gradient buffer — all-reduced in place, no copies),
+//               each launched when its last gradient is final; synchronize() waits for them
+// In every strategy: rank 0's parameters are broadcast at construction (ranks that start from different
+// parameters agree); gradients are averaged (ReduceOp::average); frozen parameters (requires_grad false)
+// are never communicated and their gradients are left as each rank computed them (the optimizer must
+// skip them); with gradient accumulation only the last micro-batch communicates (gradient_ready with
+// last_micro_batch false does nothing).
+// bf16 communication (DdpOptions::bf16_communication): each bucket is rounded to bf16 into a staging copy
+// (one bf16 buffer of the parameter count, bucket slices at the gradients' offsets), all-reduced in bf16
+// (summed by the backend with a rounding to bf16 per addition) and written back to the fp32 gradients.
+// Half the bytes on the wire; the cost is precision: each gradient carries a relative error of up to 2^-9
+// from the rounding, plus one such rounding per reduction step (log2(world) to world - 1 of them by
+// algorithm), so averaged gradients agree with fp32 communication to about 3 significant digits.
+//
+// Use (Trainer: see ddp_transformer.h for attach()):
+//   DistributedDataParallel ddp(comm, model_view, options);   // broadcasts parameters
+//   per step: backward calls ddp.gradient_ready(i, last) per parameter; then ddp.synchronize();
+//             then the optimizer step.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/buffer.h"
+#include "core/stream.h"
+#include "core/tensor.h"
+#include "dist/bucket_plan.h"
+#include "dist/communicator.h"
+
+namespace ft {
+
+enum class DdpStrategy { naive, flat, overlapped, bucketed };
+const char* name_of(DdpStrategy strategy);
+DdpStrategy parse_ddp_strategy(std::string_view text);  // "naive" | "flat" | "overlapped" | "bucketed"
+std::vector<std::string> ddp_strategy_names();
+
+struct DdpOptions {
+  DdpStrategy strategy = DdpStrategy::bucketed;
+  double bucket_size_mb = 25;       // bucketed: the most fp32 gradient bytes per bucket, in MiB (2^20 bytes)
+  bool bf16_communication = false;  // all-reduce gradients rounded to bf16
+  bool broadcast_parameters = true; // rank 0's parameters to every rank at construction
+};
+
+// What DDP needs of a model.
+struct DdpModel {
+  Tensor parameters;                     // (numel) fp32, contiguous: the flat parameter buffer
+  Tensor gradients;                      // (numel) fp32, contiguous: the flat gradient buffer, same layout
+  std::vector<DdpParameter> tensors;     // each parameter's slice of both buffers, and its requires_grad
+  std::vector<std::size_t> ready_order;  // indices into tensors, in the order backward finalises them
+  Stream stream;                         // the model's stream (orders the bf16 casts)
+};
+
+class DistributedDataParallel {
+ public:
+  // Plans the buckets and broadcasts the parameters from rank 0 (DdpOptions::broadcast_parameters).
+  DistributedDataParallel(Communicator& comm, DdpModel model, const DdpOptions& options = {});
+
+  // Backward reports parameter `index` final for this micro-batch. On the last micro-batch the
+  // overlapped and bucketed strategies launch every bucket that is complete (in plan order).
+  void gradient_ready(std::size_t index, bool last_micro_batch);
+  // After the last micro-batch's backward, before the optimizer step: issues what the strategy issues
+  // after backward, waits for every collective and leaves the averaged gradients in the gradient buffer.
+  // Throws ft::Error (runtime) when an overlapped/bucketed step did not hear of some trainable
+  // parameter's gradient (backward must report each one, once).
+  void synchronize();
+
+  const BucketPlan& plan() const { return plan_; }
+  const DdpOptions& options() const { return options_; }
+  const DdpModel& model() const { return model_; }
+  Communicator& communicator() { return comm_; }
+
+ private:
+  bool reduces_during_backward() const;
+  void launch(std::size_t bucket);
+  void launch_ready_buckets();
+  void reset_step();
+  std::string unreported_parameters() const;
+
+  Communicator& comm_;
+  DdpModel model_;
+  DdpOptions options_;
+  BucketPlan plan_;
+  OwnedTensor staging_;                      // (numel) bf16, bf16_communication only
+  std::vector<std::size_t> members_;         // (buckets) trainable parameters per bucket
+  std::vector<std::size_t> pending_;         // (buckets) members not yet reported this step
+  std::vector<bool> reported_;               // (parameters) reported on this step's last micro-batch
+  std::vector<WorkHandle> works_;            // (buckets) collectives in flight
+  std::size_t next_launch_ = 0;              // buckets [0, next_launch_) are launched
+  std::size_t oldest_in_flight_ = 0;         // buckets before it have completed
+};
+
+}  // namespace ft
