@@ -34,6 +34,9 @@ void register_bench_attention(CLI::App& bench, Action& action);
 void add_bench_model_options(CLI::App& command, BenchModelOptions& options);
 void register_bench_model(CLI::App& bench, Action& action);
 
+// `flashtrain bench comm` (cmd_bench_comm.cpp): all-reduce timing over the ranks of an mpirun/srun job.
+void register_bench_comm(CLI::App& bench, Action& action);
+
 // `flashtrain train` (cmd_train.cpp): the training loop of train_run.h. add_train_options declares the
 // options on any CLI11 app, filling options as they are parsed (the tests parse with it directly).
 void add_train_options(CLI::App& command, TrainOptions& options);

@@ -1,12 +1,14 @@
 // train_run.cpp — `flashtrain train`: option validation, the training loop over a Trainer (token
 // source, device staging of the ids, accumulation, clipping, AdamW, evaluation), the interval log,
 // checkpoints with a `latest` pointer, resume (Trainer::restore_step continues AdamW's step count and
-// the schedule), the MFU model and the results document.
+// the schedule), data parallelism over a Communicator (DDP, sharded global batches, rank 0 logging and
+// writing), the MFU model and the results document.
 #include "flashtrain/train_run.h"
 
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -17,6 +19,8 @@
 #include "core/buffer.h"
 #include "core/error.h"
 #include "core/tensor_io.h"
+#include "dist/ddp_transformer.h"
+#include "dist/single_process_communicator.h"
 #include "flashtrain/cli_parse.h"
 #include "model/checkpoint.h"
 #include "model/data_loader.h"
@@ -76,24 +80,36 @@ std::string latest_checkpoint(const std::string& folder) {
 }
 
 // Training token batches: windows of a memory-mapped file, or uniform random ids. Either way the whole
-// state is one RngState, which checkpoints carry.
+// state is one RngState, which checkpoints carry. Sharded over `world` ranks, every rank draws the same
+// global batch of world x batch rows and keeps rows [rank x batch, (rank + 1) x batch): the generator
+// advances alike on every rank (one state resumes them all) and the ranks' rows together are the batch
+// one process with batch world x batch would draw.
 class TokenSource {
  public:
   // option: "--data" or "--val-data", named in errors.
-  TokenSource(const TrainPlan& plan, const char* option, const std::string& path, std::uint64_t seed)
-      : option_(option), batch_(plan.batch), context_(plan.model.context_length), vocab_(plan.model.vocab_size),
-        rng_(seed) {
+  TokenSource(const TrainPlan& plan, const char* option, const std::string& path, std::uint64_t seed, int world = 1,
+              int rank = 0)
+      : option_(option), batch_(plan.batch), rows_(plan.batch * world), first_row_(plan.batch * rank),
+        context_(plan.model.context_length), vocab_(plan.model.vocab_size), rng_(seed) {
     if (path.empty()) return;
     for_option(option, [&] {
-      loader_.emplace(path, DataLoaderOptions{.batch = batch_, .context = context_, .vocab = vocab_, .seed = seed});
+      loader_.emplace(path, DataLoaderOptions{.batch = rows_, .context = context_, .vocab = vocab_, .seed = seed});
     });
   }
 
+  // out <- this rank's (batch, context) rows of the next global batch.
   void next(TokenBatch& out) {
+    TokenBatch& drawn = rows_ == batch_ ? out : global_;
     if (loader_)
-      for_option(option_, [&] { loader_->next(out); });  // ids outside the vocabulary
+      for_option(option_, [&] { loader_->next(drawn); });  // ids outside the vocabulary
     else
-      random_token_batch(rng_, batch_, context_, vocab_, out);
+      random_token_batch(rng_, rows_, context_, vocab_, drawn);
+    if (rows_ == batch_) return;
+    const std::int64_t begin = first_row_ * context_, count = batch_ * context_;
+    out.batch = batch_;
+    out.context = context_;
+    out.inputs.assign(global_.inputs.begin() + begin, global_.inputs.begin() + begin + count);
+    out.targets.assign(global_.targets.begin() + begin, global_.targets.begin() + begin + count);
   }
   RngState state() const { return loader_ ? loader_->state() : rng_.state(); }
   void set_state(const RngState& state) {
@@ -109,10 +125,20 @@ class TokenSource {
 
  private:
   const char* option_;
-  std::int64_t batch_, context_, vocab_;
+  std::int64_t batch_;      // rows this rank trains on
+  std::int64_t rows_;       // rows of the global batch (world x batch)
+  std::int64_t first_row_;  // this rank's first row in it
+  std::int64_t context_, vocab_;
   Rng rng_;
   std::optional<DataLoader> loader_;
+  TokenBatch global_;  // (rows_, context) the global batch, when sharded
 };
+
+// 64-bit FNV-1a over 32-bit words: equal parameters give equal hashes on every rank.
+std::uint64_t hash_words(const std::uint32_t* words, std::size_t count, std::uint64_t hash) {
+  for (std::size_t i = 0; i < count; ++i) hash = (hash ^ words[i]) * 0x100000001b3ull;
+  return hash;
+}
 
 // A batch's ids where the model reads them: the host vectors on the CPU, device copies otherwise.
 class TokenStaging {
@@ -153,15 +179,20 @@ struct StepStats {
 // The model, its AdamW state and the data, stepped one optimizer step at a time.
 class TrainingRun {
  public:
-  TrainingRun(const TrainPlan& plan, std::ostream& log)
+  TrainingRun(const TrainPlan& plan, std::ostream& log, Communicator& comm)
       : plan_(plan),
-        log_(log),
+        comm_(comm),
+        world_(comm.world_size()),
+        log_(comm.rank() == 0 ? log : null_log_),
         model_(plan.model, model_options(plan)),
         staging_(plan.device, plan.batch, plan.model.context_length),
-        train_data_(plan, "--data", plan.data, plan.seed + kTrainDataSeedOffset),
+        train_data_(plan, "--data", plan.data, plan.seed + kTrainDataSeedOffset, world_, comm.rank()),
         trainer_(model_, trainer_config(plan)) {
+    FT_CHECK_KIND(unsupported, world_ == 1 || plan.device.is_cpu(), "data-parallel training on ",
+                  plan.device.to_string(), " needs the NCCL communicator, which is not built yet: under mpirun, train "
+                  "with --device cpu (MPI moves host buffers), or run one process without a launcher");
     if (!plan.val_data.empty()) {
-      val_data_.emplace(plan, "--val-data", plan.val_data, plan.seed + kValDataSeedOffset);
+      val_data_.emplace(plan, "--val-data", plan.val_data, plan.seed + kValDataSeedOffset, world_, comm.rank());
       val_start_ = val_data_->state();
     }
   }
@@ -170,9 +201,14 @@ class TrainingRun {
     TrainResult result;
     result.parameters = model_.layout().numel();
     result.device_name = describe_device(plan_.device);
+    result.world = world_;
     result.peak_flops = plan_.device.is_cpu() ? std::nullopt : peak_flops(result.device_name, plan_.precision, plan_.tf32);
     print_header(result);
     start();
+    if (world_ > 1) {
+      ddp_.emplace(comm_, ddp_model(model_), plan_.ddp);  // broadcasts rank 0's parameters
+      attach(*ddp_, trainer_);
+    }
     result.first_step = step() + 1;
 
     const double flops_per_token = train_flops_per_token(plan_.model);
@@ -194,20 +230,21 @@ class TrainingRun {
         row.lr = stats.lr;
         row.grad_norm = stats.grad_norm;
         row.step_ms = interval_ms / static_cast<double>(interval_steps);
-        row.tokens_per_s = static_cast<double>(plan_.tokens_per_step()) / (row.step_ms / 1e3);
-        if (result.peak_flops) row.mfu = flops_per_token * row.tokens_per_s / *result.peak_flops;
+        row.tokens_per_s = static_cast<double>(plan_.tokens_per_step() * world_) / (row.step_ms / 1e3);
+        if (result.peak_flops) row.mfu = flops_per_token * row.tokens_per_s / (*result.peak_flops * world_);
         if (eval) row.val_loss = evaluate();
         print_row(row);
         result.rows.push_back(row);
         interval_ms = 0;
         interval_steps = 0;
       }
-      if (!plan_.checkpoint_dir.empty() &&
+      if (!plan_.checkpoint_dir.empty() && comm_.rank() == 0 &&
           (last || (plan_.checkpoint_interval > 0 && step() % plan_.checkpoint_interval == 0)))
         result.checkpoints.push_back(save());
     }
     if (result.losses.empty()) log_ << "nothing to train: the checkpoint is at step " << step() << " = --steps\n";
-    if (!plan_.json_path.empty()) {
+    if (world_ > 1) result.parameter_checksum = check_ranks_agree();
+    if (!plan_.json_path.empty() && comm_.rank() == 0) {
       write_json_atomic(plan_.json_path, train_document(plan_, result));
       log_ << "wrote " << plan_.json_path << "\n";
     }
@@ -283,6 +320,10 @@ class TrainingRun {
     }
     StepStats stats;
     stats.loss = loss_sum / static_cast<double>(plan_.accumulate);
+    if (ddp_) {
+      ddp_->synchronize();  // averaged gradients before clipping and AdamW
+      stats.loss = sum_over_ranks(stats.loss) / world_;
+    }
     FT_CHECK_KIND(runtime, std::isfinite(stats.loss), "loss is ", stats.loss, " at step ", step() + 1,
                   ": training diverged (lower --lr, or set --clip)");
     const StepResult result = trainer_.optimizer_step();
@@ -292,7 +333,8 @@ class TrainingRun {
     return stats;
   }
 
-  // Mean loss over the same eval_batches validation batches every time.
+  // Mean loss over the same eval_batches validation batches every time; with several ranks, each rank
+  // evaluates its rows of every global batch (as in training) and the ranks' means are averaged.
   double evaluate() {
     val_data_->set_state(val_start_);
     double sum = 0;
@@ -301,7 +343,42 @@ class TrainingRun {
       const auto [inputs, targets] = staging_.place(batch_);
       sum += model_.forward(inputs, targets);
     }
+    if (world_ > 1) sum = sum_over_ranks(sum) / world_;
     return sum / static_cast<double>(plan_.eval_batches);
+  }
+
+  // The sum of every rank's value (an fp32 all-reduce: 7 significant digits).
+  double sum_over_ranks(double value) {
+    auto v = static_cast<float>(value);
+    comm_.all_reduce(Tensor(&v, DType::f32, Device::cpu(), {1}), ReduceOp::sum)->wait();
+    return v;
+  }
+
+  // Hashes this rank's parameters (staged through the host in chunks) and checks every rank's hash is
+  // the same: ft::Error (runtime) naming the ranks that differ from rank 0 otherwise.
+  std::uint64_t check_ranks_agree() {
+    const Tensor flat = model_.parameters().flat();  // (numel) fp32
+    constexpr std::int64_t kChunk = 1 << 20;
+    std::vector<std::uint32_t> host(static_cast<std::size_t>(std::min(kChunk, flat.numel())));  // (chunk) fp32 bits
+    std::uint64_t hash = 0xcbf29ce484222325ull;
+    for (std::int64_t begin = 0; begin < flat.numel(); begin += kChunk) {
+      const std::int64_t n = std::min(kChunk, flat.numel() - begin);
+      copy(Tensor(host.data(), DType::f32, Device::cpu(), {n}), flat.narrow(0, begin, n));
+      hash = hash_words(host.data(), static_cast<std::size_t>(n), hash);
+    }
+    // The hash as four 16-bit pieces, each exact in fp32.
+    std::vector<float> pieces(4);  // (4)
+    for (int i = 0; i < 4; ++i) pieces[static_cast<std::size_t>(i)] = static_cast<float>((hash >> (16 * i)) & 0xffff);
+    std::vector<float> all(static_cast<std::size_t>(4 * world_));  // (world, 4)
+    comm_.all_gather(Tensor(all.data(), DType::f32, Device::cpu(), {4 * world_}),
+                     Tensor(pieces.data(), DType::f32, Device::cpu(), {4}))
+        ->wait();
+    std::string differing;
+    for (int r = 1; r < world_; ++r)
+      if (!std::equal(all.begin(), all.begin() + 4, all.begin() + 4 * r)) differing += " " + std::to_string(r);
+    FT_CHECK_KIND(runtime, differing.empty(), "data-parallel training ended with different parameters on ranks",
+                  differing, " than on rank 0 (the replicas diverged)");
+    return hash;
   }
 
   std::string save() {
@@ -329,7 +406,10 @@ class TrainingRun {
          << "  " << name_of(plan_.precision) << (plan_.tf32 ? " (tf32)" : "") << ", attention "
          << name_of(plan_.attention) << ", device " << plan_.device.to_string() << ": " << result.device_name << "\n"
          << "  batch " << plan_.batch << " x " << m.context_length << " tokens x " << plan_.accumulate
-         << " micro-batches = " << plan_.tokens_per_step() << " tokens/step, " << plan_.steps << " steps\n"
+         << " micro-batches = " << plan_.tokens_per_step() << " tokens/step" << (world_ > 1 ? " per rank" : "") << ", "
+         << plan_.steps << " steps\n";
+    print_data_parallel();
+    log_
          << "  AdamW lr " << s.max_lr << " -> " << s.min_lr << " (cosine, warm-up " << s.warmup_iters
          << "), weight decay " << a.weight_decay << ", betas (" << a.beta1 << ", " << a.beta2 << "), eps " << a.eps
          << ", clip " << (plan_.clip > 0 ? format("%g", plan_.clip) : "off") << "\n"
@@ -338,6 +418,21 @@ class TrainingRun {
     log_ << "  MFU: " << format("%.4g", train_flops_per_token(m)) << " FLOPs/token over peak "
          << (result.peak_flops ? format("%.1f TFLOP/s", *result.peak_flops / 1e12)
              : plan_.device.is_cpu() ? "n/a (CPU)" : "n/a (no peak known for this GPU)") << "\n";
+  }
+
+  void print_data_parallel() const {
+    const DdpOptions& d = plan_.ddp;
+    const DdpOptions defaults;
+    if (world_ > 1) {
+      log_ << "  data parallel: " << world_ << " ranks (" << comm_.backend() << "), DDP " << name_of(d.strategy);
+      if (d.strategy == DdpStrategy::bucketed) log_ << " (" << format("%g", d.bucket_size_mb) << " MiB buckets)";
+      log_ << ", " << (d.bf16_communication ? "bf16" : "fp32") << " gradient all-reduce; global batch "
+           << plan_.batch * world_ << " sequences, " << plan_.tokens_per_step() * world_ << " tokens/step\n";
+    } else if (d.strategy != defaults.strategy || d.bucket_size_mb != defaults.bucket_size_mb ||
+               d.bf16_communication != defaults.bf16_communication) {
+      log_ << "  note: --ddp-strategy, --bucket-mb and --grad-comm-dtype apply to data-parallel runs (under "
+              "mpirun); ignored in a single process\n";
+    }
   }
 
   void print_row(const TrainLogRow& row) const {
@@ -349,6 +444,9 @@ class TrainingRun {
   }
 
   const TrainPlan& plan_;
+  Communicator& comm_;
+  int world_;
+  std::ostream null_log_{nullptr};  // ranks other than 0 log into it (no buffer: writes are dropped)
   std::ostream& log_;
   TransformerLM model_;
   TokenStaging staging_;
@@ -357,6 +455,7 @@ class TrainingRun {
   std::optional<TokenSource> val_data_;
   RngState val_start_;     // the validation source's state before its first batch
   TokenBatch batch_;       // (B, T) host ids of the current micro-batch
+  std::optional<DistributedDataParallel> ddp_;  // world > 1: averages the gradients over the ranks
 };
 
 }  // namespace
@@ -429,10 +528,24 @@ TrainPlan resolve_train_options(const TrainOptions& o) {
                   " does not exist");
   plan.init_from = o.init_from;
   plan.json_path = o.json_path;
+
+  plan.ddp.strategy = for_option("--ddp-strategy", [&] { return parse_ddp_strategy(o.ddp_strategy); });
+  FT_CHECK(o.bucket_mb > 0, "--bucket-mb must be > 0 (MiB of gradients per bucket), given ", o.bucket_mb);
+  plan.ddp.bucket_size_mb = o.bucket_mb;
+  FT_CHECK(o.grad_comm_dtype == "fp32" || o.grad_comm_dtype == "bf16",
+           "--grad-comm-dtype must be fp32 or bf16, given '", o.grad_comm_dtype, "'");
+  plan.ddp.bf16_communication = o.grad_comm_dtype == "bf16";
   return plan;
 }
 
-TrainResult run_training(const TrainPlan& plan, std::ostream& log) { return TrainingRun(plan, log).run(); }
+TrainResult run_training(const TrainPlan& plan, std::ostream& log) {
+  SingleProcessCommunicator single;
+  return TrainingRun(plan, log, single).run();
+}
+
+TrainResult run_training(const TrainPlan& plan, std::ostream& log, Communicator& comm) {
+  return TrainingRun(plan, log, comm).run();
+}
 
 double train_flops_per_token(const ModelConfig& config) {
   const ParameterLayout layout(config);
@@ -488,7 +601,13 @@ nlohmann::json train_document(const TrainPlan& plan, const TrainResult& result) 
       {"seed", plan.seed},
       {"flops_per_token", train_flops_per_token(m)},
       {"peak_tflops", result.peak_flops ? nlohmann::json(*result.peak_flops / 1e12) : nlohmann::json(nullptr)},
+      {"world", result.world},
   };
+  if (result.world > 1)
+    config.update({{"global_tokens_per_step", plan.tokens_per_step() * result.world},
+                   {"strategy", name_of(plan.ddp.strategy)},
+                   {"bucket_mb", plan.ddp.bucket_size_mb},
+                   {"grad_comm_dtype", plan.ddp.bf16_communication ? "bf16" : "fp32"}});
   nlohmann::json rows = nlohmann::json::array();
   for (const TrainLogRow& r : result.rows) {
     nlohmann::json row = {{"step", r.step},

@@ -3,6 +3,14 @@
 // micro-batch accumulation, global-norm clipping, AdamW on the cosine schedule, evaluation, logging,
 // atomic checkpoints and bit-exact resume), the throughput model (FLOPs per token, peak FLOP/s table,
 // MFU) and the results document. cmd_train.cpp declares the options and calls these.
+// Data parallelism: run_training over a Communicator of world > 1 (mpirun / srun) trains one model replica
+// per rank under DistributedDataParallel (dist/ddp.h): rank 0's parameters are broadcast once (after any
+// --resume / --init-from, which every rank loads), every rank draws the same global batch of world x batch
+// sequences and trains on its own rows [rank x batch, (rank + 1) x batch) — so a run of W ranks with batch
+// B takes the steps of one process with batch W x B, and the one data generator state a checkpoint holds
+// is every rank's — gradients are averaged before clipping and AdamW, the logged loss is the mean over
+// ranks, validation batches are split by rows like training ones, and only rank 0 logs, writes checkpoints
+// and --json.
 #pragma once
 
 #include <cstdint>
@@ -14,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/device.h"
+#include "dist/ddp.h"
 #include "model/config.h"
 #include "ops/adamw.h"
 #include "ops/attention.h"
@@ -51,6 +60,9 @@ struct TrainOptions {
   std::string resume;     // checkpoint path, or "latest" (the newest in checkpoint_dir)
   std::string init_from;  // safetensors of model parameters only
   std::string json_path;
+  std::string ddp_strategy = "bucketed";  // data-parallel runs only: naive, flat, overlapped, bucketed
+  double bucket_mb = 25;                  // bucketed: MiB of fp32 gradients per bucket
+  std::string grad_comm_dtype = "fp32";   // fp32, or bf16 (gradients rounded for the all-reduce)
 };
 
 // The validated run: every default filled in, names parsed, the resume path resolved.
@@ -75,7 +87,9 @@ struct TrainPlan {
   std::string resume_path;  // resolved ("latest" -> the file it names); empty = fresh start
   std::string init_from;
   std::string json_path;
+  DdpOptions ddp;  // used when the run's communicator has world > 1
 
+  // Per rank; a data-parallel step trains world times as many.
   std::int64_t tokens_per_step() const { return batch * model.context_length * accumulate; }
 };
 
@@ -90,23 +104,31 @@ struct TrainLogRow {
   double lr = 0;         // learning rate the step used
   double grad_norm = 0;  // global gradient norm before clipping
   double step_ms = 0;    // mean wall time per step
-  double tokens_per_s = 0;
-  std::optional<double> mfu;       // fraction of the device's peak; none when the peak is unknown
+  double tokens_per_s = 0;         // all ranks together
+  std::optional<double> mfu;       // fraction of the peak of world devices; none when the peak is unknown
   std::optional<double> val_loss;  // when an evaluation ran after this step
 };
 
 struct TrainResult {
   std::int64_t first_step = 1;   // the step the run started with (checkpoint step + 1 on resume)
   std::vector<double> losses;    // (steps run): losses[i] is the loss of step first_step + i
-  std::vector<TrainLogRow> rows;
-  std::vector<std::string> checkpoints;  // paths written, in order
+  std::vector<TrainLogRow> rows;         // rank 0's (the others log nothing)
+  std::vector<std::string> checkpoints;  // paths written, in order (rank 0 writes them all)
   std::int64_t parameters = 0;
   std::string device_name;
   std::optional<double> peak_flops;
+  int world = 1;  // ranks that trained
+  // Data-parallel runs: a hash (64-bit FNV-1a over 32-bit words) of this rank's final fp32 parameters,
+  // which the run has checked to be the same on every rank. None in a single process.
+  std::optional<std::uint64_t> parameter_checksum;
 };
 
-// Trains as the plan says, printing the log to `log`; writes checkpoints and the --json document.
+// Trains as the plan says, printing the log to `log`; writes checkpoints and the --json document. With
+// comm: every rank of comm calls it with the same plan; world > 1 trains data-parallel (see the top of
+// this file; needs --device cpu until the NCCL communicator lands: ft::Error unsupported otherwise), and
+// only rank 0 writes to log. Without comm, or with a world of one: a single process, no DDP.
 TrainResult run_training(const TrainPlan& plan, std::ostream& log);
+TrainResult run_training(const TrainPlan& plan, std::ostream& log, Communicator& comm);
 
 // Model FLOPs per trained token (forward + backward), PaLM's formula:
 //   6 * N + 12 * num_layers * d_model * context
@@ -119,7 +141,8 @@ double train_flops_per_token(const ModelConfig& config);
 // Known: H100 SXM/PCIe/NVL, H200 (and GH200), H200 NVL, A100. nullopt for any other name (and the CPU).
 std::optional<double> peak_flops(const std::string& device_name, Precision precision, bool tf32);
 
-// The results document: benchmark "train", config = the plan, a row per logged step.
+// The results document: benchmark "train", config = the plan (with world; and the DDP options when
+// world > 1), a row per logged step.
 nlohmann::json train_document(const TrainPlan& plan, const TrainResult& result);
 
 // "step_000100.safetensors": the checkpoint written after `step`.
