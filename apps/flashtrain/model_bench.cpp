@@ -17,6 +17,7 @@
 #include "flashtrain/cli_parse.h"
 #include "model/data_loader.h"
 #include "model/parameters.h"
+#include "model/token_staging.h"
 #include "model/trainer.h"
 #include "model/transformer.h"
 
@@ -53,36 +54,6 @@ std::vector<T> parse_list(const char* option, const std::string& text, Parse par
   return out;
 }
 
-// Token ids where the model reads them: the host batch on the CPU, device copies otherwise.
-class DeviceTokens {
- public:
-  DeviceTokens(Device device, const TokenBatch& batch) : device_(device), batch_(batch) {
-    if (device.is_cpu()) return;
-    const Shape shape{batch.batch * batch.context};  // (B * T) ids moved as 4-byte words
-    const auto bytes = static_cast<std::size_t>(shape[0]) * sizeof(std::int32_t);
-    inputs_ = Buffer(bytes, device, "token ids (inputs)");
-    targets_ = Buffer(bytes, device, "token ids (targets)");
-    // ft::DType has no integer type: f32 views of the same bytes copy the ids unchanged.
-    copy(Tensor(inputs_.data(), DType::f32, device, shape),
-         Tensor(const_cast<std::int32_t*>(batch.inputs.data()), DType::f32, Device::cpu(), shape));
-    copy(Tensor(targets_.data(), DType::f32, device, shape),
-         Tensor(const_cast<std::int32_t*>(batch.targets.data()), DType::f32, Device::cpu(), shape));
-  }
-
-  TokenIds inputs() const { return ids(inputs_, batch_.input_ids()); }
-  TokenIds targets() const { return ids(targets_, batch_.target_ids()); }
-
- private:
-  TokenIds ids(const Buffer& on_device, const TokenIds& on_host) const {
-    if (device_.is_cpu()) return on_host;
-    return {static_cast<const std::int32_t*>(on_device.data()), on_host.shape, device_};
-  }
-
-  Device device_;
-  const TokenBatch& batch_;
-  Buffer inputs_, targets_;  // (B, T) int32 on a CUDA device
-};
-
 TokenBatch random_batch(const ModelBenchCase& c, const ModelBenchConfig& config) {
   Rng rng(config.seed);
   TokenBatch batch;
@@ -116,14 +87,15 @@ class BenchStep {
         mode_(c.mode),
         model_(c.model, model_options(c, config)),
         batch_(random_batch(c, config)),
-        tokens_(config.device, batch_) {
+        staging_(config.device, config.batch, c.model.context_length),
+        ids_(staging_.place(batch_)) {
     if (mode_ == BenchMode::train) trainer_.emplace(model_, trainer_config());
   }
 
   // One step, finished on the device when it returns. With a recorder, its phases are labelled
   // "forward" (with the loss gradient), "backward" and "optimizer".
   void run(MemoryRecorder* recorder) {
-    const TokenIds inputs = tokens_.inputs(), targets = tokens_.targets();
+    const auto& [inputs, targets] = ids_;
     if (recorder) recorder->phase("forward");
     std::function<void()> enter_backward;
     if (recorder) enter_backward = [recorder] { recorder->phase("backward"); };
@@ -164,7 +136,8 @@ class BenchStep {
   BenchMode mode_;
   TransformerLM model_;
   TokenBatch batch_;  // (B, T) host ids, the same every step
-  DeviceTokens tokens_;
+  TokenStaging staging_;
+  std::pair<TokenIds, TokenIds> ids_;  // (inputs, targets) where the model reads them
   std::optional<Trainer> trainer_;
 };
 

@@ -25,6 +25,7 @@
 #include "model/checkpoint.h"
 #include "model/data_loader.h"
 #include "model/parameters.h"
+#include "model/token_staging.h"
 #include "model/trainer.h"
 #include "model/transformer.h"
 
@@ -139,38 +140,6 @@ std::uint64_t hash_words(const std::uint32_t* words, std::size_t count, std::uin
   for (std::size_t i = 0; i < count; ++i) hash = (hash ^ words[i]) * 0x100000001b3ull;
   return hash;
 }
-
-// A batch's ids where the model reads them: the host vectors on the CPU, device copies otherwise.
-class TokenStaging {
- public:
-  TokenStaging(Device device, std::int64_t batch, std::int64_t context) : device_(device), shape_{batch, context} {
-    if (device.is_cpu()) return;
-    const auto bytes = static_cast<std::size_t>(batch * context) * sizeof(std::int32_t);
-    inputs_ = Buffer(bytes, device, "token ids (inputs)");
-    targets_ = Buffer(bytes, device, "token ids (targets)");
-  }
-
-  // (inputs, targets), each (B, T) int32 on the model's device.
-  std::pair<TokenIds, TokenIds> place(const TokenBatch& batch) {
-    if (device_.is_cpu()) return {batch.input_ids(), batch.target_ids()};
-    upload(inputs_, batch.inputs);
-    upload(targets_, batch.targets);
-    return {TokenIds{static_cast<const std::int32_t*>(inputs_.data()), shape_, device_},
-            TokenIds{static_cast<const std::int32_t*>(targets_.data()), shape_, device_}};
-  }
-
- private:
-  // Bytes moved through 4-byte views (ids have no ft::DType; copy() of one dtype moves bits unchanged).
-  void upload(const Buffer& dst, const std::vector<std::int32_t>& src) {
-    const Shape shape{static_cast<std::int64_t>(src.size())};
-    copy(Tensor(dst.data(), DType::f32, device_, shape),
-         Tensor(const_cast<std::int32_t*>(src.data()), DType::f32, Device::cpu(), shape));
-  }
-
-  Device device_;
-  Shape shape_;
-  Buffer inputs_, targets_;
-};
 
 struct StepStats {
   double loss = 0, lr = 0, grad_norm = 0;

@@ -1,0 +1,27 @@
+// token_staging.h — puts a host TokenBatch where the model runs: on the CPU the batch's own ids, on a
+// CUDA device a copy in two preallocated (B, T) int32 buffers.
+#pragma once
+
+#include <cstdint>
+#include <utility>
+
+#include "core/buffer.h"
+#include "model/data_loader.h"
+
+namespace ft {
+
+class TokenStaging {
+ public:
+  // Room for batches of at most batch x context ids on device.
+  TokenStaging(Device device, std::int64_t batch, std::int64_t context);
+
+  // (inputs, targets), each (B, T) int32 on the device; valid until the next place().
+  std::pair<TokenIds, TokenIds> place(const TokenBatch& batch);
+
+ private:
+  Device device_;
+  std::int64_t capacity_;  // ids per buffer
+  Buffer inputs_, targets_;
+};
+
+}  // namespace ft
