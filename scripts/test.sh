@@ -64,7 +64,7 @@ run_ctest() {
   record "ctest $label" "${PIPESTATUS[0]}" "$log"
 }
 
-run_ctest cpu -j "$(nproc)"
+run_ctest cpu  # one at a time: the OpenMP tests use every core themselves
 run_ctest mpi  # one test at a time: each already spreads over several ranks
 
 python_dirs=()

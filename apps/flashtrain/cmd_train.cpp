@@ -53,7 +53,13 @@ its gradient is final), bucketed (buckets of --bucket-mb MiB in reverse paramete
 all-reduced in place as soon as its last gradient is final). --grad-comm-dtype bf16 halves the bytes
 sent, at about 3 significant digits of gradient precision. For now the ranks move host buffers over
 MPI, so data-parallel runs need --device cpu; GPUs (NCCL) come next. In a single process the --ddp-*
-options are ignored (the log says so when they are given).)";
+options are ignored (the log says so when they are given).
+ZeRO-1 (--zero, data-parallel runs only): each rank keeps the AdamW state of 1/N of the parameters.
+owner_broadcast: DDP (--ddp-strategy) averages the gradients, each rank updates its range and broadcasts
+it. reduce_scatter: no DDP (the --ddp-* options do not apply); gradients are reduce-scattered so each
+rank gets the average of its range, and one all-gather of the parameters makes the ranks whole again.
+Checkpoints hold the whole optimizer state, which no rank has under ZeRO: --zero cannot be combined
+with --checkpoint-dir or --resume yet.)";
 
 int run_train(const TrainOptions& options) {
   DistributedContext context;  // MPI under a launcher, a world of one otherwise
@@ -102,6 +108,9 @@ void add_train_options(CLI::App& command, TrainOptions& o) {
   command.add_option("--bucket-mb", o.bucket_mb, "Data-parallel runs, bucketed: MiB of fp32 gradients per bucket");
   command.add_option("--grad-comm-dtype", o.grad_comm_dtype,
                      "Data-parallel runs: fp32, or bf16 (gradients rounded to bf16 for the all-reduce)");
+  command.add_option("--zero", o.zero,
+                     "Data-parallel runs: off, owner_broadcast or reduce_scatter (ZeRO-1 sharded AdamW state; "
+                     "no checkpoints)");
 }
 
 void register_train(CLI::App& app, Action& action) {

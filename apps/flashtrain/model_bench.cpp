@@ -1,7 +1,8 @@
 // model_bench.cpp — `flashtrain bench model`: option validation, the timed steps of each case (NVTX
 // ranges "warmup step N" and "step N" around them; the model adds "model forward", "model backward",
 // per-layer and "optimizer step" ranges inside), OOM rows, the table, the results document and the
-// memory profile of one step.
+// memory profile of one step. The fwd mode builds an inference model (ModelOptions::training = false): no
+// gradients and no backward buffers, so its peak is that of a forward-only run.
 #include "flashtrain/model_bench.h"
 
 #include <chrono>
@@ -61,6 +62,7 @@ TokenBatch random_batch(const ModelBenchCase& c, const ModelBenchConfig& config)
   return batch;
 }
 
+// fwd builds the model for inference: its peak memory is that of a forward-only run.
 ModelOptions model_options(const ModelBenchCase& c, const ModelBenchConfig& config) {
   ModelOptions o;
   o.precision = c.precision;
@@ -70,6 +72,7 @@ ModelOptions model_options(const ModelBenchCase& c, const ModelBenchConfig& conf
   o.device = config.device;
   o.seed = config.seed;
   o.allow_tf32 = config.tf32;
+  o.training = c.mode != BenchMode::fwd;
   return o;
 }
 
@@ -320,10 +323,12 @@ nlohmann::json model_bench_document(const ModelBenchConfig& config, const std::v
                      {"seed", config.seed},
                      {"timing", "wall clock per step, synchronised after each; step_ms is the median of the timed "
                                 "steps, first_step_ms the first step run (a warm-up step when warmup > 0)"},
-                     {"modes", "fwd: forward and loss; fwd_bwd: forward and backward; train: forward, backward, "
-                               "gradient clipping to 1.0 and AdamW"},
-                     {"peak", "peak flashtrain-held memory on the device over the timed steps (model, optimizer "
-                              "state in train mode, activations, workspace)"}};
+                     {"modes", "fwd: forward and loss on a model built for inference (no gradients, no backward "
+                               "buffers); fwd_bwd: forward and backward; train: forward, backward, gradient clipping "
+                               "to 1.0 and AdamW"},
+                     {"peak", "peak flashtrain-held memory on the device over the timed steps (parameters, gradients "
+                              "in fwd_bwd and train modes, optimizer state in train mode, activations, workspace; "
+                              "fwd holds only what the forward needs)"}};
   return results_document("model", config.device, std::move(cfg), std::move(out_rows));
 }
 
@@ -350,7 +355,8 @@ nlohmann::json memory_profile_config(const ModelBenchCase& c, const ModelBenchCo
       {"parameters", "tags 'parameters' (fp32 masters) and 'weight copies ...' (bf16 copies)"},
       {"gradients", "tag 'gradients'"},
       {"optimizer_state", "tags 'optimizer state ...' (AdamW exp_avg, exp_avg_sq)"},
-      {"activations", "tag 'activations' (the arena of tensors saved for backward)"},
+      {"activations", "tag 'activations' (the arena of tensors saved for backward; in fwd mode one "
+                       "residual stream and one layer's temporaries)"},
       {"workspace", "tag 'workspace' (per-layer temporaries) and every other tag (op temporaries)"},
       {"other", "tags 'token ids ...', 'init staging', 'bench. ...', and memory held before recording"}};
   cfg["phases"] = "init: model, trainer, token ids; warmup: the warm-up steps; then one step: forward, "

@@ -1,8 +1,8 @@
 // train_run.cpp — `flashtrain train`: option validation, the training loop over a Trainer (token
 // source, device staging of the ids, accumulation, clipping, AdamW, evaluation), the interval log,
 // checkpoints with a `latest` pointer, resume (Trainer::restore_step continues AdamW's step count and
-// the schedule), data parallelism over a Communicator (DDP, sharded global batches, rank 0 logging and
-// writing), the MFU model and the results document.
+// the schedule), data parallelism over a Communicator (DDP or ZeRO-1, sharded global batches, rank 0
+// logging and writing), the MFU model and the results document.
 #include "flashtrain/train_run.h"
 
 #include <fcntl.h>
@@ -21,6 +21,7 @@
 #include "core/tensor_io.h"
 #include "dist/ddp_transformer.h"
 #include "dist/single_process_communicator.h"
+#include "dist/zero_transformer.h"
 #include "flashtrain/cli_parse.h"
 #include "model/checkpoint.h"
 #include "model/data_loader.h"
@@ -160,6 +161,9 @@ class TrainingRun {
     FT_CHECK_KIND(unsupported, world_ == 1 || plan.device.is_cpu(), "data-parallel training on ",
                   plan.device.to_string(), " needs the NCCL communicator, which is not built yet: under mpirun, train "
                   "with --device cpu (MPI moves host buffers), or run one process without a launcher");
+    FT_CHECK(world_ > 1 || !plan.zero, "--zero ", name_of(*plan.zero),
+             " shards the optimizer state over data-parallel ranks, but this run has one process: start it "
+             "under mpirun / srun with several, or leave --zero off");
     if (!plan.val_data.empty()) {
       val_data_.emplace(plan, "--val-data", plan.val_data, plan.seed + kValDataSeedOffset, world_, comm.rank());
       val_start_ = val_data_->state();
@@ -174,9 +178,18 @@ class TrainingRun {
     result.peak_flops = plan_.device.is_cpu() ? std::nullopt : peak_flops(result.device_name, plan_.precision, plan_.tf32);
     print_header(result);
     start();
-    if (world_ > 1) {
+    if (world_ > 1 && plan_.zero != ZeroMode::reduce_scatter) {
       ddp_.emplace(comm_, ddp_model(model_), plan_.ddp);  // broadcasts rank 0's parameters
       attach(*ddp_, trainer_);
+    }
+    if (plan_.zero) {
+      const ZeroOptions options{.mode = *plan_.zero,
+                                .optimizer = OptimizerKind::adamw,
+                                .max_grad_norm = plan_.clip,
+                                .broadcast_parameters = !ddp_};  // DDP has broadcast them already
+      zero_.emplace(comm_, ddp_model(model_), options);
+      add_transformer_group(*zero_, model_, trainer_.config());
+      attach(*zero_, trainer_);
     }
     result.first_step = step() + 1;
 
@@ -241,6 +254,7 @@ class TrainingRun {
     c.schedule = plan.schedule;
     c.max_grad_norm = plan.clip;
     c.accumulation_steps = plan.accumulate;
+    c.external_optimizer = plan.zero.has_value();  // the ZeroOptimizer holds the state and clips
     return c;
   }
 
@@ -289,10 +303,8 @@ class TrainingRun {
     }
     StepStats stats;
     stats.loss = loss_sum / static_cast<double>(plan_.accumulate);
-    if (ddp_) {
-      ddp_->synchronize();  // averaged gradients before clipping and AdamW
-      stats.loss = sum_over_ranks(stats.loss) / world_;
-    }
+    if (ddp_) ddp_->synchronize();  // averaged gradients before clipping and AdamW
+    if (world_ > 1) stats.loss = sum_over_ranks(stats.loss) / world_;
     FT_CHECK_KIND(runtime, std::isfinite(stats.loss), "loss is ", stats.loss, " at step ", step() + 1,
                   ": training diverged (lower --lr, or set --clip)");
     const StepResult result = trainer_.optimizer_step();
@@ -393,10 +405,17 @@ class TrainingRun {
     const DdpOptions& d = plan_.ddp;
     const DdpOptions defaults;
     if (world_ > 1) {
-      log_ << "  data parallel: " << world_ << " ranks (" << comm_.backend() << "), DDP " << name_of(d.strategy);
-      if (d.strategy == DdpStrategy::bucketed) log_ << " (" << format("%g", d.bucket_size_mb) << " MiB buckets)";
-      log_ << ", " << (d.bf16_communication ? "bf16" : "fp32") << " gradient all-reduce; global batch "
-           << plan_.batch * world_ << " sequences, " << plan_.tokens_per_step() * world_ << " tokens/step\n";
+      log_ << "  data parallel: " << world_ << " ranks (" << comm_.backend() << "), ";
+      if (plan_.zero == ZeroMode::reduce_scatter) {
+        log_ << "ZeRO-1 reduce_scatter (gradients reduce-scattered, AdamW state sharded, parameters all-gathered)";
+      } else {
+        log_ << "DDP " << name_of(d.strategy);
+        if (d.strategy == DdpStrategy::bucketed) log_ << " (" << format("%g", d.bucket_size_mb) << " MiB buckets)";
+        log_ << ", " << (d.bf16_communication ? "bf16" : "fp32") << " gradient all-reduce";
+        if (plan_.zero) log_ << ", ZeRO-1 owner_broadcast (AdamW state sharded)";
+      }
+      log_ << "; global batch " << plan_.batch * world_ << " sequences, " << plan_.tokens_per_step() * world_
+           << " tokens/step\n";
     } else if (d.strategy != defaults.strategy || d.bucket_size_mb != defaults.bucket_size_mb ||
                d.bf16_communication != defaults.bf16_communication) {
       log_ << "  note: --ddp-strategy, --bucket-mb and --grad-comm-dtype apply to data-parallel runs (under "
@@ -424,7 +443,8 @@ class TrainingRun {
   std::optional<TokenSource> val_data_;
   RngState val_start_;     // the validation source's state before its first batch
   TokenBatch batch_;       // (B, T) host ids of the current micro-batch
-  std::optional<DistributedDataParallel> ddp_;  // world > 1: averages the gradients over the ranks
+  std::optional<DistributedDataParallel> ddp_;  // world > 1 but ZeRO reduce_scatter: averages the gradients
+  std::optional<ZeroOptimizer> zero_;           // --zero: the sharded AdamW, the Trainer's external step
 };
 
 }  // namespace
@@ -504,6 +524,14 @@ TrainPlan resolve_train_options(const TrainOptions& o) {
   FT_CHECK(o.grad_comm_dtype == "fp32" || o.grad_comm_dtype == "bf16",
            "--grad-comm-dtype must be fp32 or bf16, given '", o.grad_comm_dtype, "'");
   plan.ddp.bf16_communication = o.grad_comm_dtype == "bf16";
+  if (o.zero != "off") {
+    FT_CHECK(o.zero == "owner_broadcast" || o.zero == "reduce_scatter",
+             "--zero must be off, owner_broadcast or reduce_scatter, given '", o.zero, "'");
+    plan.zero = parse_zero_mode(o.zero);
+    FT_CHECK(o.checkpoint_dir.empty() && o.resume.empty(), "--zero ", o.zero,
+             " cannot be combined with --checkpoint-dir or --resume: checkpoints hold the whole AdamW state, "
+             "which ZeRO shards over the ranks (not saved or restored yet); leave --zero off to checkpoint");
+  }
   return plan;
 }
 
@@ -576,7 +604,8 @@ nlohmann::json train_document(const TrainPlan& plan, const TrainResult& result) 
     config.update({{"global_tokens_per_step", plan.tokens_per_step() * result.world},
                    {"strategy", name_of(plan.ddp.strategy)},
                    {"bucket_mb", plan.ddp.bucket_size_mb},
-                   {"grad_comm_dtype", plan.ddp.bf16_communication ? "bf16" : "fp32"}});
+                   {"grad_comm_dtype", plan.ddp.bf16_communication ? "bf16" : "fp32"},
+                   {"zero", plan.zero ? name_of(*plan.zero) : "off"}});
   nlohmann::json rows = nlohmann::json::array();
   for (const TrainLogRow& r : result.rows) {
     nlohmann::json row = {{"step", r.step},

@@ -11,6 +11,11 @@
 // is every rank's — gradients are averaged before clipping and AdamW, the logged loss is the mean over
 // ranks, validation batches are split by rows like training ones, and only rank 0 logs, writes checkpoints
 // and --json.
+// ZeRO-1 (--zero, world > 1 only; dist/zero_optimizer.h): the AdamW state is sharded over the ranks
+// instead of replicated. owner_broadcast keeps DDP for the gradients and broadcasts each rank's updated
+// range; reduce_scatter replaces DDP's all-reduce (no DDP object: the --ddp-* options do not apply).
+// Clipping is the ZeroOptimizer's (global norm over all ranks). Checkpoints hold the whole optimizer state,
+// which no rank has under ZeRO: --checkpoint-dir and --resume are refused with --zero (invalid_argument).
 #pragma once
 
 #include <cstdint>
@@ -23,6 +28,7 @@
 
 #include "core/device.h"
 #include "dist/ddp.h"
+#include "dist/zero_optimizer.h"
 #include "model/config.h"
 #include "ops/adamw.h"
 #include "ops/attention.h"
@@ -63,6 +69,7 @@ struct TrainOptions {
   std::string ddp_strategy = "bucketed";  // data-parallel runs only: naive, flat, overlapped, bucketed
   double bucket_mb = 25;                  // bucketed: MiB of fp32 gradients per bucket
   std::string grad_comm_dtype = "fp32";   // fp32, or bf16 (gradients rounded for the all-reduce)
+  std::string zero = "off";               // data-parallel runs only: off, owner_broadcast, reduce_scatter
 };
 
 // The validated run: every default filled in, names parsed, the resume path resolved.
@@ -87,7 +94,8 @@ struct TrainPlan {
   std::string resume_path;  // resolved ("latest" -> the file it names); empty = fresh start
   std::string init_from;
   std::string json_path;
-  DdpOptions ddp;  // used when the run's communicator has world > 1
+  DdpOptions ddp;  // used when the run's communicator has world > 1 (owner_broadcast ZeRO included)
+  std::optional<ZeroMode> zero;  // ZeRO-1 sharded AdamW; none = every rank holds the whole state
 
   // Per rank; a data-parallel step trains world times as many.
   std::int64_t tokens_per_step() const { return batch * model.context_length * accumulate; }
@@ -126,7 +134,8 @@ struct TrainResult {
 // Trains as the plan says, printing the log to `log`; writes checkpoints and the --json document. With
 // comm: every rank of comm calls it with the same plan; world > 1 trains data-parallel (see the top of
 // this file; needs --device cpu until the NCCL communicator lands: ft::Error unsupported otherwise), and
-// only rank 0 writes to log. Without comm, or with a world of one: a single process, no DDP.
+// only rank 0 writes to log. Without comm, or with a world of one: a single process, no DDP (a plan with
+// ZeRO then throws ft::Error invalid_argument).
 TrainResult run_training(const TrainPlan& plan, std::ostream& log);
 TrainResult run_training(const TrainPlan& plan, std::ostream& log, Communicator& comm);
 
@@ -142,7 +151,7 @@ double train_flops_per_token(const ModelConfig& config);
 std::optional<double> peak_flops(const std::string& device_name, Precision precision, bool tf32);
 
 // The results document: benchmark "train", config = the plan (with world; and the DDP options when
-// world > 1), a row per logged step.
+// world > 1, and "zero": the mode or "off"), a row per logged step.
 nlohmann::json train_document(const TrainPlan& plan, const TrainResult& result);
 
 // "step_000100.safetensors": the checkpoint written after `step`.

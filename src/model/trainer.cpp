@@ -1,4 +1,5 @@
-// trainer.cpp — micro-batch accumulation, clipping, the AdamW step and the learning-rate schedule.
+// trainer.cpp — micro-batch accumulation, clipping, the AdamW step (or an external optimizer's) and the
+// learning-rate schedule.
 #include "model/trainer.h"
 
 #include <cmath>
@@ -11,11 +12,15 @@
 namespace ft {
 
 Trainer::Trainer(TransformerLM& model, const TrainerConfig& config) : model_(model), config_(config) {
+  FT_CHECK_KIND(invalid_argument, model_.options().training,
+                "Trainer: the model was built for inference (ModelOptions::training = false) and holds no "
+                "gradients; build it with training = true to train it");
   FT_CHECK(config_.accumulation_steps >= 1, "Trainer: accumulation_steps must be >= 1, given ",
            config_.accumulation_steps);
   FT_CHECK(config_.max_grad_norm >= 0, "Trainer: max_grad_norm must be >= 0 (0 = no clipping), given ",
            config_.max_grad_norm);
   if (config_.schedule) ft::learning_rate(*config_.schedule, 0);  // validates the schedule
+  if (config_.external_optimizer) return;
   const Device device = model_.options().device;
   exp_avg_ = ParameterBuffer(model_.layout(), DType::f32, device, "optimizer state (exp_avg)", model_.options().stream);
   exp_avg_sq_ =
@@ -49,23 +54,55 @@ StepResult Trainer::optimizer_step() {
   FT_CHECK(micro_batches_ > 0,
            "Trainer: optimizer_step() needs gradients, but no micro-batch has run since "
            "the last zero_grads()");
-  const Stream& stream = model_.options().stream;
   StepResult result;
+  result.lr = learning_rate();
+  if (config_.external_optimizer) {
+    FT_CHECK(external_step_ != nullptr,
+             "Trainer: external_optimizer is set but no step was given; call set_optimizer_step() first");
+    result.grad_norm = external_step_(result.lr);
+    ++step_;
+    result.step = step_;
+    return result;
+  }
+  const Stream& stream = model_.options().stream;
   if (config_.max_grad_norm > 0)
     result.grad_norm = clip_grad_norm({model_.gradients().flat()}, config_.max_grad_norm, stream);
   else
     result.grad_norm = std::sqrt(grad_sum_squares({model_.gradients().flat()}, stream));
   AdamWConfig adamw = config_.adamw;
-  adamw.lr = learning_rate();
+  adamw.lr = result.lr;
   adamw_step(model_.parameters().flat(), model_.gradients().flat(), exp_avg_.flat(), exp_avg_sq_.flat(), adamw,
              step_ + 1, stream);
   ++step_;
   result.step = step_;
-  result.lr = adamw.lr;
   return result;
 }
 
 void Trainer::zero_grads() { micro_batches_ = 0; }
+
+void Trainer::set_optimizer_step(TrainerOptimizerStep step, std::function<std::size_t()> state_bytes) {
+  FT_CHECK(config_.external_optimizer,
+           "Trainer: set_optimizer_step needs TrainerConfig::external_optimizer = true "
+           "(this Trainer runs its own AdamW)");
+  FT_CHECK(step != nullptr && state_bytes != nullptr,
+           "Trainer: set_optimizer_step needs a step and a state_bytes function");
+  external_step_ = std::move(step);
+  external_state_bytes_ = std::move(state_bytes);
+}
+
+const ParameterBuffer& Trainer::exp_avg() const {
+  FT_CHECK_KIND(unsupported, !config_.external_optimizer,
+                "Trainer: exp_avg() is the Trainer's own AdamW state, but this Trainer has an external optimizer "
+                "(which holds the state)");
+  return exp_avg_;
+}
+
+const ParameterBuffer& Trainer::exp_avg_sq() const {
+  FT_CHECK_KIND(unsupported, !config_.external_optimizer,
+                "Trainer: exp_avg_sq() is the Trainer's own AdamW state, but this Trainer has an external optimizer "
+                "(which holds the state)");
+  return exp_avg_sq_;
+}
 
 void Trainer::restore_step(std::int64_t step) {
   FT_CHECK(step >= 0, "Trainer: restore_step needs a step >= 0, given ", step);
@@ -75,7 +112,10 @@ void Trainer::restore_step(std::int64_t step) {
 
 MemoryReport Trainer::memory() const {
   MemoryReport m = model_.memory();
-  m.optimizer_state = exp_avg_.bytes() + exp_avg_sq_.bytes();
+  if (config_.external_optimizer)
+    m.optimizer_state = external_state_bytes_ ? external_state_bytes_() : 0;
+  else
+    m.optimizer_state = exp_avg_.bytes() + exp_avg_sq_.bytes();
   return m;
 }
 

@@ -17,7 +17,7 @@ TransformerLM::TransformerLM(const ModelConfig& config, const ModelOptions& opti
            options_.max_seq_len);
   const Device device = options_.device;
   params_ = ParameterBuffer(layout_, DType::f32, device, "parameters", options_.stream);
-  grads_ = ParameterBuffer(layout_, DType::f32, device, "gradients", options_.stream);
+  if (options_.training) grads_ = ParameterBuffer(layout_, DType::f32, device, "gradients", options_.stream);
   if (options_.precision == Precision::bf16)
     weight_copies_ = ParameterBuffer(layout_, DType::bf16, device, "weight copies (bf16)", options_.stream);
   plan_memory();
@@ -30,44 +30,59 @@ void TransformerLM::plan_memory() {
   const auto rows = static_cast<std::size_t>(options_.max_batch * options_.max_seq_len);
   const auto d = static_cast<std::size_t>(config_.d_model), f = static_cast<std::size_t>(config_.d_ff);
   const auto vocab = static_cast<std::size_t>(config_.vocab_size);
+  const auto L = static_cast<std::size_t>(config_.num_layers);
   const DType c = compute_dtype();
   const bool bf16 = options_.precision == Precision::bf16;
 
   ArenaLayout& a = activation_layout_;
-  residual_slots_.push_back(a.add("layers.0.x", rows * d, DType::f32));
-  for (std::int64_t l = 0; l < config_.num_layers; ++l) {
-    const std::string p = "layers." + std::to_string(l) + ".";
+  // One block's tensors (the FFN's h lives in the workspace), named with prefix p.
+  const auto add_layer = [&](const std::string& p) {
     LayerSlots s{};
-    s.ln1_y = a.add(p + "ln1.y", rows * d, c);
-    s.ln1_rstd = a.add(p + "ln1.rstd", rows, DType::f32);
-    s.qkv = a.add(p + "attn.qkv", rows * 3 * d, c);
-    s.attn_o = a.add(p + "attn.o", rows * d, c);
-    s.attn_lse = a.add(p + "attn.lse", rows * static_cast<std::size_t>(config_.num_heads), DType::f32);
-    s.x_mid = a.add(p + "x_mid", rows * d, DType::f32);
-    s.ln2_y = a.add(p + "ln2.y", rows * d, c);
-    s.ln2_rstd = a.add(p + "ln2.rstd", rows, DType::f32);
-    s.ffn_a = a.add(p + "ffn.a", rows * f, c);
-    s.ffn_b = a.add(p + "ffn.b", rows * f, c);
-    layer_slots_.push_back(s);
-    const std::string next = l + 1 < config_.num_layers ? "layers." + std::to_string(l + 1) + ".x" : "ln_final.x";
-    residual_slots_.push_back(a.add(next, rows * d, DType::f32));
+    s.ln1_y = a.add(p + "ln1.y", rows * d, c);                  // (B, T, d)
+    s.ln1_rstd = a.add(p + "ln1.rstd", rows, DType::f32);       // (B, T)
+    s.qkv = a.add(p + "attn.qkv", rows * 3 * d, c);             // (B, T, 3, H, Dh)
+    s.attn_o = a.add(p + "attn.o", rows * d, c);                // (B, T, H, Dh)
+    s.attn_lse = a.add(p + "attn.lse", rows * static_cast<std::size_t>(config_.num_heads), DType::f32);  // (B, H, T)
+    s.x_mid = a.add(p + "x_mid", rows * d, DType::f32);         // (B, T, d)
+    s.ln2_y = a.add(p + "ln2.y", rows * d, c);                  // (B, T, d)
+    s.ln2_rstd = a.add(p + "ln2.rstd", rows, DType::f32);       // (B, T)
+    s.ffn_a = a.add(p + "ffn.a", rows * f, c);                  // (B, T, d_ff)
+    s.ffn_b = a.add(p + "ffn.b", rows * f, c);                  // (B, T, d_ff)
+    return s;
+  };
+  if (options_.training) {
+    residual_slots_.push_back(a.add("layers.0.x", rows * d, DType::f32));  // (B, T, d)
+    for (std::size_t l = 0; l < L; ++l) {
+      layer_slots_.push_back(add_layer("layers." + std::to_string(l) + "."));
+      const std::string next = l + 1 < L ? "layers." + std::to_string(l + 1) + ".x" : "ln_final.x";
+      residual_slots_.push_back(a.add(next, rows * d, DType::f32));  // (B, T, d)
+    }
+  } else {
+    // Forward only: one residual stream, overwritten by each layer's output once its x_mid is made, and one
+    // layer's temporaries that every layer reuses.
+    residual_slots_.assign(L + 1, a.add("x (residual stream)", rows * d, DType::f32));  // (B, T, d)
+    layer_slots_.assign(L, add_layer("layer."));
   }
-  lnf_y_ = a.add("ln_final.y", rows * d, c);
-  lnf_rstd_ = a.add("ln_final.rstd", rows, DType::f32);
-  logits_ = a.add("lm_head.logits", rows * vocab, DType::f32);
-  if (bf16) dlogits_ = a.add("lm_head.dlogits", rows * vocab, DType::bf16);
+  lnf_y_ = a.add("ln_final.y", rows * d, c);                     // (B, T, d)
+  lnf_rstd_ = a.add("ln_final.rstd", rows, DType::f32);          // (B, T)
+  logits_ = a.add("lm_head.logits", rows * vocab, DType::f32);   // (B, T, V)
+  if (bf16 && options_.training) dlogits_ = a.add("lm_head.dlogits", rows * vocab, DType::bf16);  // (B, T, V)
 
   ArenaLayout& w = workspace_layout_;
-  ws_.dres = w.add("dx (residual stream)", rows * d, DType::f32);
-  ws_.dres_c = bf16 ? w.add("dx (bf16 copy)", rows * d, DType::bf16) : ws_.dres;
-  ws_.dnorm = w.add("d norm output", rows * d, DType::f32);
-  ws_.dtmp = w.add("d ffn.w1 input", rows * d, DType::f32);
+  if (!options_.training) {
+    ws_.ffn_h = w.add("ffn.h", rows * f, c);  // (B, T, d_ff), the forward's only temporary
+    return;
+  }
+  ws_.dres = w.add("dx (residual stream)", rows * d, DType::f32);                  // (B, T, d)
+  ws_.dres_c = bf16 ? w.add("dx (bf16 copy)", rows * d, DType::bf16) : ws_.dres;  // (B, T, d)
+  ws_.dnorm = w.add("d norm output", rows * d, DType::f32);                       // (B, T, d)
+  ws_.dtmp = w.add("d ffn.w1 input", rows * d, DType::f32);                       // (B, T, d)
   const std::size_t overlay = w.end();
-  ws_.ffn_h = w.add("ffn.h", rows * f, c);
-  ws_.ffn_dh = w.add("ffn.dh", rows * f, c);
+  ws_.ffn_h = w.add("ffn.h", rows * f, c);    // (B, T, d_ff)
+  ws_.ffn_dh = w.add("ffn.dh", rows * f, c);  // (B, T, d_ff)
   w.rewind_to(overlay);
-  ws_.attn_do = w.add("attn.d_o", rows * d, c);
-  ws_.attn_dqkv = w.add("attn.dqkv", rows * 3 * d, c);
+  ws_.attn_do = w.add("attn.d_o", rows * d, c);            // (B, T, H, Dh)
+  ws_.attn_dqkv = w.add("attn.dqkv", rows * 3 * d, c);     // (B, T, 3, H, Dh)
 }
 
 Tensor TransformerLM::act(std::size_t offset, DType dtype, Shape shape) const {
@@ -113,6 +128,17 @@ Tensor TransformerLM::logits() const {
            "TransformerLM::logits: no logits are held; call forward() first (forward_backward "
            "overwrites them with their gradient)");
   return act(logits_, DType::f32, {logits_batch_.B, logits_batch_.T, config_.vocab_size});
+}
+
+void TransformerLM::check_training(const char* what) const {
+  FT_CHECK_KIND(invalid_argument, options_.training, "TransformerLM::", what,
+                ": the model was built for inference (ModelOptions::training = false), so it holds no gradients "
+                "or backward buffers; build it with training = true");
+}
+
+const ParameterBuffer& TransformerLM::gradients() const {
+  check_training("gradients");
+  return grads_;
 }
 
 std::vector<std::size_t> TransformerLM::gradient_ready_order() const {

@@ -16,6 +16,10 @@
 //                  product h is not kept: backward recomputes it from a and b.
 //   workspace      temporaries of one layer at a time (gradient of the residual stream, its bf16 copy,
 //                  norm input gradients, h and dh, d_o and dqkv — the FFN and attention groups overlay).
+// An inference model (ModelOptions::training = false) allocates no gradients and keeps nothing for backward:
+// its arena holds one residual stream x (each layer writes x_next over its x once x_mid is made), x_mid and
+// one layer's temporaries shared by every layer (ln1.y, ln1.rstd, qkv, o, lse, ln2.y, ln2.rstd, a, b), then
+// ln_final.y, ln_final.rstd and the logits; its workspace holds only ffn.h.
 // The fused QKV GEMM uses q_proj, k_proj, v_proj as one (3d, d) matrix (they are adjacent in the layout)
 // writing (B,T,3,H,Dh); attention reads q, k, v as strided (B,H,T,Dh) views of it without copies.
 #pragma once
@@ -45,6 +49,7 @@ struct ModelOptions {
   std::uint64_t seed = 0;   // parameter initialisation (init.h)
   bool allow_tf32 = false;  // fp32 GEMMs on CUDA may use TF32
   Stream stream;            // every op is ordered on this stream
+  bool training = true;     // false: forward only (no gradients, no backward-only activations or workspace)
 };
 
 // Bytes held per kind.
@@ -73,7 +78,8 @@ struct BackwardOptions {
 
 class TransformerLM {
  public:
-  // Allocates every buffer and initialises the parameters with options.seed.
+  // Allocates every buffer (for forward only when options.training is false) and initialises the parameters
+  // with options.seed.
   TransformerLM(const ModelConfig& config, const ModelOptions& options = {});
   TransformerLM(const TransformerLM&) = delete;
   TransformerLM& operator=(const TransformerLM&) = delete;
@@ -83,6 +89,7 @@ class TransformerLM {
   double forward(const TokenIds& inputs, const TokenIds& targets);
   // Forward, then backward: the gradients of loss_scale * loss, written (or added) into gradients(), the
   // hook told as each becomes final (order: gradient_ready_order()). Returns the (unscaled) mean loss.
+  // Throws ft::Error (invalid_argument) on a model built with training = false.
   double forward_backward(const TokenIds& inputs, const TokenIds& targets, const BackwardOptions& options = {});
 
   // (B, T, V) fp32 logits of the last forward() call.
@@ -92,7 +99,7 @@ class TransformerLM {
   const ModelOptions& options() const { return options_; }
   const ParameterLayout& layout() const { return layout_; }
   const ParameterBuffer& parameters() const { return params_; }
-  const ParameterBuffer& gradients() const { return grads_; }
+  const ParameterBuffer& gradients() const;  // throws ft::Error (invalid_argument) when training = false
   // Parameter indices in the order backward finalises their gradients: lm_head, ln_final, then each
   // layer from the last: ffn.w2, ffn.w3, ffn.w1, ln2, attn.output_proj, attn.v_proj, attn.k_proj,
   // attn.q_proj, ln1; token_embeddings last.
@@ -120,6 +127,7 @@ class TransformerLM {
   };
 
   void plan_memory();
+  void check_training(const char* what) const;
   Batch check_batch(const TokenIds& inputs, const TokenIds& targets) const;
   double run_forward(const Batch& b, const TokenIds& inputs, const TokenIds& targets, bool for_backward,
                      double loss_scale);
@@ -143,13 +151,13 @@ class TransformerLM {
   ModelOptions options_;
   ParameterLayout layout_;
   ParameterBuffer params_;
-  ParameterBuffer grads_;
+  ParameterBuffer grads_;          // training only
   ParameterBuffer weight_copies_;  // bf16 mode only
 
   ArenaLayout activation_layout_;
   ArenaLayout workspace_layout_;
-  std::vector<std::size_t> residual_slots_;  // x entering layer l, l = 0..num_layers
-  std::vector<LayerSlots> layer_slots_;
+  std::vector<std::size_t> residual_slots_;  // x entering layer l, l = 0..num_layers (inference: all one slot)
+  std::vector<LayerSlots> layer_slots_;      // per layer (inference: every layer the same slots)
   std::size_t lnf_y_ = 0, lnf_rstd_ = 0, logits_ = 0, dlogits_ = 0;
   WorkspaceSlots ws_{};
   Buffer activations_;

@@ -16,6 +16,7 @@ namespace ft {
 
 double TransformerLM::forward_backward(const TokenIds& inputs, const TokenIds& targets,
                                        const BackwardOptions& options) {
+  check_training("forward_backward");
   const Batch b = check_batch(inputs, targets);
   logits_batch_ = {};
   const double loss = run_forward(b, inputs, targets, true, options.loss_scale);

@@ -175,10 +175,19 @@ TEST(BenchModelRun, TinySweepEveryModeAndPrecision) {
   }
   // rows: ctx 16 fp32 fwd, fwd_bwd, train, bf16 fwd, fwd_bwd, train, then ctx 32. Over the timed steps the CPU
   // allocates nothing, so the peak is what the case holds: train adds exactly the AdamW state (2 fp32 copies)
-  // to fwd_bwd, and fwd holds the same buffers as fwd_bwd.
+  // to fwd_bwd, and fwd (an inference model) holds less than fwd_bwd by exactly the difference of the two
+  // models' memory reports (the gradients and the backward-only activations and workspace).
   const double adamw_bytes = 2.0 * 4.0 * static_cast<double>(tiny_numel());
   for (std::size_t base : {0u, 3u, 6u, 9u}) {
-    EXPECT_DOUBLE_EQ(rows[base].peak_gib, rows[base + 1].peak_gib);
+    ModelOptions o;
+    o.precision = rows[base].c.precision;
+    o.max_batch = config.batch;
+    const std::size_t training_bytes = TransformerLM(rows[base].c.model, o).memory().total();
+    o.training = false;
+    const std::size_t inference_bytes = TransformerLM(rows[base].c.model, o).memory().total();
+    ASSERT_LT(inference_bytes, training_bytes);
+    EXPECT_DOUBLE_EQ((rows[base + 1].peak_gib - rows[base].peak_gib) * kGiB,
+                     static_cast<double>(training_bytes - inference_bytes));
     EXPECT_DOUBLE_EQ((rows[base + 2].peak_gib - rows[base + 1].peak_gib) * kGiB, adamw_bytes);
   }
   EXPECT_GT(rows[6].peak_gib, rows[0].peak_gib);  // ctx 32 holds more activations than ctx 16
@@ -388,12 +397,15 @@ void check_profile(const std::string& options, const std::vector<std::string>& p
   mo.precision = c.precision;
   mo.max_batch = config.batch;
   mo.device = Device::cpu();
+  mo.training = c.mode != BenchMode::fwd;  // fwd profiles an inference model: no gradients
   const TransformerLM model(c.model, mo);
   const MemoryReport expected = model.memory();
   const std::int64_t numel = model.layout().numel();
   const bool train = c.mode == BenchMode::train;
-  for (const char* tag : {"parameters", "gradients", "activations", "workspace"})
-    EXPECT_TRUE(init_tags.count(tag)) << tag;
+  const std::int64_t grad_bytes = mo.training ? numel * 4 : 0;
+  EXPECT_EQ(static_cast<std::int64_t>(expected.gradients), grad_bytes);
+  for (const char* tag : {"parameters", "activations", "workspace"}) EXPECT_TRUE(init_tags.count(tag)) << tag;
+  EXPECT_EQ(init_tags.count("gradients"), mo.training ? 1u : 0u);
   EXPECT_EQ(init_tags.count("optimizer state (exp_avg)"), train ? 1u : 0u);
 
   const std::vector<MemoryPhaseSummary> s = summarize_memory_timeline(t);
@@ -402,7 +414,7 @@ void check_profile(const std::string& options, const std::vector<std::string>& p
   const std::int64_t param_bytes = numel * 4 + (c.precision == Precision::bf16 ? numel * 2 : 0);
   EXPECT_EQ(at(init, MemoryCategory::parameters), param_bytes);
   EXPECT_EQ(static_cast<std::size_t>(param_bytes), expected.parameters + expected.weight_copies);
-  EXPECT_EQ(at(init, MemoryCategory::gradients), numel * 4);
+  EXPECT_EQ(at(init, MemoryCategory::gradients), grad_bytes);
   EXPECT_EQ(at(init, MemoryCategory::optimizer_state), train ? 2 * numel * 4 : 0);
   EXPECT_EQ(at(init, MemoryCategory::activations), static_cast<std::int64_t>(expected.activations));
   EXPECT_EQ(at(init, MemoryCategory::workspace), static_cast<std::int64_t>(expected.workspace));
@@ -441,7 +453,7 @@ void check_profile(const std::string& options, const std::vector<std::string>& p
   EXPECT_EQ(first["category"], "parameters");
   ASSERT_EQ(doc["rows"].size(), phases.size());
   EXPECT_EQ(doc["rows"][0]["parameters_bytes"], param_bytes);
-  EXPECT_EQ(doc["rows"][0]["gradients_bytes"], numel * 4);
+  EXPECT_EQ(doc["rows"][0]["gradients_bytes"], grad_bytes);
   EXPECT_EQ(doc["rows"].back()["end_bytes"], t.end_bytes);
 }
 
