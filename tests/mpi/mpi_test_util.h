@@ -1,7 +1,7 @@
 // mpi_test_util.h — shared by the mpi tests (tests/mpi/test_*.cpp, each run as 2 ranks under mpirun): the
 // job's DistributedContext, created before the first test and destroyed (MPI_Finalize) after the last by a
 // gtest environment; a communicator wrapper that records every collective it forwards; and a helper that
-// gathers one value vector from every rank.
+// gathers one value vector from every rank; the small Transformer config the model-level tests share.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -12,6 +12,7 @@
 
 #include "core/tensor.h"
 #include "dist/context.h"
+#include "model/config.h"
 
 namespace ft::test {
 
@@ -104,6 +105,17 @@ inline std::vector<std::vector<float>> gather_all(std::vector<float> values) {
   std::vector<std::vector<float>> out;
   for (int r = 0; r < comm.world_size(); ++r) out.emplace_back(all.begin() + r * n, all.begin() + (r + 1) * n);
   return out;
+}
+
+// The tiny config made smaller still (d_model 32, d_ff 64, 2 heads) with the given context length.
+inline ModelConfig small_transformer_config(std::int64_t context) {
+  ModelConfig c = model_config("tiny");
+  c.d_model = 32;
+  c.d_ff = 64;
+  c.num_heads = 2;
+  c.context_length = context;
+  c.validate();
+  return c;
 }
 
 }  // namespace ft::test

@@ -21,15 +21,6 @@ namespace {
 constexpr int kSteps = 3;
 constexpr std::int64_t kBatch = 4, kSeq = 16;
 
-ModelConfig small_config() {
-  ModelConfig c = model_config("tiny");
-  c.d_model = 32;
-  c.d_ff = 64;
-  c.num_heads = 2;
-  c.context_length = kSeq;
-  c.validate();
-  return c;
-}
 
 TrainerConfig trainer_config(std::int64_t accumulation) {
   TrainerConfig t;
@@ -44,12 +35,12 @@ TokenBatch rows(const TokenBatch& b, std::int64_t begin, std::int64_t count) {
           std::vector<std::int32_t>(b.targets.begin() + begin * b.T, b.targets.begin() + (begin + count) * b.T)};
 }
 
-TokenBatch step_batch(int step) { return cycle_batch(kBatch, kSeq, small_config().vocab_size, 11, 500 + step); }
+TokenBatch step_batch(int step) { return cycle_batch(kBatch, kSeq, small_transformer_config(kSeq).vocab_size, 11, 500 + step); }
 
 std::vector<double> parameters_of(const TransformerLM& model) { return read_as_double(model.parameters().flat()); }
 
 std::vector<double> train_reference() {
-  TransformerLM model(small_config(), tiny_options(Precision::fp32, AttentionImpl::flash, kBatch, kSeq));
+  TransformerLM model(small_transformer_config(kSeq), tiny_options(Precision::fp32, AttentionImpl::flash, kBatch, kSeq));
   Trainer trainer(model, trainer_config(1));
   for (int s = 0; s < kSteps; ++s) {
     const TokenBatch b = step_batch(s);
@@ -70,7 +61,7 @@ DdpResult train_ddp(const DdpOptions& options, std::int64_t accumulation) {
   const int rank = world().rank();
   ModelOptions model_options = tiny_options(Precision::fp32, AttentionImpl::flash, kBatch, kSeq);
   model_options.seed += static_cast<std::uint64_t>(rank);  // the ranks start apart; DDP broadcasts rank 0's
-  TransformerLM model(small_config(), model_options);
+  TransformerLM model(small_transformer_config(kSeq), model_options);
   Trainer trainer(model, trainer_config(accumulation));
   CountingCommunicator comm(world());
   DistributedDataParallel ddp(comm, ddp_model(model), options);
@@ -100,7 +91,7 @@ TEST(DdpTransformer, EveryStrategyMatchesOneProcessOnTheWholeBatch) {
                                    {DdpStrategy::overlapped, 0, 1},    {DdpStrategy::bucketed, 1, 1},
                                    {DdpStrategy::bucketed, 16384, 1},  {DdpStrategy::bucketed, 1 << 24, 1},
                                    {DdpStrategy::bucketed, 16384, 2},  {DdpStrategy::overlapped, 0, 2}};
-  const std::size_t num_parameters = ParameterLayout(small_config()).size();
+  const std::size_t num_parameters = ParameterLayout(small_transformer_config(kSeq)).size();
   for (const Case& c : cases) {
     SCOPED_TRACE(std::string(name_of(c.strategy)) + " cap " + std::to_string(c.bucket_bytes) + " B, accumulation " +
                  std::to_string(c.accumulation));

@@ -307,18 +307,9 @@ TEST(ZeroToy, RejectsSgdWeightDecayAndUnknownModes) {
 
 constexpr std::int64_t kBatch = 4, kSeq = 16;
 
-ModelConfig small_config() {
-  ModelConfig c = model_config("tiny");
-  c.d_model = 32;
-  c.d_ff = 64;
-  c.num_heads = 2;
-  c.context_length = kSeq;
-  c.validate();
-  return c;
-}
 
 TokenBatch half_batch(int step, int half) {
-  const TokenBatch b = cycle_batch(kBatch, kSeq, small_config().vocab_size, 11, 900 + step);
+  const TokenBatch b = cycle_batch(kBatch, kSeq, small_transformer_config(kSeq).vocab_size, 11, 900 + step);
   const std::int64_t rows = kBatch / 2, T = b.T;
   return {rows, T, std::vector<std::int32_t>(b.inputs.begin() + half * rows * T, b.inputs.begin() + (half + 1) * rows * T),
           std::vector<std::int32_t>(b.targets.begin() + half * rows * T, b.targets.begin() + (half + 1) * rows * T)};
@@ -345,7 +336,7 @@ std::vector<GroupSpec> transformer_groups(const ParameterLayout& layout) {
 Outcome transformer_run(const RunSetup& s, bool sharded) {
   ModelOptions options = tiny_options(Precision::fp32, AttentionImpl::flash, kBatch, kSeq);
   if (sharded) options.seed += static_cast<std::uint64_t>(world().rank());  // ranks start apart
-  TransformerLM model(small_config(), options);
+  TransformerLM model(small_transformer_config(kSeq), options);
   const std::vector<GroupSpec> groups = transformer_groups(model.layout());
   return sharded ? run_sharded(s, ddp_model(model), groups, transformer_backward(model))
                  : run_reference(s, ddp_model(model), groups, transformer_backward(model));
@@ -356,7 +347,7 @@ TEST(ZeroTransformer, BothModesMatchTheUnshardedOptimizerWithAGroupAddedMidTrain
   s.max_norm = 1.0;
   s.second_at = 5;
   const Outcome reference = transformer_run(s, false);
-  const std::int64_t numel = ParameterLayout(small_config()).numel();
+  const std::int64_t numel = ParameterLayout(small_transformer_config(kSeq)).numel();
   for (ZeroMode mode : {ZeroMode::reduce_scatter, ZeroMode::owner_broadcast}) {
     s.mode = mode;
     SCOPED_TRACE(s.describe());
