@@ -14,6 +14,7 @@
 #include "core/error.h"
 #include "core/tensor_io.h"
 #include "core/version.h"
+#include "flashtrain/cli_parse.h"
 
 namespace ft::cli {
 
@@ -52,8 +53,7 @@ void check_attention_config(const AttentionCheckConfig& c) {
 }
 
 Device resolve_device(const AttentionCheckConfig& config) {
-  if (config.device) return *config.device;
-  return cuda_available() ? Device::cuda(0) : Device::cpu();
+  return device_or_auto(config.device);
 }
 
 double attention_check_tolerance(DType dtype, Device device) {

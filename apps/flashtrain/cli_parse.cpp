@@ -71,6 +71,11 @@ std::optional<Device> parse_device_option(std::string_view text) {
   }
 }
 
+Device device_or_auto(const std::optional<Device>& device) {
+  if (device) return *device;
+  return cuda_available() ? Device::cuda(0) : Device::cpu();
+}
+
 CLI::Validator window_validator() {
   return from_parser([](const std::string& value) { parse_window(value); }, "");
 }

@@ -1,15 +1,18 @@
 // cli_parse.h — option parsing shared by the subcommands: sliding windows ("LEFT,RIGHT"), devices
-// ("auto" or cpu/cuda/cuda:N) and bounded integers, as plain functions (throwing ft::Error) and as
-// CLI11 validators (whose messages CLI11 prefixes with the option name).
+// ("auto" or cpu/cuda/cuda:N), bounded integers and comma-separated lists, as plain functions (throwing
+// ft::Error) and as CLI11 validators (whose messages CLI11 prefixes with the option name).
 #pragma once
 
 #include <cstdint>
 #include <optional>
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include <CLI/CLI.hpp>
 
 #include "core/device.h"
+#include "core/error.h"
 
 namespace ft::cli {
 
@@ -24,6 +27,9 @@ Window parse_window(std::string_view text);
 // "auto" -> nullopt (the subcommand picks), otherwise parse_device ("cpu", "cuda", "cuda:N").
 std::optional<Device> parse_device_option(std::string_view text);
 
+// The device an "auto" (nullopt) choice means: cuda:0 when a GPU is visible, else cpu.
+Device device_or_auto(const std::optional<Device>& device);
+
 // A whole decimal integer ("12", "-1"), no trailing characters.
 std::int64_t parse_integer(std::string_view text);
 
@@ -31,5 +37,32 @@ std::int64_t parse_integer(std::string_view text);
 CLI::Validator window_validator();
 CLI::Validator device_validator();
 CLI::Validator at_least(std::int64_t min);  // integers >= min
+
+// Runs fn(), prefixing any ft::Error's message with the option whose value it was working on.
+template <class Fn>
+auto for_option(const char* option, Fn&& fn) {
+  try {
+    return fn();
+  } catch (const Error& e) {
+    throw Error(e.kind(), str(option, ": ", e.message()), e.file(), e.line());
+  }
+}
+
+// "a,b,c" -> each item parsed by parse_one; an empty item, or an item parse_one rejects, is an
+// ft::Error naming the option.
+template <class T, class Parse>
+std::vector<T> parse_list(const char* option, const std::string& text, Parse parse_one) {
+  std::vector<T> out;
+  std::size_t start = 0;
+  while (start <= text.size()) {
+    std::size_t comma = text.find(',', start);
+    if (comma == std::string::npos) comma = text.size();
+    const std::string item = text.substr(start, comma - start);
+    FT_CHECK(!item.empty(), option, ": expected a comma-separated list without empty items, given '", text, "'");
+    out.push_back(for_option(option, [&] { return parse_one(item); }));
+    start = comma + 1;
+  }
+  return out;
+}
 
 }  // namespace ft::cli

@@ -32,20 +32,6 @@ flashtrain holds after the forward, before the backward; peak_gib the peak over 
 Each measurement repeats --repeats times, or fewer (at least 5) when that would take longer than
 --max-seconds.)";
 
-template <class T>
-std::vector<T> parse_list(const std::string& text, T (*parse_one)(std::string_view), const char* what) {
-  std::vector<T> out;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    std::size_t comma = text.find(',', start);
-    if (comma == std::string::npos) comma = text.size();
-    out.push_back(parse_one(std::string_view(text).substr(start, comma - start)));
-    start = comma + 1;
-  }
-  FT_CHECK(!out.empty(), "expected a comma-separated list of ", what, ", given '", text, "'");
-  return out;
-}
-
 std::int64_t parse_positive(std::string_view text) {
   std::int64_t value = parse_integer(text);
   FT_CHECK(value >= 1, "expected a positive integer, given ", value);
@@ -67,17 +53,16 @@ struct BenchAttentionOptions {
 };
 
 AttentionBenchConfig resolve(const BenchAttentionOptions& o) {
-  std::optional<Device> chosen = parse_device_option(o.device);
-  const Device device = chosen ? *chosen : (cuda_available() ? Device::cuda(0) : Device::cpu());
+  const Device device = device_or_auto(for_option("--device", [&] { return parse_device_option(o.device); }));
   AttentionBenchConfig config;
   if (o.sweep != "custom") config = preset_sweep(o.sweep, device);
   config.device = device;
-  if (!o.impls.empty()) config.impls = parse_list<AttentionImpl>(o.impls, parse_attention_impl, "implementations");
-  if (!o.batch.empty()) config.batch = parse_list<std::int64_t>(o.batch, parse_positive, "batch sizes");
-  if (!o.heads.empty()) config.heads = parse_list<std::int64_t>(o.heads, parse_positive, "head counts");
-  if (!o.seqlens.empty()) config.seqlens = parse_list<std::int64_t>(o.seqlens, parse_positive, "lengths");
-  if (!o.head_dims.empty()) config.head_dims = parse_list<std::int64_t>(o.head_dims, parse_positive, "head dims");
-  if (!o.dtypes.empty()) config.dtypes = parse_list<DType>(o.dtypes, parse_dtype, "dtypes");
+  if (!o.impls.empty()) config.impls = parse_list<AttentionImpl>("--impl", o.impls, parse_attention_impl);
+  if (!o.batch.empty()) config.batch = parse_list<std::int64_t>("--batch", o.batch, parse_positive);
+  if (!o.heads.empty()) config.heads = parse_list<std::int64_t>("--heads", o.heads, parse_positive);
+  if (!o.seqlens.empty()) config.seqlens = parse_list<std::int64_t>("--seqlen", o.seqlens, parse_positive);
+  if (!o.head_dims.empty()) config.head_dims = parse_list<std::int64_t>("--head-dim", o.head_dims, parse_positive);
+  if (!o.dtypes.empty()) config.dtypes = parse_list<DType>("--dtype", o.dtypes, parse_dtype);
   if (o.causal) config.causal = *o.causal;
   config.timing = {.warmup = o.warmup, .repeats = o.repeats, .flush_l2 = o.flush_l2};
   config.max_seconds = o.max_seconds;

@@ -29,32 +29,6 @@ namespace {
 constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr double kClipNorm = 1.0;  // the train mode clips like `flashtrain train`'s default
 
-// Runs fn(), prefixing any ft::Error's message with the option whose value it was working on.
-template <class Fn>
-auto for_option(const char* option, Fn&& fn) {
-  try {
-    return fn();
-  } catch (const Error& e) {
-    throw Error(e.kind(), str(option, ": ", e.message()), e.file(), e.line());
-  }
-}
-
-// "a,b,c" -> each item parsed; empty items are an error naming the option.
-template <class T, class Parse>
-std::vector<T> parse_list(const char* option, const std::string& text, Parse parse_one) {
-  std::vector<T> out;
-  std::size_t start = 0;
-  while (start <= text.size()) {
-    std::size_t comma = text.find(',', start);
-    if (comma == std::string::npos) comma = text.size();
-    const std::string item = text.substr(start, comma - start);
-    FT_CHECK(!item.empty(), option, ": expected a comma-separated list without empty items, given '", text, "'");
-    out.push_back(for_option(option, [&] { return parse_one(item); }));
-    start = comma + 1;
-  }
-  return out;
-}
-
 TokenBatch random_batch(const ModelBenchCase& c, const ModelBenchConfig& config) {
   Rng rng(config.seed);
   TokenBatch batch;
@@ -207,8 +181,7 @@ ModelBenchConfig resolve_bench_model_options(const BenchModelOptions& o) {
   config.modes = parse_list<BenchMode>("--mode", o.modes, parse_bench_mode);
   config.attention = for_option("--attention", [&] { return parse_attention_impl(o.attention); });
   config.tf32 = o.tf32;
-  const std::optional<Device> device = for_option("--device", [&] { return parse_device_option(o.device); });
-  config.device = device ? *device : (cuda_available() ? Device::cuda(0) : Device::cpu());
+  config.device = device_or_auto(for_option("--device", [&] { return parse_device_option(o.device); }));
 
   FT_CHECK(o.batch >= 1, "--batch must be >= 1, given ", o.batch);
   FT_CHECK(o.warmup >= 0, "--warmup must be >= 0, given ", o.warmup);

@@ -40,16 +40,6 @@ constexpr const char* kLatestFile = "latest";  // holds the file name of the new
 constexpr std::uint64_t kTrainDataSeedOffset = 1;  // training batches draw from seed + 1
 constexpr std::uint64_t kValDataSeedOffset = 2;    // validation batches from seed + 2 (the same ones each time)
 
-// Runs fn(), prefixing any ft::Error's message with the option whose value it was working on.
-template <class Fn>
-auto for_option(const char* option, Fn&& fn) {
-  try {
-    return fn();
-  } catch (const Error& e) {
-    throw Error(e.kind(), str(option, ": ", e.message()), e.file(), e.line());
-  }
-}
-
 std::string format(const char* pattern, auto... values) {
   char text[256];
   std::snprintf(text, sizeof text, pattern, values...);
@@ -464,8 +454,7 @@ TrainPlan resolve_train_options(const TrainOptions& o) {
   plan.precision = for_option("--precision", [&] { return parse_precision(o.precision); });
   plan.tf32 = o.tf32;
   plan.attention = for_option("--attention", [&] { return parse_attention_impl(o.attention); });
-  const std::optional<Device> device = for_option("--device", [&] { return parse_device_option(o.device); });
-  plan.device = device ? *device : (cuda_available() ? Device::cuda(0) : Device::cpu());
+  plan.device = device_or_auto(for_option("--device", [&] { return parse_device_option(o.device); }));
 
   FT_CHECK(o.batch >= 1, "--batch must be >= 1, given ", o.batch);
   FT_CHECK(o.steps >= 1, "--steps must be >= 1, given ", o.steps);

@@ -37,6 +37,18 @@ def _sinks_f32(sinks: Optional[Tensor]) -> Optional[Tensor]:
     return None if sinks is None else sinks.to(torch.float32).contiguous()  # (Hq)
 
 
+def _forward_outputs(q: Tensor) -> Tuple[Tensor, Tensor]:
+    # o (B, Hq, Nq, D) in q's memory layout, lse (B, Hq, Nq) fp32.
+    return torch.empty_like(q), q.new_empty(q.shape[:-1], dtype=torch.float32)
+
+
+def _backward_outputs(q: Tensor, k: Tensor, v: Tensor,
+                      sinks: Optional[Tensor]) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    # dq, dk, dv like q, k, v; dsinks (Hq) fp32, or (0) without sinks.
+    dsinks = q.new_empty((0,) if sinks is None else sinks.shape, dtype=torch.float32)
+    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), dsinks
+
+
 def _detached(t: Optional[Tensor]) -> Optional[Tensor]:
     # DLPack refuses tensors that require grad; the kernels only read and write memory.
     return None if t is None else t.detach()
@@ -49,8 +61,7 @@ def attention_forward_op(q: Tensor, k: Tensor, v: Tensor, sinks: Optional[Tensor
                          window_right: int, sink_tokens: int, scale: Optional[float],
                          impl: str = "flash") -> Tuple[Tensor, Tensor]:
     """o (B, Hq, Nq, D), lse (B, Hq, Nq) fp32 = attention(q (B, Hq, Nq, D), k, v (B, Hkv, Nk, D))."""
-    o = torch.empty_like(q)                                 # (B, Hq, Nq, D) in q's memory layout
-    lse = q.new_empty(q.shape[:-1], dtype=torch.float32)    # (B, Hq, Nq)
+    o, lse = _forward_outputs(q)  # (B, Hq, Nq, D), (B, Hq, Nq)
     _C.attention_forward(_detached(q), _detached(k), _detached(v), o, lse, sinks=_detached(sinks), causal=causal,
                          window_left=window_left, window_right=window_right, sink_tokens=sink_tokens, scale=scale,
                          impl=impl, stream=_stream(q))
@@ -59,7 +70,7 @@ def attention_forward_op(q: Tensor, k: Tensor, v: Tensor, sinks: Optional[Tensor
 
 @attention_forward_op.register_fake
 def _(q, k, v, sinks, causal, window_left, window_right, sink_tokens, scale, impl="flash"):
-    return torch.empty_like(q), q.new_empty(q.shape[:-1], dtype=torch.float32)
+    return _forward_outputs(q)
 
 
 @torch.library.custom_op("flashtrain::attention_backward", mutates_args=())
@@ -68,8 +79,7 @@ def attention_backward_op(d_o: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tenso
                           sink_tokens: int, scale: Optional[float],
                           impl: str = "flash") -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     """dq, dk, dv (like q, k, v) and dsinks ((Hq) fp32; empty (0) without sinks) for the gradient d_o of o."""
-    dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
-    dsinks = q.new_empty((0,) if sinks is None else sinks.shape, dtype=torch.float32)  # (Hq) or (0)
+    dq, dk, dv, dsinks = _backward_outputs(q, k, v, sinks)  # like q, k, v; (Hq) or (0)
     _C.attention_backward(_detached(q), _detached(k), _detached(v), _detached(o), _detached(lse), _detached(d_o),
                           dq, dk, dv, sinks=_detached(sinks), dsinks=None if sinks is None else dsinks,
                           causal=causal, window_left=window_left, window_right=window_right,
@@ -79,8 +89,7 @@ def attention_backward_op(d_o: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tenso
 
 @attention_backward_op.register_fake
 def _(d_o, q, k, v, o, lse, sinks, causal, window_left, window_right, sink_tokens, scale, impl="flash"):
-    dsinks = q.new_empty((0,) if sinks is None else sinks.shape, dtype=torch.float32)
-    return torch.empty_like(q), torch.empty_like(k), torch.empty_like(v), dsinks
+    return _backward_outputs(q, k, v, sinks)
 
 
 def _setup_context(ctx, inputs, output):
@@ -129,13 +138,13 @@ class FlashAttentionFunction(torch.autograd.Function):
     def forward(ctx, q, k, v, is_causal=False, window=None, sink_tokens=0, sinks=None, scale=None):
         left, right = window_bounds(window)
         one_head = missing_head_axis(q=q, k=k, v=v)
+        scale = None if scale is None else float(scale)
         q4, k4, v4 = (_last_dim_contiguous(x.unsqueeze(1) if one_head else x) for x in (q, k, v))
-        o, lse = attention_forward_op(q4, k4, v4, _sinks_f32(sinks), bool(is_causal), left, right, sink_tokens,
-                                      None if scale is None else float(scale))
+        o, lse = attention_forward_op(q4, k4, v4, _sinks_f32(sinks), bool(is_causal), left, right, sink_tokens, scale)
         if one_head:
             o, lse = o.squeeze(1), lse.squeeze(1)  # (B, N, D), (B, N)
         ctx.save_for_backward(q, k, v, o, lse, *(() if sinks is None else (sinks,)))
-        ctx.variant = (bool(is_causal), left, right, sink_tokens, None if scale is None else float(scale))
+        ctx.variant = (bool(is_causal), left, right, sink_tokens, scale)
         ctx.one_head = one_head
         return o
 

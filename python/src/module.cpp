@@ -48,12 +48,10 @@ AttentionOptions options_for(const Variant& variant, Device device) {
   return options;
 }
 
-// q (B, Hq, Nq, D), k/v (B, Hkv, Nk, D), o (B, Hq, Nq, D) written, lse (B, Hq, Nq) fp32 written,
-// sinks (Hq) fp32 or None.
-void forward(const InputArray& q, const InputArray& k, const InputArray& v, const OutputArray& o,
-             const OutputArray& lse, const std::optional<InputArray>& sinks, bool causal, std::int64_t window_left,
-             std::int64_t window_right, std::int64_t sink_tokens, std::optional<double> scale,
-             const std::string& impl, std::uintptr_t stream) {
+// Views of q, k, v, o, lse and sinks; o and lse are outputs of forward and inputs of backward.
+template <class OArray>
+AttentionTensors tensors_of(const InputArray& q, const InputArray& k, const InputArray& v, const OArray& o,
+                            const OArray& lse, const std::optional<InputArray>& sinks) {
   AttentionTensors t;
   t.q = tensor_view(q, "q");
   t.k = tensor_view(k, "k");
@@ -61,6 +59,16 @@ void forward(const InputArray& q, const InputArray& k, const InputArray& v, cons
   t.o = tensor_view(o, "o");
   t.lse = tensor_view(lse, "lse");
   if (sinks) t.sinks = tensor_view(*sinks, "sinks");
+  return t;
+}
+
+// q (B, Hq, Nq, D), k/v (B, Hkv, Nk, D), o (B, Hq, Nq, D) written, lse (B, Hq, Nq) fp32 written,
+// sinks (Hq) fp32 or None.
+void forward(const InputArray& q, const InputArray& k, const InputArray& v, const OutputArray& o,
+             const OutputArray& lse, const std::optional<InputArray>& sinks, bool causal, std::int64_t window_left,
+             std::int64_t window_right, std::int64_t sink_tokens, std::optional<double> scale,
+             const std::string& impl, std::uintptr_t stream) {
+  const AttentionTensors t = tensors_of(q, k, v, o, lse, sinks);
   const AttentionOptions options =
       options_for({causal, window_left, window_right, sink_tokens, scale, impl, stream}, t.q.device());
   nb::gil_scoped_release unlocked;
@@ -75,13 +83,7 @@ void backward(const InputArray& q, const InputArray& k, const InputArray& v, con
               const std::optional<OutputArray>& dsinks, bool causal, std::int64_t window_left,
               std::int64_t window_right, std::int64_t sink_tokens, std::optional<double> scale,
               const std::string& impl, std::uintptr_t stream) {
-  AttentionTensors t;
-  t.q = tensor_view(q, "q");
-  t.k = tensor_view(k, "k");
-  t.v = tensor_view(v, "v");
-  t.o = tensor_view(o, "o");
-  t.lse = tensor_view(lse, "lse");
-  if (sinks) t.sinks = tensor_view(*sinks, "sinks");
+  const AttentionTensors t = tensors_of(q, k, v, o, lse, sinks);
   AttentionGrads g;
   g.d_o = tensor_view(d_o, "d_o");
   g.dq = tensor_view(dq, "dq");

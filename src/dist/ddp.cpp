@@ -42,21 +42,24 @@ std::int64_t cap_bytes(const DdpOptions& options) {
   return static_cast<std::int64_t>(options.bucket_size_mb * 1024.0 * 1024.0);
 }
 
-void check_flat(const char* role, const Tensor& t) {
-  FT_CHECK(t.defined() && t.dtype() == DType::f32 && t.is_contiguous() && t.dim() == 1, "DDP: the ", role,
+void check_flat(const char* who, const char* role, const Tensor& t) {
+  FT_CHECK(t.defined() && t.dtype() == DType::f32 && t.is_contiguous() && t.dim() == 1, who, ": the ", role,
            " must be one contiguous fp32 vector, given ", t.defined() ? t.describe() : std::string("undefined"));
 }
 
 }  // namespace
 
+void check_flat_buffers(const char* who, const DdpModel& model) {
+  check_flat(who, "parameter buffer", model.parameters);
+  check_flat(who, "gradient buffer", model.gradients);
+  FT_CHECK(model.parameters.numel() == model.gradients.numel() && model.parameters.device() == model.gradients.device(),
+           who, ": parameters and gradients must share a length and device, given ", model.parameters.describe(),
+           " and ", model.gradients.describe());
+}
+
 DistributedDataParallel::DistributedDataParallel(Communicator& comm, DdpModel model, const DdpOptions& options)
     : comm_(comm), model_(std::move(model)), options_(options) {
-  check_flat("parameter buffer", model_.parameters);
-  check_flat("gradient buffer", model_.gradients);
-  FT_CHECK(model_.parameters.numel() == model_.gradients.numel() &&
-               model_.parameters.device() == model_.gradients.device(),
-           "DDP: parameters and gradients must share a length and device, given ", model_.parameters.describe(),
-           " and ", model_.gradients.describe());
+  check_flat_buffers("DDP", model_);
   for (const DdpParameter& p : model_.tensors)
     FT_CHECK(p.offset + p.numel <= model_.gradients.numel(), "DDP: parameter ", p.name, " [", p.offset, ", ",
              p.offset + p.numel, ") lies outside the flat buffers of ", model_.gradients.numel(), " elements");

@@ -63,6 +63,10 @@ struct DdpModel {
   Stream stream;                         // the model's stream (orders the bf16 casts)
 };
 
+// Checks that the flat buffers are contiguous fp32 vectors of one length on one device; `who` prefixes
+// the error ("DDP", "ZeroOptimizer").
+void check_flat_buffers(const char* who, const DdpModel& model);
+
 class DistributedDataParallel {
  public:
   // Plans the buckets and broadcasts the parameters from rank 0 (DdpOptions::broadcast_parameters).

@@ -38,11 +38,6 @@ const char* name_of(OptimizerKind kind) {
 
 namespace {
 
-void check_flat(const char* role, const Tensor& t) {
-  FT_CHECK(t.defined() && t.dtype() == DType::f32 && t.is_contiguous() && t.dim() == 1, "ZeroOptimizer: the ", role,
-           " must be one contiguous fp32 vector, given ", t.defined() ? t.describe() : std::string("undefined"));
-}
-
 void wait_all(std::vector<WorkHandle>& works) {
   for (WorkHandle& w : works) w->wait();
   works.clear();
@@ -55,12 +50,7 @@ ZeroOptimizer::ZeroOptimizer(Communicator& comm, DdpModel model, const ZeroOptio
       model_(std::move(model)),
       options_(options),
       plan_(model_.tensors, model_.parameters.defined() ? model_.parameters.numel() : 0, comm.world_size()) {
-  check_flat("parameter buffer", model_.parameters);
-  check_flat("gradient buffer", model_.gradients);
-  FT_CHECK(model_.parameters.numel() == model_.gradients.numel() &&
-               model_.parameters.device() == model_.gradients.device(),
-           "ZeroOptimizer: parameters and gradients must share a length and device, given ",
-           model_.parameters.describe(), " and ", model_.gradients.describe());
+  check_flat_buffers("ZeroOptimizer", model_);
   FT_CHECK(std::isfinite(options_.max_grad_norm) && options_.max_grad_norm >= 0,
            "ZeroOptimizer: max_grad_norm must be >= 0 (0 = no clipping), given ", options_.max_grad_norm);
   const ShardRange owned = owned_range();
@@ -139,12 +129,12 @@ double ZeroOptimizer::clip_owned_gradients() {
   // Every rank's partial sum as a (hi, lo) float pair (hi + lo == local to ~2^-48), gathered and added in
   // rank order in double: the same norm on every rank, to double precision.
   const int world = comm_.world_size();
-  std::vector<float> partial(static_cast<std::size_t>(2 * world));  // (world, 2) hi, lo
+  std::vector<double> partial(static_cast<std::size_t>(2 * world));  // (world, 2) hi, lo: each a float value
   const auto hi = static_cast<float>(local);
   partial[2 * comm_.rank()] = hi;
   partial[2 * comm_.rank() + 1] = static_cast<float>(local - static_cast<double>(hi));
   const OwnedTensor sums({2 * world}, DType::f32, model_.gradients.device(), "zero norm partial sums", model_.stream);
-  write_from_double(sums, std::vector<double>(partial.begin(), partial.end()));
+  write_from_double(sums, partial);
   comm_.all_gather(sums, sums->narrow(0, 2 * comm_.rank(), 2))->wait();
   double total = 0;
   const std::vector<double> gathered = read_as_double(sums);

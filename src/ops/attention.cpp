@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "core/nvtx.h"
 #include "ops/attention/attention_impls.h"
+#include "ops/op_common.h"
 
 namespace ft {
 
@@ -156,15 +157,6 @@ AttentionShape validate_attention(const AttentionTensors& t, const AttentionOpti
   return s;
 }
 
-#if !FT_HAS_CUDA
-namespace {
-[[noreturn]] void no_cuda_build(Device device) {
-  FT_THROW(unsupported, "attention: tensors are on ", device.to_string(),
-           ", but this flashtrain build has no CUDA (configure with nvcc present, preset 'cuda')");
-}
-}  // namespace
-#endif
-
 void attention_forward(const AttentionTensors& t, const AttentionOptions& options) {
   NvtxRange range(options.impl == AttentionImpl::naive ? "attention.forward.naive" : "attention.forward.flash");
   const AttentionShape s = validate_attention(t, options);
@@ -181,7 +173,7 @@ void attention_forward(const AttentionTensors& t, const AttentionOptions& option
   else
     attention_impl::cuda_flash_forward(t, s, options.stream);
 #else
-  no_cuda_build(t.q.device());
+  ops::no_cuda_build("attention", t.q.device());
 #endif
 }
 
@@ -201,7 +193,7 @@ void attention_backward(const AttentionTensors& t, const AttentionGrads& grads, 
   else
     attention_impl::cuda_flash_backward(t, grads, s, options.stream);
 #else
-  no_cuda_build(t.q.device());
+  ops::no_cuda_build("attention", t.q.device());
 #endif
 }
 

@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -105,6 +106,13 @@ inline std::vector<std::vector<float>> gather_all(std::vector<float> values) {
   std::vector<std::vector<float>> out;
   for (int r = 0; r < comm.world_size(); ++r) out.emplace_back(all.begin() + r * n, all.begin() + (r + 1) * n);
   return out;
+}
+
+// A 64-bit checksum from every rank, each as 4 exact 16-bit pieces: result[r] is rank r's.
+inline std::vector<std::vector<float>> gathered_checksums(std::uint64_t hash) {
+  std::vector<float> pieces;  // (4)
+  for (int i = 0; i < 4; ++i) pieces.push_back(static_cast<float>((hash >> (16 * i)) & 0xffff));
+  return gather_all(pieces);
 }
 
 // The tiny config made smaller still (d_model 32, d_ff 64, 2 heads) with the given context length.

@@ -77,13 +77,6 @@ TrainResult train_alone(const TrainOptions& options) {
   return cli::run_training(cli::resolve_train_options(options), out);
 }
 
-// The hash as 4 exact 16-bit pieces, gathered from every rank.
-std::vector<std::vector<float>> gathered_checksums(std::uint64_t hash) {
-  std::vector<float> pieces;
-  for (int i = 0; i < 4; ++i) pieces.push_back(static_cast<float>((hash >> (16 * i)) & 0xffff));
-  return gather_all(pieces);
-}
-
 // Every tensor of a checkpoint, as floats by name.
 std::map<std::string, std::vector<float>> tensors_of(const std::string& path) {
   const SafetensorsFile file(path);

@@ -41,12 +41,6 @@ TrainResult train(const TrainOptions& options, std::string* log = nullptr) {
   return result;
 }
 
-std::vector<float> checksum_pieces(std::uint64_t hash) {
-  std::vector<float> pieces;  // (4) the hash as exact 16-bit pieces
-  for (int i = 0; i < 4; ++i) pieces.push_back(static_cast<float>((hash >> (16 * i)) & 0xffff));
-  return pieces;
-}
-
 void expect_matches_ddp(const std::string& zero, const std::string& strategy) {
   SCOPED_TRACE(zero + " " + strategy);
   TrainOptions o = tiny();
@@ -61,7 +55,7 @@ void expect_matches_ddp(const std::string& zero, const std::string& strategy) {
   for (std::size_t i = 0; i < ddp.losses.size(); ++i)
     EXPECT_NEAR(sharded.losses[i], ddp.losses[i], 2e-6 * ddp.losses[i]) << "step " << i + 1;
   ASSERT_TRUE(sharded.parameter_checksum.has_value());
-  const auto all = gather_all(checksum_pieces(*sharded.parameter_checksum));
+  const auto all = gathered_checksums(*sharded.parameter_checksum);
   EXPECT_EQ(all[0], all[1]);
   if (world().rank() != 0) {
     EXPECT_EQ(log, "");

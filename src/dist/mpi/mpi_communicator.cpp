@@ -16,6 +16,7 @@
 
 #include "core/error.h"
 #include "core/half.h"
+#include "dist/mpi/mpi_runtime.h"
 
 namespace ft {
 
@@ -123,9 +124,8 @@ MpiCommunicator::MpiCommunicator(const CommunicatorOptions& options)
     : state_(std::make_unique<State>()), options_(options) {
   FT_CHECK(options.timeout_seconds > 0, "MpiCommunicator: timeout_seconds must be > 0, given ",
            options.timeout_seconds);
-  int initialized = 0;
-  MPI_Initialized(&initialized);
-  FT_CHECK_KIND(runtime, initialized, "MpiCommunicator: MPI is not initialised (create a DistributedContext first)");
+  FT_CHECK_KIND(runtime, mpi_is_initialized(),
+                "MpiCommunicator: MPI is not initialised (create a DistributedContext first)");
   check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &state_->comm), "MPI_Comm_dup");
   check_mpi(MPI_Comm_set_errhandler(state_->comm, MPI_ERRORS_RETURN), "MPI_Comm_set_errhandler");
   check_mpi(MPI_Comm_rank(state_->comm, &rank_), "MPI_Comm_rank");

@@ -13,9 +13,9 @@
 #include <limits>
 #include <vector>
 
-#include "core/half.h"
 #include "ops/attention/attention_impls.h"
 #include "ops/attention/visibility.h"
+#include "ops/cpu/elem.h"
 
 namespace ft::attention_impl {
 
@@ -23,39 +23,13 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
-inline float load(float x) { return x; }
-inline float load(bf16 x) { return to_float(x); }
-inline float load(f16 x) { return to_float(x); }
-
-template <class T>
-T store_as(float x);
-template <>
-float store_as<float>(float x) {
-  return x;
-}
-template <>
-bf16 store_as<bf16>(float x) {
-  return to_bf16(x);
-}
-template <>
-f16 store_as<f16>(float x) {
-  return to_f16(x);
-}
+using cpu::from_float;
+using cpu::load;
 
 // x as a GEMM operand of type T holds it: rounded to T (unchanged for fp32).
 template <class T>
 float round_to(float x) {
-  return load(store_as<T>(x));
-}
-
-// Calls fn(T{}) with T the element type of dtype.
-template <class Fn>
-void dispatch_dtype(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::f32: fn(float{}); break;
-    case DType::bf16: fn(bf16{}); break;
-    case DType::f16: fn(f16{}); break;
-  }
+  return load(from_float<T>(x));
 }
 
 // a . b over n floats, in eight fixed lanes (vectorisable and deterministic).
@@ -112,7 +86,7 @@ template <class T>
 void store_tile(Rows<T> dst, const float* tile, std::int64_t row0, std::int64_t rows, std::int64_t D, float scale) {
   for (std::int64_t r = 0; r < rows; ++r) {
     T* out = dst.row(row0 + r);
-    for (std::int64_t d = 0; d < D; ++d) out[d] = store_as<T>(scale * tile[r * D + d]);
+    for (std::int64_t d = 0; d < D; ++d) out[d] = from_float<T>(scale * tile[r * D + d]);
   }
 }
 
@@ -256,7 +230,7 @@ void forward_head(const AttentionTensors& t, const AttentionShape& s, const Tili
       const bool blind = l[r] == 0;  // nothing visible and no sink: O = 0, L = -inf
       T* out = o.row(qt.row0 + r);
       const float inv = blind ? 0.0f : 1.0f / l[r];
-      for (std::int64_t d = 0; d < D; ++d) out[d] = store_as<T>(acc[r * D + d] * inv);
+      for (std::int64_t d = 0; d < D; ++d) out[d] = from_float<T>(acc[r * D + d] * inv);
       *lse.row(qt.row0 + r) = blind ? kNegInf : m[r] + std::log(l[r]);
     }
   }
@@ -373,7 +347,7 @@ void backward_kv_head(const AttentionTensors& t, const AttentionGrads& g, const 
 void cpu_tiled_forward(const AttentionTensors& t, const AttentionShape& s, int block_q, int block_k) {
   const Tiling tiling(s, block_q, block_k);
   const std::int64_t heads = s.batch * s.heads_q;
-  dispatch_dtype(t.q.dtype(), [&](auto tag) {
+  cpu::with_dtype(t.q.dtype(), [&](auto tag) {
     using T = decltype(tag);
 #pragma omp parallel for schedule(dynamic) if (worth_threads(s))
     for (std::int64_t bh = 0; bh < heads; ++bh) forward_head<T>(t, s, tiling, bh / s.heads_q, bh % s.heads_q);
@@ -386,7 +360,7 @@ void cpu_tiled_backward(const AttentionTensors& t, const AttentionGrads& g, cons
   std::vector<float> delta(s.batch * s.heads_q * s.len_q);  // (B, Hq, Nq) D_i = dO_i . O_i
   std::vector<float> sink_terms(s.batch * s.heads_q);       // (B, Hq) sum_i exp(s_h - L_i) D_i
   const std::int64_t kv_heads = s.batch * s.heads_kv;
-  dispatch_dtype(t.q.dtype(), [&](auto tag) {
+  cpu::with_dtype(t.q.dtype(), [&](auto tag) {
     using T = decltype(tag);
     backward_prepass<T>(t, g, s, delta, sink_terms);
 #pragma omp parallel for schedule(dynamic) if (worth_threads(s))

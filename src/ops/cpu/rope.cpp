@@ -12,10 +12,12 @@ void rope(const Tensor& x, double theta, std::int64_t position_offset, bool inve
   const std::int64_t B = x.size(0), H = x.size(1), T = x.size(2), Dh = x.size(3), half = Dh / 2;
   std::vector<float> cos_table(static_cast<std::size_t>(T * half));  // (T, Dh/2)
   std::vector<float> sin_table(static_cast<std::size_t>(T * half));  // (T, Dh/2), negated for the inverse
+  std::vector<double> inv_freq(static_cast<std::size_t>(half));  // (Dh/2)
+  for (std::int64_t i = 0; i < half; ++i)
+    inv_freq[i] = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(Dh));
   for (std::int64_t t = 0; t < T; ++t) {
     for (std::int64_t i = 0; i < half; ++i) {
-      const double inv_freq = std::pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(Dh));
-      const double angle = static_cast<double>(position_offset + t) * inv_freq;
+      const double angle = static_cast<double>(position_offset + t) * inv_freq[i];
       cos_table[t * half + i] = static_cast<float>(std::cos(angle));
       sin_table[t * half + i] = static_cast<float>(inverse ? -std::sin(angle) : std::sin(angle));
     }
