@@ -7,18 +7,31 @@ contiguous, with metadata {"format": "pt"}.
 The input is a torch.save file holding a state dict, or a training checkpoint dict that holds it under
 "model" or "state_dict" (as the reference training loop saves it). Prefixes added by torch.compile
 ("_orig_mod.") and DistributedDataParallel ("module.") are removed. Names outside the reference model's
-are refused unless --allow-extra. Needs torch and safetensors; not run in CI.
+are refused unless --allow-extra. Needs torch; the safetensors package writes the file when it is
+installed, else this script writes the same format itself (a JSON header and the raw little-endian bytes).
 
     python tools/export_reference_safetensors.py checkpoint.pt model.safetensors
+
+To check that flashtrain computes the reference model's logits from the exported file, load it with
+flashtrain.model.TransformerLM(...).load_safetensors(path) and compare .logits(tokens) with the reference
+model's output; python/tests/test_reference_logits.py does exactly that for a random reference model (fp32 on
+the CPU and CUDA, bf16), running this script as a subprocess:
+
+    PYTHONPATH=build/python python3 -m pytest -q python/tests/test_reference_logits.py
 """
 
 import argparse
+import json
 import os
 import re
 import sys
 
 import torch
-from safetensors.torch import save_file
+
+try:
+    from safetensors.torch import save_file
+except ImportError:
+    save_file = None
 
 REFERENCE_NAME = re.compile(
     r"token_embeddings\.weight"
@@ -26,6 +39,11 @@ REFERENCE_NAME = re.compile(
     r"|ln_final\.weight|lm_head\.weight"
 )
 STRIPPED_PREFIXES = ("_orig_mod.", "module.")
+# The format's names of the torch dtypes a state dict may hold.
+SAFETENSORS_DTYPES = {
+    torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16", torch.int64: "I64",
+    torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8", torch.bool: "BOOL",
+}
 
 
 def find_state_dict(loaded):
@@ -48,6 +66,38 @@ def clean_name(name):
                 name = name[len(prefix):]
                 changed = True
     return name
+
+
+def write_safetensors(tensors, path, metadata):
+    """The safetensors file of tensors (name -> contiguous CPU tensor) and metadata (str -> str), written without
+    the safetensors package: an 8-byte little-endian header length, the JSON header {name: {"dtype", "shape",
+    "data_offsets": [begin, end]}, "__metadata__": metadata} padded with spaces to a multiple of 8 bytes, then the
+    data section. Tensors are stored by descending element size (the given order within one size), so each
+    one starts aligned to its element size."""
+    if sys.byteorder != "little":
+        sys.exit("error: writing safetensors without the safetensors package needs a little-endian machine")
+    header = {"__metadata__": metadata}
+    chunks = []
+    offset = 0
+    for name in sorted(tensors, key=lambda n: -tensors[n].element_size()):
+        tensor = tensors[name]
+        if tensor.dtype not in SAFETENSORS_DTYPES:
+            sys.exit(f"error: {name!r} has dtype {tensor.dtype}, which this script cannot write without the "
+                     "safetensors package")
+        data = tensor.reshape(-1).view(torch.uint8).numpy().tobytes()  # (numel * element size) bytes
+        header[name] = {"dtype": SAFETENSORS_DTYPES[tensor.dtype], "shape": list(tensor.shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        chunks.append(data)
+        offset += len(data)
+    encoded = json.dumps(header, separators=(",", ":")).encode()
+    encoded += b" " * (-len(encoded) % 8)
+    with open(path, "wb") as out:
+        out.write(len(encoded).to_bytes(8, "little"))
+        out.write(encoded)
+        for data in chunks:
+            out.write(data)
+        out.flush()
+        os.fsync(out.fileno())
 
 
 def main():
@@ -80,7 +130,7 @@ def main():
     # Written beside the target and renamed over it, so the output is never a partial file.
     temporary = f"{args.output}.tmp-{os.getpid()}"
     try:
-        save_file(tensors, temporary, metadata={"format": "pt"})
+        (save_file or write_safetensors)(tensors, temporary, {"format": "pt"})
         os.replace(temporary, args.output)
     finally:
         if os.path.exists(temporary):

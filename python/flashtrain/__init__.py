@@ -7,6 +7,7 @@ float16 and bfloat16, on the host or a CUDA device.
     flashtrain.attention_backward(q, k, v, o, lse, d_o, dq, dk, dv, ...)
     flashtrain.numpy.attention(q, k, v, ...)             numpy arrays in, (o, lse) out, on the host
     flashtrain.torch.flash_attention(q, k, v, ...)       autograd, torch.compile, an nn.Module (imports torch)
+    flashtrain.model.TransformerLM(size, ...)            the LM engine's forward: load safetensors, logits
 
 Errors keep the library's message: ValueError (invalid argument), TypeError (a dtype other than
 float32/float16/bfloat16), NotImplementedError (unsupported here: head dim, a CUDA array in a CPU-only
@@ -15,11 +16,12 @@ build, ...), MemoryError (out of memory), RuntimeError (CUDA failures and the re
 import importlib
 
 from . import _C
+from . import model
 from . import numpy
 from ._C import __version__, attention_backward, attention_forward, built_with_cuda, cuda_available, git_commit
 
-__all__ = ["attention_forward", "attention_backward", "built_with_cuda", "cuda_available", "git_commit", "numpy",
-           "torch"]
+__all__ = ["attention_forward", "attention_backward", "built_with_cuda", "cuda_available", "git_commit", "model",
+           "numpy", "torch"]
 
 
 def __getattr__(name):

@@ -1,5 +1,6 @@
 // module.cpp — flashtrain._C, the nanobind extension: attention forward and backward (every variant of
-// the attention contract) over DLPack arrays from any framework, on the host or a CUDA device. The
+// the attention contract) over DLPack arrays from any framework, on the host or a CUDA device, and the
+// Transformer LM's forward (model_bindings.h: load a safetensors file, logits). The attention
 // caller allocates the outputs; CUDA work is ordered on the stream handle the caller passes (its
 // current stream, e.g. torch.cuda.current_stream().cuda_stream; 0 = the legacy default stream).
 // The GIL is released while the attention runs.
@@ -16,6 +17,7 @@
 #include "core/version.h"
 #include "dlpack_tensor.h"
 #include "errors.h"
+#include "model_bindings.h"
 #include "ops/attention.h"
 
 namespace nb = nanobind;
@@ -102,8 +104,9 @@ void backward(const InputArray& q, const InputArray& k, const InputArray& v, con
 
 NB_MODULE(_C, m) {
   using namespace ft::python;
-  m.doc() = "flashtrain's attention kernels (FlashAttention-2 and the naive baselines) over DLPack arrays";
+  m.doc() = "flashtrain's attention kernels (FlashAttention-2 and the naive baselines) over DLPack arrays, and the Transformer LM's forward";
   register_error_translator();
+  register_model_bindings(m);
 
   m.attr("__version__") = ft::version();
   m.attr("git_commit") = ft::git_commit();

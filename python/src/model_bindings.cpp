@@ -1,0 +1,172 @@
+// model_bindings.cpp — flashtrain._C.TransformerLM: the Transformer LM of src/model built for inference
+// (forward only), its parameters loaded from a safetensors file by ft::load_parameters (the reference
+// model's exported state dict or a flashtrain checkpoint), and fp32 logits of host token ids written into
+// a caller-allocated host array. flashtrain/model.py wraps it for numpy. The GIL is released while a file
+// is read or the model runs; a mutex keeps other threads out of the model's buffers meanwhile.
+#include "model_bindings.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include "core/error.h"
+#include "core/tensor_io.h"
+#include "model/checkpoint.h"
+#include "model/config.h"
+#include "model/data_loader.h"
+#include "model/token_staging.h"
+#include "model/transformer.h"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace ft::python {
+
+namespace {
+
+using TokenArray = nb::ndarray<const std::int32_t, nb::ndim<2>, nb::c_contig, nb::device::cpu>;  // (B, T)
+using LogitsArray = nb::ndarray<float, nb::ndim<3>, nb::c_contig, nb::device::cpu>;            // (B, T, V)
+using Size = std::optional<std::int64_t>;
+
+// A named size's config with the given fields replaced, or (size = None) a config of the given fields,
+// where d_model, d_ff, num_layers and num_heads are required and the vocabulary and context length default
+// to ModelConfig's (10000, 512).
+ModelConfig config_of(const std::optional<std::string>& size, Size d_model, Size d_ff, Size num_layers,
+                      Size num_heads, Size vocab_size, Size context_length) {
+  ModelConfig config;
+  if (size) {
+    config = model_config(*size);
+  } else {
+    config.name = "custom";
+    std::string missing;
+    const std::pair<const char*, Size> required[] = {
+        {"d_model", d_model}, {"d_ff", d_ff}, {"num_layers", num_layers}, {"num_heads", num_heads}};
+    for (const auto& [field, value] : required)
+      if (!value) missing += str(missing.empty() ? "" : ", ", field);
+    FT_CHECK(missing.empty(), "TransformerLM: without a size, d_model, d_ff, num_layers and num_heads are required: ",
+             "missing ", missing);
+  }
+  const std::pair<std::int64_t*, Size> fields[] = {
+      {&config.d_model, d_model},       {&config.d_ff, d_ff},
+      {&config.num_layers, num_layers}, {&config.num_heads, num_heads},
+      {&config.vocab_size, vocab_size}, {&config.context_length, context_length}};
+  for (const auto& [field, value] : fields)
+    if (value) *field = *value;
+  config.validate();
+  return config;
+}
+
+ModelOptions options_of(const std::string& device, const std::string& precision, std::int64_t max_batch) {
+  ModelOptions options;
+  options.device = parse_device(device);
+  options.precision = parse_precision(precision);
+  options.max_batch = max_batch;
+  options.training = false;
+  return options;
+}
+
+class InferenceModel {
+ public:
+  InferenceModel(const std::optional<std::string>& size, Size d_model, Size d_ff, Size num_layers, Size num_heads,
+                 Size vocab_size, Size context_length, const std::string& device, const std::string& precision,
+                 std::int64_t max_batch)
+      : model_(config_of(size, d_model, d_ff, num_layers, num_heads, vocab_size, context_length),
+               options_of(device, precision, max_batch)),
+        staging_(model_.options().device, max_batch, model_.config().context_length) {}
+
+  const ModelConfig& config() const { return model_.config(); }
+  const ModelOptions& options() const { return model_.options(); }
+
+  // Every parameter from path, or nothing: missing, unexpected and mismatched tensors are one io error.
+  void load_safetensors(const std::string& path) {
+    std::vector<NamedTensor> named;
+    for (const ParameterInfo& info : model_.layout().tensors())
+      named.push_back({info.name, model_.parameters()[info.index]});
+    nb::gil_scoped_release unlocked;
+    const std::lock_guard<std::mutex> lock(busy_);
+    load_parameters(path, named);
+  }
+
+  // out (B, T, V) <- the logits of tokens (B, T), max_batch sequences per forward. forward() takes targets
+  // for its loss; the inputs serve (any valid ids do), and the loss is not used.
+  void logits(const TokenArray& tokens, const LogitsArray& out) {
+    const std::int64_t B = static_cast<std::int64_t>(tokens.shape(0)), T = static_cast<std::int64_t>(tokens.shape(1));
+    const std::int64_t V = config().vocab_size;
+    FT_CHECK(B >= 1 && T >= 1, "TransformerLM.logits: tokens must be a non-empty (batch, seq) array, given (", B, ", ",
+             T, ")");
+    const Shape want{B, T, V};
+    const Shape given{static_cast<std::int64_t>(out.shape(0)), static_cast<std::int64_t>(out.shape(1)),
+                      static_cast<std::int64_t>(out.shape(2))};
+    FT_CHECK(given == want, "TransformerLM.logits: out must have shape ", shape_string(want), ", given ",
+             shape_string(given));
+    const std::int32_t* ids = tokens.data();  // (B, T)
+    float* dst = out.data();                  // (B, T, V)
+    nb::gil_scoped_release unlocked;
+    const std::lock_guard<std::mutex> lock(busy_);
+    for (std::int64_t b0 = 0; b0 < B; b0 += options().max_batch) {
+      const std::int64_t n = std::min(options().max_batch, B - b0);
+      TokenBatch batch{n, T, std::vector<std::int32_t>(ids + b0 * T, ids + (b0 + n) * T), {}};  // (n, T)
+      batch.targets = batch.inputs;
+      const auto [inputs, targets] = staging_.place(batch);
+      model_.forward(inputs, targets);
+      copy(Tensor(dst + b0 * T * V, DType::f32, Device::cpu(), {n, T, V}), model_.logits());
+    }
+  }
+
+  std::vector<std::string> parameter_names() const {
+    std::vector<std::string> names;
+    for (const ParameterInfo& info : model_.layout().tensors()) names.push_back(info.name);
+    return names;
+  }
+  std::int64_t num_parameters() const { return model_.layout().numel(); }
+
+ private:
+  TransformerLM model_;
+  TokenStaging staging_;
+  std::mutex busy_;  // held while the parameters, activations or staging buffers are in use
+};
+
+}  // namespace
+
+void register_model_bindings(nb::module_& m) {
+  nb::class_<InferenceModel>(m, "TransformerLM",
+                             "The flashtrain Transformer LM for inference (forward only); see flashtrain.model.")
+      .def(nb::init<const std::optional<std::string>&, Size, Size, Size, Size, Size, Size, const std::string&,
+                    const std::string&, std::int64_t>(),
+           "size"_a.none() = nb::none(), nb::kw_only(), "d_model"_a.none() = nb::none(), "d_ff"_a.none() = nb::none(),
+           "num_layers"_a.none() = nb::none(), "num_heads"_a.none() = nb::none(), "vocab_size"_a.none() = nb::none(),
+           "context_length"_a.none() = nb::none(), "device"_a = "cpu", "precision"_a = "fp32", "max_batch"_a = 4,
+           "size: a named config (tiny, small, medium, large, xl, 2.7b) or None; the other fields replace its\n"
+           "values (without a size d_model, d_ff, num_layers and num_heads are required). device: 'cpu' or\n"
+           "'cuda[:N]'. precision: 'fp32' or 'bf16'. max_batch: sequences per forward. Parameters start\n"
+           "randomly initialised (seed 0).")
+      .def("load_safetensors", &InferenceModel::load_safetensors, "path"_a,
+           "Every parameter from a safetensors file under its state-dict name, fp32. A missing, unexpected or\n"
+           "mismatched tensor raises RuntimeError listing all of them, before any parameter changes.")
+      .def("logits", &InferenceModel::logits, "tokens"_a, "out"_a,
+           "out (B, T, vocab_size) float32 <- the logits of tokens (B, T) int32, both C-contiguous host arrays.")
+      .def("parameter_names", &InferenceModel::parameter_names, "The state-dict names, in layout order.")
+      .def("num_parameters", &InferenceModel::num_parameters, "The total parameter count.")
+      .def_prop_ro("config_name", [](const InferenceModel& self) { return self.config().name; })
+      .def_prop_ro("d_model", [](const InferenceModel& self) { return self.config().d_model; })
+      .def_prop_ro("d_ff", [](const InferenceModel& self) { return self.config().d_ff; })
+      .def_prop_ro("num_layers", [](const InferenceModel& self) { return self.config().num_layers; })
+      .def_prop_ro("num_heads", [](const InferenceModel& self) { return self.config().num_heads; })
+      .def_prop_ro("vocab_size", [](const InferenceModel& self) { return self.config().vocab_size; })
+      .def_prop_ro("context_length", [](const InferenceModel& self) { return self.config().context_length; })
+      .def_prop_ro("device", [](const InferenceModel& self) { return self.options().device.to_string(); })
+      .def_prop_ro("precision",
+                   [](const InferenceModel& self) { return std::string(name_of(self.options().precision)); })
+      .def_prop_ro("max_batch", [](const InferenceModel& self) { return self.options().max_batch; });
+}
+
+}  // namespace ft::python
