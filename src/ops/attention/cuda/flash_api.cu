@@ -69,6 +69,7 @@ void dispatch(DType dtype, std::int64_t head_dim, Fn&& fn) {
       case 16: return fn(type_tag, std::integral_constant<int, 16>{});
       case 32: return fn(type_tag, std::integral_constant<int, 32>{});
       case 64: return fn(type_tag, std::integral_constant<int, 64>{});
+      case 80: return fn(type_tag, std::integral_constant<int, 80>{});
       case 96: return fn(type_tag, std::integral_constant<int, 96>{});
       case 128: return fn(type_tag, std::integral_constant<int, 128>{});
       case 256: return fn(type_tag, std::integral_constant<int, 256>{});

@@ -12,8 +12,8 @@
 
 namespace ft::flash {
 
-inline constexpr int kHeadDims[] = {16, 32, 64, 96, 128, 256};
-inline constexpr const char* kHeadDimList = "16, 32, 64, 96, 128, 256";
+inline constexpr int kHeadDims[] = {16, 32, 64, 80, 96, 128, 256};
+inline constexpr const char* kHeadDimList = "16, 32, 64, 80, 96, 128, 256";
 inline constexpr int kQueryPad = 128;  // query tiles of every kernel divide this (backward scratch rows)
 inline constexpr int kPreRows = 64;      // backward pre-pass: query rows per block
 inline constexpr int kPreThreads = 256;  // backward pre-pass: 8 warps, 8 rows each
@@ -30,6 +30,7 @@ inline constexpr FlashTiles kTiles16[] = {
     {128, 64, 2, 2, 128, 32, 2, 1, 2, 64, 64, 1, 2},   // d=16
     {128, 64, 2, 2, 128, 32, 2, 1, 2, 64, 64, 1, 2},   // d=32
     {128, 64, 2, 2, 128, 32, 2, 1, 2, 64, 64, 1, 2},   // d=64
+    {128, 64, 2, 2, 64, 64, 1, 1, 2, 64, 64, 1, 2},    // d=80   (the 2.7b model's; as d=96)
     {128, 64, 2, 2, 64, 64, 1, 1, 2, 64, 64, 1, 2},    // d=96
     {128, 64, 2, 2, 64, 32, 1, 1, 2, 64, 64, 1, 2},    // d=128
     {64, 32, 1, 2, 64, 32, 1, 2, 2, 64, 32, 1, 2},     // d=256  (dK/dV, dQ ~135 KB)
@@ -38,6 +39,7 @@ inline constexpr FlashTiles kTiles32[] = {
     {128, 64, 1, 2, 64, 64, 1, 1, 2, 64, 64, 1, 2},  // d=16
     {128, 64, 1, 2, 64, 64, 1, 1, 2, 64, 64, 1, 2},  // d=32
     {128, 64, 1, 2, 64, 64, 1, 1, 1, 64, 64, 1, 1},  // d=64   (forward 104 KB)
+    {128, 64, 1, 1, 64, 64, 1, 1, 1, 64, 64, 1, 1},  // d=80   (as d=96)
     {128, 64, 1, 1, 64, 64, 1, 1, 1, 64, 64, 1, 1},  // d=96   (~102 KB)
     {64, 64, 1, 1, 64, 64, 1, 1, 1, 64, 64, 1, 1},   // d=128  (dK/dV, dQ 135 KB)
     {64, 32, 1, 1, 32, 32, 1, 2, 1, 32, 32, 1, 1},   // d=256  (~133 KB)
