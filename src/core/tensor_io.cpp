@@ -63,6 +63,9 @@ void raw_copy(void* dst, Device dst_device, const void* src, Device src_device, 
 #if FT_HAS_CUDA
   FT_CUDA_CHECK(cudaDeviceSynchronize());  // pending work on the source must be finished
   FT_CUDA_CHECK(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault));
+  // From pageable host memory cudaMemcpy may return before the DMA to the device has landed, and work on
+  // a non-blocking stream would not wait for it: finish it here.
+  if (!dst_device.is_cpu()) FT_CUDA_CHECK(cudaDeviceSynchronize());
 #else
   FT_THROW(unsupported, "copy between ", src_device.to_string(), " and ", dst_device.to_string(),
            " needs CUDA, but this flashtrain build has none");

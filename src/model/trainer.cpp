@@ -1,8 +1,9 @@
-// trainer.cpp — micro-batch accumulation, clipping, the AdamW step (or an external optimizer's) and the
-// learning-rate schedule.
+// trainer.cpp — micro-batch accumulation, clipping, the AdamW step (or an external optimizer's), the
+// learning-rate schedule, and the whole step enqueued without host reads.
 #include "model/trainer.h"
 
 #include <cmath>
+#include <vector>
 
 #include "core/error.h"
 #include "core/nvtx.h"
@@ -79,6 +80,44 @@ StepResult Trainer::optimizer_step() {
 }
 
 void Trainer::zero_grads() { micro_batches_ = 0; }
+
+void Trainer::check_enqueue_step(std::string_view caller) const {
+  FT_CHECK_KIND(unsupported, !config_.external_optimizer, caller,
+                ": the step runs the Trainer's own AdamW, but this Trainer has an external optimizer (e.g. ZeRO-1), "
+                "whose step reads back to the host");
+  FT_CHECK_KIND(unsupported, config_.accumulation_steps == 1, caller,
+                ": the step runs one batch, but accumulation_steps is ", config_.accumulation_steps,
+                " (gradient accumulation is not supported here: use a larger batch)");
+  FT_CHECK_KIND(unsupported, hook_ == nullptr, caller,
+                ": a gradient-ready hook is set (data-parallel training, DDP); host callbacks cannot run in a step "
+                "that runs without the host");
+  FT_CHECK_KIND(unsupported, backward_start_hook_ == nullptr, caller,
+                ": a backward-start hook is set (memory profile phases); host callbacks cannot run in a step that "
+                "runs without the host");
+  FT_CHECK(micro_batches_ == 0, caller, ": ", micro_batches_,
+           " micro-batch(es) have run since the last zero_grads(), but the step computes its own gradients; call "
+           "zero_grads() first");
+}
+
+AdamWFactors Trainer::step_factors() const {
+  AdamWConfig adamw = config_.adamw;
+  adamw.lr = learning_rate();
+  return adamw_factors(adamw, step_ + 1);
+}
+
+void Trainer::enqueue_step(const TokenIds& inputs, const TokenIds& targets, StepSlots* slots) {
+  check_enqueue_step("Trainer::enqueue_step");
+  FT_CHECK(slots != nullptr, "Trainer::enqueue_step: slots must point to one StepSlots on the model's device, given "
+           "null");
+  model_.forward_backward_to(&slots->loss, inputs, targets);
+  NvtxRange range("optimizer step");
+  const Stream& stream = model_.options().stream;
+  const std::vector<Tensor> grads = {model_.gradients().flat()};
+  grad_sum_squares_to(&slots->grad_sum_squares, grads, stream);
+  if (config_.max_grad_norm > 0) clip_grad_norm_from(grads, &slots->grad_sum_squares, config_.max_grad_norm, stream);
+  adamw_step_from(model_.parameters().flat(), grads.front(), exp_avg_.flat(), exp_avg_sq_.flat(), &slots->adamw,
+                  stream);
+}
 
 void Trainer::set_optimizer_step(TrainerOptimizerStep step, std::function<std::size_t()> state_bytes) {
   FT_CHECK(config_.external_optimizer,

@@ -13,11 +13,15 @@
 // schedule's learning rate instead of clipping + AdamW (the step clips, if it should, and returns the global
 // gradient norm before clipping). exp_avg() / exp_avg_sq() then throw ft::Error (unsupported): the state
 // lives in the external optimizer.
+// The whole step without host reads (enqueue_step): forward, backward, clipping and AdamW enqueued with the
+// loss and the gradient norm left in device memory (StepSlots) and AdamW's factors read from there — what
+// GraphedTrainStep (graphed_step.h) captures in a CUDA graph; bit for bit forward_backward + optimizer_step.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <string_view>
 
 #include "model/parameters.h"
 #include "model/transformer.h"
@@ -45,6 +49,14 @@ struct MicroBatch {
 
 using TrainerGradientHook = std::function<void(const ParameterInfo& info, const Tensor& grad, const MicroBatch& micro)>;
 
+// Where enqueue_step leaves a step's results and reads its AdamW factors: one StepSlots in the model's
+// device memory (host memory on the CPU).
+struct StepSlots {
+  double loss = 0;              // written: the batch's mean loss
+  double grad_sum_squares = 0;  // written: sum of g^2 over every gradient before clipping (norm = its sqrt)
+  AdamWFactors adamw;           // read when AdamW runs: the step's factors (Trainer::step_factors)
+};
+
 struct StepResult {
   std::int64_t step = 0;  // steps taken, including this one
   double lr = 0;          // learning rate used
@@ -67,6 +79,20 @@ class Trainer {
   void set_gradient_ready_hook(TrainerGradientHook hook) { hook_ = std::move(hook); }
   // Called in each micro-batch between its forward and its backward (memory profiles mark phases with it).
   void set_backward_start_hook(std::function<void()> hook) { backward_start_hook_ = std::move(hook); }
+
+  // ft::Error naming what stops this Trainer's step from running without the host (`caller` starts the
+  // message): an external optimizer, accumulation_steps > 1, a gradient-ready or backward-start hook
+  // (unsupported), micro-batches run since zero_grads() (invalid_argument).
+  void check_enqueue_step(std::string_view caller) const;
+  // The next step's AdamW factors: the config's with learning_rate(), at step() + 1.
+  AdamWFactors step_factors() const;
+  // One whole step — forward_backward on (inputs, targets), clipping, AdamW — enqueued on the model's stream:
+  // the loss and the squared gradient norm are left in *slots, and AdamW reads slots->adamw when it runs
+  // (write step_factors() there first). Nothing waits for the device but the token-id checks
+  // (TransformerLM::forward_backward_to). step() stays as it is: count_step() counts the step.
+  void enqueue_step(const TokenIds& inputs, const TokenIds& targets, StepSlots* slots);
+  // step() += 1, for a step enqueue_step ran or a graph of it replayed.
+  void count_step() { ++step_; }
 
   std::int64_t step() const { return step_; }
   // Sets the steps taken so far (a resumed run: AdamW's bias correction and the schedule continue from

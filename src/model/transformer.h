@@ -91,6 +91,12 @@ class TransformerLM {
   // hook told as each becomes final (order: gradient_ready_order()). Returns the (unscaled) mean loss.
   // Throws ft::Error (invalid_argument) on a model built with training = false.
   double forward_backward(const TokenIds& inputs, const TokenIds& targets, const BackwardOptions& options = {});
+  // forward_backward without reading the loss back: the mean loss is left in *loss, one double in the model's
+  // device memory (host memory on the CPU), bit for bit what forward_backward returns. Nothing here waits for
+  // the device but the CUDA ops' token-id checks, which a CUDA stream capture skips (ops/embedding.h), so a
+  // CUDA graph can capture it.
+  void forward_backward_to(double* loss, const TokenIds& inputs, const TokenIds& targets,
+                           const BackwardOptions& options = {});
 
   // (B, T, V) fp32 logits of the last forward() call.
   Tensor logits() const;
@@ -129,9 +135,14 @@ class TransformerLM {
   void plan_memory();
   void check_training(const char* what) const;
   Batch check_batch(const TokenIds& inputs, const TokenIds& targets) const;
+  // Enqueues the forward and the loss (with its gradient when for_backward); returns the mean loss read back,
+  // or leaves it in *loss_to and returns 0 when loss_to is not null.
   double run_forward(const Batch& b, const TokenIds& inputs, const TokenIds& targets, bool for_backward,
-                     double loss_scale);
+                     double loss_scale, double* loss_to);
   void layer_forward(std::int64_t l, const Batch& b);
+  // forward_backward (loss_to null) or forward_backward_to; `what` names the caller in errors.
+  double run_forward_backward(const char* what, const TokenIds& inputs, const TokenIds& targets,
+                              const BackwardOptions& options, double* loss_to);
   void run_backward(const Batch& b, const TokenIds& inputs, const BackwardOptions& options);
   void layer_backward(std::int64_t l, const Batch& b, const BackwardOptions& options);
   void notify(const BackwardOptions& options, std::size_t index) const;

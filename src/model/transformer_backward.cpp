@@ -16,10 +16,22 @@ namespace ft {
 
 double TransformerLM::forward_backward(const TokenIds& inputs, const TokenIds& targets,
                                        const BackwardOptions& options) {
-  check_training("forward_backward");
+  return run_forward_backward("forward_backward", inputs, targets, options, nullptr);
+}
+
+void TransformerLM::forward_backward_to(double* loss, const TokenIds& inputs, const TokenIds& targets,
+                                        const BackwardOptions& options) {
+  FT_CHECK(loss != nullptr, "TransformerLM::forward_backward_to: loss must point to one double on the model's device, "
+           "given null");
+  run_forward_backward("forward_backward_to", inputs, targets, options, loss);
+}
+
+double TransformerLM::run_forward_backward(const char* what, const TokenIds& inputs, const TokenIds& targets,
+                                           const BackwardOptions& options, double* loss_to) {
+  check_training(what);
   const Batch b = check_batch(inputs, targets);
   logits_batch_ = {};
-  const double loss = run_forward(b, inputs, targets, true, options.loss_scale);
+  const double loss = run_forward(b, inputs, targets, true, options.loss_scale, loss_to);
   if (options.on_backward_start) options.on_backward_start();
   run_backward(b, inputs, options);
   return loss;

@@ -34,13 +34,13 @@ TransformerLM::Batch TransformerLM::check_batch(const TokenIds& inputs, const To
 double TransformerLM::forward(const TokenIds& inputs, const TokenIds& targets) {
   const Batch b = check_batch(inputs, targets);
   logits_batch_ = {};
-  const double loss = run_forward(b, inputs, targets, false, 1.0);
+  const double loss = run_forward(b, inputs, targets, false, 1.0, nullptr);
   logits_batch_ = b;
   return loss;
 }
 
 double TransformerLM::run_forward(const Batch& b, const TokenIds& inputs, const TokenIds& targets, bool for_backward,
-                                  double loss_scale) {
+                                  double loss_scale, double* loss_to) {
   NvtxRange range("model forward");
   const Stream& stream = options_.stream;
   const std::int64_t L = config_.num_layers, d = config_.d_model, V = config_.vocab_size;
@@ -59,7 +59,10 @@ double TransformerLM::run_forward(const Batch& b, const TokenIds& inputs, const 
   Tensor dlogits;
   if (for_backward)
     dlogits = options_.precision == Precision::bf16 ? act(dlogits_, DType::bf16, {b.B, b.T, V}) : logits;
-  return cross_entropy(logits, targets, dlogits, {loss_scale, stream});
+  const CrossEntropyOptions loss_options{loss_scale, stream};
+  if (!loss_to) return cross_entropy(logits, targets, dlogits, loss_options);
+  cross_entropy_to(loss_to, logits, targets, dlogits, loss_options);
+  return 0;
 }
 
 void TransformerLM::layer_forward(std::int64_t l, const Batch& b) {

@@ -1,5 +1,5 @@
-// adamw.cpp — validation of optimiser-update calls and dispatch to the CPU kernels (cpu/optimizer.cpp) or
-// the CUDA kernels (cuda/optimizer.cu).
+// adamw.cpp — validation of optimiser-update calls, AdamW's per-step factors, and dispatch to the CPU
+// kernels (cpu/optimizer.cpp) or the CUDA kernels (cuda/optimizer.cu).
 #include "ops/adamw.h"
 
 #include <cmath>
@@ -22,17 +22,34 @@ void like_params(const char* op, const Tensor& t, const char* name, const Tensor
   ops::check_contiguous(op, t, name);
 }
 
-}  // namespace
-
-void adamw_step(const Tensor& params, const Tensor& grads, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                const AdamWConfig& c, std::int64_t step, [[maybe_unused]] const Stream& stream) {
-  constexpr const char* op = "adamw_step";
-  NvtxRange range(op);
+// Checks the four AdamW buffers against params.
+void check_adamw_tensors(const char* op, const Tensor& params, const Tensor& grads, const Tensor& exp_avg,
+                         const Tensor& exp_avg_sq) {
   ops::check_dtype(op, params, "params", {DType::f32});
   ops::check_contiguous(op, params, "params");
   like_params(op, grads, "grads", params);
   like_params(op, exp_avg, "exp_avg", params);
   like_params(op, exp_avg_sq, "exp_avg_sq", params);
+}
+
+// The update with factors given by value (factors) or read when it runs (from, when not null).
+void run_adamw(const Tensor& params, const Tensor& grads, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+               const AdamWFactors& factors, const AdamWFactors* from, [[maybe_unused]] const Stream& stream) {
+#if FT_HAS_CUDA
+  if (params.device().is_cuda())
+    return gpu::adamw_step(params.data_as<float>(), grads.data_as<float>(), exp_avg.data_as<float>(),
+                           exp_avg_sq.data_as<float>(), params.numel(), factors, from, params.device(), stream);
+#else
+  if (params.device().is_cuda()) ops::no_cuda_build("adamw_step", params.device());
+#endif
+  cpu::adamw_step(params.data_as<float>(), grads.data_as<float>(), exp_avg.data_as<float>(),
+                  exp_avg_sq.data_as<float>(), params.numel(), from ? *from : factors);
+}
+
+}  // namespace
+
+AdamWFactors adamw_factors(const AdamWConfig& c, std::int64_t step) {
+  constexpr const char* op = "adamw_step";
   FT_CHECK(step >= 1, op, ": step counts steps including this one: expected >= 1, given ", step);
   FT_CHECK(std::isfinite(c.lr) && c.lr >= 0, op, ": lr must be finite and >= 0, given ", c.lr);
   FT_CHECK(c.beta1 >= 0 && c.beta1 < 1, op, ": beta1 must be in [0, 1), given ", c.beta1);
@@ -40,15 +57,33 @@ void adamw_step(const Tensor& params, const Tensor& grads, const Tensor& exp_avg
   FT_CHECK(c.eps > 0, op, ": eps must be > 0, given ", c.eps);
   FT_CHECK(std::isfinite(c.weight_decay) && c.weight_decay >= 0, op, ": weight_decay must be finite and >= 0, given ",
            c.weight_decay);
-#if FT_HAS_CUDA
-  if (params.device().is_cuda())
-    return gpu::adamw_step(params.data_as<float>(), grads.data_as<float>(), exp_avg.data_as<float>(),
-                           exp_avg_sq.data_as<float>(), params.numel(), c, step, params.device(), stream);
-#else
-  if (params.device().is_cuda()) ops::no_cuda_build(op, params.device());
-#endif
-  cpu::adamw_step(params.data_as<float>(), grads.data_as<float>(), exp_avg.data_as<float>(),
-                  exp_avg_sq.data_as<float>(), params.numel(), c, step);
+  // In double, as torch computes them on the host, then rounded once.
+  const auto t = static_cast<double>(step);
+  AdamWFactors f;
+  f.decay = static_cast<float>(1.0 - c.lr * c.weight_decay);
+  f.beta2 = static_cast<float>(c.beta2);
+  f.one_minus_beta1 = static_cast<float>(1.0 - c.beta1);
+  f.one_minus_beta2 = static_cast<float>(1.0 - c.beta2);
+  f.step_size = static_cast<float>(c.lr / (1.0 - std::pow(c.beta1, t)));
+  f.bias_correction2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(c.beta2, t)));
+  f.eps = static_cast<float>(c.eps);
+  return f;
+}
+
+void adamw_step(const Tensor& params, const Tensor& grads, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                const AdamWConfig& c, std::int64_t step, const Stream& stream) {
+  NvtxRange range("adamw_step");
+  check_adamw_tensors("adamw_step", params, grads, exp_avg, exp_avg_sq);
+  run_adamw(params, grads, exp_avg, exp_avg_sq, adamw_factors(c, step), nullptr, stream);
+}
+
+void adamw_step_from(const Tensor& params, const Tensor& grads, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                     const AdamWFactors* factors, const Stream& stream) {
+  constexpr const char* op = "adamw_step_from";
+  NvtxRange range(op);
+  check_adamw_tensors(op, params, grads, exp_avg, exp_avg_sq);
+  FT_CHECK(factors != nullptr, op, ": factors must point to the step's AdamWFactors, given null");
+  run_adamw(params, grads, exp_avg, exp_avg_sq, AdamWFactors{}, factors, stream);
 }
 
 void sgd_step(const Tensor& params, const Tensor& grads, double lr, [[maybe_unused]] const Stream& stream) {

@@ -6,6 +6,9 @@
 //                 v <- beta2 * v + (1 - beta2) * g^2
 //                 p <- p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
 //   sgd_step    p <- p - lr * g
+// The per-step factors (AdamWFactors) are computed once on the host in double and rounded to fp32, as torch
+// does; adamw_step_from reads them from memory when the update runs instead of taking them at the call, so
+// a captured CUDA graph can replay one step for every t (the host rewrites the factors between launches).
 // Dispatches on the device: CPU or CUDA (one fused kernel; the CPU's float operations in the CPU's order,
 // without FMA contraction).
 #pragma once
@@ -25,10 +28,30 @@ struct AdamWConfig {
   double weight_decay = 0.01;
 };
 
+// The fp32 factors of one AdamW step, as the update kernels use them.
+struct AdamWFactors {
+  float decay = 1;                  // 1 - lr * wd
+  float beta2 = 0;
+  float one_minus_beta1 = 0;        // 1 - beta1
+  float one_minus_beta2 = 0;        // 1 - beta2
+  float step_size = 0;              // lr / (1 - beta1^t)
+  float bias_correction2_sqrt = 1;  // sqrt(1 - beta2^t)
+  float eps = 0;
+};
+
+// The factors of step `step` (>= 1, counting this one); ft::Error for a malformed config or step.
+AdamWFactors adamw_factors(const AdamWConfig& config, std::int64_t step);
+
 // One AdamW step; `step` counts steps including this one (>= 1). params, grads, exp_avg (m) and
 // exp_avg_sq (v): fp32, contiguous, one shape.
 void adamw_step(const Tensor& params, const Tensor& grads, const Tensor& exp_avg, const Tensor& exp_avg_sq,
                 const AdamWConfig& config, std::int64_t step, const Stream& stream = {});
+
+// adamw_step with its factors read when the update runs: `factors` points to one AdamWFactors in the
+// parameters' device memory (host memory for CPU tensors). Given adamw_factors(config, step), the result is
+// adamw_step's bit for bit.
+void adamw_step_from(const Tensor& params, const Tensor& grads, const Tensor& exp_avg, const Tensor& exp_avg_sq,
+                     const AdamWFactors* factors, const Stream& stream = {});
 
 // One plain SGD step: params, grads fp32, contiguous, one shape.
 void sgd_step(const Tensor& params, const Tensor& grads, double lr, const Stream& stream = {});

@@ -6,7 +6,9 @@
 // buffer) — or bf16 (fused cast for a bf16 LM-head backward; then a separate buffer). Numerically stable
 // (max subtracted). Targets outside [0, vocab) raise ft::Error naming the target, row and vocabulary.
 // The row losses are summed in a fixed order: deterministic. Dispatches on the device: CPU or CUDA (one
-// block per row; the returned loss synchronises the stream, as does the target check before the kernels).
+// block per row; the returned loss synchronises the stream, as does the target check before the kernels —
+// a check that inside a CUDA stream capture, which cannot read back, is skipped: the graph's owner checks
+// the ids it stages).
 #pragma once
 
 #include "core/stream.h"
@@ -23,5 +25,11 @@ struct CrossEntropyOptions {
 // Returns the mean loss; writes dlogits unless it is undefined (forward only, e.g. evaluation).
 double cross_entropy(const Tensor& logits, const TokenIds& targets, const Tensor& dlogits,
                      const CrossEntropyOptions& options = {});
+
+// cross_entropy without reading the loss back: the mean is left in *loss, one double in the logits' device
+// memory (host memory for CPU logits), bit for bit the value cross_entropy returns. Nothing here waits for
+// the device but the target check (see above).
+void cross_entropy_to(double* loss, const Tensor& logits, const TokenIds& targets, const Tensor& dlogits,
+                      const CrossEntropyOptions& options = {});
 
 }  // namespace ft

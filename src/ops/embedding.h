@@ -5,7 +5,8 @@
 // ids may have any shape S; out and dout are S + (d). fp32 throughout (the residual stream and master
 // weights are fp32 in every precision mode). Ids outside [0, vocab) raise ft::Error naming the id, its
 // position and the vocabulary size, before anything is written (on CUDA the check synchronises the
-// stream). Dispatches on the device: CPU (OpenMP) or CUDA (the same summation order, bit for bit).
+// stream; inside a CUDA stream capture, which cannot read back, it is skipped: the graph's owner checks the
+// ids it stages). Dispatches on the device: CPU (OpenMP) or CUDA (the same summation order, bit for bit).
 #pragma once
 
 #include "core/stream.h"

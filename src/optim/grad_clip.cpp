@@ -32,6 +32,14 @@ Device validate(const char* op, const std::vector<Tensor>& tensors) {
   return device;
 }
 
+// validate, for the forms that keep a scalar where the tensors live (so they need at least one tensor).
+Device validate_in_place(const char* op, const std::vector<Tensor>& tensors, const void* scalar,
+                         const char* scalar_name) {
+  FT_CHECK(!tensors.empty(), op, ": needs at least one gradient tensor, given none");
+  FT_CHECK(scalar != nullptr, op, ": ", scalar_name, " must point to one double on the gradients' device, given null");
+  return validate(op, tensors);
+}
+
 }  // namespace
 
 double grad_sum_squares(const std::vector<Tensor>& grads, const Stream& stream) {
@@ -73,6 +81,32 @@ double clip_grad_norm(const std::vector<Tensor>& grads, double max_norm, const S
   const double factor = clip_factor(norm, max_norm);
   if (factor < 1.0) scale_tensors(grads, factor, stream);
   return norm;
+}
+
+void grad_sum_squares_to(double* total, const std::vector<Tensor>& grads, const Stream& stream) {
+  constexpr const char* op = "grad_sum_squares_to";
+  NvtxRange range(op);
+#if FT_HAS_CUDA
+  if (validate_in_place(op, grads, total, "total").is_cuda()) return gpu::sum_squares_to(total, grads, stream);
+#else
+  validate_in_place(op, grads, total, "total");
+#endif
+  *total = grad_sum_squares(grads, stream);
+}
+
+void clip_grad_norm_from(const std::vector<Tensor>& grads, const double* sum_squares, double max_norm,
+                         const Stream& stream) {
+  constexpr const char* op = "clip_grad_norm_from";
+  NvtxRange range(op);
+  FT_CHECK(max_norm > 0, op, ": max_norm must be > 0, given ", max_norm);
+#if FT_HAS_CUDA
+  if (validate_in_place(op, grads, sum_squares, "sum_squares").is_cuda())
+    return gpu::clip_scale(grads, sum_squares, max_norm, kClipEps, stream);
+#else
+  validate_in_place(op, grads, sum_squares, "sum_squares");
+#endif
+  const double norm = std::sqrt(*sum_squares);
+  if (norm > max_norm) scale_tensors(grads, clip_factor(norm, max_norm), stream);
 }
 
 }  // namespace ft

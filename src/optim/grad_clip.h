@@ -4,6 +4,9 @@
 // are exposed for data-parallel callers, which all-reduce the sum of squares between the two steps.
 // Sums are taken in double over fixed-size chunks in a fixed order: deterministic. The tensors of one call
 // share a device. Dispatches on it: CPU or CUDA (the sum of squares synchronises the stream).
+// The *_to / *_from forms keep the sum of squares where the gradients live instead of reading it back —
+// nothing waits for the device, so a CUDA graph can capture a whole clipped step; they give the same
+// gradients bit for bit.
 #pragma once
 
 #include <vector>
@@ -21,5 +24,14 @@ double clip_factor(double norm, double max_norm);
 void scale_tensors(const std::vector<Tensor>& tensors, double factor, const Stream& stream = {});
 // Clips in place and returns the global norm before clipping. max_norm > 0.
 double clip_grad_norm(const std::vector<Tensor>& grads, double max_norm, const Stream& stream = {});
+
+// grad_sum_squares left in *total: one double in the gradients' device memory (host memory on the CPU).
+// grads: at least one tensor.
+void grad_sum_squares_to(double* total, const std::vector<Tensor>& grads, const Stream& stream = {});
+// Clips in place by the global norm sqrt(*sum_squares) (grad_sum_squares_to's total, read when the work
+// runs), as clip_grad_norm does. A NaN norm, which clip_grad_norm refuses, leaves the gradients as they are
+// (the device cannot raise an error; the loss shows it). grads: at least one tensor; max_norm > 0.
+void clip_grad_norm_from(const std::vector<Tensor>& grads, const double* sum_squares, double max_norm,
+                         const Stream& stream = {});
 
 }  // namespace ft

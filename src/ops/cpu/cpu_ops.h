@@ -36,7 +36,7 @@ double cross_entropy(const ops::RowView& logits, const std::int32_t* targets, co
 
 // optimizer.cpp — flat fp32 buffers of n elements.
 void adamw_step(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, std::int64_t n,
-                const AdamWConfig& config, std::int64_t step);
+                const AdamWFactors& factors);
 void sgd_step(float* params, const float* grads, std::int64_t n, double lr);
 double sum_squares(const float* x, std::int64_t n);
 void scale(float* x, std::int64_t n, double factor);

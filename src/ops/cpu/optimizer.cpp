@@ -13,16 +13,10 @@ namespace {
 constexpr std::int64_t kSumChunk = 1 << 14;  // elements per partial sum (fixed: the order never changes)
 }
 
-void adamw_step(float* p, const float* g, float* m, float* v, std::int64_t n, const AdamWConfig& c,
-                std::int64_t step) {
-  // Per-step scalars in double, as torch computes them on the host.
-  const auto t = static_cast<double>(step);
-  const float decay = static_cast<float>(1.0 - c.lr * c.weight_decay);
-  const float beta2 = static_cast<float>(c.beta2);
-  const float one_minus_beta1 = static_cast<float>(1.0 - c.beta1), one_minus_beta2 = static_cast<float>(1.0 - c.beta2);
-  const float step_size = static_cast<float>(c.lr / (1.0 - std::pow(c.beta1, t)));
-  const float bias_correction2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(c.beta2, t)));
-  const float eps = static_cast<float>(c.eps);
+void adamw_step(float* p, const float* g, float* m, float* v, std::int64_t n, const AdamWFactors& f) {
+  const float decay = f.decay, beta2 = f.beta2, one_minus_beta1 = f.one_minus_beta1,
+              one_minus_beta2 = f.one_minus_beta2, step_size = f.step_size,
+              bias_correction2_sqrt = f.bias_correction2_sqrt, eps = f.eps;
   FT_OMP_PARALLEL_FOR
   for (std::int64_t i = 0; i < n; ++i) {
     const float gi = g[i];

@@ -1,7 +1,8 @@
 // cross_entropy.cu — CUDA mean cross-entropy with the fused softmax backward, as on the CPU: one block per
 // row makes three passes (max; sum of exp(x - max) in double; dlogits = (exp(x - max) / sum - onehot) *
 // scale, in place over the logits when asked), writing the row's loss (double); one block then sums the
-// row losses in a fixed order and the host reads the mean back (this synchronises the stream).
+// row losses in a fixed order into the mean, which the host reads back (this synchronises the stream) or
+// which stays in device memory (cross_entropy_to: nothing synchronises).
 #include <cmath>
 #include <cstdint>
 
@@ -69,17 +70,12 @@ __global__ void __launch_bounds__(kMeanThreads) mean_kernel(const double* __rest
 
 int row_threads(std::int64_t V) { return V >= 16384 ? 1024 : V >= 2048 ? 512 : V >= 256 ? 128 : 32; }
 
-}  // namespace
-
-double cross_entropy(const ops::RowView& logits, const std::int32_t* targets, const ops::RowView& dlogits,
-                     double grad_scale, Device device, const Stream& stream) {
+// row_loss (rows) <- each row's loss, *mean <- their mean; dlogits written when it has data.
+void enqueue(const ops::RowView& logits, const std::int32_t* targets, const ops::RowView& dlogits, double grad_scale,
+             double* row_loss, double* mean, cudaStream_t s) {
   const std::int64_t rows = logits.rows, V = logits.cols;
   FT_CHECK(rows <= 0x7fffffff, "cross_entropy: at most 2^31 - 1 rows per call, given ", rows);
-  CudaDeviceGuard guard(device.index);
-  const cudaStream_t s = cuda_stream(stream);
   const float scale = static_cast<float>(grad_scale / static_cast<double>(rows));
-  Buffer loss(static_cast<std::size_t>(rows + 1) * sizeof(double), device, "cross-entropy losses", stream);
-  auto* row_loss = static_cast<double*>(loss.data());  // (rows), then the mean
   const auto* x = static_cast<const float*>(logits.data);
   const bool has_dl = dlogits.data != nullptr;
   const DType dl_dtype = has_dl ? dlogits.dtype : DType::f32;
@@ -98,12 +94,32 @@ double cross_entropy(const ops::RowView& logits, const std::int32_t* targets, co
                                                    row_loss);
   });
   FT_CUDA_CHECK_LAUNCH();
-  mean_kernel<<<1, kMeanThreads, 0, s>>>(row_loss, rows, row_loss + rows);
+  mean_kernel<<<1, kMeanThreads, 0, s>>>(row_loss, rows, mean);
   FT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace
+
+double cross_entropy(const ops::RowView& logits, const std::int32_t* targets, const ops::RowView& dlogits,
+                     double grad_scale, Device device, const Stream& stream) {
+  const std::int64_t rows = logits.rows;
+  CudaDeviceGuard guard(device.index);
+  const cudaStream_t s = cuda_stream(stream);
+  Buffer loss(static_cast<std::size_t>(rows + 1) * sizeof(double), device, "cross-entropy losses", stream);
+  auto* row_loss = static_cast<double*>(loss.data());  // (rows), then the mean
+  enqueue(logits, targets, dlogits, grad_scale, row_loss, row_loss + rows, s);
   double mean = 0;
   FT_CUDA_CHECK(cudaMemcpyAsync(&mean, row_loss + rows, sizeof(mean), cudaMemcpyDeviceToHost, s));
   FT_CUDA_CHECK(cudaStreamSynchronize(s));
   return mean;
+}
+
+void cross_entropy_to(double* mean, const ops::RowView& logits, const std::int32_t* targets,
+                      const ops::RowView& dlogits, double grad_scale, Device device, const Stream& stream) {
+  CudaDeviceGuard guard(device.index);
+  Buffer row_loss(static_cast<std::size_t>(logits.rows) * sizeof(double), device, "cross-entropy losses",
+                  stream);  // (rows)
+  enqueue(logits, targets, dlogits, grad_scale, static_cast<double*>(row_loss.data()), mean, cuda_stream(stream));
 }
 
 }  // namespace ft::gpu

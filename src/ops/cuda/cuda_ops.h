@@ -26,7 +26,8 @@ void linear_backward(const ops::RowView& dx, const ops::RowView& dw, bool accumu
                      const Stream& stream);
 
 // token_ids.cu — ids (device memory) all in [0, vocab), else ops::throw_token_out_of_range for the first
-// bad position. Synchronises the stream (the answer is needed on the host).
+// bad position. Synchronises the stream (the answer is needed on the host); inside a stream capture, which
+// cannot read anything back, it checks nothing (whoever fills a graph's id buffers checks them).
 void check_token_range(const char* op, const TokenIds& ids, std::int64_t vocab, const char* name,
                        const Stream& stream);
 
@@ -55,17 +56,27 @@ void swiglu_backward(const ops::RowView& da, const ops::RowView& db, const ops::
                      const ops::RowView& b, Device device, const Stream& stream);
 
 // cross_entropy.cu — logits (rows, vocab) fp32, targets (rows) int32 in range (device memory), dlogits
-// (rows, vocab) fp32 (may be logits itself) / bf16 or no data. Returns the mean loss (synchronises).
+// (rows, vocab) fp32 (may be logits itself) / bf16 or no data. cross_entropy returns the mean loss
+// (synchronises); cross_entropy_to leaves it in `mean` (one double, device memory) and does not.
 double cross_entropy(const ops::RowView& logits, const std::int32_t* targets, const ops::RowView& dlogits,
                      double grad_scale, Device device, const Stream& stream);
+void cross_entropy_to(double* mean, const ops::RowView& logits, const std::int32_t* targets,
+                      const ops::RowView& dlogits, double grad_scale, Device device, const Stream& stream);
 
-// optimizer.cu — flat fp32 buffers of n elements; sum_squares over every tensor (fp32, contiguous, one
-// device) in fixed chunks reduced in a fixed order (synchronises).
+// optimizer.cu — flat fp32 buffers of n elements. adamw_step uses `factors`, or reads *from (device memory)
+// when the kernel runs if from is not null. sum_squares over every tensor (fp32, contiguous, one device) in
+// fixed chunks reduced in a fixed order: returned (synchronises) or left in *total (one double, device
+// memory; no synchronisation). clip_scale multiplies every tensor by the clipping factor of the global
+// norm sqrt(*sum_squares) (device memory, read when the kernels run): by max_norm / (norm + eps) when norm
+// > max_norm, else leaves them.
 void adamw_step(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, std::int64_t n,
-                const AdamWConfig& config, std::int64_t step, Device device, const Stream& stream);
+                const AdamWFactors& factors, const AdamWFactors* from, Device device, const Stream& stream);
 void sgd_step(float* params, const float* grads, std::int64_t n, double lr, Device device, const Stream& stream);
 double sum_squares(const std::vector<Tensor>& tensors, const Stream& stream);
+void sum_squares_to(double* total, const std::vector<Tensor>& tensors, const Stream& stream);
 void scale(float* x, std::int64_t n, double factor, Device device, const Stream& stream);
+void clip_scale(const std::vector<Tensor>& tensors, const double* sum_squares, double max_norm, double eps,
+                const Stream& stream);
 
 // residual.cu — x (rows, d) fp32 += y (rows, d) fp32 / bf16.
 void residual_add(const ops::RowView& x, const ops::RowView& y, Device device, const Stream& stream);

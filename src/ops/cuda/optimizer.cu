@@ -1,9 +1,10 @@
 // optimizer.cu — CUDA optimiser updates and the reductions behind gradient clipping, over flat fp32
 // buffers: AdamW fused into one pass (the CPU's formula, operation for operation, correctly rounded fp32
-// without FMA contraction, as the CPU build computes it), SGD, scaling, and the sum of squares — per
-// tensor in fixed chunks of kSumChunk elements (one block each, double), then one block adds every chunk
-// in order (deterministic); the host reads the total back (this synchronises the stream).
-#include <cmath>
+// without FMA contraction, as the CPU build computes it; its factors passed by value or read from device
+// memory when the kernel runs), SGD, scaling, clipping by a sum of squares held in device memory, and the
+// sum of squares — per tensor in fixed chunks of kSumChunk elements (one block each, double), then one
+// block adds every chunk in order (deterministic); the host reads the total back (this synchronises the
+// stream) or it stays in device memory for kernels that follow.
 #include <cstdint>
 
 #include "core/buffer.h"
@@ -18,14 +19,13 @@ constexpr int kThreads = 256;
 constexpr std::int64_t kSumChunk = 1 << 14;  // elements per partial sum
 constexpr int kFinishThreads = 1024;
 
-// The per-step scalars, computed on the host in double as the CPU does.
-struct AdamScalars {
-  float decay, beta2, one_minus_beta1, one_minus_beta2, step_size, bias_correction2_sqrt, eps;
-};
-
+// One AdamW step over p, g, m, v (n) with the factors `given`, or *from when from is not null (the same
+// arithmetic either way).
 template <int N>
 __global__ void adamw_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
-                             float* __restrict__ v, std::int64_t n /* multiple of N */, AdamScalars a) {
+                             float* __restrict__ v, std::int64_t n /* multiple of N */, AdamWFactors given,
+                             const AdamWFactors* __restrict__ from) {
+  const AdamWFactors a = from ? *from : given;
   for (std::int64_t e = (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) * N; e < n;
        e += static_cast<std::int64_t>(gridDim.x) * blockDim.x * N) {
     const Pack<float, N> gv = load_pack<N>(g + e);
@@ -69,6 +69,23 @@ __global__ void scale_kernel(float* __restrict__ x, std::int64_t n, float factor
   }
 }
 
+// x (n) *= max_norm / (norm + eps) with norm = sqrt(*sum_squares), in double and rounded once as the host's
+// clip_factor does, when norm > max_norm; otherwise (or for a NaN norm) x stays as it is.
+template <int N>
+__global__ void clip_kernel(float* __restrict__ x, std::int64_t n, const double* __restrict__ sum_squares,
+                            double max_norm, double eps) {
+  const double norm = sqrt(*sum_squares);
+  if (!(norm > max_norm)) return;
+  const auto factor = static_cast<float>(max_norm / (norm + eps));
+  for (std::int64_t e = (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) * N; e < n;
+       e += static_cast<std::int64_t>(gridDim.x) * blockDim.x * N) {
+    Pack<float, N> xv = load_pack<N>(x + e);
+#pragma unroll
+    for (int i = 0; i < N; ++i) xv.v[i] *= factor;
+    store_pack<N>(x + e, xv);
+  }
+}
+
 // partial (chunks) <- per chunk c of x (n), sum of x^2 in double; N divides n when N > 1.
 template <int N>
 __global__ void __launch_bounds__(kThreads) chunk_squares_kernel(const float* __restrict__ x, std::int64_t n,
@@ -97,27 +114,42 @@ __global__ void __launch_bounds__(kFinishThreads) finish_sum_kernel(const double
 
 bool aligned16(const void* p) { return pack_aligned(p, 4, sizeof(float)); }
 
+std::int64_t chunk_count(const std::vector<Tensor>& tensors) {
+  std::int64_t chunks = 0;
+  for (const Tensor& t : tensors) chunks += ceil_div(t.numel(), kSumChunk);
+  return chunks;
+}
+
+// partial (chunk_count) <- the chunk sums of every tensor in order; *total <- their sum.
+void enqueue_sum_squares(const std::vector<Tensor>& tensors, double* partial, double* total, cudaStream_t s) {
+  std::int64_t first = 0;
+  for (const Tensor& t : tensors) {
+    const std::int64_t n = t.numel(), count = ceil_div(n, kSumChunk);
+    if (count == 0) continue;
+    const auto* x = t.data_as<const float>();
+    if (n % 4 == 0 && aligned16(x))
+      chunk_squares_kernel<4><<<static_cast<unsigned>(count), kThreads, 0, s>>>(x, n, partial + first);
+    else
+      chunk_squares_kernel<1><<<static_cast<unsigned>(count), kThreads, 0, s>>>(x, n, partial + first);
+    FT_CUDA_CHECK_LAUNCH();
+    first += count;
+  }
+  finish_sum_kernel<<<1, kFinishThreads, 0, s>>>(partial, first, total);
+  FT_CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace
 
 void adamw_step(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, std::int64_t n,
-                const AdamWConfig& c, std::int64_t step, Device device, const Stream& stream) {
+                const AdamWFactors& factors, const AdamWFactors* from, Device device, const Stream& stream) {
   if (n == 0) return;
   CudaDeviceGuard guard(device.index);
   const cudaStream_t s = cuda_stream(stream);
-  const auto t = static_cast<double>(step);
-  AdamScalars a;
-  a.decay = static_cast<float>(1.0 - c.lr * c.weight_decay);
-  a.beta2 = static_cast<float>(c.beta2);
-  a.one_minus_beta1 = static_cast<float>(1.0 - c.beta1);
-  a.one_minus_beta2 = static_cast<float>(1.0 - c.beta2);
-  a.step_size = static_cast<float>(c.lr / (1.0 - std::pow(c.beta1, t)));
-  a.bias_correction2_sqrt = static_cast<float>(std::sqrt(1.0 - std::pow(c.beta2, t)));
-  a.eps = static_cast<float>(c.eps);
   const bool packs = aligned16(params) && aligned16(grads) && aligned16(exp_avg) && aligned16(exp_avg_sq);
   launch_flat(n, packs, [&](auto pack, std::int64_t first, std::int64_t count) {
     constexpr int N = decltype(pack)::value;
     adamw_kernel<N><<<grid_for(count / N, kThreads), kThreads, 0, s>>>(params + first, grads + first, exp_avg + first,
-                                                                       exp_avg_sq + first, count, a);
+                                                                       exp_avg_sq + first, count, factors, from);
     FT_CUDA_CHECK_LAUNCH();
   });
 }
@@ -146,33 +178,43 @@ void scale(float* x, std::int64_t n, double factor, Device device, const Stream&
   });
 }
 
+void clip_scale(const std::vector<Tensor>& tensors, const double* sum_squares, double max_norm, double eps,
+                const Stream& stream) {
+  if (tensors.empty()) return;
+  CudaDeviceGuard guard(tensors.front().device().index);
+  const cudaStream_t s = cuda_stream(stream);
+  for (const Tensor& t : tensors) {
+    auto* x = t.data_as<float>();
+    launch_flat(t.numel(), aligned16(x), [&](auto pack, std::int64_t first, std::int64_t count) {
+      constexpr int N = decltype(pack)::value;
+      clip_kernel<N><<<grid_for(count / N, kThreads), kThreads, 0, s>>>(x + first, count, sum_squares, max_norm, eps);
+      FT_CUDA_CHECK_LAUNCH();
+    });
+  }
+}
+
 double sum_squares(const std::vector<Tensor>& tensors, const Stream& stream) {
   if (tensors.empty()) return 0.0;
   const Device device = tensors.front().device();
   CudaDeviceGuard guard(device.index);
   const cudaStream_t s = cuda_stream(stream);
-  std::int64_t chunks = 0;
-  for (const Tensor& t : tensors) chunks += ceil_div(t.numel(), kSumChunk);
+  const std::int64_t chunks = chunk_count(tensors);
   Buffer partial(static_cast<std::size_t>(chunks + 1) * sizeof(double), device, "sum of squares partials", stream);
   auto* pp = static_cast<double*>(partial.data());  // (chunks), then the total
-  std::int64_t first = 0;
-  for (const Tensor& t : tensors) {
-    const std::int64_t n = t.numel(), count = ceil_div(n, kSumChunk);
-    if (count == 0) continue;
-    const auto* x = t.data_as<const float>();
-    if (n % 4 == 0 && aligned16(x))
-      chunk_squares_kernel<4><<<static_cast<unsigned>(count), kThreads, 0, s>>>(x, n, pp + first);
-    else
-      chunk_squares_kernel<1><<<static_cast<unsigned>(count), kThreads, 0, s>>>(x, n, pp + first);
-    FT_CUDA_CHECK_LAUNCH();
-    first += count;
-  }
-  finish_sum_kernel<<<1, kFinishThreads, 0, s>>>(pp, chunks, pp + chunks);
-  FT_CUDA_CHECK_LAUNCH();
+  enqueue_sum_squares(tensors, pp, pp + chunks, s);
   double total = 0;
   FT_CUDA_CHECK(cudaMemcpyAsync(&total, pp + chunks, sizeof(total), cudaMemcpyDeviceToHost, s));
   FT_CUDA_CHECK(cudaStreamSynchronize(s));
   return total;
+}
+
+void sum_squares_to(double* total, const std::vector<Tensor>& tensors, const Stream& stream) {
+  const Device device = tensors.front().device();
+  CudaDeviceGuard guard(device.index);
+  const std::int64_t chunks = chunk_count(tensors);
+  Buffer partial(static_cast<std::size_t>(chunks) * sizeof(double), device, "sum of squares partials",
+                 stream);  // (chunks)
+  enqueue_sum_squares(tensors, static_cast<double*>(partial.data()), total, cuda_stream(stream));
 }
 
 }  // namespace ft::gpu

@@ -1,6 +1,8 @@
 // token_ids.cu — the range check of token ids in device memory: a kernel finds the first position holding
 // an id outside [0, vocab) (atomicMin on the position: the answer does not depend on scheduling), the host
-// reads it back and raises the same error as the CPU check, before the op writes anything.
+// reads it back and raises the same error as the CPU check, before the op writes anything. Inside a stream
+// capture nothing can be read back (and a synchronisation would end the capture), so nothing is checked
+// there: whoever fills a captured graph's id buffers checks the ids (GraphedTrainStep does, on the host).
 #include <cstdint>
 
 #include "core/buffer.h"
@@ -32,6 +34,9 @@ void check_token_range(const char* op, const TokenIds& ids, std::int64_t vocab, 
   const Device device = ids.device;
   CudaDeviceGuard guard(device.index);
   const cudaStream_t s = cuda_stream(stream);
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  FT_CUDA_CHECK(cudaStreamIsCapturing(s, &capture));
+  if (capture != cudaStreamCaptureStatusNone) return;
   Buffer first(sizeof(unsigned long long), device, "token id check", stream);  // (1) first bad position
   FT_CUDA_CHECK(cudaMemsetAsync(first.data(), 0xff, sizeof(unsigned long long), s));
   first_out_of_range_kernel<<<grid_for(n, kThreads), kThreads, 0, s>>>(
