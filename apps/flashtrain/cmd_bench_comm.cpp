@@ -1,8 +1,9 @@
 // cmd_bench_comm.cpp — `flashtrain bench comm`: options (documented, defaults shown in --help) and the action
-// that joins the job (DistributedContext), runs the all-reduce benchmark of comm_bench.h and, on rank 0,
-// prints the table and writes --json.
+// that joins the job (DistributedContext), runs the all-reduce benchmark of comm_bench.h over the chosen
+// backend's communicator and, on rank 0, prints the table and writes --json.
 //   mpirun -np 4 flashtrain bench comm --json bench/results/comm-mpi-4.json
 //   mpirun -np 2 flashtrain bench comm --sizes 64KiB,1MiB,16MiB --iters 50
+//   mpirun -np 8 flashtrain bench comm --backend nccl --json bench/results/comm-nccl-8.json
 #include <iostream>
 #include <memory>
 
@@ -28,8 +29,14 @@ receives in a ring all-reduce, comparable across world sizes). In a world of one
 busbw is 0 and time_ms is only the call's overhead. GB/s are 10^9 bytes per second.
 
 Backends: mpi (host buffers; MPI when started by a launcher, the single-process communicator
-otherwise — the rows name the one that ran). nccl (GPU buffers) comes with the NCCL communicator.
-Memory: every rank holds one buffer of the largest size (1 GiB by default).)";
+otherwise — the rows name the one that ran); nccl (a buffer on each rank's GPU, local rank r on
+cuda:r, over NCCL; without a launcher a world of one GPU). nccl needs a build with CUDA and NCCL,
+and as many visible GPUs per node as ranks.
+Timing: host wall clock on every backend. For nccl the barrier is an NCCL all-reduce of one float,
+and wait() returns once the collective's completion event (on the communication stream) has been
+seen: each timed iteration is synchronised with the GPU, launch overhead included.
+Memory: every rank holds one buffer of the largest size (1 GiB by default; for nccl on its GPU, plus
+a host copy of it for the check).)";
 
 struct BenchCommOptions {
   std::string sizes = "1MiB,10MiB,100MiB,1GiB";
@@ -46,7 +53,14 @@ int run_bench_comm(const BenchCommOptions& options) {
   config.warmup = options.warmup;
   config.iters = options.iters;
   DistributedContext context;  // MPI under a launcher, a world of one otherwise
-  bench_comm(config, context.host_communicator(), options.csv, options.json_path, std::cout);
+  if (options.backend == "nccl") {
+    // ft::Error (unsupported) without NCCL in the build or without a GPU for this rank.
+    Communicator& comm = context.device_communicator();
+    config.device = context.local_gpu();
+    bench_comm(config, comm, options.csv, options.json_path, std::cout);
+  } else {
+    bench_comm(config, context.host_communicator(), options.csv, options.json_path, std::cout);
+  }
   return 0;
 }
 
@@ -67,7 +81,7 @@ CLI::Validator byte_sizes_validator() {
 }  // namespace
 
 void register_bench_comm(CLI::App& bench, Action& action) {
-  CLI::App* command = bench.add_subcommand("comm", "Time all-reduce over the ranks of an mpirun/srun job");
+  CLI::App* command = bench.add_subcommand("comm", "Time all-reduce over the ranks of an mpirun/srun job (MPI or NCCL)");
   command->footer(kFooter);
   command->option_defaults()->always_capture_default();
   auto options = std::make_shared<BenchCommOptions>();
@@ -75,14 +89,8 @@ void register_bench_comm(CLI::App& bench, Action& action) {
   command->add_option("--sizes", o.sizes,
                       "Buffer sizes, comma-separated: bytes, or with a unit KiB/MiB/GiB (1024^k) or KB/MB/GB (1000^k)")
       ->check(byte_sizes_validator());
-  command->add_option("--backend", o.backend, "mpi (host buffers); nccl (GPU buffers) is not built yet")
-      ->check(CLI::Validator(
-          [](std::string& name) -> std::string {
-            if (name == "mpi") return {};
-            if (name == "nccl") return "nccl (GPU buffers) is not built yet: the NCCL communicator comes next; use mpi";
-            return "expected mpi, given '" + name + "'";
-          },
-          ""));
+  command->add_option("--backend", o.backend, "mpi (host buffers) or nccl (a buffer on each rank's GPU)")
+      ->check(CLI::IsMember({"mpi", "nccl"}));
   command->add_option("--warmup", o.warmup, "Untimed all-reduces per size")->check(CLI::Range(0, 100000));
   command->add_option("--iters", o.iters, "Timed all-reduces per size (each rank's median is reported)")
       ->check(CLI::Range(1, 100000));

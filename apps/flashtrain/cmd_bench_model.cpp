@@ -1,14 +1,19 @@
 // cmd_bench_model.cpp — `flashtrain bench model`: the options (each documented, defaults shown in --help)
-// and the action that runs the sweep (or the memory profile), prints the table and writes the JSON.
+// and the action that runs the sweep (or the memory or kernel profile), prints the tables and writes the JSON.
 //   flashtrain bench model --size small,medium --context 128,256,512,1024 --mode fwd,train --precision fp32,bf16
 //   flashtrain bench model --size small --warmup 0 --steps 5          (the first step's cost shows in std_ms)
 //   flashtrain bench model --size 2.7b --context 512 --mode train --precision bf16 --profile memory
 //       --memory-json bench/results/memory-2.7b-train.json
+//   flashtrain bench model --size small --context 512 --mode train --precision bf16 --profile kernels
+//       --kernels-json bench/results/kernels-small-train.json
 #include <iostream>
 #include <memory>
 
+#include "bench/kernel_summary.h"
 #include "bench/memory_timeline.h"
+#include "bench/report_table.h"
 #include "bench/results_json.h"
+#include "bench/statistics.h"
 #include "flashtrain/cli_parse.h"
 #include "flashtrain/commands.h"
 #include "flashtrain/model_bench.h"
@@ -27,6 +32,12 @@ warm-up effect, also in std_ms); step_ms = the median of the timed steps; mean, 
 peak_gib = peak memory flashtrain holds on the device over the timed steps; tokens_per_s = batch x
 context / step_ms. A case that runs out of memory is an OOM row; the sweep goes on.
 
+--cuda-graph (--mode train, CUDA): the whole step (forward, backward, clipping, AdamW at its learning
+rate) is captured in a CUDA graph and replayed, one launch per step (model/graphed_step.h): the first step
+runs eagerly as its warm-up, the second captures and launches the graph (keep --warmup >= 2 to time only
+replays). Results are the eager step's bit for bit. The ops' temporaries become graph memory, which
+peak_gib does not count.
+
 NVTX ranges (Nsight Systems / Compute can filter by them): "warmup step N" and "step N" around each step;
 inside, the model's "model forward", "layer forward", "model backward", "layer backward",
 "optimizer step", and one range per op (e.g. "attention.forward.flash").
@@ -36,11 +47,57 @@ for one case: phases init (model, optimizer state, token ids), warmup (the --war
 then one step: forward, backward, optimizer (as --mode has them). It prints the peak of each phase split
 into parameters (with bf16 weight copies), gradients, optimizer_state, activations (the model's saved
 tensors), workspace (per-layer and op temporaries) and other (token ids, memory held before), and writes
-the timeline to --memory-json (draw it with tools/plot_memory.py).)";
+the timeline to --memory-json (draw it with tools/plot_memory.py).
+
+--profile kernels (CUDA builds with CUPTI, one case) runs the --warmup steps unprofiled, then records
+every kernel, memcpy and memset of the --steps timed steps with CUPTI's activity API, each attributed to
+the NVTX ranges open when it was launched. It prints, per range ("step *" = all timed steps, "model
+forward" with the loss, and as --mode has them "model backward", "optimizer step"): occurrences (steps),
+kernel and span time per step, busy_% (kernel time / span) and the shares of the classes matmul
+(cuBLAS/cuBLASLt GEMMs), attention (FlashAttention kernels), communication (NCCL), other kernels and
+memory (memcpy/memset); then each range's top kernels by total time with count, mean and share.
+--kernels-json writes the summaries and, up to 200000 records, every record (stream, start, end, name,
+class, ranges): tools/plot_timeline.py draws one step of it.)";
+
+constexpr std::size_t kTopKernels = 15;           // kernels listed per range; the rest share one row
+constexpr std::size_t kMaxJsonRecords = 200000;   // more and --kernels-json keeps the summaries only
+
+int run_kernel_profile(const ModelBenchConfig& config, const ModelBenchCase& c, bool csv) {
+  const ModelKernelProfile run = profile_model_kernels(c, config);
+  const KernelProfile& profile = run.profile;
+  std::vector<RangeKernelSummary> summaries;
+  for (const std::string& range : kernel_profile_ranges(c.mode))
+    summaries.push_back(summarize_kernels(profile.records, range));
+  const Summary wall = summarize(run.step_ms);
+  std::cout << "kernel profile of " << c.model.name << ", ctx " << c.model.context_length << ", "
+            << name_of(c.precision) << ", " << name_of(c.mode) << ", batch " << config.batch << " on "
+            << describe_device(config.device) << ": " << config.warmup << " warm-up steps (not profiled), "
+            << config.steps << " profiled steps of median " << fixed(wall.median, 2)
+            << " ms (wall clock, profiler included), " << profile.records.size()
+            << " records\n\nper range (figures per occurrence; class shares of the range's kernel time):\n\n"
+            << format_range_overview(summaries, csv);
+  for (const RangeKernelSummary& s : summaries) {
+    std::cout << "\n" << s.range << ": top kernels by total time (" << s.kernels.size() << " distinct)\n\n"
+              << format_kernel_table(s, csv, kTopKernels);
+  }
+  if (profile.dropped > 0)
+    std::cerr << "warning: CUPTI dropped " << profile.dropped << " records; the figures above miss them\n";
+  if (!config.kernels_json.empty()) {
+    nlohmann::json doc = kernel_profile_document(profile, summaries, config.device, kernel_profile_config(c, config),
+                                                 kMaxJsonRecords);
+    doc["step_ms"] = run.step_ms;
+    write_json_atomic(config.kernels_json, doc);
+    std::cout << "wrote " << config.kernels_json
+              << (profile.records.size() > kMaxJsonRecords ? " (summaries only: too many records to list)" : "")
+              << "\n";
+  }
+  return 0;
+}
 
 int run_bench_model(const BenchModelOptions& options) {
   const ModelBenchConfig config = resolve_bench_model_options(options);
   const std::vector<ModelBenchCase> cases = expand_model_cases(config);
+  if (config.profile_kernels) return run_kernel_profile(config, cases.front(), options.csv);
   if (config.profile_memory) {
     const ModelBenchCase& c = cases.front();
     const MemoryTimeline timeline = profile_model_memory(c, config);
@@ -63,7 +120,8 @@ int run_bench_model(const BenchModelOptions& options) {
   }
   std::cout << "model benchmark on " << describe_device(config.device) << ": batch " << config.batch << ", vocab "
             << config.models.front().vocab_size << ", " << name_of(config.attention) << " attention, "
-            << config.warmup << " warm-up + " << config.steps << " timed steps\n\n"
+            << config.warmup << " warm-up + " << config.steps << " timed steps"
+            << (config.cuda_graph ? ", train step in a CUDA graph" : "") << "\n\n"
             << format_model_bench(rows, options.csv);
   if (!options.json_path.empty()) {
     write_json_atomic(options.json_path, model_bench_document(config, rows));
@@ -92,18 +150,25 @@ void add_bench_model_options(CLI::App& command, BenchModelOptions& o) {
   command.add_option("--precision", o.precisions, "Precisions, comma-separated: fp32, bf16 (mixed precision)");
   command.add_option("--attention", o.attention, "Attention implementation: flash or naive");
   command.add_flag("--tf32", o.tf32, "fp32 on CUDA: let GEMMs use TF32 tensor cores");
+  command.add_flag("--cuda-graph", o.cuda_graph,
+                   "--mode train on CUDA: capture the whole step in a CUDA graph and replay it (see below)");
   command.add_option("--device", o.device, "cpu, cuda, cuda:N, or auto (cuda:0 when a GPU is visible, else cpu)")
       ->check(device_validator());
   command.add_option("--seed", o.seed, "Seed of the parameters and of the random batch");
   command.add_flag("--csv", o.csv, "Print CSV instead of a markdown table");
   command.add_option("--json", o.json_path, "Write the results document (benchmark model) to this path");
-  command.add_option("--profile", o.profile, "memory: record the allocator timeline of one step instead of timing")
-      ->check(CLI::IsMember({"memory"}));
+  command.add_option("--profile", o.profile,
+                     "memory: record the allocator timeline of one step; kernels: record the timed steps' kernels "
+                     "(CUPTI) and summarise them per NVTX range")
+      ->check(CLI::IsMember({"memory", "kernels"}));
   command.add_option("--memory-json", o.memory_json, "--profile memory: write the timeline document to this path");
+  command.add_option("--kernels-json", o.kernels_json,
+                     "--profile kernels: write the summaries and records (benchmark kernel-profile) to this path");
 }
 
 void register_bench_model(CLI::App& bench, Action& action) {
-  CLI::App* command = bench.add_subcommand("model", "Time Transformer LM steps (sizes x contexts), memory profiles");
+  CLI::App* command =
+      bench.add_subcommand("model", "Time Transformer LM steps (sizes x contexts), memory and kernel profiles");
   command->footer(kFooter);
   auto options = std::make_shared<BenchModelOptions>();
   add_bench_model_options(*command, *options);

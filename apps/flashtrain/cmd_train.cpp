@@ -4,10 +4,12 @@
 //   flashtrain train --size small --precision bf16 --steps 50 --json bench/results/train-small-h200.json
 //   flashtrain train --size tiny --steps 400 --checkpoint-dir ckpt --resume latest
 //   mpirun -np 4 flashtrain train --size tiny --device cpu --steps 100 --ddp-strategy bucketed --bucket-mb 1
+//   mpirun -np 2 flashtrain train --size small --precision bf16 --steps 100 --zero reduce_scatter   (2 GPUs)
 #include <iostream>
 #include <memory>
 
 #include "dist/context.h"
+#include "dist/single_process_communicator.h"
 #include "flashtrain/commands.h"
 #include "flashtrain/train_run.h"
 
@@ -51,9 +53,11 @@ parameters are identical. --ddp-strategy: naive (one all-reduce per parameter af
 (one all-reduce of all gradients after backward), overlapped (an all-reduce per parameter as soon as
 its gradient is final), bucketed (buckets of --bucket-mb MiB in reverse parameter order, each
 all-reduced in place as soon as its last gradient is final). --grad-comm-dtype bf16 halves the bytes
-sent, at about 3 significant digits of gradient precision. For now the ranks move host buffers over
-MPI, so data-parallel runs need --device cpu; GPUs (NCCL) come next. In a single process the --ddp-*
-options are ignored (the log says so when they are given).
+sent, at about 3 significant digits of gradient precision. On GPUs (--device cuda or auto) each rank
+trains on GPU local_rank (start one rank per GPU; CUDA_VISIBLE_DEVICES picks them) and gradients move
+over NCCL; with --device cpu they move over MPI. The log adds each interval's mean communication time
+(comm: the sum of the step's all-reduce durations, most of which overlapped and bucketed hide behind
+backward). In a single process the --ddp-* options are ignored (the log says so when they are given).
 ZeRO-1 (--zero, data-parallel runs only): each rank keeps the AdamW state of 1/N of the parameters.
 owner_broadcast: DDP (--ddp-strategy) averages the gradients, each rank updates its range and broadcasts
 it. reduce_scatter: no DDP (the --ddp-* options do not apply); gradients are reduce-scattered so each
@@ -63,8 +67,12 @@ with --checkpoint-dir or --resume yet.)";
 
 int run_train(const TrainOptions& options) {
   DistributedContext context;  // MPI under a launcher, a world of one otherwise
-  const TrainPlan plan = resolve_train_options(options);
-  run_training(plan, std::cout, context.host_communicator());
+  TrainPlan plan = resolve_train_options(options);
+  plan.device = rank_device(plan.device, context.host_communicator());  // GPU local_rank under mpirun
+  // The model's buffers move over NCCL (GPU) or the host communicator (CPU); one process needs neither.
+  SingleProcessCommunicator single;
+  Communicator& comm = context.world_size() > 1 ? context.communicator_for(plan.device) : single;
+  run_training(plan, std::cout, comm, context.host_communicator());
   return 0;
 }
 
@@ -79,6 +87,9 @@ void add_train_options(CLI::App& command, TrainOptions& o) {
   command.add_option("--precision", o.precision,
                      "fp32, or bf16 mixed precision (fp32 master weights, bf16 GEMM and attention operands)");
   command.add_flag("--tf32", o.tf32, "fp32 on CUDA: let GEMMs use TF32 tensor cores");
+  command.add_flag("--cuda-graph", o.cuda_graph,
+                   "CUDA: capture the whole step (forward, backward, clipping, AdamW) in a CUDA graph at the second "
+                   "step and replay it (the first runs eagerly as its warm-up); needs --accumulate 1 and one process");
   command.add_option("--attention", o.attention, "Attention implementation: flash or naive");
   command.add_option("--device", o.device, "cpu, cuda, cuda:N, or auto (cuda:0 when a GPU is visible, else cpu)");
   command.add_option("--steps", o.steps, "Optimizer steps to train to (a resumed run continues to this step)");

@@ -11,7 +11,9 @@
 #include "bench/statistics.h"
 #include "core/buffer.h"
 #include "core/error.h"
+#include "core/tensor_io.h"
 #include "flashtrain/cli_parse.h"
+#include "ops/cast.h"
 
 namespace ft::cli {
 
@@ -67,10 +69,16 @@ std::vector<float> gather_values(Communicator& comm, float value) {
 
 // All ranks fill `data` with rank + 1 and sum it: every element must come back as world (world + 1) / 2.
 void check_sum(Communicator& comm, const Tensor& data) {
-  auto* values = static_cast<float*>(data.data());  // (n)
   const std::int64_t n = data.numel();
-  std::fill(values, values + n, static_cast<float>(comm.rank() + 1));
+  fill(data, comm.rank() + 1);
   comm.all_reduce(data, ReduceOp::sum)->wait();
+  std::vector<float> staging;  // (n) a GPU buffer's values, on the host
+  const float* values = data.data_as<const float>();  // (n)
+  if (!data.device().is_cpu()) {
+    staging.resize(static_cast<std::size_t>(n));
+    copy(Tensor(staging.data(), DType::f32, Device::cpu(), {n}), data);
+    values = staging.data();
+  }
   const auto expected = static_cast<float>(comm.world_size() * (comm.world_size() + 1) / 2);
   const auto wrong = std::find_if(values, values + n, [&](float v) { return v != expected; });
   FT_CHECK_KIND(runtime, wrong == values + n, "bench comm: the all-reduce (sum) of ", n, " floats on rank ",
@@ -111,11 +119,11 @@ std::vector<CommBenchRow> run_comm_bench(const CommBenchConfig& config, Communic
   for (const std::int64_t bytes : config.sizes) {
     FT_CHECK(bytes >= 4 && bytes % 4 == 0, "bench comm: sizes must be positive multiples of 4 bytes, given ", bytes);
     const std::int64_t n = bytes / 4;
-    Buffer buffer(static_cast<std::size_t>(bytes), Device::cpu(), "bench comm buffer");
-    const Tensor data(buffer.data(), DType::f32, Device::cpu(), {n});  // (n) fp32
+    Buffer buffer(static_cast<std::size_t>(bytes), config.device, "bench comm buffer");
+    const Tensor data(buffer.data(), DType::f32, config.device, {n});  // (n) fp32
     check_sum(comm, data);
     // Zeros stay zeros under any number of sums: no overflow, no denormals.
-    std::fill_n(static_cast<float*>(buffer.data()), n, 0.0f);
+    fill(data, 0.0);
 
     for (int i = 0; i < config.warmup; ++i) comm.all_reduce(data, ReduceOp::sum)->wait();
     std::vector<double> samples;  // (iters) ms
@@ -173,8 +181,10 @@ nlohmann::json comm_bench_document(const CommBenchConfig& config, const std::vec
                      {"warmup", config.warmup},
                      {"iters", config.iters},
                      {"statistic", "max over ranks of each rank's median iteration (barrier before each, untimed)"},
+                     {"timing", "host wall clock from the all-reduce call until its wait() returns (GPU: until its "
+                                "completion event has been seen)"},
                      {"bandwidth", "algbw = bytes / time; busbw = algbw * 2 (world - 1) / world; GB = 1e9 bytes"}};
-  return results_document("comm", Device::cpu(), std::move(cfg), std::move(out_rows));
+  return results_document("comm", config.device, std::move(cfg), std::move(out_rows));
 }
 
 void bench_comm(const CommBenchConfig& config, Communicator& comm, bool csv, const std::string& json_path,
@@ -182,8 +192,8 @@ void bench_comm(const CommBenchConfig& config, Communicator& comm, bool csv, con
   const bool root = comm.rank() == 0;
   const std::vector<CommBenchRow> rows = run_comm_bench(config, comm, root ? &std::cerr : nullptr);
   if (!root) return;
-  out << "all-reduce benchmark: " << rows.front().world << " ranks, backend " << rows.front().backend << ", fp32 sum, "
-      << config.warmup << " warm-up + " << config.iters << " timed iterations per size\n\n"
+  out << "all-reduce benchmark: " << rows.front().world << " ranks, backend " << rows.front().backend << ", "
+      << (config.device.is_cpu() ? "host buffers" : "a buffer on each rank's GPU") << ", fp32 sum, " << config.warmup << " warm-up + " << config.iters << " timed iterations per size\n\n"
       << format_comm_bench(rows, csv);
   if (!json_path.empty()) {
     write_json_atomic(json_path, comm_bench_document(config, rows));

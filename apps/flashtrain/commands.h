@@ -37,6 +37,13 @@ void register_bench_model(CLI::App& bench, Action& action);
 // `flashtrain bench comm` (cmd_bench_comm.cpp): all-reduce timing over the ranks of an mpirun/srun job.
 void register_bench_comm(CLI::App& bench, Action& action);
 
+// `flashtrain bench ddp` (cmd_bench_ddp.cpp) and `flashtrain bench zero` (cmd_bench_zero.cpp): data-parallel
+// training steps per DDP strategy, and ZeRO-1's memory and step time. add_data_parallel_model_options
+// declares the model options both share.
+void add_data_parallel_model_options(CLI::App& command, BenchModelOptions& options);
+void register_bench_ddp(CLI::App& bench, Action& action);
+void register_bench_zero(CLI::App& bench, Action& action);
+
 // `flashtrain train` (cmd_train.cpp): the training loop of train_run.h. add_train_options declares the
 // options on any CLI11 app, filling options as they are parsed (the tests parse with it directly).
 void add_train_options(CLI::App& command, TrainOptions& options);

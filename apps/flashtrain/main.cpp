@@ -63,6 +63,8 @@ int main(int argc, char** argv) {
   register_bench_attention(*bench, action);
   register_bench_model(*bench, action);
   register_bench_comm(*bench, action);
+  register_bench_ddp(*bench, action);
+  register_bench_zero(*bench, action);
 
   register_train(app, action);
 

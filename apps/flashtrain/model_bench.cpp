@@ -1,8 +1,9 @@
 // model_bench.cpp — `flashtrain bench model`: option validation, the timed steps of each case (NVTX
 // ranges "warmup step N" and "step N" around them; the model adds "model forward", "model backward",
-// per-layer and "optimizer step" ranges inside), OOM rows, the table, the results document and the
-// memory profile of one step. The fwd mode builds an inference model (ModelOptions::training = false): no
-// gradients and no backward buffers, so its peak is that of a forward-only run.
+// per-layer and "optimizer step" ranges inside), OOM rows, the table, the results document, the
+// memory profile of one step and the kernel profile of the timed steps. The fwd mode builds an inference
+// model (ModelOptions::training = false): no gradients and no backward buffers, so its peak is that of a
+// forward-only run.
 #include "flashtrain/model_bench.h"
 
 #include <chrono>
@@ -17,6 +18,7 @@
 #include "core/tensor_io.h"
 #include "flashtrain/cli_parse.h"
 #include "model/data_loader.h"
+#include "model/graphed_step.h"
 #include "model/parameters.h"
 #include "model/token_staging.h"
 #include "model/trainer.h"
@@ -36,8 +38,14 @@ TokenBatch random_batch(const ModelBenchCase& c, const ModelBenchConfig& config)
   return batch;
 }
 
+// The model's stream: one of its own for --cuda-graph (CUDA cannot capture the legacy default stream).
+Stream bench_stream(const ModelBenchConfig& config) {
+  if (config.cuda_graph) return Stream::create(config.device);
+  return Stream();
+}
+
 // fwd builds the model for inference: its peak memory is that of a forward-only run.
-ModelOptions model_options(const ModelBenchCase& c, const ModelBenchConfig& config) {
+ModelOptions model_options(const ModelBenchCase& c, const ModelBenchConfig& config, const Stream& stream) {
   ModelOptions o;
   o.precision = c.precision;
   o.attention = config.attention;
@@ -47,6 +55,7 @@ ModelOptions model_options(const ModelBenchCase& c, const ModelBenchConfig& conf
   o.seed = config.seed;
   o.allow_tf32 = config.tf32;
   o.training = c.mode != BenchMode::fwd;
+  o.stream = stream;
   return o;
 }
 
@@ -62,11 +71,15 @@ class BenchStep {
   BenchStep(const ModelBenchCase& c, const ModelBenchConfig& config)
       : device_(config.device),
         mode_(c.mode),
-        model_(c.model, model_options(c, config)),
+        stream_(bench_stream(config)),
+        model_(c.model, model_options(c, config, stream_)),
         batch_(random_batch(c, config)),
         staging_(config.device, config.batch, c.model.context_length),
         ids_(staging_.place(batch_)) {
-    if (mode_ == BenchMode::train) trainer_.emplace(model_, trainer_config());
+    if (mode_ == BenchMode::train) {
+      trainer_.emplace(model_, trainer_config());
+      if (config.cuda_graph) graphed_.emplace(*trainer_);
+    }
   }
 
   // One step, finished on the device when it returns. With a recorder, its phases are labelled
@@ -87,6 +100,10 @@ class BenchStep {
         break;
       }
       case BenchMode::train:
+        if (graphed_) {  // the host ids are checked and copied into the graph's buffers each step
+          graphed_->step(batch_.input_ids(), batch_.target_ids());
+          break;
+        }
         trainer_->zero_grads();
         trainer_->set_backward_start_hook(enter_backward);
         trainer_->forward_backward(inputs, targets);
@@ -111,11 +128,13 @@ class BenchStep {
  private:
   Device device_;
   BenchMode mode_;
+  Stream stream_;  // the model's (owned for --cuda-graph)
   TransformerLM model_;
   TokenBatch batch_;  // (B, T) host ids, the same every step
   TokenStaging staging_;
   std::pair<TokenIds, TokenIds> ids_;  // (inputs, targets) where the model reads them
   std::optional<Trainer> trainer_;
+  std::optional<GraphedTrainStep> graphed_;  // --cuda-graph
 };
 
 nlohmann::json case_fields(const ModelBenchCase& c, const ModelBenchConfig& config) {
@@ -191,13 +210,41 @@ ModelBenchConfig resolve_bench_model_options(const BenchModelOptions& o) {
   config.steps = o.steps;
   config.seed = o.seed;
 
-  FT_CHECK(o.profile.empty() || o.profile == "memory", "--profile: expected memory, given '", o.profile, "'");
+  FT_CHECK(o.profile.empty() || o.profile == "memory" || o.profile == "kernels",
+           "--profile: expected memory or kernels, given '", o.profile, "'");
   config.profile_memory = o.profile == "memory";
+  config.profile_kernels = o.profile == "kernels";
   FT_CHECK(o.memory_json.empty() || config.profile_memory, "--memory-json ", o.memory_json,
            " needs --profile memory (it is where the memory timeline goes)");
   config.memory_json = o.memory_json;
   FT_CHECK(o.json_path.empty() || !config.profile_memory, "--json ", o.json_path,
            " writes timing results, which --profile memory does not produce; use --memory-json for the timeline");
+  FT_CHECK(o.kernels_json.empty() || config.profile_kernels, "--kernels-json ", o.kernels_json,
+           " needs --profile kernels (it is where the kernel summary goes)");
+  config.kernels_json = o.kernels_json;
+  FT_CHECK(o.json_path.empty() || !config.profile_kernels, "--json ", o.json_path,
+           " writes timing results, which --profile kernels does not produce; use --kernels-json for the kernel "
+           "summary");
+  if (config.profile_kernels) {
+    FT_CHECK_KIND(unsupported, kernel_profiler_available(), "--profile kernels: ", kernel_profiler_missing());
+    const std::size_t cases = expand_model_cases(config).size();
+    FT_CHECK(cases == 1, "--profile kernels profiles the timed steps of one case: give one --size, --context, ",
+             "--precision and --mode (one run per mode); given ", config.models.size(), " size(s), ",
+             config.contexts.size(), " context(s), ", config.precisions.size(), " precision(s), ",
+             config.modes.size(), " mode(s)");
+    FT_CHECK_KIND(unsupported, config.device.is_cuda(), "--profile kernels records CUDA kernels and needs a CUDA "
+                  "device, given --device ", o.device, o.device == "auto" ? " (no GPU is visible)" : "");
+  }
+  config.cuda_graph = o.cuda_graph;
+  if (config.cuda_graph) {
+    FT_CHECK_KIND(unsupported, config.device.is_cuda(), "--cuda-graph captures the train step in a CUDA graph and "
+                  "needs a CUDA device, given --device ", o.device, o.device == "auto" ? " (no GPU is visible)" : "");
+    for (BenchMode mode : config.modes)
+      FT_CHECK(mode == BenchMode::train, "--cuda-graph graphs the train step: give --mode train, given --mode ",
+               o.modes);
+    FT_CHECK(!config.profile_memory, "--cuda-graph and --profile memory exclude each other: the allocator cannot "
+             "label the phases of a replayed graph (profile the eager step)");
+  }
   if (config.profile_memory) {
     const std::size_t cases = expand_model_cases(config).size();
     FT_CHECK(cases == 1, "--profile memory records one step of one case: give one --size, --context, --precision ",
@@ -293,6 +340,7 @@ nlohmann::json model_bench_document(const ModelBenchConfig& config, const std::v
                      {"steps", config.steps},
                      {"attention", name_of(config.attention)},
                      {"tf32", config.tf32},
+                     {"cuda_graph", config.cuda_graph},
                      {"seed", config.seed},
                      {"timing", "wall clock per step, synchronised after each; step_ms is the median of the timed "
                                 "steps, first_step_ms the first step run (a warm-up step when warmup > 0)"},
@@ -316,6 +364,42 @@ MemoryTimeline profile_model_memory(const ModelBenchCase& c, const ModelBenchCon
     step.run(&recorder);
   }
   return recorder.stop();
+}
+
+ModelKernelProfile profile_model_kernels(const ModelBenchCase& c, const ModelBenchConfig& config) {
+  BenchStep step(c, config);
+  for (std::int64_t i = 1; i <= config.warmup; ++i) step.timed(str("warmup step ", i));
+  ModelKernelProfile out;
+  KernelProfiler profiler;
+  profiler.start();
+  for (std::int64_t i = 1; i <= config.steps; ++i) out.step_ms.push_back(step.timed(str("step ", i)));
+  out.profile = profiler.stop();
+  return out;
+}
+
+std::vector<std::string> kernel_profile_ranges(BenchMode mode) {
+  switch (mode) {
+    case BenchMode::fwd: return {"step *", "model forward"};
+    case BenchMode::fwd_bwd: return {"step *", "model forward", "model backward"};
+    case BenchMode::train: return {"step *", "model forward", "model backward", "optimizer step"};
+  }
+  return {"step *"};
+}
+
+nlohmann::json kernel_profile_config(const ModelBenchCase& c, const ModelBenchConfig& config) {
+  nlohmann::json cfg = case_fields(c, config);
+  cfg["parameters"] = ParameterLayout(c.model).numel();
+  cfg["warmup"] = config.warmup;
+  cfg["steps"] = config.steps;
+  cfg["tf32"] = config.tf32;
+  cfg["seed"] = config.seed;
+  cfg["ranges"] = kernel_profile_ranges(c.mode);
+  cfg["profiler"] = "CUPTI activity records (kernels, memcpys, memsets) of the timed steps, after the warm-up "
+                    "steps; each attributed to the NVTX ranges open at its launch through CUPTI external "
+                    "correlation ids";
+  cfg["ranges_note"] = "'step *' = every timed step (the overall summary); 'model forward' includes the loss "
+                       "(and its fused gradient when the mode trains); figures per occurrence are per step";
+  return cfg;
 }
 
 nlohmann::json memory_profile_config(const ModelBenchCase& c, const ModelBenchConfig& config) {

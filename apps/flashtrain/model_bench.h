@@ -1,7 +1,8 @@
 // model_bench.h — `flashtrain bench model`: end-to-end timing of the Transformer LM (forward only,
 // forward + backward, or the full training step with AdamW) for sweeps of sizes x context lengths x
-// precisions x modes, with warm-up steps timed apart, peak memory, OOM rows, and the memory profile of
-// one step (the allocator timeline through phases init, warmup, forward, backward, optimizer).
+// precisions x modes, with warm-up steps timed apart, peak memory, OOM rows, the memory profile of
+// one step (the allocator timeline through phases init, warmup, forward, backward, optimizer), and the
+// kernel profile of the timed steps (CUPTI: every kernel with the NVTX ranges that launched it).
 // No CLI11 here: cmd_bench_model.cpp declares the options into BenchModelOptions.
 #pragma once
 
@@ -13,6 +14,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "bench/kernel_profiler.h"
 #include "bench/memory_timeline.h"
 #include "bench/statistics.h"
 #include "core/device.h"
@@ -40,12 +42,14 @@ struct BenchModelOptions {
   std::string precisions = "fp32";
   std::string attention = "flash";
   bool tf32 = false;
+  bool cuda_graph = false;
   std::string device = "auto";
   std::uint64_t seed = 0;
   bool csv = false;
   std::string json_path;
-  std::string profile;      // "" or "memory"
-  std::string memory_json;  // --profile memory: where the timeline document goes
+  std::string profile;       // "", "memory" or "kernels"
+  std::string memory_json;   // --profile memory: where the timeline document goes
+  std::string kernels_json;  // --profile kernels: where the kernel summary document goes
 };
 
 // The validated sweep.
@@ -56,6 +60,7 @@ struct ModelBenchConfig {
   std::vector<BenchMode> modes;
   AttentionImpl attention = AttentionImpl::flash;
   bool tf32 = false;
+  bool cuda_graph = false;  // train mode: the step captured in a CUDA graph and replayed (model/graphed_step.h)
   Device device = Device::cpu();
   std::int64_t batch = 4;
   std::int64_t warmup = 5;
@@ -63,6 +68,8 @@ struct ModelBenchConfig {
   std::uint64_t seed = 0;
   bool profile_memory = false;
   std::string memory_json;
+  bool profile_kernels = false;
+  std::string kernels_json;
 };
 
 struct ModelBenchCase {
@@ -109,5 +116,20 @@ MemoryTimeline profile_model_memory(const ModelBenchCase& c, const ModelBenchCon
 
 // The config object of the memory profile's document (the case and the sweep's settings).
 nlohmann::json memory_profile_config(const ModelBenchCase& c, const ModelBenchConfig& config);
+
+// The kernel profile of one case: config.warmup warm-up steps ("warmup step N", not profiled), then
+// config.steps steps ("step N") under the KernelProfiler, timed by the wall clock as the sweep times them.
+struct ModelKernelProfile {
+  KernelProfile profile;
+  std::vector<double> step_ms;  // (steps) wall clock of each profiled step (profiling included)
+};
+ModelKernelProfile profile_model_kernels(const ModelBenchCase& c, const ModelBenchConfig& config);
+
+// The NVTX ranges a mode's kernel profile is summarised by: "step *" (whole steps) and "model forward";
+// fwd_bwd adds "model backward"; train adds "model backward" and "optimizer step".
+std::vector<std::string> kernel_profile_ranges(BenchMode mode);
+
+// The config object of the kernel profile's document (the case, the sweep's settings, the ranges).
+nlohmann::json kernel_profile_config(const ModelBenchCase& c, const ModelBenchConfig& config);
 
 }  // namespace ft::cli

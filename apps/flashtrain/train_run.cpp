@@ -25,6 +25,7 @@
 #include "flashtrain/cli_parse.h"
 #include "model/checkpoint.h"
 #include "model/data_loader.h"
+#include "model/graphed_step.h"
 #include "model/parameters.h"
 #include "model/token_staging.h"
 #include "model/trainer.h"
@@ -139,21 +140,26 @@ struct StepStats {
 // The model, its AdamW state and the data, stepped one optimizer step at a time.
 class TrainingRun {
  public:
-  TrainingRun(const TrainPlan& plan, std::ostream& log, Communicator& comm)
+  TrainingRun(const TrainPlan& plan, std::ostream& log, Communicator& comm, Communicator& host)
       : plan_(plan),
         comm_(comm),
+        host_(host),
         world_(comm.world_size()),
         log_(comm.rank() == 0 ? log : null_log_),
-        model_(plan.model, model_options(plan)),
+        stream_(model_stream(plan)),
+        model_(plan.model, model_options(plan, stream_)),
         staging_(plan.device, plan.batch, plan.model.context_length),
         train_data_(plan, "--data", plan.data, plan.seed + kTrainDataSeedOffset, world_, comm.rank()),
         trainer_(model_, trainer_config(plan)) {
-    FT_CHECK_KIND(unsupported, world_ == 1 || plan.device.is_cpu(), "data-parallel training on ",
-                  plan.device.to_string(), " needs the NCCL communicator, which is not built yet: under mpirun, train "
-                  "with --device cpu (MPI moves host buffers), or run one process without a launcher");
+    FT_CHECK(host.world_size() == world_ && host.rank() == comm.rank(), "train: the host communicator (rank ",
+             host.rank(), " of ", host.world_size(), ") and the model's (rank ", comm.rank(), " of ", world_,
+             ") must be the same job");
     FT_CHECK(world_ > 1 || !plan.zero, "--zero ", name_of(*plan.zero),
              " shards the optimizer state over data-parallel ranks, but this run has one process: start it "
              "under mpirun / srun with several, or leave --zero off");
+    FT_CHECK_KIND(unsupported, world_ == 1 || !plan.cuda_graph, "--cuda-graph: a data-parallel step (", world_,
+                  " ranks) communicates from host callbacks, which a CUDA graph cannot run; train one process or "
+                  "leave --cuda-graph off");
     if (!plan.val_data.empty()) {
       val_data_.emplace(plan, "--val-data", plan.val_data, plan.seed + kValDataSeedOffset, world_, comm.rank());
       val_start_ = val_data_->state();
@@ -181,16 +187,22 @@ class TrainingRun {
       add_transformer_group(*zero_, model_, trainer_.config());
       attach(*zero_, trainer_);
     }
+    if (plan_.cuda_graph) for_option("--cuda-graph", [&] { graphed_.emplace(trainer_); });
     result.first_step = step() + 1;
 
     const double flops_per_token = train_flops_per_token(plan_.model);
-    double interval_ms = 0;
+    double interval_ms = 0, interval_comm_ms = 0;
     std::int64_t interval_steps = 0;
+    bool comm_timed = ddp_.has_value();  // every step of the interval reported its communication time
     while (step() < plan_.steps) {
       const auto begin = std::chrono::steady_clock::now();
       const StepStats stats = train_step();
       interval_ms += std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count();
       ++interval_steps;
+      if (ddp_ && ddp_->comm_ms())
+        interval_comm_ms += *ddp_->comm_ms();
+      else
+        comm_timed = false;
       result.losses.push_back(stats.loss);
 
       const bool last = step() == plan_.steps;
@@ -202,13 +214,16 @@ class TrainingRun {
         row.lr = stats.lr;
         row.grad_norm = stats.grad_norm;
         row.step_ms = interval_ms / static_cast<double>(interval_steps);
+        if (comm_timed) row.comm_ms = interval_comm_ms / static_cast<double>(interval_steps);
         row.tokens_per_s = static_cast<double>(plan_.tokens_per_step() * world_) / (row.step_ms / 1e3);
         if (result.peak_flops) row.mfu = flops_per_token * row.tokens_per_s / (*result.peak_flops * world_);
         if (eval) row.val_loss = evaluate();
         print_row(row);
         result.rows.push_back(row);
         interval_ms = 0;
+        interval_comm_ms = 0;
         interval_steps = 0;
+        comm_timed = ddp_.has_value();
       }
       if (!plan_.checkpoint_dir.empty() && comm_.rank() == 0 &&
           (last || (plan_.checkpoint_interval > 0 && step() % plan_.checkpoint_interval == 0)))
@@ -224,7 +239,13 @@ class TrainingRun {
   }
 
  private:
-  static ModelOptions model_options(const TrainPlan& plan) {
+  // The model's stream: one of its own for --cuda-graph (CUDA cannot capture the legacy default stream).
+  static Stream model_stream(const TrainPlan& plan) {
+    if (plan.cuda_graph) return Stream::create(plan.device);
+    return Stream();
+  }
+
+  static ModelOptions model_options(const TrainPlan& plan, const Stream& stream) {
     ModelOptions o;
     o.precision = plan.precision;
     o.attention = plan.attention;
@@ -233,6 +254,7 @@ class TrainingRun {
     o.device = plan.device;
     o.seed = plan.seed;
     o.allow_tf32 = plan.tf32;
+    o.stream = stream;
     return o;
   }
 
@@ -284,6 +306,7 @@ class TrainingRun {
   }
 
   StepStats train_step() {
+    if (graphed_) return graphed_step();
     double loss_sum = 0;
     trainer_.zero_grads();
     for (std::int64_t micro = 0; micro < plan_.accumulate; ++micro) {
@@ -304,6 +327,20 @@ class TrainingRun {
     return stats;
   }
 
+  // --cuda-graph: the step is one graph launch; reading its loss waits for it (the step's wall time ends there).
+  StepStats graphed_step() {
+    train_data_.next(batch_);
+    graphed_->step(batch_.input_ids(), batch_.target_ids());
+    StepStats stats;
+    stats.loss = graphed_->loss();
+    const StepResult result = graphed_->result();
+    stats.lr = result.lr;
+    stats.grad_norm = result.grad_norm;
+    FT_CHECK_KIND(runtime, std::isfinite(stats.loss), "loss is ", stats.loss, " at step ", step(),
+                  ": training diverged (lower --lr, or set --clip)");
+    return stats;
+  }
+
   // Mean loss over the same eval_batches validation batches every time; with several ranks, each rank
   // evaluates its rows of every global batch (as in training) and the ranks' means are averaged.
   double evaluate() {
@@ -318,10 +355,10 @@ class TrainingRun {
     return sum / static_cast<double>(plan_.eval_batches);
   }
 
-  // The sum of every rank's value (an fp32 all-reduce: 7 significant digits).
+  // The sum of every rank's value (an fp32 all-reduce over the host communicator: 7 significant digits).
   double sum_over_ranks(double value) {
     auto v = static_cast<float>(value);
-    comm_.all_reduce(Tensor(&v, DType::f32, Device::cpu(), {1}), ReduceOp::sum)->wait();
+    host_.all_reduce(Tensor(&v, DType::f32, Device::cpu(), {1}), ReduceOp::sum)->wait();
     return v;
   }
 
@@ -341,7 +378,7 @@ class TrainingRun {
     std::vector<float> pieces(4);  // (4)
     for (int i = 0; i < 4; ++i) pieces[static_cast<std::size_t>(i)] = static_cast<float>((hash >> (16 * i)) & 0xffff);
     std::vector<float> all(static_cast<std::size_t>(4 * world_));  // (world, 4)
-    comm_.all_gather(Tensor(all.data(), DType::f32, Device::cpu(), {4 * world_}),
+    host_.all_gather(Tensor(all.data(), DType::f32, Device::cpu(), {4 * world_}),
                      Tensor(pieces.data(), DType::f32, Device::cpu(), {4}))
         ->wait();
     std::string differing;
@@ -374,7 +411,8 @@ class TrainingRun {
          << format("%.1fM", static_cast<double>(result.parameters) / 1e6) << " parameters: " << m.num_layers
          << " layers, d_model " << m.d_model << ", " << m.num_heads << " heads, d_ff " << m.d_ff << "), vocab "
          << m.vocab_size << ", context " << m.context_length << "\n"
-         << "  " << name_of(plan_.precision) << (plan_.tf32 ? " (tf32)" : "") << ", attention "
+         << "  " << name_of(plan_.precision) << (plan_.tf32 ? " (tf32)" : "")
+         << (plan_.cuda_graph ? ", step in a CUDA graph" : "") << ", attention "
          << name_of(plan_.attention) << ", device " << plan_.device.to_string() << ": " << result.device_name << "\n"
          << "  batch " << plan_.batch << " x " << m.context_length << " tokens x " << plan_.accumulate
          << " micro-batches = " << plan_.tokens_per_step() << " tokens/step" << (world_ > 1 ? " per rank" : "") << ", "
@@ -414,18 +452,21 @@ class TrainingRun {
   }
 
   void print_row(const TrainLogRow& row) const {
-    log_ << format("step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.4f | %.1f ms/step | %.0f tok/s | MFU ",
+    log_ << format("step %6lld/%lld | loss %.4f | lr %.3e | grad norm %.4f | %.1f ms/step",
                    static_cast<long long>(row.step), static_cast<long long>(plan_.steps), row.loss, row.lr,
-                   row.grad_norm, row.step_ms, row.tokens_per_s)
-         << (row.mfu ? format("%.1f%%", *row.mfu * 100) : "n/a")
+                   row.grad_norm, row.step_ms)
+         << (row.comm_ms ? format(" (comm %.1f ms)", *row.comm_ms) : "")
+         << format(" | %.0f tok/s | MFU ", row.tokens_per_s) << (row.mfu ? format("%.1f%%", *row.mfu * 100) : "n/a")
          << (row.val_loss ? format(" | val loss %.4f", *row.val_loss) : "") << "\n";
   }
 
   const TrainPlan& plan_;
-  Communicator& comm_;
+  Communicator& comm_;  // moves the model's buffers (gradients, parameters)
+  Communicator& host_;  // moves host scalars (the loss, the checksums); comm_ itself on the CPU
   int world_;
   std::ostream null_log_{nullptr};  // ranks other than 0 log into it (no buffer: writes are dropped)
   std::ostream& log_;
+  Stream stream_;  // the model's (owned for --cuda-graph)
   TransformerLM model_;
   TokenStaging staging_;
   TokenSource train_data_;
@@ -435,6 +476,7 @@ class TrainingRun {
   TokenBatch batch_;       // (B, T) host ids of the current micro-batch
   std::optional<DistributedDataParallel> ddp_;  // world > 1 but ZeRO reduce_scatter: averages the gradients
   std::optional<ZeroOptimizer> zero_;           // --zero: the sharded AdamW, the Trainer's external step
+  std::optional<GraphedTrainStep> graphed_;     // --cuda-graph: the Trainer's step captured and replayed
 };
 
 }  // namespace
@@ -453,6 +495,7 @@ TrainPlan resolve_train_options(const TrainOptions& o) {
   plan.model.validate();
   plan.precision = for_option("--precision", [&] { return parse_precision(o.precision); });
   plan.tf32 = o.tf32;
+  plan.cuda_graph = o.cuda_graph;
   plan.attention = for_option("--attention", [&] { return parse_attention_impl(o.attention); });
   plan.device = device_or_auto(for_option("--device", [&] { return parse_device_option(o.device); }));
 
@@ -462,6 +505,12 @@ TrainPlan resolve_train_options(const TrainOptions& o) {
   plan.batch = o.batch;
   plan.steps = o.steps;
   plan.accumulate = o.accumulate;
+  if (plan.cuda_graph) {
+    FT_CHECK_KIND(unsupported, plan.device.is_cuda(), "--cuda-graph captures the step in a CUDA graph and needs a "
+                  "CUDA device, given --device ", o.device, o.device == "auto" ? " (no GPU is visible)" : "");
+    FT_CHECK(plan.accumulate == 1, "--cuda-graph graphs a step of one micro-batch: give --accumulate 1 (and a "
+             "larger --batch), given --accumulate ", plan.accumulate);
+  }
 
   FT_CHECK(o.lr > 0, "--lr must be > 0, given ", o.lr);
   const double min_lr = o.min_lr.value_or(o.lr / 10);
@@ -526,11 +575,27 @@ TrainPlan resolve_train_options(const TrainOptions& o) {
 
 TrainResult run_training(const TrainPlan& plan, std::ostream& log) {
   SingleProcessCommunicator single;
-  return TrainingRun(plan, log, single).run();
+  return TrainingRun(plan, log, single, single).run();
 }
 
 TrainResult run_training(const TrainPlan& plan, std::ostream& log, Communicator& comm) {
-  return TrainingRun(plan, log, comm).run();
+  return TrainingRun(plan, log, comm, comm).run();
+}
+
+TrainResult run_training(const TrainPlan& plan, std::ostream& log, Communicator& comm, Communicator& host) {
+  return TrainingRun(plan, log, comm, host).run();
+}
+
+Device rank_device(Device requested, const Communicator& host) {
+  if (!requested.is_cuda() || host.world_size() == 1) return requested;
+  FT_CHECK(requested.index == 0, "--device ", requested.to_string(), ": in a job of ", host.world_size(),
+           " ranks each rank uses GPU local_rank (give --device cuda or auto; CUDA_VISIBLE_DEVICES chooses the "
+           "GPUs), so an explicit GPU index would put every rank on one GPU");
+  const int visible = cuda_device_count();
+  FT_CHECK_KIND(unsupported, host.local_rank() < visible, "rank ", host.rank(), " is local rank ", host.local_rank(),
+                " of ", host.local_world_size(), " on its node and uses GPU ", host.local_rank(), ", but only ",
+                visible, " GPU(s) are visible: start at most one rank per GPU");
+  return Device::cuda(host.local_rank());
 }
 
 double train_flops_per_token(const ModelConfig& config) {
@@ -572,6 +637,7 @@ nlohmann::json train_document(const TrainPlan& plan, const TrainResult& result) 
       {"tokens_per_step", plan.tokens_per_step()},
       {"precision", name_of(plan.precision)},
       {"tf32", plan.tf32},
+      {"cuda_graph", plan.cuda_graph},
       {"attention", name_of(plan.attention)},
       {"steps", plan.steps},
       {"first_step", result.first_step},
@@ -603,6 +669,7 @@ nlohmann::json train_document(const TrainPlan& plan, const TrainResult& result) 
                           {"grad_norm", r.grad_norm},
                           {"tokens_per_s", r.tokens_per_s},
                           {"step_ms", r.step_ms},
+                          {"comm_ms", r.comm_ms ? nlohmann::json(*r.comm_ms) : nlohmann::json(nullptr)},
                           {"mfu", r.mfu ? nlohmann::json(*r.mfu) : nlohmann::json(nullptr)}};
     if (r.val_loss) row["val_loss"] = *r.val_loss;
     rows.push_back(std::move(row));

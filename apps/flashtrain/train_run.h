@@ -10,7 +10,9 @@
 // B takes the steps of one process with batch W x B, and the one data generator state a checkpoint holds
 // is every rank's — gradients are averaged before clipping and AdamW, the logged loss is the mean over
 // ranks, validation batches are split by rows like training ones, and only rank 0 logs, writes checkpoints
-// and --json.
+// and --json. On CUDA each rank trains on GPU local_rank (rank_device) and the gradients move over the
+// device communicator (NCCL: DistributedContext::communicator_for), while the few host scalars (the
+// logged loss, the final parameter checksums) move over the host communicator (MPI).
 // ZeRO-1 (--zero, world > 1 only; dist/zero_optimizer.h): the AdamW state is sharded over the ranks
 // instead of replicated. owner_broadcast keeps DDP for the gradients and broadcasts each rank's updated
 // range; reduce_scatter replaces DDP's all-reduce (no DDP object: the --ddp-* options do not apply).
@@ -45,6 +47,7 @@ struct TrainOptions {
   std::int64_t batch = 4;               // sequences per micro-batch
   std::string precision = "bf16";
   bool tf32 = false;
+  bool cuda_graph = false;  // capture the step in a CUDA graph and replay it (model/graphed_step.h)
   std::string attention = "flash";
   std::string device = "auto";
   std::int64_t steps = 1000;
@@ -77,6 +80,7 @@ struct TrainPlan {
   ModelConfig model;  // size with vocab and context applied
   Precision precision = Precision::bf16;
   bool tf32 = false;
+  bool cuda_graph = false;  // CUDA, one process, accumulate 1
   AttentionImpl attention = AttentionImpl::flash;
   Device device = Device::cpu();
   std::int64_t batch = 4;
@@ -112,6 +116,7 @@ struct TrainLogRow {
   double lr = 0;         // learning rate the step used
   double grad_norm = 0;  // global gradient norm before clipping
   double step_ms = 0;    // mean wall time per step
+  std::optional<double> comm_ms;   // DDP runs: mean over the steps of DistributedDataParallel::comm_ms()
   double tokens_per_s = 0;         // all ranks together
   std::optional<double> mfu;       // fraction of the peak of world devices; none when the peak is unknown
   std::optional<double> val_loss;  // when an evaluation ran after this step
@@ -133,11 +138,19 @@ struct TrainResult {
 
 // Trains as the plan says, printing the log to `log`; writes checkpoints and the --json document. With
 // comm: every rank of comm calls it with the same plan; world > 1 trains data-parallel (see the top of
-// this file; needs --device cpu until the NCCL communicator lands: ft::Error unsupported otherwise), and
-// only rank 0 writes to log. Without comm, or with a world of one: a single process, no DDP (a plan with
-// ZeRO then throws ft::Error invalid_argument).
+// this file), and only rank 0 writes to log. comm moves the model's buffers (on plan.device: a host
+// communicator for the CPU, NCCL for a GPU), host moves host scalars (the same communicator on the CPU).
+// Without comm, or with a world of one: a single process, no DDP (a plan with ZeRO then throws ft::Error
+// invalid_argument).
 TrainResult run_training(const TrainPlan& plan, std::ostream& log);
 TrainResult run_training(const TrainPlan& plan, std::ostream& log, Communicator& comm);
+TrainResult run_training(const TrainPlan& plan, std::ostream& log, Communicator& comm, Communicator& host);
+
+// The device this rank uses for a requested one: in a job of several ranks a CUDA device means GPU
+// local_rank (one process per GPU; CUDA_VISIBLE_DEVICES chooses which), the CPU stays the CPU; a world of
+// one keeps the request. ft::Error: invalid_argument for cuda:N with N > 0 in a job of several ranks (every
+// rank would share GPU N), unsupported when this node has fewer visible GPUs than ranks.
+Device rank_device(Device requested, const Communicator& host);
 
 // Model FLOPs per trained token (forward + backward), PaLM's formula:
 //   6 * N + 12 * num_layers * d_model * context

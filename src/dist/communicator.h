@@ -1,17 +1,20 @@
 // communicator.h — the collective-communication interface data-parallel code is written against, and the
 // checks every backend shares. Backends:
 //   SingleProcessCommunicator  world 1: every collective is the identity (no launcher needed)
-//   MpiCommunicator            host buffers, nonblocking MPI collectives (dist/mpi_communicator.h)
-//   NcclCommunicator           GPU buffers (next: see dist/context.h for where it plugs in)
+//   MpiCommunicator            host buffers, nonblocking MPI collectives (dist/mpi/mpi_communicator.h)
+//   NcclCommunicator           buffers on this rank's GPU, NCCL on a communication stream ordered after the
+//                              compute stream by events (dist/nccl/nccl_communicator.h)
+// DistributedContext (dist/context.h) bootstraps them; communicator_for(device) picks one for a buffer.
 // Every collective is asynchronous: it is issued at once and returns a Work handle; the buffers must stay
 // alive and untouched until wait() returns. All ranks issue the same collectives in the same order (as
 // MPI and NCCL require). Buffers are contiguous tensors of fp32 (every collective) or bf16 (every one but
-// reduce_scatter), on the device the backend moves (the CPU for MPI).
+// reduce_scatter), on the device the backend moves (the CPU for MPI, this rank's GPU for NCCL).
 // A collective that does not complete within the backend's timeout ends with ft::Error (kind runtime)
 // naming the operation, the rank and the timeout — never a silent hang.
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "core/tensor.h"
@@ -41,6 +44,10 @@ class Work {
   // Blocks until completion. Past the communicator's timeout: ft::Error (runtime), or the whole job ends
   // (see the backend's options). Calling it again after completion returns at once.
   virtual void wait() = 0;
+  // The collective's own duration in ms once it has completed (the device time between its start and its
+  // end on the communication stream: NCCL); nullopt before completion or from backends that do not time
+  // their collectives (MPI, single process — DDP times those on the host).
+  virtual std::optional<double> elapsed_ms() { return std::nullopt; }
 };
 using WorkHandle = std::unique_ptr<Work>;
 

@@ -1,10 +1,17 @@
-// context.cpp — choosing the backend, MPI start-up and shut-down around the communicators' lifetime.
+// context.cpp — choosing the backend, MPI start-up and shut-down around the communicators' lifetime, and
+// the GPU bootstrap: this rank's GPU and the NCCL communicator.
 #include "dist/context.h"
 
 #include <cstdlib>
 
 #include "core/error.h"
 #include "dist/single_process_communicator.h"
+#if FT_HAS_CUDA
+#include "core/cuda_check.h"
+#endif
+#if FT_HAS_NCCL
+#include "dist/nccl/nccl_communicator.h"
+#endif
 #if FT_HAS_MPI
 #include "dist/mpi/mpi_communicator.h"
 #include "dist/mpi/mpi_runtime.h"
@@ -25,7 +32,22 @@ bool launched_by_mpi() {
   return false;
 }
 
-DistributedContext::DistributedContext(const DistributedOptions& options) {
+#if !FT_HAS_NCCL
+namespace {
+
+// Why a GPU communicator cannot exist in this build.
+[[noreturn]] void no_nccl() {
+  FT_THROW(unsupported, "GPU collectives need NCCL, but this flashtrain build has none (",
+           FT_HAS_CUDA ? "CMake found CUDA but not NCCL: install NCCL (e.g. libnccl-dev) or set NCCL_HOME, and reconfigure"
+                       : "it was built without CUDA: configure with nvcc and NCCL present, e.g. cmake --preset cuda",
+           ")");
+}
+
+}  // namespace
+#endif
+
+DistributedContext::DistributedContext(const DistributedOptions& options)
+    : communicator_options_(options.communicator) {
 #if FT_HAS_MPI
   const bool want_mpi = options.backend == DistributedBackend::mpi ||
                         (options.backend == DistributedBackend::automatic && (launched_by_mpi() || mpi_is_initialized()));
@@ -47,9 +69,55 @@ DistributedContext::DistributedContext(const DistributedOptions& options) {
 }
 
 DistributedContext::~DistributedContext() {
+  device_.reset();  // NCCL first, while MPI (which bootstrapped it and may end the job) still runs
   host_.reset();
 #if FT_HAS_MPI
   if (owns_mpi_) mpi_finalize();
+#endif
+}
+
+Device DistributedContext::local_gpu() const {
+  FT_CHECK_KIND(unsupported, FT_HAS_CUDA, "rank ", rank(), " needs a GPU, but this flashtrain build has no CUDA "
+                "(configure with nvcc present, e.g. cmake --preset cuda)");
+  const int count = cuda_device_count();
+  FT_CHECK_KIND(unsupported, count > 0, "rank ", rank(), " needs a GPU, but none is visible to this process "
+                "(no driver, or CUDA_VISIBLE_DEVICES empty)");
+  FT_CHECK_KIND(unsupported, local_world_size() <= count, "this node runs ", local_world_size(),
+                " ranks but this process sees ", count, " GPU(s): flashtrain drives one GPU per rank (local rank r ",
+                "uses cuda:r), so start at most ", count, " ranks per node and leave all of the node's GPUs visible "
+                "to every rank (do not narrow CUDA_VISIBLE_DEVICES per rank)");
+  return Device::cuda(local_rank());
+}
+
+Communicator& DistributedContext::device_communicator() {
+#if FT_HAS_NCCL
+  if (!device_) {
+    const Device gpu = local_gpu();
+    FT_CUDA_CHECK(cudaSetDevice(gpu.index));  // this rank's kernels and allocations default to its GPU
+    device_ = std::make_unique<NcclCommunicator>(*host_, gpu, communicator_options_, compute_stream_);
+  }
+  return *device_;
+#else
+  no_nccl();
+#endif
+}
+
+Communicator& DistributedContext::communicator_for(const Device& device) {
+  if (device.is_cpu()) return host_communicator();
+#if FT_HAS_NCCL
+  const Device gpu = local_gpu();
+  FT_CHECK(device == gpu, "communicator_for: rank ", rank(), " (local rank ", local_rank(), ") drives ",
+           gpu.to_string(), "; given buffers on ", device.to_string());
+  return device_communicator();
+#else
+  no_nccl();
+#endif
+}
+
+void DistributedContext::set_compute_stream(const Stream& stream) {
+  compute_stream_ = stream;
+#if FT_HAS_NCCL
+  if (device_) static_cast<NcclCommunicator&>(*device_).set_compute_stream(stream);
 #endif
 }
 

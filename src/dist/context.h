@@ -10,17 +10,23 @@
 // initialised it. A build without MPI (FT_HAS_MPI=0) started by a launcher throws ft::Error (unsupported)
 // rather than silently running N independent copies.
 //
-// Where NCCL plugs in (next): a `Communicator& device_communicator()` created on first use: it picks GPU
-// local_rank(), creates the NCCL unique id on rank 0 and broadcasts it over host_communicator()
-// (broadcast of its 128 bytes viewed as fp32), calls ncclCommInitRank, and issues every collective on a
-// dedicated CUDA stream ordered after the model's stream by events (Work::wait() makes the model's stream
-// wait for the collective; the timeout polls ncclCommGetAsyncError / the event and ends with ncclCommAbort
-// plus MPI_Abort). DDP code is unchanged: it takes any Communicator.
+// GPU buffers move over NCCL (dist/nccl/nccl_communicator.h), in builds where CMake found CUDA and NCCL
+// (FT_HAS_NCCL=1). device_communicator() creates the job's NCCL communicator on first use: every rank
+// drives GPU local_rank() (one process per GPU: ft::Error when the node runs more ranks than this process
+// sees GPUs), makes it the current device (cudaSetDevice), rank 0 draws the NCCL unique id and broadcasts
+// its 128 bytes over host_communicator() (no broadcast in a world of one), and every rank calls
+// ncclCommInitRank. Its collectives run on their own CUDA stream, after the work queued so far on the
+// compute stream (set_compute_stream: the stream the model's kernels run on, ModelOptions::stream;
+// the legacy default stream unless set); Work::wait() makes the compute stream wait for the collective.
+// communicator_for(device) picks the communicator for a buffer's device, so data-parallel code (DDP,
+// ZeRO) is written once against Communicator. The NCCL communicator is destroyed before MPI finalises.
 #pragma once
 
 #include <memory>
 #include <string_view>
 
+#include "core/device.h"
+#include "core/stream.h"
 #include "dist/communicator.h"
 
 namespace ft {
@@ -52,10 +58,31 @@ class DistributedContext {
   // Moves host buffers: MPI, or the single-process communicator in a world of one.
   Communicator& host_communicator() { return *host_; }
 
+  // The GPU this rank drives: cuda:local_rank(). ft::Error (unsupported) in a build without CUDA, when no
+  // GPU is visible, or when this node runs more ranks (local_world_size()) than this process sees GPUs.
+  Device local_gpu() const;
+  // Moves GPU buffers on local_gpu(): the NCCL communicator (backend "nccl"), created by the first call —
+  // collective: every rank makes it, in the same order relative to its other collectives. It takes the
+  // context's CommunicatorOptions (timeout, what a timeout does). ft::Error (unsupported) in a build
+  // without NCCL or without a usable GPU (see local_gpu()).
+  Communicator& device_communicator();
+  // The communicator that moves buffers on `device`: host_communicator() for the CPU,
+  // device_communicator() for local_gpu(); ft::Error for another GPU (invalid_argument) and for any GPU in
+  // a build without NCCL (unsupported).
+  Communicator& communicator_for(const Device& device);
+  // The stream the model's kernels run on (ModelOptions::stream), on local_gpu(): every GPU collective
+  // first waits for the work queued on it so far (the gradients it reduces), and Work::wait() makes it wait
+  // for the collective. Default: the legacy default stream (a default-constructed Stream). Takes effect for
+  // collectives issued after the call, whether or not the device communicator exists yet.
+  void set_compute_stream(const Stream& stream);
+
  private:
   bool uses_mpi_ = false;
   bool owns_mpi_ = false;  // this context initialised MPI and finalises it
+  CommunicatorOptions communicator_options_;
+  Stream compute_stream_;                // not owned
   std::unique_ptr<Communicator> host_;
+  std::unique_ptr<Communicator> device_;  // NCCL, created by device_communicator()
 };
 
 }  // namespace ft

@@ -1,6 +1,8 @@
 // ddp.cpp — gradient averaging over ranks: bucket bookkeeping per step, launches, waits, bf16 staging.
 #include "dist/ddp.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <utility>
 
@@ -40,6 +42,10 @@ std::int64_t cap_bytes(const DdpOptions& options) {
   FT_CHECK(std::isfinite(options.bucket_size_mb) && options.bucket_size_mb > 0,
            "DDP: bucket_size_mb must be > 0, given ", options.bucket_size_mb);
   return static_cast<std::int64_t>(options.bucket_size_mb * 1024.0 * 1024.0);
+}
+
+double host_now_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
 void check_flat(const char* who, const char* role, const Tensor& t) {
@@ -82,6 +88,8 @@ void DistributedDataParallel::reset_step() {
   reported_.assign(model_.tensors.size(), false);
   works_.clear();
   works_.resize(plan_.buckets.size());
+  issued_ms_.assign(plan_.buckets.size(), 0.0);
+  completed_ms_.assign(plan_.buckets.size(), -1.0);
   next_launch_ = 0;
   oldest_in_flight_ = 0;
 }
@@ -89,19 +97,40 @@ void DistributedDataParallel::reset_step() {
 void DistributedDataParallel::launch(std::size_t bucket) {
   const Bucket& b = plan_.buckets[bucket];
   const Tensor grads = model_.gradients.narrow(0, b.offset, b.numel);  // (numel) fp32, in place
-  if (!options_.bf16_communication) {
-    works_[bucket] = comm_.all_reduce(grads, ReduceOp::average);
-    return;
+  Tensor data = grads;
+  if (options_.bf16_communication) {
+    data = staging_->narrow(0, b.offset, b.numel);  // (numel) bf16
+    cast(data, grads, model_.stream);  // a device communicator orders itself after the model's stream
   }
-  const Tensor staged = staging_->narrow(0, b.offset, b.numel);  // (numel) bf16
-  cast(staged, grads, model_.stream);  // a device communicator orders itself after the model's stream
-  works_[bucket] = comm_.all_reduce(staged, ReduceOp::average);
+  issued_ms_[bucket] = host_now_ms();
+  works_[bucket] = comm_.all_reduce(data, ReduceOp::average);
+}
+
+void DistributedDataParallel::observe_completion(std::size_t bucket) {
+  if (completed_ms_[bucket] < 0) completed_ms_[bucket] = host_now_ms();
 }
 
 void DistributedDataParallel::launch_ready_buckets() {
   while (next_launch_ < plan_.buckets.size() && pending_[next_launch_] == 0) launch(next_launch_++);
   // Let the backend progress what is in flight (MPI moves nonblocking collectives only inside MPI calls).
-  while (oldest_in_flight_ < next_launch_ && works_[oldest_in_flight_]->is_completed()) ++oldest_in_flight_;
+  while (oldest_in_flight_ < next_launch_ && works_[oldest_in_flight_]->is_completed())
+    observe_completion(oldest_in_flight_++);
+}
+
+std::optional<double> DistributedDataParallel::step_comm_ms() {
+  // The host clock times host collectives, and those of a world of one (identities, complete at issue).
+  const bool host_timed = model_.gradients.device().is_cpu() || comm_.world_size() == 1;
+  double total = 0, previous_end = 0;  // host clock: the previous collective's observed completion
+  for (std::size_t b = 0; b < plan_.buckets.size(); ++b) {
+    if (const std::optional<double> ms = works_[b]->elapsed_ms()) {  // NCCL: device time
+      total += *ms;
+      continue;
+    }
+    if (!host_timed) return std::nullopt;
+    total += completed_ms_[b] - std::max(issued_ms_[b], previous_end);
+    previous_end = completed_ms_[b];
+  }
+  return total;
 }
 
 void DistributedDataParallel::gradient_ready(std::size_t index, bool last_micro_batch) {
@@ -130,6 +159,7 @@ void DistributedDataParallel::synchronize() {
     for (std::size_t b = 0; b < n; ++b) {
       launch(b);
       works_[b]->wait();
+      observe_completion(b);
     }
   } else if (options_.strategy == DdpStrategy::flat) {
     for (std::size_t b = 0; b < n; ++b) launch(b);
@@ -140,12 +170,14 @@ void DistributedDataParallel::synchronize() {
   }
   for (std::size_t b = 0; b < n; ++b) {
     works_[b]->wait();
+    observe_completion(b);
     if (options_.bf16_communication) {
       const Bucket& bucket = plan_.buckets[b];
       cast(model_.gradients.narrow(0, bucket.offset, bucket.numel), staging_->narrow(0, bucket.offset, bucket.numel),
            model_.stream);
     }
   }
+  comm_ms_ = step_comm_ms();
   reset_step();
 }
 

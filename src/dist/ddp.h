@@ -22,6 +22,23 @@
 // from the rounding, plus one such rounding per reduction step (log2(world) to world - 1 of them by
 // algorithm), so averaged gradients agree with fp32 communication to about 3 significant digits.
 //
+// Devices: the flat buffers may live on the CPU (a host communicator: MPI, single process) or on a CUDA
+// device (the NCCL communicator of DistributedContext::communicator_for). Nothing goes through the host:
+// collectives move the buffers where they are, the bf16 casts run on the model's stream, and the
+// communicator orders its collectives after that stream (and the stream after them on wait()).
+// Communication time (comm_ms(), after synchronize()): the sum over the step's collectives of each one's
+// duration, in milliseconds —
+//   backends that time their collectives (Work::elapsed_ms(); NCCL: CUDA events around the collective on
+//   the communication stream) give each duration themselves, read once synchronize() has waited (no
+//   host synchronisation during backward);
+//   host communicators (MPI, single process; and any in a world of one) are timed here on the host: a
+//   collective runs from its issue (or from the observed completion of the collective before it, if
+//   later) to the moment its completion is observed (is_completed() polls during backward, wait() in
+//   synchronize()) — so collectives in flight together are counted once, as on NCCL's one stream;
+//   a device communicator that does not time its collectives gives no figure (nullopt).
+// It is communication time, not the time the step spends waiting for it: with the overlapped and
+// bucketed strategies most of it runs while backward computes, and the step pays only what is left at
+// synchronize(). The bf16 casts are compute-stream work and are not included.
 // Use (Trainer: see ddp_transformer.h for attach()):
 //   DistributedDataParallel ddp(comm, model_view, options);   // broadcasts parameters
 //   per step: backward calls ddp.gradient_ready(i, last) per parameter; then ddp.synchronize();
@@ -30,6 +47,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -81,6 +99,10 @@ class DistributedDataParallel {
   // parameter's gradient (backward must report each one, once).
   void synchronize();
 
+  // The last synchronize()'s communication time (see the top of this file); nullopt before the first
+  // step and for a device communicator that does not time its collectives.
+  std::optional<double> comm_ms() const { return comm_ms_; }
+
   const BucketPlan& plan() const { return plan_; }
   const DdpOptions& options() const { return options_; }
   const DdpModel& model() const { return model_; }
@@ -90,6 +112,8 @@ class DistributedDataParallel {
   bool reduces_during_backward() const;
   void launch(std::size_t bucket);
   void launch_ready_buckets();
+  void observe_completion(std::size_t bucket);
+  std::optional<double> step_comm_ms();
   void reset_step();
   std::string unreported_parameters() const;
 
@@ -102,8 +126,11 @@ class DistributedDataParallel {
   std::vector<std::size_t> pending_;         // (buckets) members not yet reported this step
   std::vector<bool> reported_;               // (parameters) reported on this step's last micro-batch
   std::vector<WorkHandle> works_;            // (buckets) collectives in flight
+  std::vector<double> issued_ms_;            // (buckets) host clock at each launch
+  std::vector<double> completed_ms_;         // (buckets) host clock when its completion was first observed
   std::size_t next_launch_ = 0;              // buckets [0, next_launch_) are launched
   std::size_t oldest_in_flight_ = 0;         // buckets before it have completed
+  std::optional<double> comm_ms_;            // the last synchronize()'s communication time
 };
 
 }  // namespace ft

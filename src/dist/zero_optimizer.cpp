@@ -55,7 +55,7 @@ ZeroOptimizer::ZeroOptimizer(Communicator& comm, DdpModel model, const ZeroOptio
            "ZeroOptimizer: max_grad_norm must be >= 0 (0 = no clipping), given ", options_.max_grad_norm);
   const ShardRange owned = owned_range();
   if (options_.mode == ZeroMode::reduce_scatter && owned.numel > 0)
-    gradient_shard_ = OwnedTensor({owned.numel}, DType::f32, model_.gradients.device(), "zero gradient shard",
+    gradient_shard_ = OwnedTensor({owned.numel}, DType::f32, model_.gradients.device(), "gradients",
                                   model_.stream);
   if (options_.broadcast_parameters) comm_.broadcast(model_.parameters, 0)->wait();
 }
@@ -70,7 +70,7 @@ std::size_t ZeroOptimizer::add_parameter_group(std::vector<std::size_t> paramete
   const std::int64_t n = plan_.state_numel(comm_.rank(), g);
   if (options_.optimizer == OptimizerKind::adamw && n > 0) {
     const Device device = model_.parameters.device();
-    const std::string tag = "zero optimizer state (group " + std::to_string(g) + ")";
+    const std::string tag = "optimizer state (zero group " + std::to_string(g) + ")";
     group.exp_avg = OwnedTensor({n}, DType::f32, device, tag + " exp_avg", model_.stream);
     group.exp_avg_sq = OwnedTensor({n}, DType::f32, device, tag + " exp_avg_sq", model_.stream);
     fill(group.exp_avg, 0.0, model_.stream);
@@ -129,13 +129,12 @@ double ZeroOptimizer::clip_owned_gradients() {
   // Every rank's partial sum as a (hi, lo) float pair (hi + lo == local to ~2^-48), gathered and added in
   // rank order in double: the same norm on every rank, to double precision.
   const int world = comm_.world_size();
-  std::vector<double> partial(static_cast<std::size_t>(2 * world));  // (world, 2) hi, lo: each a float value
   const auto hi = static_cast<float>(local);
-  partial[2 * comm_.rank()] = hi;
-  partial[2 * comm_.rank() + 1] = static_cast<float>(local - static_cast<double>(hi));
   const OwnedTensor sums({2 * world}, DType::f32, model_.gradients.device(), "zero norm partial sums", model_.stream);
-  write_from_double(sums, partial);
-  comm_.all_gather(sums, sums->narrow(0, 2 * comm_.rank(), 2))->wait();
+  const Tensor mine = sums->narrow(0, 2 * comm_.rank(), 2);  // (2) this rank's hi, lo: filled where sums live
+  fill(mine.narrow(0, 0, 1), hi, model_.stream);
+  fill(mine.narrow(0, 1, 1), local - static_cast<double>(hi), model_.stream);
+  comm_.all_gather(sums, mine)->wait();
   double total = 0;
   const std::vector<double> gathered = read_as_double(sums);
   for (int r = 0; r < world; ++r) total += gathered[2 * r] + gathered[2 * r + 1];

@@ -17,6 +17,11 @@
 // gradients, the partial sums are all-reduced (a double sent as two floats: hi + lo, so the sum keeps
 // double precision), and each rank scales its owned gradients by clip_factor(norm). The norm covers the
 // grouped parameters (those the optimizer updates), as torch's clip_grad_norm_ over them.
+// Devices: as DDP's (dist/ddp.h), the flat buffers live on the CPU (host communicator) or a CUDA device
+// (NCCL); gradients, parameters and state never go through the host. The host sees only the norm's
+// scalars: this rank's sum of squares (the device reduction's result), written into a device buffer by
+// a fill kernel, and the 2 x world gathered floats it reads back to form the clip factor (one host
+// synchronisation per step, as the single-process Trainer's clipping has).
 // Parameters in no group are never updated. After step(): in owner_broadcast mode the model's gradient
 // buffer holds the averaged gradients, scaled by the clip factor in this rank's range only; in
 // reduce_scatter mode it holds this rank's local gradients (tail averaged).

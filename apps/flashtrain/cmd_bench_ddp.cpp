@@ -1,0 +1,108 @@
+// cmd_bench_ddp.cpp — `flashtrain bench ddp`: the options (documented, defaults shown in --help), the model
+// options bench zero shares, and the action that joins the job, runs the rows of ddp_bench.h and, on rank 0,
+// prints the table and writes --json.
+//   mpirun -np 2 flashtrain bench ddp --size xl --context 512 --batch 2 --precision bf16
+//       --strategy single,naive,flat,overlapped,bucketed --bucket-mb 1,10,100,1000 --json bench/results/ddp-xl.json
+//   mpirun -np 2 flashtrain bench ddp --size tiny --device cpu --strategy flat,bucketed --bucket-mb 1
+#include <iostream>
+#include <memory>
+
+#include "dist/context.h"
+#include "dist/single_process_communicator.h"
+#include "flashtrain/cli_parse.h"
+#include "flashtrain/commands.h"
+#include "flashtrain/ddp_bench.h"
+
+namespace ft::cli {
+
+namespace {
+
+constexpr const char* kFooter = R"(
+Run one process per GPU under mpirun or srun (each rank uses GPU local_rank; CUDA_VISIBLE_DEVICES picks
+them), or one process alone (a world of one). Every model case (size x context x precision) builds the
+model and its Trainer once on each rank; each rank trains on its own random local batch of --batch
+sequences. Rows, per case: each --strategy in order, bucketed once per --bucket-mb:
+  single      no DDP: every rank runs the plain one-device step of its local batch at the same time,
+              with no communication (the step DDP adds communication to)
+  naive       one blocking all-reduce per parameter after backward
+  flat        one all-reduce of the whole gradient buffer after backward
+  overlapped  an all-reduce per parameter as soon as its gradient is final, during backward
+  bucketed    buckets of --bucket-mb MiB in reverse parameter order, each all-reduced as soon as its last
+              gradient is final, during backward
+A step is the full training step: forward and backward of the local batch, the DDP gradient average,
+clipping to 1.0 and AdamW, with the device synchronised at its end. --warmup steps, then --steps timed
+ones, each after an untimed barrier. step_ms = the median over the timed steps of the max over ranks;
+comm_ms = likewise of the sum of the step's all-reduce durations (NCCL: CUDA events on the
+communication stream; MPI: issue to completion) — for overlapped and bucketed most of it runs during
+backward, so step_ms - single's step_ms (the exposed cost) is smaller than comm_ms; peak_gib = the
+largest rank's peak device memory; tokens_per_s = world x batch x context / step_ms. A case or row that
+runs out of memory is an OOM row; the sweep goes on. --bf16-comm all-reduces bf16 copies of the
+gradients (half the bytes).
+
+--profile timeline --timeline-json PREFIX: after each row's timed steps, two more steps ("step 1",
+"step 2") run with rank 0's kernels, memory copies and NCCL collectives recorded per CUDA stream through
+CUPTI; rank 0 writes them as a kernel-timeline document per row, and
+  python3 tools/plot_timeline.py PREFIX-overlapped.json --out overlapped.png
+draws step 2: a lane per stream, compute and communication apart, so a naive step's all-reduces after
+backward and an overlapped step's all-reduces under backward are visible. Needs a CUDA build with CUPTI.)";
+
+int run_bench_ddp(const BenchDdpOptions& options) {
+  DistributedContext context;  // MPI under a launcher, a world of one otherwise
+  Communicator& host = context.host_communicator();
+  const DdpBenchConfig config = resolve_bench_ddp_options(options, host);
+  // The model's buffers move over NCCL (GPU) or the host communicator (CPU); one process needs neither.
+  SingleProcessCommunicator single;
+  Communicator& comm = context.world_size() > 1 ? context.communicator_for(config.model.device) : single;
+  bench_ddp(config, comm, host, options.csv, options.json_path, std::cout);
+  return 0;
+}
+
+}  // namespace
+
+void add_data_parallel_model_options(CLI::App& command, BenchModelOptions& o) {
+  command.add_option("--size", o.sizes,
+                     "Model sizes, comma-separated: tiny, small, medium, large, xl, 2.7b (default: small)");
+  command.add_option("--d-model", o.d_model, "Explicit model (with --d-ff, --layers, --heads; no --size): d_model")
+      ->check(at_least(1));
+  command.add_option("--d-ff", o.d_ff, "Explicit model: FFN inner size")->check(at_least(1));
+  command.add_option("--layers", o.layers, "Explicit model: number of blocks")->check(at_least(1));
+  command.add_option("--heads", o.heads, "Explicit model: attention heads")->check(at_least(1));
+  command.add_option("--vocab", o.vocab, "Vocabulary size")->check(at_least(1));
+  command.add_option("--context", o.contexts, "Context lengths, comma-separated");
+  command.add_option("--batch", o.batch, "Sequences per rank and step (the local batch)")->check(at_least(1));
+  command.add_option("--warmup", o.warmup, "Warm-up steps per row, untimed")->check(at_least(0));
+  command.add_option("--steps", o.steps, "Timed steps per row")->check(at_least(1));
+  command.add_option("--precision", o.precisions, "Precisions, comma-separated: fp32, bf16 (mixed precision)");
+  command.add_option("--attention", o.attention, "Attention implementation: flash or naive");
+  command.add_flag("--tf32", o.tf32, "fp32 on CUDA: let GEMMs use TF32 tensor cores");
+  command.add_option("--device", o.device,
+                     "cpu, cuda or auto (cuda when a GPU is visible); under mpirun each rank uses GPU local_rank")
+      ->check(device_validator());
+  command.add_option("--seed", o.seed, "Seed of the parameters; rank r's batch uses seed + 1 + r");
+}
+
+void register_bench_ddp(CLI::App& bench, Action& action) {
+  CLI::App* command = bench.add_subcommand("ddp", "Time data-parallel training steps per DDP strategy (mpirun)");
+  command->footer(kFooter);
+  command->option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  auto options = std::make_shared<BenchDdpOptions>();
+  BenchDdpOptions& o = *options;
+  o.model = data_parallel_model_options();
+  add_data_parallel_model_options(*command, o.model);
+  command->add_option("--strategy", o.strategies,
+                      "Strategies, comma-separated: single (no DDP), naive, flat, overlapped, bucketed");
+  command->add_option("--bucket-mb", o.bucket_mbs, "Bucket sizes of the bucketed rows, MiB, comma-separated");
+  command->add_flag("--bf16-comm", o.bf16_comm, "All-reduce bf16 copies of the gradients (half the bytes)");
+  command->add_flag("--csv", o.csv, "Print CSV instead of a markdown table");
+  command->add_option("--json", o.json_path, "Write the results document (benchmark ddp) to this path (rank 0)");
+  command->add_option("--profile", o.profile,
+                      "timeline: after each row's timed steps, record rank 0's kernels and collectives per stream "
+                      "for 2 more steps (CUPTI)")
+      ->check(CLI::IsMember({"timeline"}));
+  command->add_option("--timeline-json", o.timeline_prefix,
+                      "--profile timeline: rank 0 writes PREFIX-<strategy>.json (bucketed: PREFIX-bucketed-<mb>mb.json) "
+                      "per row; draw with tools/plot_timeline.py");
+  command->callback([&action, options] { action = [options] { return run_bench_ddp(*options); }; });
+}
+
+}  // namespace ft::cli

@@ -1,0 +1,439 @@
+// ddp_bench.cpp — `flashtrain bench ddp`: option validation, the replica of a model case, the timed steps of
+// each strategy (NVTX ranges "warmup step N" / "step N"), agreement on OOM and gathers over ranks, the table
+// and the results document.
+#include "flashtrain/ddp_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <iostream>
+#include <limits>
+
+#include "bench/kernel_profiler.h"
+#include "bench/kernel_summary.h"
+#include "bench/report_table.h"
+#include "bench/results_json.h"
+#include "core/allocator.h"
+#include "core/error.h"
+#include "core/nvtx.h"
+#include "dist/ddp_transformer.h"
+#include "flashtrain/cli_parse.h"
+#include "flashtrain/train_run.h"
+#include "model/parameters.h"
+
+namespace ft::cli {
+
+namespace {
+
+constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
+constexpr double kClipNorm = 1.0;              // as bench model's train mode and flashtrain train's default
+constexpr std::uint64_t kBatchSeedOffset = 1;  // rank r's batch draws from seed + 1 + r
+
+ModelOptions replica_model_options(const ModelBenchCase& c, const ModelBenchConfig& config) {
+  ModelOptions o;
+  o.precision = c.precision;
+  o.attention = config.attention;
+  o.max_batch = config.batch;
+  o.max_seq_len = c.model.context_length;
+  o.device = config.device;
+  o.seed = config.seed;
+  o.allow_tf32 = config.tf32;
+  return o;
+}
+
+TrainerConfig replica_trainer_config(bool external_optimizer) {
+  TrainerConfig t;
+  t.max_grad_norm = kClipNorm;
+  t.external_optimizer = external_optimizer;
+  return t;
+}
+
+TokenBatch replica_batch(const ModelBenchCase& c, const ModelBenchConfig& config, int rank) {
+  Rng rng(config.seed + kBatchSeedOffset + static_cast<std::uint64_t>(rank));
+  TokenBatch batch;
+  random_token_batch(rng, config.batch, c.model.context_length, c.model.vocab_size, batch);
+  return batch;
+}
+
+std::string strategy_name(const std::optional<DdpStrategy>& strategy) {
+  return strategy ? name_of(*strategy) : "single";
+}
+
+std::optional<DdpStrategy> parse_strategy_item(const std::string& text) {
+  if (text == "single") return std::nullopt;
+  try {
+    return parse_ddp_strategy(text);
+  } catch (const Error&) {
+    FT_THROW(invalid_argument, "unknown strategy '", text, "': expected single, naive, flat, overlapped or bucketed");
+  }
+}
+
+DdpBenchRow oom_row(const DdpBenchCase& c, const DdpBenchConfig& config, int world, const std::string& backend,
+                    const std::string& message) {
+  DdpBenchRow row;
+  row.c = c;
+  row.world = world;
+  row.backend = backend;
+  row.local_batch = config.model.batch;
+  row.parameters = ParameterLayout(c.model.model).numel();
+  row.oom = true;
+  row.oom_message = message.empty() ? "out of memory on another rank" : message;
+  return row;
+}
+
+// --profile timeline: two more steps, rank 0's kernels and collectives recorded per stream and written as a
+// kernel-timeline document (the other ranks step along untraced).
+void profile_timeline(const DdpBenchCase& c, const DdpBenchConfig& config, DataParallelReplica& replica,
+                      Communicator& host, const std::function<void()>& sync) {
+  const bool root = host.rank() == 0;
+  KernelProfiler profiler;
+  if (root) profiler.start();
+  for (int i = 1; i <= 2; ++i) {
+    NvtxRange range(str("step ", i));
+    replica.timed_step(host, sync);
+  }
+  if (!root) return;
+  const KernelProfile profile = profiler.stop();
+  nlohmann::json row_config = {{"size", c.model.model.name},
+                               {"ctx", c.model.model.context_length},
+                               {"precision", name_of(c.model.precision)},
+                               {"strategy", c.strategy ? name_of(*c.strategy) : "single"},
+                               {"bucket_mb", c.bucket_mb ? nlohmann::json(*c.bucket_mb) : nlohmann::json(nullptr)},
+                               {"world", host.world_size()},
+                               {"local_batch", config.model.batch}};
+  write_json_atomic(timeline_path(config.timeline_prefix, c),
+                    kernel_timeline_document(profile, config.model.device, std::move(row_config)));
+}
+
+// One strategy's row on a built replica.
+DdpBenchRow run_ddp_row(const DdpBenchCase& c, const DdpBenchConfig& config, DataParallelReplica& replica,
+                        Communicator& comm, Communicator& host) {
+  const ModelBenchConfig& m = config.model;
+  Allocator& allocator = Allocator::instance();
+  std::vector<double> step_ms, comm_ms;  // (steps) this rank's
+  std::size_t collectives = 0;
+  std::string oom_message;
+  bool comm_timed = true;
+  try {
+    std::optional<DistributedDataParallel> ddp;
+    if (c.strategy) {
+      DdpOptions options;
+      options.strategy = *c.strategy;
+      if (c.bucket_mb) options.bucket_size_mb = *c.bucket_mb;
+      options.bf16_communication = config.bf16_comm;
+      ddp.emplace(comm, ddp_model(replica.model()), options);  // broadcasts rank 0's parameters
+      attach(*ddp, replica.trainer());
+      collectives = ddp->plan().buckets.size();
+    }
+    const HookReset reset(replica.trainer());
+    const std::function<void()> sync = [&ddp] {
+      if (ddp) ddp->synchronize();
+    };
+    for (std::int64_t i = 1; i <= m.warmup; ++i) {
+      NvtxRange range(str("warmup step ", i));
+      replica.timed_step(host, sync);
+    }
+    allocator.reset_peak(m.device);
+    for (std::int64_t i = 1; i <= m.steps; ++i) {
+      NvtxRange range(str("step ", i));
+      step_ms.push_back(replica.timed_step(host, sync));
+      const std::optional<double> ms = ddp ? ddp->comm_ms() : std::optional<double>(0.0);
+      comm_timed = comm_timed && ms.has_value();
+      comm_ms.push_back(ms.value_or(0.0));
+    }
+    if (!config.timeline_prefix.empty()) profile_timeline(c, config, replica, host, sync);
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::out_of_memory) throw;
+    oom_message = e.message();
+  }
+  if (any_rank(host, !oom_message.empty())) return oom_row(c, config, host.world_size(), comm.backend(), oom_message);
+
+  DdpBenchRow row;
+  row.c = c;
+  row.world = host.world_size();
+  row.backend = comm.backend();
+  row.local_batch = m.batch;
+  row.parameters = replica.model().layout().numel();
+  row.collectives = collectives;
+  const std::vector<double> slowest = max_over_ranks(host, step_ms);  // (steps)
+  row.step = summarize(slowest);
+  if (comm_timed) row.comm_ms = summarize(max_over_ranks(host, comm_ms)).median;
+  row.peak_gib = max_over_ranks(host, {static_cast<double>(allocator.stats(m.device).peak_bytes)}).front() / kGiB;
+  row.tokens_per_s =
+      static_cast<double>(row.world * m.batch * c.model.model.context_length) / (row.step.median / 1e3);
+  return row;
+}
+
+std::string describe_case(const DdpBenchCase& c) {
+  std::string text = str(c.model.model.name, " ctx ", c.model.model.context_length, " ", name_of(c.model.precision),
+                         " ", strategy_name(c.strategy));
+  if (c.bucket_mb) text += str(" ", *c.bucket_mb, " MiB");
+  return text;
+}
+
+}  // namespace
+
+BenchModelOptions data_parallel_model_options() {
+  BenchModelOptions o;
+  o.batch = 2;
+  o.precisions = "bf16";
+  o.warmup = 3;
+  o.steps = 10;
+  return o;
+}
+
+ModelBenchConfig resolve_data_parallel_model(const BenchModelOptions& options, const Communicator& host) {
+  BenchModelOptions o = options;
+  o.modes = "train";
+  ModelBenchConfig config = resolve_bench_model_options(o);
+  config.device = for_option("--device", [&] { return rank_device(config.device, host); });
+  return config;
+}
+
+DdpBenchConfig resolve_bench_ddp_options(const BenchDdpOptions& o, const Communicator& host) {
+  DdpBenchConfig config;
+  config.model = resolve_data_parallel_model(o.model, host);
+  config.strategies = parse_list<std::optional<DdpStrategy>>("--strategy", o.strategies, parse_strategy_item);
+  config.bucket_mbs = parse_list<double>("--bucket-mb", o.bucket_mbs, [](const std::string& text) {
+    double mb = 0;
+    std::size_t used = 0;
+    try {
+      mb = std::stod(text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    FT_CHECK(used == text.size() && mb > 0 && mb < 1e9, "expected bucket sizes in MiB > 0, given '", text, "'");
+    return mb;
+  });
+  config.bf16_comm = o.bf16_comm;
+  if (!o.profile.empty()) {
+    FT_CHECK(o.profile == "timeline", "--profile: expected timeline, given '", o.profile, "'");
+    FT_CHECK(!o.timeline_prefix.empty(), "--profile timeline needs --timeline-json PREFIX (where rank 0 writes "
+             "PREFIX-<strategy>.json per row)");
+    FT_CHECK_KIND(unsupported, kernel_profiler_available(), "--profile timeline: ", kernel_profiler_missing());
+    FT_CHECK(config.model.device.is_cuda(), "--profile timeline records GPU kernels: expected a CUDA device, given ",
+             config.model.device.to_string());
+    config.timeline_prefix = o.timeline_prefix;
+  } else {
+    FT_CHECK(o.timeline_prefix.empty(), "--timeline-json is only used with --profile timeline");
+  }
+  return config;
+}
+
+std::string timeline_path(const std::string& prefix, const DdpBenchCase& c) {
+  if (!c.strategy) return prefix + "-single.json";
+  std::string path = prefix + "-" + name_of(*c.strategy);
+  if (c.bucket_mb) path += str("-", *c.bucket_mb, "mb");
+  return path + ".json";
+}
+
+std::vector<DdpBenchCase> expand_ddp_cases(const DdpBenchConfig& config) {
+  std::vector<DdpBenchCase> cases;
+  for (const ModelBenchCase& m : expand_model_cases(config.model))
+    for (const std::optional<DdpStrategy>& s : config.strategies) {
+      if (s != DdpStrategy::bucketed) {
+        cases.push_back({m, s, std::nullopt});
+        continue;
+      }
+      for (double mb : config.bucket_mbs) cases.push_back({m, s, mb});
+    }
+  return cases;
+}
+
+std::vector<DdpBenchRow> run_ddp_bench(const DdpBenchConfig& config, Communicator& comm, Communicator& host,
+                                       std::ostream* progress) {
+  const std::vector<DdpBenchCase> cases = expand_ddp_cases(config);
+  std::vector<DdpBenchRow> rows;
+  std::size_t first = 0;
+  while (first < cases.size()) {  // the cases of one model case share a replica
+    std::size_t end = first;
+    while (end < cases.size() && cases[end].model.model.name == cases[first].model.model.name &&
+           cases[end].model.model.context_length == cases[first].model.model.context_length &&
+           cases[end].model.precision == cases[first].model.precision)
+      ++end;
+    std::optional<DataParallelReplica> replica;
+    std::string oom_message;
+    try {
+      replica.emplace(cases[first].model, config.model, false, host.rank());
+    } catch (const Error& e) {
+      if (e.kind() != ErrorKind::out_of_memory) throw;
+      oom_message = e.message();
+    }
+    const bool oom = any_rank(host, !oom_message.empty());
+    if (oom) replica.reset();
+    for (std::size_t i = first; i < end; ++i) {
+      rows.push_back(oom ? oom_row(cases[i], config, host.world_size(), comm.backend(), oom_message)
+                         : run_ddp_row(cases[i], config, *replica, comm, host));
+      if (progress) *progress << "  " << describe_case(cases[i]) << (rows.back().oom ? ": OOM" : ": done") << "\n";
+    }
+    first = end;
+  }
+  return rows;
+}
+
+std::string format_ddp_bench(const std::vector<DdpBenchRow>& rows, bool csv) {
+  ReportTable table({"strategy", "bucket_mb", "size", "ctx", "precision", "world", "local_batch", "collectives",
+                     "step_ms", "comm_ms", "min_ms", "peak_gib", "tokens_per_s"});
+  for (const DdpBenchRow& r : rows) {
+    std::vector<std::string> cells{strategy_name(r.c.strategy), r.c.bucket_mb ? str(*r.c.bucket_mb) : "-",
+                                   r.c.model.model.name, std::to_string(r.c.model.model.context_length),
+                                   name_of(r.c.model.precision), std::to_string(r.world),
+                                   std::to_string(r.local_batch)};
+    if (r.oom) {
+      cells.resize(13, "OOM");
+    } else {
+      cells.push_back(std::to_string(r.collectives));
+      cells.push_back(fixed(r.step.median, 2));
+      cells.push_back(r.comm_ms ? fixed(*r.comm_ms, 2) : "n/a");
+      cells.push_back(fixed(r.step.min, 2));
+      cells.push_back(fixed(r.peak_gib, 3));
+      cells.push_back(fixed(r.tokens_per_s, 0));
+    }
+    table.add_row(std::move(cells));
+  }
+  return csv ? table.csv() : table.markdown();
+}
+
+nlohmann::json ddp_bench_document(const DdpBenchConfig& config, const std::vector<DdpBenchRow>& rows) {
+  FT_CHECK(!rows.empty(), "ddp_bench_document: expected at least one row");
+  nlohmann::json out_rows = nlohmann::json::array();
+  for (const DdpBenchRow& r : rows) {
+    const ModelConfig& m = r.c.model.model;
+    nlohmann::json row{{"strategy", strategy_name(r.c.strategy)},
+                       {"bucket_mb", r.c.bucket_mb ? nlohmann::json(*r.c.bucket_mb) : nlohmann::json(nullptr)},
+                       {"world", r.world},
+                       {"backend", r.backend},
+                       {"size", m.name},
+                       {"d_model", m.d_model},
+                       {"layers", m.num_layers},
+                       {"ctx", m.context_length},
+                       {"precision", name_of(r.c.model.precision)},
+                       {"local_batch", r.local_batch},
+                       {"parameters", r.parameters},
+                       {"bf16_comm", config.bf16_comm && r.c.strategy.has_value()}};
+    if (r.oom) {
+      row["oom"] = true;
+      row["error"] = r.oom_message;
+    } else {
+      row.update({{"collectives", r.collectives},
+                  {"step_ms", r.step.median},
+                  {"mean_ms", r.step.mean},
+                  {"min_ms", r.step.min},
+                  {"max_ms", r.step.max},
+                  {"comm_ms", r.comm_ms ? nlohmann::json(*r.comm_ms) : nlohmann::json(nullptr)},
+                  {"peak_gib", r.peak_gib},
+                  {"tokens_per_s", r.tokens_per_s}});
+    }
+    out_rows.push_back(std::move(row));
+  }
+  const ModelBenchConfig& m = config.model;
+  nlohmann::json cfg{
+      {"world", rows.front().world},
+      {"backend", rows.front().backend},
+      {"local_batch", m.batch},
+      {"vocab", m.models.front().vocab_size},
+      {"warmup", m.warmup},
+      {"steps", m.steps},
+      {"attention", name_of(m.attention)},
+      {"tf32", m.tf32},
+      {"seed", m.seed},
+      {"bf16_comm", config.bf16_comm},
+      {"step", "zero_grads, forward and backward of the local batch, DDP gradient averaging (synchronize), "
+               "clipping to 1.0, AdamW; the device synchronised at the end"},
+      {"timing", "each rank times each step on the host after an untimed barrier; step_ms is the median over the "
+                 "timed steps of the max over ranks (mean/min/max_ms of the same per-step maxima)"},
+      {"comm_ms", "median over the timed steps of the max over ranks of the sum of the step's all-reduce "
+                  "durations (NCCL: CUDA events around each collective on the communication stream; host "
+                  "communicators: issue to observed completion, overlapping collectives counted once); the "
+                  "overlapped and bucketed strategies hide most of it behind backward; null when not measured"},
+      {"single", "no DDP: every rank runs the one-device step of its own local batch at the same time, with no "
+                 "communication"},
+      {"peak", "max over ranks of the peak flashtrain-held device memory over the timed steps"}};
+  return results_document("ddp", m.device, std::move(cfg), std::move(out_rows));
+}
+
+void bench_ddp(const DdpBenchConfig& config, Communicator& comm, Communicator& host, bool csv,
+               const std::string& json_path, std::ostream& out) {
+  const bool root = host.rank() == 0;
+  const std::vector<DdpBenchRow> rows = run_ddp_bench(config, comm, host, root ? &std::cerr : nullptr);
+  if (!root) return;
+  const ModelBenchConfig& m = config.model;
+  out << "DDP benchmark: " << rows.front().world << " rank(s), backend " << rows.front().backend << ", "
+      << describe_device(m.device) << "; local batch " << m.batch << ", vocab " << m.models.front().vocab_size << ", "
+      << (config.bf16_comm ? "bf16" : "fp32") << " gradient all-reduce, " << m.warmup << " warm-up + " << m.steps
+      << " timed steps\n\n"
+      << format_ddp_bench(rows, csv);
+  if (!json_path.empty()) {
+    write_json_atomic(json_path, ddp_bench_document(config, rows));
+    out << "wrote " << json_path << "\n";
+  }
+}
+
+DataParallelReplica::DataParallelReplica(const ModelBenchCase& c, const ModelBenchConfig& config,
+                                         bool external_optimizer, int rank)
+    : device_(config.device),
+      model_(c.model, replica_model_options(c, config)),
+      trainer_(model_, replica_trainer_config(external_optimizer)),
+      batch_(replica_batch(c, config, rank)),
+      staging_(config.device, config.batch, c.model.context_length),
+      ids_(staging_.place(batch_)) {}
+
+void DataParallelReplica::step(const std::function<void()>& sync, MemoryRecorder* recorder) {
+  const auto& [inputs, targets] = ids_;
+  if (recorder) recorder->phase("forward_backward");
+  trainer_.zero_grads();
+  trainer_.forward_backward(inputs, targets);
+  sync();
+  if (recorder) recorder->phase("optimizer");
+  trainer_.optimizer_step();
+  if (device_.is_cuda()) model_.options().stream.synchronize();
+}
+
+double DataParallelReplica::timed_step(Communicator& host, const std::function<void()>& sync) {
+  host.barrier()->wait();
+  const auto start = std::chrono::steady_clock::now();
+  step(sync);
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+}
+
+bool any_rank(Communicator& host, bool flag) {
+  return max_over_ranks(host, {flag ? 1.0 : 0.0}).front() > 0;
+}
+
+std::vector<double> max_over_ranks(Communicator& host, const std::vector<double>& values) {
+  const auto n = static_cast<std::int64_t>(values.size());
+  const int world = host.world_size();
+  std::vector<float> mine(values.begin(), values.end());       // (n)
+  std::vector<float> all(static_cast<std::size_t>(n * world));  // (world, n)
+  host.all_gather(Tensor(all.data(), DType::f32, Device::cpu(), {n * world}),
+                  Tensor(mine.data(), DType::f32, Device::cpu(), {n}))
+      ->wait();
+  std::vector<double> out(values.size(), -std::numeric_limits<double>::infinity());  // (n)
+  for (int r = 0; r < world; ++r)
+    for (std::int64_t i = 0; i < n; ++i) out[i] = std::max(out[i], static_cast<double>(all[r * n + i]));
+  return out;
+}
+
+std::vector<std::vector<std::int64_t>> gather_counts(Communicator& host, const std::vector<std::int64_t>& values) {
+  constexpr std::int64_t kPiece = std::int64_t{1} << 24;  // each value as two pieces below 2^24: exact in fp32
+  const auto n = static_cast<std::int64_t>(values.size());
+  const int world = host.world_size();
+  std::vector<float> mine;  // (n, 2) high, low pieces
+  for (std::int64_t v : values) {
+    FT_CHECK(v >= 0 && v < kPiece * kPiece, "gather_counts: expected values in [0, 2^48), given ", v);
+    mine.push_back(static_cast<float>(v / kPiece));
+    mine.push_back(static_cast<float>(v % kPiece));
+  }
+  std::vector<float> all(static_cast<std::size_t>(2 * n * world));  // (world, n, 2)
+  host.all_gather(Tensor(all.data(), DType::f32, Device::cpu(), {2 * n * world}),
+                  Tensor(mine.data(), DType::f32, Device::cpu(), {2 * n}))
+      ->wait();
+  std::vector<std::vector<std::int64_t>> out(static_cast<std::size_t>(world));
+  for (int r = 0; r < world; ++r)
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::size_t at = static_cast<std::size_t>(2 * (r * n + i));
+      out[r].push_back(static_cast<std::int64_t>(all[at]) * kPiece + static_cast<std::int64_t>(all[at + 1]));
+    }
+  return out;
+}
+
+}  // namespace ft::cli

@@ -1,0 +1,170 @@
+// ddp_bench.h — `flashtrain bench ddp`: the full data-parallel training step (forward, backward, DDP
+// gradient averaging, clipping to 1.0, AdamW) of the Transformer LM under each DDP strategy, over the ranks
+// of an mpirun/srun job (or a world of one), plus the pieces `bench zero` shares (zero_bench.h): one
+// rank's replica of a model case, a step timed between barriers, and gathers over ranks.
+//
+// Rows: for each model case (size x context x precision) the strategies in order, `bucketed` once per
+// bucket size. `single` is no DDP at all: every rank runs the plain one-GPU step of its own local batch at
+// the same time, with no communication (so the GPUs run as they do in the DDP rows, and every row's
+// figures are gathered the same way); it is the step DDP adds communication to.
+// Figures: each rank times every step on the host (a barrier before it, untimed; the step ends with the
+// device synchronised), step_ms = the median over the timed steps of the max over ranks (a step is as
+// slow as its slowest rank); comm_ms likewise of DistributedDataParallel::comm_ms() — the sum of the
+// step's collective durations, which the overlapped and bucketed strategies mostly hide behind backward
+// (dist/ddp.h defines it exactly); null when the communicator does not time device collectives.
+// Each case builds its model and Trainer once and reuses them for every strategy (a DDP object per row,
+// which broadcasts rank 0's parameters); a case or row that runs out of memory on any rank becomes an OOM
+// row on every rank (ranks agree over the host communicator after building and after each row; a rank
+// that runs out of memory in the middle of a collective leaves its peer to the communicator's timeout).
+// No CLI11 here: cmd_bench_ddp.cpp declares the options into BenchDdpOptions.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "bench/memory_timeline.h"
+#include "bench/statistics.h"
+#include "dist/communicator.h"
+#include "dist/ddp.h"
+#include "flashtrain/model_bench.h"
+#include "model/data_loader.h"
+#include "model/token_staging.h"
+#include "model/trainer.h"
+#include "model/transformer.h"
+
+namespace ft::cli {
+
+// The command line's values, before validation (lists are comma-separated strings). `model` holds the
+// model options bench model has (its mode, profile and json fields are not used: leave them unset).
+struct BenchDdpOptions {
+  BenchModelOptions model;  // sizes (or explicit dims), vocab, contexts, batch = the local batch, warmup,
+                            // steps, precisions, attention, tf32, device, seed
+  std::string strategies = "single,naive,flat,overlapped,bucketed";
+  std::string bucket_mbs = "1,10,100,1000";  // the bucketed rows' bucket sizes, MiB
+  bool bf16_comm = false;
+  bool csv = false;
+  std::string json_path;
+  std::string profile;          // "" or "timeline"
+  std::string timeline_prefix;  // --profile timeline: rank 0 writes PREFIX-<row>.json per row
+};
+
+// The model options of a data-parallel benchmark with its defaults: local batch 2, bf16, 3 warm-up and 10
+// timed steps.
+BenchModelOptions data_parallel_model_options();
+
+// Validates the model part (the same rules as bench model) for train steps on this rank's device
+// (rank_device: GPU local_rank under mpirun).
+ModelBenchConfig resolve_data_parallel_model(const BenchModelOptions& options, const Communicator& host);
+
+// One row's data parallelism: no DDP (`single`) or a strategy, with the bucket size when bucketed.
+struct DdpBenchCase {
+  ModelBenchCase model;                 // mode train
+  std::optional<DdpStrategy> strategy;  // nullopt: single
+  std::optional<double> bucket_mb;      // bucketed only
+};
+
+struct DdpBenchConfig {
+  ModelBenchConfig model;                           // batch is the local batch; device is this rank's
+  std::vector<std::optional<DdpStrategy>> strategies;  // nullopt: single
+  std::vector<double> bucket_mbs;
+  bool bf16_comm = false;
+  // Non-empty: after its timed steps each row runs 2 more steps ("step 1", "step 2") under the kernel
+  // profiler (bench/kernel_profiler.h) on rank 0, and rank 0 writes their kernel-timeline document to
+  // timeline_path(timeline_prefix, row) (draw it with tools/plot_timeline.py).
+  std::string timeline_prefix;
+};
+
+// "<prefix>-<strategy>.json", bucketed "<prefix>-bucketed-<mb>mb.json".
+std::string timeline_path(const std::string& prefix, const DdpBenchCase& c);
+
+struct DdpBenchRow {
+  DdpBenchCase c;
+  int world = 1;
+  std::string backend;  // the communicator's ("nccl", "mpi", "single")
+  std::int64_t local_batch = 0;
+  std::int64_t parameters = 0;
+  bool oom = false;
+  std::string oom_message;
+  std::size_t collectives = 0;    // all-reduces per step (DDP buckets); 0 for single
+  Summary step;                   // of the per-step max over ranks, ms
+  std::optional<double> comm_ms;  // median over steps of the max over ranks; 0 for single
+  double peak_gib = 0;            // max over ranks of the peak over the timed steps
+  double tokens_per_s = 0;        // world x local batch x ctx / step_ms
+};
+
+// Validates options (ft::Error invalid_argument naming the option and the value given).
+DdpBenchConfig resolve_bench_ddp_options(const BenchDdpOptions& options, const Communicator& host);
+
+// Every row, in order model case (size, context, precision), then strategy (bucketed: each bucket size).
+std::vector<DdpBenchCase> expand_ddp_cases(const DdpBenchConfig& config);
+
+// Runs every row; collective over both communicators (all ranks call it with the same config). comm moves
+// the model's buffers, host the timings (the same communicator on the CPU). progress (rank 0 passes
+// std::cerr, or nullptr) gets a line per row. Every rank returns the same rows.
+std::vector<DdpBenchRow> run_ddp_bench(const DdpBenchConfig& config, Communicator& comm, Communicator& host,
+                                       std::ostream* progress);
+
+std::string format_ddp_bench(const std::vector<DdpBenchRow>& rows, bool csv);  // markdown (or CSV); OOM rows
+// Results document, benchmark "ddp": a row per case {strategy, bucket_mb (null unless bucketed), world,
+// backend, size, ctx, precision, local_batch, parameters, bf16_comm, collectives, step_ms (median),
+// mean_ms, min_ms, max_ms, comm_ms, peak_gib, tokens_per_s}; OOM rows {"oom": true, "error"}.
+nlohmann::json ddp_bench_document(const DdpBenchConfig& config, const std::vector<DdpBenchRow>& rows);
+
+// The whole subcommand: runs the rows; rank 0 prints the table to out and writes json_path (when given).
+void bench_ddp(const DdpBenchConfig& config, Communicator& comm, Communicator& host, bool csv,
+               const std::string& json_path, std::ostream& out);
+
+// ---- shared with bench zero ----
+
+// This rank's replica of a model case: the model on the config's device, its Trainer (clipping to 1.0)
+// and one random local batch (seed config.seed + 1 + rank: the ranks train on different data), staged.
+class DataParallelReplica {
+ public:
+  DataParallelReplica(const ModelBenchCase& c, const ModelBenchConfig& config, bool external_optimizer, int rank);
+
+  // One training step: zero_grads, forward_backward, sync() (DDP's synchronize, when given),
+  // optimizer_step, then the device synchronised. With a recorder, phases "forward_backward" (from the step's
+  // start) and "optimizer" (from the optimizer step's start) are marked.
+  void step(const std::function<void()>& sync, MemoryRecorder* recorder = nullptr);
+  // A barrier over host (untimed), then step(); the step's host wall time in ms.
+  double timed_step(Communicator& host, const std::function<void()>& sync);
+
+  TransformerLM& model() { return model_; }
+  Trainer& trainer() { return trainer_; }
+
+ private:
+  Device device_;
+  TransformerLM model_;
+  Trainer trainer_;
+  TokenBatch batch_;  // (local batch, ctx) host ids, the same every step
+  TokenStaging staging_;
+  std::pair<TokenIds, TokenIds> ids_;  // (inputs, targets) where the model reads them
+};
+
+// Clears the Trainer's gradient-ready hook when it goes out of scope (declare it after the DDP object the
+// hook points to, so the hook is gone before the object).
+class HookReset {
+ public:
+  explicit HookReset(Trainer& trainer) : trainer_(trainer) {}
+  ~HookReset() { trainer_.set_gradient_ready_hook({}); }
+  HookReset(const HookReset&) = delete;
+  HookReset& operator=(const HookReset&) = delete;
+
+ private:
+  Trainer& trainer_;
+};
+
+// True when `flag` is true on any rank.
+bool any_rank(Communicator& host, bool flag);
+// Element-wise max over ranks of values (the same length on every rank), gathered as fp32.
+std::vector<double> max_over_ranks(Communicator& host, const std::vector<double>& values);
+// Every rank's values (the same count on every rank), exact for 0 <= value < 2^48: result[r] is rank r's.
+std::vector<std::vector<std::int64_t>> gather_counts(Communicator& host, const std::vector<std::int64_t>& values);
+
+}  // namespace ft::cli

@@ -1,0 +1,402 @@
+// nccl_communicator.cpp — the NCCL backend: bootstrap over a host communicator, collectives on the
+// communication stream ordered after the compute stream by events, polled and bounded completion, and
+// the abort path shared by timeouts and NCCL errors.
+#include "dist/nccl/nccl_communicator.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <utility>
+
+#include "core/cuda_check.h"
+#include "core/error.h"
+#if FT_HAS_MPI
+#include <mpi.h>
+#endif
+
+#if NCCL_VERSION_CODE < NCCL_VERSION(2, 14, 0)
+#error "flashtrain needs NCCL 2.14 or newer (nonblocking communicators, ncclCommFinalize, ncclGetLastError)"
+#endif
+
+namespace ft {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+Clock::time_point deadline_after(double seconds) {
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+ncclDataType_t nccl_type(DType dtype) { return dtype == DType::bf16 ? ncclBfloat16 : ncclFloat32; }
+ncclRedOp_t nccl_op(ReduceOp op) { return op == ReduceOp::average ? ncclAvg : ncclSum; }
+
+std::string describe(const char* op, const Tensor& t, const std::string& detail = {}) {
+  return str(op, " (", name_of(t.dtype()), ", ", t.numel(), " elements", detail.empty() ? "" : ", ", detail, ")");
+}
+
+// Buffers must be on this rank's GPU: ft::Error naming the expected device and the tensor given.
+void check_on_gpu(const char* op, const char* role, const Tensor& t, Device gpu) {
+  FT_CHECK_KIND(unsupported, !t.device().is_cpu(), op, ": the NCCL communicator moves buffers on ", gpu.to_string(),
+                " (this rank's GPU); given the host tensor ", t.describe(), " as ", role,
+                " (host buffers need the host communicator: DistributedContext::communicator_for(cpu))");
+  FT_CHECK(t.device() == gpu, op, ": the ", role, " tensor must be on ", gpu.to_string(), " (this rank's GPU), given ",
+           t.describe());
+}
+
+// Ends the whole job after a fatal communication failure: MPI_Abort when MPI runs, else this process.
+[[noreturn]] void end_job() {
+#if FT_HAS_MPI
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
+#endif
+  std::_Exit(1);
+}
+
+}  // namespace
+
+struct NcclState {
+  ncclComm_t comm = nullptr;       // nullptr once destroyed or aborted
+  cudaStream_t stream = nullptr;   // the communication stream (owned)
+  cudaEvent_t ready = nullptr;     // recorded on the compute stream before each collective (owned)
+  cudaStream_t compute = nullptr;  // the compute stream (not owned); nullptr = the legacy default stream
+  float* barrier_word = nullptr;   // (1) fp32 on the GPU, all-reduced by barrier() (owned)
+  int device = 0, rank = 0, world = 1;
+  CommunicatorOptions options;
+  std::string abort_reason;  // why the communicator was aborted; empty while usable
+
+  NcclState() = default;
+  NcclState(const NcclState&) = delete;
+  NcclState& operator=(const NcclState&) = delete;
+  ~NcclState();
+
+  std::string error_message(const std::string& what, ncclResult_t result) const {
+    const char* last = ncclGetLastError(comm);
+    return str(what, " on rank ", rank, " of ", world, " failed: NCCL error '", ncclGetErrorString(result), "'",
+               last && *last ? ": " : "", last ? last : "");
+  }
+
+  // ncclCommAbort (kernels waiting on a peer end); later collectives are refused.
+  void abort_nccl(const std::string& reason) {
+    if (comm) ncclCommAbort(comm);
+    comm = nullptr;
+    if (abort_reason.empty()) abort_reason = reason;
+  }
+
+  // A timeout or an NCCL error: abort, then throw ft::Error or end the job (CommunicatorOptions).
+  [[noreturn]] void fail(const std::string& message) {
+    if (options.on_timeout == TimeoutAction::abort_job) {
+      std::fprintf(stderr, "flashtrain: error: %s; ending every rank (ncclCommAbort, MPI_Abort)\n", message.c_str());
+      std::fflush(stderr);
+      abort_nccl(message);
+      end_job();
+    }
+    abort_nccl(message);
+    FT_THROW(runtime, message);
+  }
+
+  void require_usable(const std::string& what) const {
+    FT_CHECK_KIND(runtime, abort_reason.empty(), what, " on rank ", rank, ": the NCCL communicator was aborted (",
+                  abort_reason, "); make a new one");
+  }
+
+  // The result of an NCCL call on the communicator: ncclSuccess, or ncclInProgress (nonblocking mode:
+  // finishing in the background; settle() waits for it); anything else fails `what`.
+  void check_call(ncclResult_t result, const std::string& what, const char* call, const char* file, int line) {
+    if (result != ncclSuccess && result != ncclInProgress)
+      fail(str(error_message(what, result), " (", call, " at ", file, ":", line, ")"));
+  }
+
+  // The communicator's state: ncclSuccess (ready), ncclInProgress (a call finishing in the background) or
+  // the error NCCL reports asynchronously (a peer gone, a network failure).
+  ncclResult_t async_state() const {
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t rc = ncclCommGetAsyncError(comm, &state);
+    return rc != ncclSuccess ? rc : state;
+  }
+
+  // An asynchronous NCCL error fails `what`.
+  void check_async(const std::string& what) {
+    if (!comm) return;
+    const ncclResult_t state = async_state();
+    if (state != ncclSuccess && state != ncclInProgress) fail(error_message(what, state));
+  }
+
+  // Polls the nonblocking communicator until its last call has finished in the background (ncclSuccess),
+  // failing `what` on an error or past the timeout.
+  void settle(const std::string& what) {
+    const auto deadline = deadline_after(options.timeout_seconds);
+    for (;;) {
+      const ncclResult_t state = async_state();
+      if (state == ncclSuccess) return;
+      if (state != ncclInProgress) fail(error_message(what, state));
+      if (Clock::now() > deadline) fail(timeout_message(what, rank, world, options.timeout_seconds));
+      std::this_thread::yield();
+    }
+  }
+
+  // The orderly end: collectives still queued finish (bounded by the timeout), then ncclCommFinalize
+  // (polled) and ncclCommDestroy; ncclCommAbort when that does not happen in time.
+  void shut_down() {
+    if (!comm) return;
+    const auto deadline = deadline_after(options.timeout_seconds);
+    cudaError_t idle = cudaStreamQuery(stream);
+    while (idle == cudaErrorNotReady && Clock::now() < deadline) {
+      std::this_thread::yield();
+      idle = cudaStreamQuery(stream);
+    }
+    bool finalized = false;
+    if (idle == cudaSuccess) {
+      ncclResult_t state = ncclCommFinalize(comm);
+      while (state == ncclInProgress && Clock::now() < deadline) {
+        std::this_thread::yield();
+        state = async_state();
+      }
+      finalized = state == ncclSuccess;
+    }
+    if (finalized) {
+      ncclCommDestroy(comm);
+    } else {
+      std::fprintf(stderr,
+                   "flashtrain: warning: rank %d: the NCCL communicator could not be shut down in order within %g s "
+                   "(collectives still running or an NCCL error: a peer gone?); aborting it\n",
+                   rank, options.timeout_seconds);
+      abort_nccl("it was destroyed before its collectives finished");
+    }
+    comm = nullptr;
+  }
+};
+
+NcclState::~NcclState() {
+  int previous = 0;
+  const bool switch_device = cudaGetDevice(&previous) == cudaSuccess && previous != device;
+  if (switch_device) cudaSetDevice(device);
+  if (barrier_word) cudaFree(barrier_word);
+  if (ready) cudaEventDestroy(ready);
+  if (stream) cudaStreamDestroy(stream);
+  if (switch_device) cudaSetDevice(previous);
+}
+
+namespace {
+
+class NcclWork final : public Work {
+ public:
+  NcclWork(std::shared_ptr<NcclState> state, std::string what)
+      : state_(std::move(state)), what_(std::move(what)), compute_(state_->compute) {
+    FT_CUDA_CHECK(cudaEventCreate(&start_));
+    FT_CUDA_CHECK(cudaEventCreate(&done_));
+  }
+  ~NcclWork() override {
+    if (start_) cudaEventDestroy(start_);
+    if (done_) cudaEventDestroy(done_);
+  }
+  NcclWork(const NcclWork&) = delete;
+  NcclWork& operator=(const NcclWork&) = delete;
+
+  const std::string& what() const { return what_; }
+  cudaEvent_t start() const { return start_; }
+  cudaEvent_t done() const { return done_; }
+
+  bool is_completed() override {
+    if (completed_) return true;
+    state_->require_usable(what_);
+    const cudaError_t status = cudaEventQuery(done_);
+    if (status == cudaSuccess) {
+      completed_ = true;
+      return true;
+    }
+    if (status != cudaErrorNotReady) FT_CUDA_CHECK(status);
+    state_->check_async(what_);
+    return false;
+  }
+
+  void wait() override {
+    const auto deadline = deadline_after(state_->options.timeout_seconds);
+    while (!is_completed()) {
+      if (Clock::now() > deadline)
+        state_->fail(timeout_message(what_, state_->rank, state_->world, state_->options.timeout_seconds));
+      std::this_thread::yield();  // ranks may share cores
+    }
+    if (joined_) return;
+    CudaDeviceGuard guard(state_->device);  // the legacy default stream is the current device's
+    FT_CUDA_CHECK(cudaStreamWaitEvent(compute_, done_, 0));
+    joined_ = true;
+  }
+
+  std::optional<double> elapsed_ms() override {
+    if (!is_completed()) return std::nullopt;
+    float ms = 0;
+    FT_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, done_));
+    return ms;
+  }
+
+ private:
+  std::shared_ptr<NcclState> state_;
+  std::string what_;
+  cudaStream_t compute_;        // the compute stream when the collective was issued
+  cudaEvent_t start_ = nullptr;  // recorded on the communication stream just before the collective
+  cudaEvent_t done_ = nullptr;   // recorded on the communication stream after the collective
+  bool completed_ = false;      // the event has completed
+  bool joined_ = false;         // the compute stream waits for it
+};
+
+// One collective being issued: on construction the communication stream is ordered after the work
+// queued on the compute stream; the caller makes the NCCL call (FT_NCCL_ENQUEUE); finish() waits for the
+// nonblocking enqueue and records the Work's event after it.
+class Launch {
+ public:
+  Launch(const std::shared_ptr<NcclState>& state, std::string what) : state_(*state), guard_(state->device) {
+    state_.require_usable(what);
+    work_ = std::make_unique<NcclWork>(state, std::move(what));
+    FT_CUDA_CHECK(cudaEventRecord(state_.ready, state_.compute));
+    FT_CUDA_CHECK(cudaStreamWaitEvent(state_.stream, state_.ready, 0));
+    FT_CUDA_CHECK(cudaEventRecord(work_->start(), state_.stream));
+  }
+  ncclComm_t comm() const { return state_.comm; }
+  cudaStream_t stream() const { return state_.stream; }
+  void check(ncclResult_t result, const char* call, const char* file, int line) {
+    state_.check_call(result, work_->what(), call, file, line);
+  }
+  WorkHandle finish() {
+    state_.settle(work_->what());
+    FT_CUDA_CHECK(cudaEventRecord(work_->done(), state_.stream));
+    return std::move(work_);
+  }
+
+ private:
+  NcclState& state_;
+  CudaDeviceGuard guard_;
+  std::unique_ptr<NcclWork> work_;
+};
+
+// An NCCL call issuing a collective, checked with the call's text, file and line.
+#define FT_NCCL_ENQUEUE(launch, call) (launch).check((call), #call, __FILE__, __LINE__)
+
+}  // namespace
+
+NcclCommunicator::NcclCommunicator(Communicator& bootstrap, Device gpu, const CommunicatorOptions& options,
+                                   const Stream& compute_stream)
+    : state_(std::make_shared<NcclState>()),
+      gpu_(gpu),
+      options_(options),
+      rank_(bootstrap.rank()),
+      world_size_(bootstrap.world_size()),
+      local_rank_(bootstrap.local_rank()),
+      local_world_size_(bootstrap.local_world_size()) {
+  FT_CHECK(options.timeout_seconds > 0, "NcclCommunicator: timeout_seconds must be > 0, given ",
+           options.timeout_seconds);
+  FT_CHECK(gpu.is_cuda(), "NcclCommunicator: expected a GPU (cuda:N), given ", gpu.to_string());
+  const int count = cuda_device_count();
+  FT_CHECK_KIND(unsupported, gpu.index < count, "NcclCommunicator: no ", gpu.to_string(), " on this node (", count,
+                " GPU(s) visible)");
+  NcclState& s = *state_;
+  s.device = gpu.index;
+  s.rank = rank_;
+  s.world = world_size_;
+  s.options = options;
+  set_compute_stream(compute_stream);
+
+  CudaDeviceGuard guard(gpu.index);
+  FT_CUDA_CHECK(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
+  FT_CUDA_CHECK(cudaEventCreateWithFlags(&s.ready, cudaEventDisableTiming));
+  FT_CUDA_CHECK(cudaMalloc(&s.barrier_word, sizeof(float)));
+  FT_CUDA_CHECK(cudaMemset(s.barrier_word, 0, sizeof(float)));
+
+  ncclUniqueId id{};  // 128 bytes
+  if (rank_ == 0) FT_NCCL_CHECK(ncclGetUniqueId(&id));
+  if (world_size_ > 1) {
+    // The id's bytes viewed as 64 bf16 elements: moved bit for bit (MPI sends them as 16-bit integers).
+    static_assert(sizeof(id) % 2 == 0);
+    const std::int64_t halves = static_cast<std::int64_t>(sizeof(id) / 2);
+    bootstrap.broadcast(Tensor(&id, DType::bf16, Device::cpu(), {halves}), 0)->wait();
+  }
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  const std::string what = str("ncclCommInitRankConfig (", world_size_, " ranks, ", gpu.to_string(), ")");
+  s.check_call(ncclCommInitRankConfig(&s.comm, world_size_, id, rank_, &config), what, "ncclCommInitRankConfig",
+               __FILE__, __LINE__);
+  s.settle(what);
+}
+
+NcclCommunicator::~NcclCommunicator() {
+  int previous = 0;
+  const bool switch_device = cudaGetDevice(&previous) == cudaSuccess && previous != gpu_.index;
+  if (switch_device) cudaSetDevice(gpu_.index);
+  state_->shut_down();
+  if (switch_device) cudaSetDevice(previous);
+}
+
+void NcclCommunicator::set_compute_stream(const Stream& stream) {
+  FT_CHECK(stream.handle() == nullptr || stream.device() == gpu_, "NcclCommunicator: the compute stream must be on ",
+           gpu_.to_string(), " (this rank's GPU), given a stream on ", stream.device().to_string());
+  state_->compute = static_cast<cudaStream_t>(stream.handle());
+}
+
+void NcclCommunicator::abort() { state_->abort_nccl("NcclCommunicator::abort() was called"); }
+
+bool NcclCommunicator::aborted() const { return !state_->abort_reason.empty(); }
+
+WorkHandle NcclCommunicator::all_reduce(const Tensor& data, ReduceOp op) {
+  check_collective_buffer("all_reduce", "data", data, true);
+  check_on_gpu("all_reduce", "data", data, gpu_);
+  if (data.numel() == 0) return std::make_unique<CompletedWork>();
+  Launch launch(state_, describe("all_reduce", data, name_of(op)));
+  FT_NCCL_ENQUEUE(launch, ncclAllReduce(data.data(), data.data(), static_cast<std::size_t>(data.numel()),
+                                        nccl_type(data.dtype()), nccl_op(op), launch.comm(), launch.stream()));
+  return launch.finish();
+}
+
+WorkHandle NcclCommunicator::reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) {
+  check_reduce_scatter(output, input, world_size_);
+  check_on_gpu("reduce_scatter", "input", input, gpu_);
+  if (output.numel() == 0) return std::make_unique<CompletedWork>();
+  Launch launch(state_, describe("reduce_scatter", input, name_of(op)));
+  FT_NCCL_ENQUEUE(launch, ncclReduceScatter(input.data(), output.data(), static_cast<std::size_t>(output.numel()),
+                                            ncclFloat32, nccl_op(op), launch.comm(), launch.stream()));
+  return launch.finish();
+}
+
+WorkHandle NcclCommunicator::all_gather(const Tensor& output, const Tensor& input) {
+  check_all_gather(output, input, world_size_);
+  check_on_gpu("all_gather", "input", input, gpu_);
+  const std::size_t slice_bytes = static_cast<std::size_t>(input.numel()) * input.element_size();
+  const char* in = static_cast<const char*>(input.data());
+  const char* out = static_cast<const char*>(output.data());
+  const bool in_place = in == out + static_cast<std::size_t>(rank_) * slice_bytes;
+  FT_CHECK(in_place || in + slice_bytes <= out || out + output.span_bytes() <= in,
+           "all_gather: the input must be this rank's slice of the output or not overlap it, given ",
+           input.describe(), " and ", output.describe());
+  if (input.numel() == 0) return std::make_unique<CompletedWork>();
+  Launch launch(state_, describe("all_gather", output));
+  FT_NCCL_ENQUEUE(launch, ncclAllGather(input.data(), output.data(), static_cast<std::size_t>(input.numel()),
+                                        nccl_type(input.dtype()), launch.comm(), launch.stream()));
+  return launch.finish();
+}
+
+WorkHandle NcclCommunicator::broadcast(const Tensor& data, int root) {
+  check_collective_buffer("broadcast", "data", data, true);
+  check_on_gpu("broadcast", "data", data, gpu_);
+  check_root("broadcast", root, world_size_);
+  if (data.numel() == 0) return std::make_unique<CompletedWork>();
+  Launch launch(state_, describe("broadcast", data, str("root ", root)));
+  FT_NCCL_ENQUEUE(launch, ncclBroadcast(data.data(), data.data(), static_cast<std::size_t>(data.numel()),
+                                        nccl_type(data.dtype()), root, launch.comm(), launch.stream()));
+  return launch.finish();
+}
+
+WorkHandle NcclCommunicator::barrier() {
+  Launch launch(state_, "barrier");
+  FT_NCCL_ENQUEUE(launch, ncclAllReduce(state_->barrier_word, state_->barrier_word, 1, ncclFloat32, ncclSum,
+                                        launch.comm(), launch.stream()));
+  return launch.finish();
+}
+
+}  // namespace ft

@@ -1,0 +1,80 @@
+// nccl_communicator.h — NcclCommunicator: the Communicator over NCCL for buffers on this rank's GPU, built
+// when CMake finds CUDA and NCCL (FT_HAS_NCCL=1; this folder is left out of the library otherwise).
+// DistributedContext::device_communicator() makes the job's one; tests and tools may make more.
+//   streams   every collective runs on the communicator's own CUDA stream (non-blocking, created here),
+//             which first waits for an event recorded on the compute stream — the stream the model's
+//             kernels run on — so it sees everything queued there before the call (the gradients it
+//             reduces). The Work holds an event recorded after the collective.
+//   Work      is_completed() queries that event (and ncclCommGetAsyncError); wait() polls it until done,
+//             then makes the compute stream wait for it (cudaStreamWaitEvent), so kernels queued there
+//             afterwards see the result; on return the result is also visible to the host.
+//   failures  a wait() past CommunicatorOptions::timeout_seconds, or an NCCL error (ncclCommGetAsyncError,
+//             described by ncclGetErrorString and ncclGetLastError), aborts the NCCL communicator
+//             (ncclCommAbort: kernels stuck on a peer end) and then, as the options say, throws ft::Error
+//             (runtime; timeout_message() for a timeout) or prints the error and ends the job (MPI_Abort,
+//             or exit status 1 without MPI). An aborted communicator refuses further collectives.
+//   NCCL      runs in its nonblocking mode (ncclConfig_t::blocking = 0): no NCCL call can block the host
+//             indefinitely (e.g. connecting to a peer that never comes); init and each enqueue are polled
+//             until ready, bounded by the same timeout.
+//   buffers   contiguous fp32 or bf16 (reduce_scatter: fp32) on this rank's GPU; average is ncclAvg;
+//             all_gather may be in place; barrier is an all-reduce of one float the communicator owns.
+//             Empty buffers complete at once without calling NCCL (every rank passes the same shapes).
+// One thread uses a communicator and its Works at a time. The header holds no CUDA or NCCL types.
+#pragma once
+
+#include <memory>
+
+#include "core/device.h"
+#include "core/stream.h"
+#include "dist/communicator.h"
+
+namespace ft {
+
+struct NcclState;  // the NCCL communicator, streams and events (nccl_communicator.cpp)
+
+class NcclCommunicator final : public Communicator {
+ public:
+  // Joins every rank of `bootstrap` (collective over it) in one NCCL communicator driving `gpu` on this
+  // rank: rank 0 draws the NCCL unique id and broadcasts it over `bootstrap` (not in a world of one),
+  // then every rank calls ncclCommInitRankConfig, polled until ready or past the timeout. rank(),
+  // world_size(), local_rank() and local_world_size() are bootstrap's. compute_stream: on `gpu`; the
+  // default, a default-constructed Stream, is gpu's legacy default stream.
+  NcclCommunicator(Communicator& bootstrap, Device gpu, const CommunicatorOptions& options = {},
+                   const Stream& compute_stream = {});
+  // Lets issued collectives finish (bounded by the timeout), then ncclCommFinalize and ncclCommDestroy;
+  // ncclCommAbort when they do not finish in time.
+  ~NcclCommunicator() override;
+  NcclCommunicator(const NcclCommunicator&) = delete;
+  NcclCommunicator& operator=(const NcclCommunicator&) = delete;
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return world_size_; }
+  int local_rank() const override { return local_rank_; }
+  int local_world_size() const override { return local_world_size_; }
+  const char* backend() const override { return "nccl"; }
+  Device device() const { return gpu_; }
+  const CommunicatorOptions& options() const { return options_; }
+
+  // The stream collectives order themselves after (see above); for collectives issued after the call.
+  void set_compute_stream(const Stream& stream);
+
+  WorkHandle all_reduce(const Tensor& data, ReduceOp op) override;
+  WorkHandle reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) override;
+  WorkHandle all_gather(const Tensor& output, const Tensor& input) override;
+  WorkHandle broadcast(const Tensor& data, int root) override;
+  WorkHandle barrier() override;
+
+  // Ends the NCCL communicator at once (ncclCommAbort), without waiting for its collectives; later
+  // collectives throw ft::Error. For a rank whose peer has aborted (after a failure): destroying would
+  // wait for collectives that peer will never join. Idempotent.
+  void abort();
+  bool aborted() const;
+
+ private:
+  std::shared_ptr<NcclState> state_;  // shared with the Works in flight
+  Device gpu_;
+  CommunicatorOptions options_;
+  int rank_ = 0, world_size_ = 1, local_rank_ = 0, local_world_size_ = 1;
+};
+
+}  // namespace ft

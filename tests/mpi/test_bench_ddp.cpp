@@ -1,0 +1,188 @@
+// test_bench_ddp.cpp — `flashtrain bench ddp` without the binary, 2 ranks under mpirun on the tiny model on
+// the CPU: a row per strategy (bucketed once per bucket size) with the collectives each strategy issues,
+// positive step times, communication times within them (zero for single), the same rows on both ranks, a
+// well-formed results document, rank 0 alone printing and writing it, and bad options refused.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "bench/kernel_profiler.h"
+#include "common/temp_folder.h"
+#include "core/error.h"
+#include "flashtrain/ddp_bench.h"
+#include "model/parameters.h"
+#include "mpi/mpi_test_util.h"
+
+namespace ft::test {
+namespace {
+
+using cli::BenchDdpOptions;
+using cli::DdpBenchRow;
+
+BenchDdpOptions tiny_options() {
+  BenchDdpOptions o;
+  o.model = cli::data_parallel_model_options();
+  o.model.sizes = "tiny";
+  o.model.vocab = 97;
+  o.model.contexts = "16";
+  o.model.precisions = "fp32";
+  o.model.device = "cpu";
+  o.model.warmup = 1;
+  o.model.steps = 3;
+  o.bucket_mbs = "0.001,1";  // about 1 KiB (a bucket per parameter or a few) and more than the whole model
+  return o;
+}
+
+TEST(BenchDdp, EveryStrategyGivesARowWithTimesWithinTheStep) {
+  const cli::DdpBenchConfig config = cli::resolve_bench_ddp_options(tiny_options(), world());
+  EXPECT_EQ(config.model.batch, 2);  // the local batch's default
+  const std::vector<DdpBenchRow> rows = cli::run_ddp_bench(config, world(), world(), nullptr);
+  const std::vector<std::string> strategies{"single", "naive", "flat", "overlapped", "bucketed", "bucketed"};
+  ASSERT_EQ(rows.size(), strategies.size());
+  ModelConfig model = model_config("tiny");
+  model.vocab_size = 97;
+  model.context_length = 16;
+  const auto tensors = static_cast<std::size_t>(ParameterLayout(model).size());
+
+  std::vector<float> figures;  // every row's step and comm times, compared across ranks
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const DdpBenchRow& r = rows[i];
+    SCOPED_TRACE(strategies[i]);
+    EXPECT_EQ(r.c.strategy ? name_of(*r.c.strategy) : std::string("single"), strategies[i]);
+    EXPECT_EQ(r.c.bucket_mb.has_value(), strategies[i] == "bucketed");
+    EXPECT_FALSE(r.oom);
+    EXPECT_EQ(r.world, 2);
+    EXPECT_EQ(r.backend, "mpi");
+    EXPECT_EQ(r.local_batch, 2);
+    EXPECT_EQ(r.parameters, ParameterLayout(model).numel());
+    EXPECT_EQ(r.step.count, 3);
+    EXPECT_GT(r.step.min, 0);
+    EXPECT_LE(r.step.min, r.step.median);
+    EXPECT_LE(r.step.median, r.step.max);
+    EXPECT_GT(r.peak_gib, 0);
+    EXPECT_DOUBLE_EQ(r.tokens_per_s, 2.0 * 2 * 16 / (r.step.median / 1e3));
+    ASSERT_TRUE(r.comm_ms.has_value());
+    // Each step's communication lies inside that step (collectives in flight together count once), so the
+    // median of the per-step maxima is bounded by the step's.
+    EXPECT_LE(*r.comm_ms, r.step.median);
+    if (strategies[i] == "single") {
+      EXPECT_EQ(r.collectives, 0u);
+      EXPECT_EQ(*r.comm_ms, 0.0);
+    } else {
+      EXPECT_GT(*r.comm_ms, 0.0);
+    }
+    figures.push_back(static_cast<float>(r.step.median));
+    figures.push_back(static_cast<float>(*r.comm_ms));
+  }
+  EXPECT_EQ(rows[1].collectives, tensors);  // naive: one all-reduce per parameter
+  EXPECT_EQ(rows[2].collectives, 1u);       // flat: the whole buffer
+  EXPECT_EQ(rows[3].collectives, tensors);  // overlapped: one per parameter
+  EXPECT_GT(rows[4].collectives, 1u);       // 1 KiB buckets: several
+  EXPECT_EQ(rows[5].collectives, 1u);       // 1 MiB holds the whole tiny model
+  EXPECT_DOUBLE_EQ(*rows[4].c.bucket_mb, 0.001);
+  const auto all = gather_all(figures);
+  EXPECT_EQ(all[0], all[1]) << "every rank reports the gathered figures";
+
+  const nlohmann::json doc = cli::ddp_bench_document(config, rows);
+  EXPECT_EQ(doc["benchmark"], "ddp");
+  for (const char* key : {"commit", "date", "device"}) EXPECT_TRUE(doc[key].is_string()) << key;
+  EXPECT_EQ(doc["config"]["world"], 2);
+  EXPECT_EQ(doc["config"]["local_batch"], 2);
+  ASSERT_EQ(doc["rows"].size(), rows.size());
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    const nlohmann::json& row = doc["rows"][i];
+    SCOPED_TRACE(strategies[i]);
+    EXPECT_EQ(row["strategy"], strategies[i]);
+    EXPECT_EQ(row["bucket_mb"].is_null(), strategies[i] != "bucketed");
+    EXPECT_EQ(row["world"], 2);
+    EXPECT_EQ(row["size"], "tiny");
+    EXPECT_EQ(row["ctx"], 16);
+    EXPECT_EQ(row["precision"], "fp32");
+    EXPECT_EQ(row["local_batch"], 2);
+    EXPECT_FALSE(row.contains("oom"));
+    for (const char* key : {"step_ms", "mean_ms", "min_ms", "max_ms", "peak_gib", "tokens_per_s"}) {
+      ASSERT_TRUE(row[key].is_number()) << key;
+      EXPECT_GT(row[key].get<double>(), 0) << key;
+    }
+    ASSERT_TRUE(row["comm_ms"].is_number());
+    EXPECT_DOUBLE_EQ(row["step_ms"].get<double>(), rows[i].step.median);
+  }
+}
+
+TEST(BenchDdp, RankZeroAlonePrintsAndWritesTheDocument) {
+  testing_util::TempFolder folder;  // one per rank (named by process id)
+  const std::string path = folder.file("ddp.json");
+  BenchDdpOptions o = tiny_options();
+  o.strategies = "single,bucketed";
+  o.bucket_mbs = "1";
+  o.model.warmup = 0;
+  o.model.steps = 1;
+  std::ostringstream out;
+  cli::bench_ddp(cli::resolve_bench_ddp_options(o, world()), world(), world(), false, path, out);
+  if (world().rank() != 0) {
+    EXPECT_EQ(out.str(), "");
+    EXPECT_FALSE(std::filesystem::exists(path));
+    return;
+  }
+  EXPECT_NE(out.str().find("| strategy | bucket_mb |"), std::string::npos) << out.str();
+  EXPECT_NE(out.str().find("| bucketed | 1 "), std::string::npos) << out.str();
+  std::ifstream in(path);
+  ASSERT_TRUE(in.good());
+  const nlohmann::json doc = nlohmann::json::parse(in);
+  EXPECT_EQ(doc["benchmark"], "ddp");
+  ASSERT_EQ(doc["rows"].size(), 2u);
+  EXPECT_EQ(doc["rows"][1]["bucket_mb"], 1.0);
+}
+
+TEST(BenchDdp, RefusesUnknownStrategiesAndBucketSizes) {
+  for (const char* strategies : {"zero", "flat,", "single,fsdp"}) {
+    BenchDdpOptions o = tiny_options();
+    o.strategies = strategies;
+    EXPECT_THROW(cli::resolve_bench_ddp_options(o, world()), Error) << strategies;
+  }
+  for (const char* sizes : {"0", "-1", "1MiB", "", "1,,2"}) {
+    BenchDdpOptions o = tiny_options();
+    o.bucket_mbs = sizes;
+    EXPECT_THROW(cli::resolve_bench_ddp_options(o, world()), Error) << sizes;
+  }
+  BenchDdpOptions o = tiny_options();
+  o.model.device = "cuda:1";  // with several ranks, each uses GPU local_rank: an explicit index is refused
+  EXPECT_THROW(cli::resolve_bench_ddp_options(o, world()), Error);
+}
+
+TEST(BenchDdp, TimelineNeedsItsPathAndAGpu) {
+  auto message = [](const BenchDdpOptions& o) {
+    try {
+      cli::resolve_bench_ddp_options(o, world());
+    } catch (const Error& e) {
+      return e.message();
+    }
+    return std::string("accepted");
+  };
+  BenchDdpOptions o = tiny_options();  // on the CPU
+  o.profile = "timeline";
+  EXPECT_NE(message(o).find("needs --timeline-json"), std::string::npos) << message(o);
+  o.timeline_prefix = "/tmp/ft-timeline";
+  EXPECT_NE(message(o).find(kernel_profiler_available() ? "expected a CUDA device, given cpu" : "timeline"),
+            std::string::npos)
+      << message(o);
+  o.profile.clear();
+  EXPECT_NE(message(o).find("only used with --profile timeline"), std::string::npos) << message(o);
+}
+
+TEST(BenchDdp, TimelinePathsNameTheRow) {
+  cli::DdpBenchCase c;
+  EXPECT_EQ(cli::timeline_path("out/t", c), "out/t-single.json");
+  c.strategy = DdpStrategy::overlapped;
+  EXPECT_EQ(cli::timeline_path("out/t", c), "out/t-overlapped.json");
+  c.strategy = DdpStrategy::bucketed;
+  c.bucket_mb = 25;
+  EXPECT_EQ(cli::timeline_path("out/t", c), "out/t-bucketed-25mb.json");
+}
+
+}  // namespace
+}  // namespace ft::test

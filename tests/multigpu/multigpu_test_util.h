@@ -1,0 +1,74 @@
+// multigpu_test_util.h — shared by the multigpu tests (tests/multigpu/test_*.cpp, each run as 2 ranks under
+// mpirun on a machine with 2 GPUs, rank r on cuda:r): the job's DistributedContext, created before the first
+// test and destroyed (NCCL communicator, then MPI_Finalize) after the last by a gtest environment that
+// fails — never skips — when fewer than 2 GPUs are visible; and host <-> GPU copies of value vectors.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "core/buffer.h"
+#include "core/device.h"
+#include "core/tensor_io.h"
+#include "dist/context.h"
+
+namespace ft::test {
+
+inline DistributedContext*& context_slot() {
+  static DistributedContext* context = nullptr;
+  return context;
+}
+inline DistributedContext& context() { return *context_slot(); }
+// The host communicator (MPI) and this rank's GPU.
+inline Communicator& host() { return context().host_communicator(); }
+inline Device gpu() { return context().local_gpu(); }
+
+// Every collective's wait is bounded (60 s, then the job ends): a test that leaves its peer behind fails
+// instead of hanging.
+class MultiGpuEnvironment : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    DistributedOptions options;
+    options.backend = DistributedBackend::mpi;
+    options.communicator.timeout_seconds = 60;
+    context_ = std::make_unique<DistributedContext>(options);
+    context_slot() = context_.get();
+    ASSERT_EQ(context().world_size(), 2) << "the multigpu tests run as 2 ranks (mpirun -np 2)";
+    ASSERT_GE(cuda_device_count(), 2) << "the multigpu tests need 2 GPUs (one per rank); this machine shows "
+                                      << cuda_device_count();
+    ASSERT_EQ(cudaSetDevice(gpu().index), cudaSuccess);
+  }
+  void TearDown() override {
+    context_slot() = nullptr;
+    context_.reset();
+  }
+
+ private:
+  std::unique_ptr<DistributedContext> context_;
+};
+
+inline ::testing::Environment* const multigpu_environment =
+    ::testing::AddGlobalTestEnvironment(new MultiGpuEnvironment);
+
+// A GPU tensor (n) of dtype T (float or bf16) holding values.
+template <class T>
+OwnedTensor to_gpu(std::vector<T> values, DType dtype, Device device) {
+  const auto n = static_cast<std::int64_t>(values.size());
+  OwnedTensor t({n}, dtype, device, "test values");
+  copy(t, Tensor(values.data(), dtype, Device::cpu(), {n}));
+  return t;
+}
+
+// The values of a contiguous GPU tensor of T (float or bf16), on the host (after the device is idle).
+template <class T>
+std::vector<T> to_host(const Tensor& t) {
+  std::vector<T> values(static_cast<std::size_t>(t.numel()));  // (numel)
+  copy(Tensor(values.data(), t.dtype(), Device::cpu(), {t.numel()}), t.reshape({t.numel()}));
+  return values;
+}
+
+}  // namespace ft::test
