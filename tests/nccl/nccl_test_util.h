@@ -1,4 +1,4 @@
-// multigpu_test_util.h — shared by the multigpu tests (tests/multigpu/test_*.cpp, each run as 2 ranks under
+// nccl_test_util.h — shared by the nccl tests (tests/nccl/test_*.cpp, each run as 2 ranks under
 // mpirun on a machine with 2 GPUs, rank r on cuda:r): the job's DistributedContext, created before the first
 // test and destroyed (NCCL communicator, then MPI_Finalize) after the last by a gtest environment that
 // fails — never skips — when fewer than 2 GPUs are visible; and host <-> GPU copies of value vectors.
@@ -37,8 +37,8 @@ class MultiGpuEnvironment : public ::testing::Environment {
     options.communicator.timeout_seconds = 60;
     context_ = std::make_unique<DistributedContext>(options);
     context_slot() = context_.get();
-    ASSERT_EQ(context().world_size(), 2) << "the multigpu tests run as 2 ranks (mpirun -np 2)";
-    ASSERT_GE(cuda_device_count(), 2) << "the multigpu tests need 2 GPUs (one per rank); this machine shows "
+    ASSERT_EQ(context().world_size(), 2) << "the nccl tests run as 2 ranks (mpirun -np 2)";
+    ASSERT_GE(cuda_device_count(), 2) << "the nccl tests need 2 GPUs (one per rank); this machine shows "
                                       << cuda_device_count();
     ASSERT_EQ(cudaSetDevice(gpu().index), cudaSuccess);
   }
@@ -51,7 +51,7 @@ class MultiGpuEnvironment : public ::testing::Environment {
   std::unique_ptr<DistributedContext> context_;
 };
 
-inline ::testing::Environment* const multigpu_environment =
+inline ::testing::Environment* const nccl_environment =
     ::testing::AddGlobalTestEnvironment(new MultiGpuEnvironment);
 
 // A GPU tensor (n) of dtype T (float or bf16) holding values.

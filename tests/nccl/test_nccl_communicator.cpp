@@ -14,7 +14,7 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "core/stream.h"
-#include "multigpu/multigpu_test_util.h"
+#include "nccl/nccl_test_util.h"
 
 namespace ft::test {
 namespace {

@@ -20,7 +20,7 @@
 #include "dist/ddp_transformer.h"
 #include "dist/zero_transformer.h"
 #include "model/token_staging.h"
-#include "multigpu/multigpu_test_util.h"
+#include "nccl/nccl_test_util.h"
 
 namespace ft::test {
 namespace {

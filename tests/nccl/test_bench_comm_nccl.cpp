@@ -12,7 +12,7 @@
 
 #include "common/temp_folder.h"
 #include "flashtrain/comm_bench.h"
-#include "multigpu/multigpu_test_util.h"
+#include "nccl/nccl_test_util.h"
 
 namespace ft::test {
 namespace {

@@ -13,7 +13,7 @@
 
 #include "core/error.h"
 #include "dist/nccl/nccl_communicator.h"
-#include "multigpu/multigpu_test_util.h"
+#include "nccl/nccl_test_util.h"
 
 namespace ft::test {
 namespace {
