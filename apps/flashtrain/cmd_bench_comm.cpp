@@ -57,9 +57,10 @@ int run_bench_comm(const BenchCommOptions& options) {
     // ft::Error (unsupported) without NCCL in the build or without a GPU for this rank.
     Communicator& comm = context.device_communicator();
     config.device = context.local_gpu();
-    bench_comm(config, comm, options.csv, options.json_path, std::cout);
+    bench_comm(config, comm, context.host_communicator(), options.csv, options.json_path, std::cout);
   } else {
-    bench_comm(config, context.host_communicator(), options.csv, options.json_path, std::cout);
+    bench_comm(config, context.host_communicator(), context.host_communicator(), options.csv, options.json_path,
+               std::cout);
   }
   return 0;
 }

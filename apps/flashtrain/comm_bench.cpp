@@ -58,7 +58,7 @@ std::int64_t parse_byte_size(std::string_view item) {
   return bytes;
 }
 
-// Each rank's value of one float: result[r] is rank r's.
+// Each rank's value of one float, over a host communicator: result[r] is rank r's.
 std::vector<float> gather_values(Communicator& comm, float value) {
   std::vector<float> all(static_cast<std::size_t>(comm.world_size()));  // (world)
   comm.all_gather(Tensor(all.data(), DType::f32, Device::cpu(), {comm.world_size()}),
@@ -111,7 +111,8 @@ std::string format_bytes(std::int64_t bytes) {
   return std::to_string(bytes) + " B";
 }
 
-std::vector<CommBenchRow> run_comm_bench(const CommBenchConfig& config, Communicator& comm, std::ostream* progress) {
+std::vector<CommBenchRow> run_comm_bench(const CommBenchConfig& config, Communicator& comm, Communicator& host,
+                                         std::ostream* progress) {
   FT_CHECK(!config.sizes.empty(), "bench comm: expected at least one size");
   FT_CHECK(config.warmup >= 0 && config.iters >= 1, "bench comm: expected warmup >= 0 and iters >= 1, given ",
            config.warmup, " and ", config.iters);
@@ -133,7 +134,7 @@ std::vector<CommBenchRow> run_comm_bench(const CommBenchConfig& config, Communic
       comm.all_reduce(data, ReduceOp::sum)->wait();
       samples.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - begin).count());
     }
-    const std::vector<float> medians = gather_values(comm, static_cast<float>(summarize(samples).median));
+    const std::vector<float> medians = gather_values(host, static_cast<float>(summarize(samples).median));
 
     CommBenchRow row;
     row.world = comm.world_size();
@@ -187,10 +188,10 @@ nlohmann::json comm_bench_document(const CommBenchConfig& config, const std::vec
   return results_document("comm", config.device, std::move(cfg), std::move(out_rows));
 }
 
-void bench_comm(const CommBenchConfig& config, Communicator& comm, bool csv, const std::string& json_path,
-                std::ostream& out) {
+void bench_comm(const CommBenchConfig& config, Communicator& comm, Communicator& host, bool csv,
+                const std::string& json_path, std::ostream& out) {
   const bool root = comm.rank() == 0;
-  const std::vector<CommBenchRow> rows = run_comm_bench(config, comm, root ? &std::cerr : nullptr);
+  const std::vector<CommBenchRow> rows = run_comm_bench(config, comm, host, root ? &std::cerr : nullptr);
   if (!root) return;
   out << "all-reduce benchmark: " << rows.front().world << " ranks, backend " << rows.front().backend << ", "
       << (config.device.is_cpu() ? "host buffers" : "a buffer on each rank's GPU") << ", fp32 sum, " << config.warmup << " warm-up + " << config.iters << " timed iterations per size\n\n"

@@ -49,8 +49,11 @@ std::string format_bytes(std::int64_t bytes);
 // Times every size; collective over comm (all ranks call it with the same config; comm must move buffers
 // on config.device). Each size's buffer is filled with rank + 1 and all-reduced once to check the sum
 // (ft::Error runtime when wrong; a GPU buffer is copied to the host for the check), then zero-filled for
-// the warm-up and timed iterations. progress (rank 0 passes std::cerr, or nullptr) gets one line per size.
-std::vector<CommBenchRow> run_comm_bench(const CommBenchConfig& config, Communicator& comm, std::ostream* progress);
+// the warm-up and timed iterations. The ranks' medians are gathered over host (the host communicator of the
+// same job: MPI, or comm itself when that moves host buffers). progress (rank 0 passes std::cerr, or
+// nullptr) gets one line per size.
+std::vector<CommBenchRow> run_comm_bench(const CommBenchConfig& config, Communicator& comm, Communicator& host,
+                                         std::ostream* progress);
 
 // Markdown table (or CSV) of rows.
 std::string format_comm_bench(const std::vector<CommBenchRow>& rows, bool csv);
@@ -62,7 +65,7 @@ nlohmann::json comm_bench_document(const CommBenchConfig& config, const std::vec
 
 // The whole subcommand on a communicator: runs the benchmark; on rank 0 prints the table to out and
 // writes json_path (when not empty). Other ranks print and write nothing.
-void bench_comm(const CommBenchConfig& config, Communicator& comm, bool csv, const std::string& json_path,
-                std::ostream& out);
+void bench_comm(const CommBenchConfig& config, Communicator& comm, Communicator& host, bool csv,
+                const std::string& json_path, std::ostream& out);
 
 }  // namespace ft::cli

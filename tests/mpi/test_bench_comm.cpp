@@ -32,7 +32,7 @@ TEST(BenchCommSizes, ParsesUnits) {
 
 TEST(BenchComm, RowsAreConsistentAndTheSameOnEveryRank) {
   const CommBenchConfig config{.sizes = {4096, 256 * 1024}, .warmup = 1, .iters = 3};
-  const std::vector<CommBenchRow> rows = cli::run_comm_bench(config, world(), nullptr);
+  const std::vector<CommBenchRow> rows = cli::run_comm_bench(config, world(), world(), nullptr);
   ASSERT_EQ(rows.size(), 2u);
   std::vector<float> times;
   for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -56,7 +56,7 @@ TEST(BenchComm, RankZeroAlonePrintsAndWritesTheDocument) {
   testing_util::TempFolder folder;  // one per rank (named by process id)
   const std::string path = folder.file("comm.json");
   std::ostringstream out;
-  cli::bench_comm({.sizes = {1024, 8192}, .warmup = 0, .iters = 2}, world(), false, path, out);
+  cli::bench_comm({.sizes = {1024, 8192}, .warmup = 0, .iters = 2}, world(), world(), false, path, out);
   if (world().rank() != 0) {
     EXPECT_EQ(out.str(), "");
     EXPECT_FALSE(std::filesystem::exists(path));

@@ -32,7 +32,8 @@ std::vector<std::vector<float>> gather_all(std::vector<float> values) {
 
 TEST(BenchCommNccl, RowsAreConsistentAndTheSameOnEveryRank) {
   const CommBenchConfig config{.sizes = {4096, 4 << 20}, .warmup = 2, .iters = 5, .device = gpu()};
-  const std::vector<CommBenchRow> rows = cli::run_comm_bench(config, context().device_communicator(), nullptr);
+  const std::vector<CommBenchRow> rows = cli::run_comm_bench(config, context().device_communicator(),
+                                                                context().host_communicator(), nullptr);
   ASSERT_EQ(rows.size(), 2u);
   std::vector<float> times;
   for (std::size_t i = 0; i < rows.size(); ++i) {
@@ -57,7 +58,7 @@ TEST(BenchCommNccl, RankZeroAlonePrintsAndWritesTheDocument) {
   const std::string path = folder.file("comm.json");
   std::ostringstream out;
   cli::bench_comm({.sizes = {1024, 1 << 20}, .warmup = 1, .iters = 3, .device = gpu()},
-                  context().device_communicator(), false, path, out);
+                  context().device_communicator(), context().host_communicator(), false, path, out);
   if (context().rank() != 0) {
     EXPECT_EQ(out.str(), "");
     EXPECT_FALSE(std::filesystem::exists(path));
