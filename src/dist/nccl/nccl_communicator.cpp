@@ -305,7 +305,11 @@ NcclCommunicator::NcclCommunicator(Communicator& bootstrap, Device gpu, const Co
   set_compute_stream(compute_stream);
 
   CudaDeviceGuard guard(gpu.index);
-  FT_CUDA_CHECK(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking));
+  // The highest priority: when backward's kernels fill the GPU, a collective's blocks are scheduled as
+  // soon as SMs free up instead of queueing behind the compute stream's next kernels.
+  int lowest_priority = 0, highest_priority = 0;
+  FT_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lowest_priority, &highest_priority));
+  FT_CUDA_CHECK(cudaStreamCreateWithPriority(&s.stream, cudaStreamNonBlocking, highest_priority));
   FT_CUDA_CHECK(cudaEventCreateWithFlags(&s.ready, cudaEventDisableTiming));
   FT_CUDA_CHECK(cudaMalloc(&s.barrier_word, sizeof(float)));
   FT_CUDA_CHECK(cudaMemset(s.barrier_word, 0, sizeof(float)));
