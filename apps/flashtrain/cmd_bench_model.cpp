@@ -45,8 +45,8 @@ inside, the model's "model forward", "layer forward", "model backward", "layer b
 --profile memory records the allocator's timeline (every allocation and free: bytes, tag, phase, time)
 for one case: phases init (model, optimizer state, token ids), warmup (the --warmup steps, if any),
 then one step: forward, backward, optimizer (as --mode has them). It prints the peak of each phase split
-into parameters (with bf16 weight copies), gradients, optimizer_state, activations (the model's saved
-tensors), workspace (per-layer and op temporaries) and other (token ids, memory held before), and writes
+into parameters (the fp32 masters), gradients, optimizer_state, activations (the model's saved
+tensors), workspace (per-layer and op temporaries, bf16 casts of two blocks' weights) and other (token ids, memory held before), and writes
 the timeline to --memory-json (draw it with tools/plot_memory.py).
 
 --profile kernels (CUDA builds with CUPTI, one case) runs the --warmup steps unprofiled, then records

@@ -30,15 +30,16 @@ and takes the full training step (forward, backward, gradient averaging, clippin
 one more step whose memory is profiled. The allocator's timeline gives the memory at three points:
 after_init (the peak while building the model, Trainer, DDP and ZeroOptimizer with its state),
 before_optimizer_step (the peak of that step's forward, backward and DDP synchronize) and
-after_optimizer_step (the peak of its optimizer step), each split into parameters (fp32 masters and
-bf16 copies), gradients (with ZeRO's gradient shard), optimizer_state, activations (the model's arena,
+after_optimizer_step (the peak of its optimizer step), each split into parameters (fp32 masters),
+gradients (with ZeRO's gradient shard), optimizer_state, activations (the model's arena,
 allocated at init), workspace and other, and the level at the point. Memory figures are those of the
 rank with the highest peak. optimizer_state_gib is that rank's AdamW state: whole, or its shard.)";
 
 int run_bench_zero(const BenchZeroOptions& options) {
   DistributedContext context;  // MPI under a launcher, a world of one otherwise
   Communicator& host = context.host_communicator();
-  const ZeroBenchConfig config = resolve_bench_zero_options(options, host);
+  ZeroBenchConfig config = resolve_bench_zero_options(options, host);
+  config.model.stream = context.model_stream(config.model.device);  // GPU: a stream NCCL orders itself after
   // The model's buffers move over NCCL (GPU) or the host communicator (CPU); one process needs neither.
   SingleProcessCommunicator single;
   Communicator& comm = context.world_size() > 1 ? context.communicator_for(config.model.device) : single;

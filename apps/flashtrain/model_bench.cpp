@@ -409,7 +409,7 @@ nlohmann::json memory_profile_config(const ModelBenchCase& c, const ModelBenchCo
   cfg["tf32"] = config.tf32;
   cfg["seed"] = config.seed;
   cfg["categories"] = {
-      {"parameters", "tags 'parameters' (fp32 masters) and 'weight copies ...' (bf16 copies)"},
+      {"parameters", "tag 'parameters' (fp32 masters; bf16 casts of a block's weights are workspace)"},
       {"gradients", "tag 'gradients'"},
       {"optimizer_state", "tags 'optimizer state ...' (AdamW exp_avg, exp_avg_sq)"},
       {"activations", "tag 'activations' (the arena of tensors saved for backward; in fwd mode one "

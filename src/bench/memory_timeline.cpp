@@ -41,7 +41,7 @@ const char* name_of(MemoryCategory category) {
 }
 
 MemoryCategory classify_memory_tag(std::string_view tag) {
-  if (tag == "parameters" || starts_with(tag, "weight copies")) return MemoryCategory::parameters;
+  if (tag == "parameters") return MemoryCategory::parameters;
   if (tag == "gradients") return MemoryCategory::gradients;
   if (starts_with(tag, "optimizer state")) return MemoryCategory::optimizer_state;
   if (tag == "activations") return MemoryCategory::activations;

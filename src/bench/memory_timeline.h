@@ -4,7 +4,7 @@
 // results-style JSON document and table present both (tools/plot_memory.py draws the JSON).
 //
 // What the memory is for, from the allocation's tag (the tags src/model and src/ops use):
-//   parameters       "parameters" (fp32 masters) and "weight copies ..." (their bf16 copies)
+//   parameters       "parameters" (the fp32 masters; bf16 mode casts each block's weights into the workspace)
 //   gradients        "gradients"
 //   optimizer_state  "optimizer state ..." (AdamW exp_avg and exp_avg_sq)
 //   activations      "activations" (the model's arena of tensors saved for backward)

@@ -26,6 +26,8 @@ class ArenaLayout {
   // Starts a region that overlays the one before it (from `base`): tensors used in different phases
   // share memory; the arena is as large as the largest overlay.
   void rewind_to(std::size_t base);
+  // Ends an overlay: the next tensor goes after every tensor reserved so far.
+  void skip_to_end() { end_ = bytes_; }
   std::size_t end() const { return end_; }      // the current offset
   std::size_t bytes() const { return bytes_; }  // the arena size
   const std::vector<ArenaEntry>& entries() const { return entries_; }

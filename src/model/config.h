@@ -34,8 +34,8 @@ std::vector<std::string> model_config_names();
 ModelConfig model_config(std::string_view name);
 
 // fp32: fp32 everywhere (exact fp32 GEMMs on the CPU). bf16: mixed precision as autocast does it — fp32
-// master weights and gradients, bf16 copies of the weights and bf16 activations as GEMM and attention
-// operands (fp32 accumulation), norms, softmax, loss and optimizer in fp32.
+// master weights and gradients, bf16 casts of the weights (a block at a time) and bf16 activations as GEMM
+// and attention operands (fp32 accumulation), norms, softmax, loss and optimizer in fp32.
 enum class Precision { fp32, bf16 };
 const char* name_of(Precision precision);
 Precision parse_precision(std::string_view text);  // "fp32" | "bf16"

@@ -11,10 +11,11 @@
 // gradient norm stay in device memory until asked for (loss(), result() wait for the step). The Trainer's
 // step() counts the steps, so checkpoints (exp_avg, exp_avg_sq) and restore_step work as before.
 // Memory: everything the step reads or writes lives at a fixed address — parameters, gradients, AdamW
-// state, the model's activation and workspace arenas, this object's id and scalar buffers — and the
-// temporaries the ops allocate on the stream during the step (the GEMM workspace, attention and norm
-// partials, the loss's row buffer) become graph memory nodes, which the graph keeps at fixed addresses
-// until it is destroyed (they do not show in the Allocator's statistics after the capture).
+// state, the model's activation and workspace arenas (the bf16 weight slots included: the weights' casts
+// are ordinary kernels on the stream), this object's id and scalar buffers — and the temporaries the ops
+// allocate on the stream during the step (the GEMM workspace, attention and norm partials, the loss's row
+// buffer) become graph memory nodes, which the graph keeps at fixed addresses until it is destroyed (they
+// do not show in the Allocator's statistics after the capture).
 // Needs a CUDA device, the model on a stream of its own (ModelOptions::stream = Stream::create(...): CUDA
 // cannot capture the legacy default stream), accumulation_steps 1, no gradient-ready or backward-start
 // hook, the Trainer's own AdamW (no external optimizer) and the same (B, T) every step; ft::Error names the

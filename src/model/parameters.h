@@ -1,5 +1,5 @@
 // parameters.h — the parameter layout of the Transformer LM and flat buffers viewed through it (llm.c's
-// pointer tables): every parameter, gradient, bf16 weight copy or optimizer-state tensor is a named view
+// pointer tables): every parameter, gradient or optimizer-state tensor is a named view
 // into ONE allocation per kind, in the reference state-dict order and names
 //   token_embeddings.weight                       (vocab, d_model)
 //   layers.N.attn.{q_proj,k_proj,v_proj,output_proj}.weight   (d_model, d_model) each

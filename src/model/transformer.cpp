@@ -1,10 +1,11 @@
 // transformer.cpp — TransformerLM construction: buffers, the activation and workspace arena plans, views of
-// them for a batch, and the memory report. Forward and backward live in transformer_forward.cpp and
-// transformer_backward.cpp.
+// them for a batch, the GEMM weights (bf16 mode: cast into the workspace's weight slots), and the memory
+// report. Forward and backward live in transformer_forward.cpp and transformer_backward.cpp.
 #include "model/transformer.h"
 
 #include "core/error.h"
 #include "model/init.h"
+#include "ops/cast.h"
 
 namespace ft {
 
@@ -18,8 +19,6 @@ TransformerLM::TransformerLM(const ModelConfig& config, const ModelOptions& opti
   const Device device = options_.device;
   params_ = ParameterBuffer(layout_, DType::f32, device, "parameters", options_.stream);
   if (options_.training) grads_ = ParameterBuffer(layout_, DType::f32, device, "gradients", options_.stream);
-  if (options_.precision == Precision::bf16)
-    weight_copies_ = ParameterBuffer(layout_, DType::bf16, device, "weight copies (bf16)", options_.stream);
   plan_memory();
   activations_ = Buffer(activation_layout_.bytes(), device, "activations", options_.stream);
   workspace_ = Buffer(workspace_layout_.bytes(), device, "workspace", options_.stream);
@@ -69,6 +68,15 @@ void TransformerLM::plan_memory() {
   if (bf16 && options_.training) dlogits_ = a.add("lm_head.dlogits", rows * vocab, DType::bf16);  // (B, T, V)
 
   ArenaLayout& w = workspace_layout_;
+  if (bf16) {
+    // The bf16 weight slots: two of one block's parameters, and the LM head's over them.
+    const auto block = static_cast<std::size_t>(block_numel());
+    ws_.block_weights[0] = w.add("block weights (bf16, slot 0)", block, DType::bf16);  // (block_numel)
+    ws_.block_weights[1] = w.add("block weights (bf16, slot 1)", block, DType::bf16);  // (block_numel)
+    w.rewind_to(0);
+    ws_.lm_head_weight = w.add("lm_head.weight (bf16)", vocab * d, DType::bf16);  // (V, d)
+    w.skip_to_end();
+  }
   if (!options_.training) {
     ws_.ffn_h = w.add("ffn.h", rows * f, c);  // (B, T, d_ff), the forward's only temporary
     return;
@@ -123,6 +131,48 @@ Tensor TransformerLM::fused_qkv(const ParameterBuffer& buffer, std::int64_t l) c
   return Tensor(q.data(), q.dtype(), options_.device, {3 * config_.d_model, config_.d_model});
 }
 
+std::int64_t TransformerLM::block_numel() const {
+  const ParameterInfo& first = layout_[layout_.layer_index(0, LayerSlot::q_proj)];
+  const ParameterInfo& last = layout_[layout_.layer_index(0, LayerSlot::ln2)];
+  return last.offset + last.numel - first.offset;
+}
+
+TransformerLM::BlockWeights TransformerLM::cast_block_weights(std::int64_t l) {
+  const auto index = [&](LayerSlot slot) { return layout_.layer_index(l, slot); };
+  if (options_.precision != Precision::bf16)
+    return {.qkv = fused_qkv(params_, l),
+            .output_proj = params_[index(LayerSlot::output_proj)],
+            .w1 = params_[index(LayerSlot::w1)],
+            .w2 = params_[index(LayerSlot::w2)],
+            .w3 = params_[index(LayerSlot::w3)]};
+  const std::int64_t first = layout_[index(LayerSlot::q_proj)].offset, n = block_numel();
+  char* slot = static_cast<char*>(workspace_.data()) + ws_.block_weights[l % 2];
+  cast(Tensor(slot, DType::bf16, options_.device, {n}), params_.flat().narrow(0, first, n), options_.stream);
+  // A parameter's bf16 view: at its offset from the block's first parameter, as in the layout.
+  const auto view = [&](LayerSlot s) {
+    const ParameterInfo& info = layout_[index(s)];
+    return Tensor(slot + static_cast<std::size_t>(info.offset - first) * size_of(DType::bf16), DType::bf16,
+                  options_.device, info.shape);
+  };
+  return {.qkv = Tensor(slot, DType::bf16, options_.device, {3 * config_.d_model, config_.d_model}),
+          .output_proj = view(LayerSlot::output_proj),
+          .w1 = view(LayerSlot::w1),
+          .w2 = view(LayerSlot::w2),
+          .w3 = view(LayerSlot::w3)};
+}
+
+Tensor TransformerLM::cast_lm_head() {
+  const Tensor weight = lm_head_weight();  // (V, d)
+  if (options_.precision == Precision::bf16)
+    cast(weight, params_[layout_.lm_head_index()], options_.stream);
+  return weight;
+}
+
+Tensor TransformerLM::lm_head_weight() const {
+  if (options_.precision != Precision::bf16) return params_[layout_.lm_head_index()];
+  return work(ws_.lm_head_weight, DType::bf16, {config_.vocab_size, config_.d_model});
+}
+
 Tensor TransformerLM::logits() const {
   FT_CHECK(logits_batch_.B > 0,
            "TransformerLM::logits: no logits are held; call forward() first (forward_backward "
@@ -156,7 +206,6 @@ MemoryReport TransformerLM::memory() const {
   MemoryReport m;
   m.parameters = params_.bytes();
   m.gradients = grads_.bytes();
-  m.weight_copies = weight_copies_.bytes();
   m.activations = activations_.bytes();
   m.workspace = workspace_.bytes();
   return m;

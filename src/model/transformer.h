@@ -6,7 +6,6 @@
 // Memory, one allocation per kind (memory() reports the bytes):
 //   parameters     fp32 masters, ParameterBuffer (parameters.h)
 //   gradients      fp32, same layout
-//   weight copies  bf16 mode only: bf16 copies of the masters, recast at every forward (as autocast does)
 //   activations    an arena (arena.h) sized for (max_batch, max_seq_len), per tensor and layer:
 //                  x (B,T,d) fp32, ln1.y (B,T,d) c, ln1.rstd (B,T), attn.qkv (B,T,3,H,Dh) c (q and k
 //                  after RoPE), attn.o (B,T,H,Dh) c, attn.lse (B,H,T), x_mid (B,T,d) fp32, ln2.y (B,T,d) c,
@@ -14,12 +13,20 @@
 //                  ln_final.rstd, logits (B,T,V) fp32 (overwritten by their gradient in fp32 mode) and
 //                  dlogits (B,T,V) bf16 in bf16 mode. c = the compute dtype (fp32 or bf16). The SwiGLU
 //                  product h is not kept: backward recomputes it from a and b.
-//   workspace      temporaries of one layer at a time (gradient of the residual stream, its bf16 copy,
-//                  norm input gradients, h and dh, d_o and dqkv — the FFN and attention groups overlay).
+//   workspace      bf16 mode: the weights as GEMM operands, cast from the masters when needed (as autocast
+//                  casts on use; no bf16 copy of the parameters persists): two slots of one block's bf16
+//                  parameters — block l's are cast into slot l % 2 right before its forward and again right
+//                  before its backward (a block's parameters are contiguous, so one cast fills a slot; its
+//                  two norm vectors ride along unused, the norms read the fp32 masters) — and the LM head's
+//                  (V, d) bf16 cast, made before its forward GEMM and read again by its backward, which
+//                  follows with nothing cast in between; the head's slot overlays the block slots. Every
+//                  cast and GEMM is ordered on the model's one stream, so no slot is overwritten while read.
+//                  Then the temporaries of one layer at a time (gradient of the residual stream, its bf16
+//                  copy, norm input gradients, h and dh, d_o and dqkv — the FFN and attention groups overlay).
 // An inference model (ModelOptions::training = false) allocates no gradients and keeps nothing for backward:
 // its arena holds one residual stream x (each layer writes x_next over its x once x_mid is made), x_mid and
 // one layer's temporaries shared by every layer (ln1.y, ln1.rstd, qkv, o, lse, ln2.y, ln2.rstd, a, b), then
-// ln_final.y, ln_final.rstd and the logits; its workspace holds only ffn.h.
+// ln_final.y, ln_final.rstd and the logits; its workspace holds the bf16 weight slots (bf16 mode) and ffn.h.
 // The fused QKV GEMM uses q_proj, k_proj, v_proj as one (3d, d) matrix (they are adjacent in the layout)
 // writing (B,T,3,H,Dh); attention reads q, k, v as strided (B,H,T,Dh) views of it without copies.
 #pragma once
@@ -56,13 +63,10 @@ struct ModelOptions {
 struct MemoryReport {
   std::size_t parameters = 0;
   std::size_t gradients = 0;
-  std::size_t weight_copies = 0;
   std::size_t optimizer_state = 0;
   std::size_t activations = 0;
-  std::size_t workspace = 0;
-  std::size_t total() const {
-    return parameters + gradients + weight_copies + optimizer_state + activations + workspace;
-  }
+  std::size_t workspace = 0;  // with the bf16 weight slots in bf16 mode
+  std::size_t total() const { return parameters + gradients + optimizer_state + activations + workspace; }
 };
 
 // Called during backward right after the last op writing a parameter's gradient has been issued (on CUDA:
@@ -121,7 +125,17 @@ class TransformerLM {
   };
   // Byte offsets in the workspace arena.
   struct WorkspaceSlots {
+    std::size_t block_weights[2];  // bf16 mode: (block_numel()) bf16 each; block l uses slot l % 2
+    std::size_t lm_head_weight;    // bf16 mode: (V, d) bf16, overlaying the block slots
     std::size_t dres, dres_c, dnorm, dtmp, ffn_h, ffn_dh, attn_do, attn_dqkv;
+  };
+  // The GEMM weights of one block.
+  struct BlockWeights {
+    Tensor qkv;          // (3d, d): q_proj, k_proj, v_proj fused
+    Tensor output_proj;  // (d, d)
+    Tensor w1;           // (d_ff, d)
+    Tensor w2;           // (d, d_ff)
+    Tensor w3;           // (d_ff, d)
   };
   struct Batch {
     std::int64_t B = 0, T = 0;
@@ -152,9 +166,15 @@ class TransformerLM {
   Tensor residual(std::int64_t l, const Batch& b) const;  // x entering layer l (l = num_layers: final norm input)
   AttentionViews attention_views(std::int64_t l, const Batch& b) const;
   Tensor qkv_view(const Tensor& qkv, int which, const Batch& b) const;  // (B,H,T,Dh) of a (B,T,3,H,Dh) buffer
-  // The GEMM operands: the fp32 masters, or their bf16 copies in bf16 mode.
-  const ParameterBuffer& operands() const { return options_.precision == Precision::bf16 ? weight_copies_ : params_; }
-  Tensor weight(std::size_t index) const { return operands()[index]; }
+  // Elements of one block's parameters, q_proj to ln2 (contiguous in the layout; the same for every block).
+  std::int64_t block_numel() const;
+  // The GEMM weights of block l: the fp32 masters, or in bf16 mode their casts, enqueued here on the model's
+  // stream into weight slot l % 2.
+  BlockWeights cast_block_weights(std::int64_t l);
+  // The LM head's GEMM weight (V, d): the fp32 master, or in bf16 mode its cast into the head slot — made by
+  // cast_lm_head (the forward), read again by lm_head_weight (the backward right after it).
+  Tensor cast_lm_head();
+  Tensor lm_head_weight() const;
   Tensor fused_qkv(const ParameterBuffer& buffer, std::int64_t l) const;  // (3d, d): q_proj, k_proj, v_proj
   DType compute_dtype() const { return options_.precision == Precision::bf16 ? DType::bf16 : DType::f32; }
 
@@ -162,8 +182,7 @@ class TransformerLM {
   ModelOptions options_;
   ParameterLayout layout_;
   ParameterBuffer params_;
-  ParameterBuffer grads_;          // training only
-  ParameterBuffer weight_copies_;  // bf16 mode only
+  ParameterBuffer grads_;  // training only
 
   ArenaLayout activation_layout_;
   ArenaLayout workspace_layout_;

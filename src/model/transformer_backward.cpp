@@ -1,6 +1,7 @@
-// transformer_backward.cpp — TransformerLM backward: LM head, final RMSNorm, the blocks from the last to
-// the first (FFN: w2, SwiGLU with h recomputed, w3 and w1, ln2; attention: output projection, attention,
-// inverse RoPE, fused QKV, ln1), the embedding; the gradient-ready hook told as each gradient is final.
+// transformer_backward.cpp — TransformerLM backward: LM head (in bf16 mode with the forward's cast of its
+// weight), final RMSNorm, the blocks from the last to the first (in bf16 mode the cast of the block's weights
+// again; FFN: w2, SwiGLU with h recomputed, w3 and w1, ln2; attention: output projection, attention, inverse
+// RoPE, fused QKV, ln1), the embedding; the gradient-ready hook told as each gradient is final.
 #include "core/error.h"
 #include "core/nvtx.h"
 #include "model/transformer.h"
@@ -49,10 +50,11 @@ void TransformerLM::run_backward(const Batch& b, const TokenIds& inputs, const B
   const bool acc = options.accumulate;
   const std::size_t lm_head = layout_.lm_head_index(), ln_final = layout_.ln_final_index();
 
-  // LM head: dlogits (from the cross-entropy) -> d ln_final.y, d lm_head.
+  // LM head: dlogits (from the cross-entropy) -> d ln_final.y, d lm_head. In bf16 mode its weight is the cast
+  // the forward made, still in its slot (nothing was cast since).
   const Tensor dlogits = act(options_.precision == Precision::bf16 ? dlogits_ : logits_, c, {b.B, b.T, V});
   const Tensor dnorm = work(ws_.dnorm, DType::f32, {b.B, b.T, d});  // (B, T, d) fp32
-  linear_backward({dnorm, grads_[lm_head], acc}, dlogits, act(lnf_y_, c, {b.B, b.T, d}), weight(lm_head),
+  linear_backward({dnorm, grads_[lm_head], acc}, dlogits, act(lnf_y_, c, {b.B, b.T, d}), lm_head_weight(),
                   {options_.allow_tf32, stream});
   notify(options, lm_head);
 
@@ -80,6 +82,7 @@ void TransformerLM::layer_backward(std::int64_t l, const Batch& b, const Backwar
   const LinearOptions lin{options_.allow_tf32, stream};
   const RmsNormOptions norm{config_.norm_eps, stream};
   const auto index = [&](LayerSlot slot) { return layout_.layer_index(l, slot); };
+  const BlockWeights w = cast_block_weights(l);  // bf16: cast again, into weight slot l % 2
 
   const Tensor dres = work(ws_.dres, DType::f32, {b.B, b.T, d});    // (B, T, d) fp32: d x_{l+1}, then d x_mid, d x_l
   const Tensor dres_c = work(ws_.dres_c, c, {b.B, b.T, d});         // (B, T, d) dres as a GEMM operand
@@ -94,12 +97,12 @@ void TransformerLM::layer_backward(std::int64_t l, const Batch& b, const Backwar
   const Tensor ln2_y = act(s.ln2_y, c, {b.B, b.T, d});   // (B, T, d)
   if (bf16) cast(dres_c, dres, stream);
   swiglu_forward(h, a, g, stream);
-  linear_backward({dh, grads_[index(LayerSlot::w2)], acc}, dres_c, h, weight(index(LayerSlot::w2)), lin);
+  linear_backward({dh, grads_[index(LayerSlot::w2)], acc}, dres_c, h, w.w2, lin);
   notify(options, index(LayerSlot::w2));
   swiglu_backward(a, g, dh, a, g, stream);
-  linear_backward({dnorm, grads_[index(LayerSlot::w3)], acc}, g, ln2_y, weight(index(LayerSlot::w3)), lin);
+  linear_backward({dnorm, grads_[index(LayerSlot::w3)], acc}, g, ln2_y, w.w3, lin);
   notify(options, index(LayerSlot::w3));
-  linear_backward({dtmp, grads_[index(LayerSlot::w1)], acc}, a, ln2_y, weight(index(LayerSlot::w1)), lin);
+  linear_backward({dtmp, grads_[index(LayerSlot::w1)], acc}, a, ln2_y, w.w1, lin);
   notify(options, index(LayerSlot::w1));
   residual_add(dnorm, dtmp, stream);
   const Tensor x_mid = act(s.x_mid, DType::f32, {b.B, b.T, d});  // (B, T, d) fp32
@@ -112,7 +115,7 @@ void TransformerLM::layer_backward(std::int64_t l, const Batch& b, const Backwar
   const AttentionViews attn = attention_views(l, b);
   const Tensor d_o = work(ws_.attn_do, c, {b.B, b.T, d});  // (B, T, H, Dh)
   linear_backward({d_o, grads_[index(LayerSlot::output_proj)], acc}, dres_c, attn.o_rows,
-                  weight(index(LayerSlot::output_proj)), lin);
+                  w.output_proj, lin);
   notify(options, index(LayerSlot::output_proj));
   const Tensor dqkv = work(ws_.attn_dqkv, c, {b.B, b.T, 3 * d});  // (B, T, 3, H, Dh)
   AttentionGrads grads;
@@ -129,7 +132,7 @@ void TransformerLM::layer_backward(std::int64_t l, const Batch& b, const Backwar
   rope_backward(grads.dq, rope);
   rope_backward(grads.dk, rope);
   const Tensor ln1_y = act(s.ln1_y, c, {b.B, b.T, d});  // (B, T, d)
-  linear_backward({dnorm, fused_qkv(grads_, l), acc}, dqkv, ln1_y, fused_qkv(operands(), l), lin);
+  linear_backward({dnorm, fused_qkv(grads_, l), acc}, dqkv, ln1_y, w.qkv, lin);
   notify(options, index(LayerSlot::v_proj));
   notify(options, index(LayerSlot::k_proj));
   notify(options, index(LayerSlot::q_proj));

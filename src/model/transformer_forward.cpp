@@ -1,10 +1,10 @@
-// transformer_forward.cpp — TransformerLM forward: embedding, the pre-norm blocks (RMSNorm, fused QKV GEMM,
-// RoPE on q and k, causal attention, output projection, residual add; RMSNorm, SwiGLU FFN, residual add),
-// final RMSNorm, LM head and mean cross-entropy (with its softmax gradient when backward follows).
+// transformer_forward.cpp — TransformerLM forward: embedding, the pre-norm blocks (in bf16 mode the cast of
+// the block's weights; RMSNorm, fused QKV GEMM, RoPE on q and k, causal attention, output projection,
+// residual add; RMSNorm, SwiGLU FFN, residual add), final RMSNorm, LM head (in bf16 mode after the cast of
+// its weight) and mean cross-entropy (with its softmax gradient when backward follows).
 #include "core/error.h"
 #include "core/nvtx.h"
 #include "model/transformer.h"
-#include "ops/cast.h"
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
 #include "ops/linear.h"
@@ -45,7 +45,6 @@ double TransformerLM::run_forward(const Batch& b, const TokenIds& inputs, const 
   const Stream& stream = options_.stream;
   const std::int64_t L = config_.num_layers, d = config_.d_model, V = config_.vocab_size;
   const DType c = compute_dtype();
-  if (options_.precision == Precision::bf16) cast(weight_copies_.flat(), params_.flat(), stream);
 
   embedding_forward(residual(0, b), inputs, params_[ParameterLayout::embedding_index()], stream);
   for (std::int64_t l = 0; l < L; ++l) layer_forward(l, b);
@@ -54,7 +53,7 @@ double TransformerLM::run_forward(const Batch& b, const TokenIds& inputs, const 
   rmsnorm_forward(lnf_y, act(lnf_rstd_, DType::f32, {b.B, b.T}), residual(L, b), params_[layout_.ln_final_index()],
                   {config_.norm_eps, stream});
   const Tensor logits = act(logits_, DType::f32, {b.B, b.T, V});  // (B, T, V)
-  linear_forward(logits, lnf_y, weight(layout_.lm_head_index()), {options_.allow_tf32, stream});
+  linear_forward(logits, lnf_y, cast_lm_head(), {options_.allow_tf32, stream});
   // fp32: the gradient overwrites the logits in place; bf16: a bf16 buffer, the LM head's backward operand.
   Tensor dlogits;
   if (for_backward)
@@ -74,12 +73,13 @@ void TransformerLM::layer_forward(std::int64_t l, const Batch& b) {
   const LinearOptions lin{options_.allow_tf32, stream};
   const RmsNormOptions norm{config_.norm_eps, stream};
   const auto index = [&](LayerSlot slot) { return layout_.layer_index(l, slot); };
+  const BlockWeights w = cast_block_weights(l);  // bf16: cast into weight slot l % 2
 
   // Attention sub-block: x_mid = x + output_proj(attention(rope(q), rope(k), v)), q,k,v = qkv_proj(ln1(x)).
   const Tensor x = residual(l, b);                      // (B, T, d) fp32
   const Tensor ln1_y = act(s.ln1_y, c, {b.B, b.T, d});  // (B, T, d)
   rmsnorm_forward(ln1_y, act(s.ln1_rstd, DType::f32, {b.B, b.T}), x, params_[index(LayerSlot::ln1)], norm);
-  linear_forward(act(s.qkv, c, {b.B, b.T, 3 * d}), ln1_y, fused_qkv(operands(), l), lin);
+  linear_forward(act(s.qkv, c, {b.B, b.T, 3 * d}), ln1_y, w.qkv, lin);
   const AttentionViews attn = attention_views(l, b);
   const RopeOptions rope{config_.rope_theta, 0, stream};
   rope_forward(attn.tensors.q, rope);
@@ -90,7 +90,7 @@ void TransformerLM::layer_forward(std::int64_t l, const Batch& b) {
   attn_options.stream = stream;
   attention_forward(attn.tensors, attn_options);
   const Tensor x_mid = act(s.x_mid, DType::f32, {b.B, b.T, d});  // (B, T, d) fp32
-  linear_forward(x_mid, attn.o_rows, weight(index(LayerSlot::output_proj)), lin);
+  linear_forward(x_mid, attn.o_rows, w.output_proj, lin);
   residual_add(x_mid, x, stream);
 
   // FFN sub-block: x_next = x_mid + w2(silu(w1 ln2(x_mid)) * w3 ln2(x_mid)).
@@ -98,12 +98,12 @@ void TransformerLM::layer_forward(std::int64_t l, const Batch& b) {
   rmsnorm_forward(ln2_y, act(s.ln2_rstd, DType::f32, {b.B, b.T}), x_mid, params_[index(LayerSlot::ln2)], norm);
   const Tensor a = act(s.ffn_a, c, {b.B, b.T, f});  // (B, T, d_ff) w1 y
   const Tensor g = act(s.ffn_b, c, {b.B, b.T, f});  // (B, T, d_ff) w3 y (the arena's ffn.b)
-  linear_forward(a, ln2_y, weight(index(LayerSlot::w1)), lin);
-  linear_forward(g, ln2_y, weight(index(LayerSlot::w3)), lin);
+  linear_forward(a, ln2_y, w.w1, lin);
+  linear_forward(g, ln2_y, w.w3, lin);
   const Tensor h = work(ws_.ffn_h, c, {b.B, b.T, f});  // (B, T, d_ff)
   swiglu_forward(h, a, g, stream);
   const Tensor x_next = residual(l + 1, b);  // (B, T, d) fp32
-  linear_forward(x_next, h, weight(index(LayerSlot::w2)), lin);
+  linear_forward(x_next, h, w.w2, lin);
   residual_add(x_next, x_mid, stream);
 }
 

@@ -1,8 +1,8 @@
 // cast.h — elementwise dtype conversion: dst <- src rounded to dst's dtype (round to nearest even), e.g.
-// the per-step bf16 copies of the fp32 master weights, or an fp32 gradient rounded to a bf16 GEMM operand;
-// and fill, the cast of one constant to every element (zeroing optimizer state on its device without a
-// host staging copy). Tensors: contiguous, fp32 / bf16 / fp16 (equal dtypes copy). Dispatches on the
-// device: CPU or CUDA.
+// a block's fp32 master weights cast to bf16 GEMM operands right before use, or an fp32 gradient rounded to
+// a bf16 GEMM operand; and fill, the cast of one constant to every element (zeroing optimizer state on its
+// device without a host staging copy). Tensors: contiguous, fp32 / bf16 / fp16 (equal dtypes copy).
+// Dispatches on the device: CPU or CUDA.
 #pragma once
 
 #include "core/stream.h"

@@ -1,12 +1,16 @@
 // test_model_config.cpp — model configs and the parameter layout: the size table, lookup errors, parameter
 // counts of every config (computed from the layout, nothing allocated, against the closed-form count and
 // the figures the issue quotes), state-dict names and order, packing without gaps, initialisation statistics
-// and determinism, and the activation arena's accounting.
+// and determinism, the activation arena's accounting, and bf16 mode's weight slots in the workspace in place
+// of a bf16 copy of the parameters.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <map>
 #include <string>
 
+#include "core/allocator.h"
 #include "core/error.h"
 #include "core/tensor_io.h"
 #include "model/config.h"
@@ -177,7 +181,6 @@ TEST(TransformerLM, MemoryReportAccountsEveryBuffer) {
     const auto n = static_cast<std::size_t>(model.layout().numel());
     EXPECT_EQ(m.parameters, 4 * n);
     EXPECT_EQ(m.gradients, 4 * n);
-    EXPECT_EQ(m.weight_copies, p == Precision::bf16 ? 2 * n : 0);
     EXPECT_EQ(m.optimizer_state, 0u);
     EXPECT_EQ(m.activations, model.activation_layout().bytes());
     EXPECT_EQ(m.workspace, model.workspace_layout().bytes());
@@ -195,6 +198,69 @@ TEST(TransformerLM, MemoryReportAccountsEveryBuffer) {
     EXPECT_LE(sum, m.activations);
     EXPECT_LT(m.activations - sum, entries.size() * kArenaAlignment);  // only alignment padding besides
   }
+}
+
+std::size_t aligned(std::size_t bytes) { return (bytes + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment; }
+
+// bf16 mode holds no bf16 copy of the parameters: the allocator holds the fp32 masters (and gradients), the
+// activations and the workspace, nothing else; the workspace starts with two slots of one block's bf16
+// parameters with the LM head's bf16 weight over them, then what it held before — ffn.h (inference) or one
+// layer's backward temporaries (training). Bytes from the config.
+TEST(TransformerLM, Bf16CastsWeightsIntoWorkspaceSlotsInsteadOfKeepingACopy) {
+  ModelConfig wide_vocab = model_config("tiny");
+  wide_vocab.vocab_size = 2000;  // the LM head's weight outgrows the two block slots
+  for (const ModelConfig& c : {model_config("tiny"), wide_vocab})
+    for (bool training : {true, false}) {
+      SCOPED_TRACE(str("vocab ", c.vocab_size, training ? ", training" : ", inference"));
+      ModelOptions o;
+      o.precision = Precision::bf16;
+      o.max_batch = 2;
+      o.max_seq_len = 16;
+      o.training = training;
+      Allocator& allocator = Allocator::instance();
+      const std::int64_t before = allocator.stats(Device::cpu()).current_bytes;
+      const TransformerLM model(c, o);
+      const MemoryReport m = model.memory();
+      EXPECT_EQ(static_cast<std::int64_t>(m.total()), allocator.stats(Device::cpu()).current_bytes - before);
+      const auto n = static_cast<std::size_t>(model.layout().numel());
+      EXPECT_EQ(m.parameters, 4 * n);  // the fp32 masters only
+      EXPECT_EQ(m.gradients, training ? 4 * n : 0);
+      EXPECT_EQ(m.activations, model.activation_layout().bytes());
+
+      const auto d = static_cast<std::size_t>(c.d_model), f = static_cast<std::size_t>(c.d_ff);
+      const auto vocab = static_cast<std::size_t>(c.vocab_size), rows = std::size_t{2 * 16};
+      const std::size_t block = 2 * (4 * d * d + 3 * d * f + 2 * d);  // q, k, v, o, ln1, w1, w2, w3, ln2 in bf16
+      const std::size_t head = 2 * vocab * d;                       // (V, d) bf16
+      const std::size_t weights = aligned(std::max(aligned(block) + block, head));
+      std::size_t rest = rows * f * 2;  // inference: ffn.h (B, T, d_ff) bf16
+      if (training) {
+        // dx fp32, dx bf16, d norm output fp32, d ffn.w1 input fp32; then ffn.h and ffn.dh (B, T, d_ff) bf16, or
+        // attn.d_o (B, T, d) and attn.dqkv (B, T, 3d) bf16 over them.
+        const std::size_t temps = aligned(aligned(aligned(rows * d * 4) + rows * d * 2) + rows * d * 4) + rows * d * 4;
+        rest = std::max(aligned(aligned(temps) + rows * f * 2) + rows * f * 2,
+                        aligned(aligned(temps) + rows * d * 2) + rows * 3 * d * 2);
+      }
+      EXPECT_EQ(m.workspace, weights + rest);
+      EXPECT_EQ(model.workspace_layout().bytes(), weights + rest);
+
+      std::map<std::string, ArenaEntry> entries;
+      for (const ArenaEntry& e : model.workspace_layout().entries()) entries[e.name] = e;
+      const auto expect_entry = [&](const std::string& name, std::size_t offset, std::size_t bytes) {
+        ASSERT_TRUE(entries.count(name)) << name;
+        EXPECT_EQ(entries[name].offset, offset) << name;
+        EXPECT_EQ(entries[name].bytes, bytes) << name;
+      };
+      expect_entry("block weights (bf16, slot 0)", 0, block);
+      expect_entry("block weights (bf16, slot 1)", aligned(block), block);
+      expect_entry("lm_head.weight (bf16)", 0, head);
+      expect_entry(training ? "dx (residual stream)" : "ffn.h", weights, training ? rows * d * 4 : rows * f * 2);
+
+      // fp32 mode casts nothing: no weight slots.
+      o.precision = Precision::fp32;
+      const TransformerLM fp32(c, o);
+      for (const ArenaEntry& e : fp32.workspace_layout().entries())
+        EXPECT_EQ(e.name.find("weight"), std::string::npos) << e.name;
+    }
 }
 
 }  // namespace
