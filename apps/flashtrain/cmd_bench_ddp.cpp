@@ -49,7 +49,8 @@ backward and an overlapped step's all-reduces under backward are visible. Needs 
 int run_bench_ddp(const BenchDdpOptions& options) {
   DistributedContext context;  // MPI under a launcher, a world of one otherwise
   Communicator& host = context.host_communicator();
-  const DdpBenchConfig config = resolve_bench_ddp_options(options, host);
+  DdpBenchConfig config = resolve_bench_ddp_options(options, host);
+  config.model.stream = context.model_stream(config.model.device);  // GPU: a stream NCCL orders itself after
   // The model's buffers move over NCCL (GPU) or the host communicator (CPU); one process needs neither.
   SingleProcessCommunicator single;
   Communicator& comm = context.world_size() > 1 ? context.communicator_for(config.model.device) : single;

@@ -69,6 +69,7 @@ int run_train(const TrainOptions& options) {
   DistributedContext context;  // MPI under a launcher, a world of one otherwise
   TrainPlan plan = resolve_train_options(options);
   plan.device = rank_device(plan.device, context.host_communicator());  // GPU local_rank under mpirun
+  if (context.world_size() > 1) plan.stream = context.model_stream(plan.device);
   // The model's buffers move over NCCL (GPU) or the host communicator (CPU); one process needs neither.
   SingleProcessCommunicator single;
   Communicator& comm = context.world_size() > 1 ? context.communicator_for(plan.device) : single;

@@ -37,6 +37,7 @@ ModelOptions replica_model_options(const ModelBenchCase& c, const ModelBenchConf
   o.device = config.device;
   o.seed = config.seed;
   o.allow_tf32 = config.tf32;
+  o.stream = config.stream;
   return o;
 }
 

@@ -18,6 +18,7 @@
 #include "bench/memory_timeline.h"
 #include "bench/statistics.h"
 #include "core/device.h"
+#include "core/stream.h"
 #include "model/config.h"
 #include "ops/attention.h"
 
@@ -62,6 +63,7 @@ struct ModelBenchConfig {
   bool tf32 = false;
   bool cuda_graph = false;  // train mode: the step captured in a CUDA graph and replayed (model/graphed_step.h)
   Device device = Device::cpu();
+  Stream stream;  // bench ddp / zero: the model's stream (DistributedContext::model_stream); else unused
   std::int64_t batch = 4;
   std::int64_t warmup = 5;
   std::int64_t steps = 10;

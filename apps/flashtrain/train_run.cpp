@@ -239,10 +239,11 @@ class TrainingRun {
   }
 
  private:
-  // The model's stream: one of its own for --cuda-graph (CUDA cannot capture the legacy default stream).
+  // The model's stream: one of its own for --cuda-graph (CUDA cannot capture the legacy default stream);
+  // the plan's otherwise (data parallel on GPUs: the context's, which the NCCL collectives order after).
   static Stream model_stream(const TrainPlan& plan) {
     if (plan.cuda_graph) return Stream::create(plan.device);
-    return Stream();
+    return plan.stream;
   }
 
   static ModelOptions model_options(const TrainPlan& plan, const Stream& stream) {

@@ -29,6 +29,7 @@
 #include <nlohmann/json.hpp>
 
 #include "core/device.h"
+#include "core/stream.h"
 #include "dist/ddp.h"
 #include "dist/zero_optimizer.h"
 #include "model/config.h"
@@ -81,6 +82,7 @@ struct TrainPlan {
   Precision precision = Precision::bf16;
   bool tf32 = false;
   bool cuda_graph = false;  // CUDA, one process, accumulate 1
+  Stream stream;            // data parallel on GPUs: the model's stream (DistributedContext::model_stream)
   AttentionImpl attention = AttentionImpl::flash;
   Device device = Device::cpu();
   std::int64_t batch = 4;

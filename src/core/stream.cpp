@@ -49,6 +49,20 @@ Stream& Stream::operator=(const Stream& other) {
   return *this;
 }
 
+Stream::Stream(Stream&& other) noexcept : handle_(other.handle_), device_(other.device_), owned_(other.owned_) {
+  other.owned_ = false;
+}
+Stream& Stream::operator=(Stream&& other) noexcept {
+  if (this != &other) {
+    if (owned_ && handle_) cudaStreamDestroy(as_stream(handle_));
+    handle_ = other.handle_;
+    device_ = other.device_;
+    owned_ = other.owned_;
+    other.owned_ = false;
+  }
+  return *this;
+}
+
 void Stream::synchronize() const { FT_CUDA_CHECK(cudaStreamSynchronize(as_stream(handle_))); }
 
 Event::Event(Device device, bool timing) : device_(device) {
@@ -95,6 +109,12 @@ Stream Stream::create(Device, int) { no_cuda("Stream::create"); }
 Stream::~Stream() = default;
 Stream::Stream(const Stream& other) : handle_(other.handle_), device_(other.device_) {}
 Stream& Stream::operator=(const Stream& other) {
+  handle_ = other.handle_;
+  device_ = other.device_;
+  return *this;
+}
+Stream::Stream(Stream&& other) noexcept : handle_(other.handle_), device_(other.device_) {}
+Stream& Stream::operator=(Stream&& other) noexcept {
   handle_ = other.handle_;
   device_ = other.device_;
   return *this;

@@ -14,8 +14,10 @@ class Stream {
   // Create a new non-blocking stream on the device (owned).
   static Stream create(Device device, int priority = 0);
   ~Stream();
-  Stream(const Stream& other);
+  Stream(const Stream& other);             // copies do not own: only the creator destroys the stream
   Stream& operator=(const Stream& other);
+  Stream(Stream&& other) noexcept;         // moves carry the ownership along
+  Stream& operator=(Stream&& other) noexcept;
 
   void* handle() const { return handle_; }  // cudaStream_t, nullptr = default stream
   Device device() const { return device_; }

@@ -114,6 +114,17 @@ Communicator& DistributedContext::communicator_for(const Device& device) {
 #endif
 }
 
+Stream DistributedContext::model_stream(const Device& device) {
+  if (!device.is_cuda()) return Stream();
+  if (!model_stream_.handle()) {
+    model_stream_ = Stream::create(device);
+    set_compute_stream(model_stream_);
+  }
+  FT_CHECK(model_stream_.device() == device, "DistributedContext::model_stream: the stream lives on ",
+           model_stream_.device().to_string(), ", given ", device.to_string());
+  return model_stream_;
+}
+
 void DistributedContext::set_compute_stream(const Stream& stream) {
   compute_stream_ = stream;
 #if FT_HAS_NCCL

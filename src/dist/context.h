@@ -75,12 +75,17 @@ class DistributedContext {
   // for the collective. Default: the legacy default stream (a default-constructed Stream). Takes effect for
   // collectives issued after the call, whether or not the device communicator exists yet.
   void set_compute_stream(const Stream& stream);
+  // The stream a data-parallel model on `device` should run on (ModelOptions::stream): on a GPU a
+  // non-blocking stream owned by the context, created on first use and made the compute stream — the
+  // legacy default stream would serialise the model's kernels with NCCL's; on the CPU the default Stream.
+  Stream model_stream(const Device& device);
 
  private:
   bool uses_mpi_ = false;
   bool owns_mpi_ = false;  // this context initialised MPI and finalises it
   CommunicatorOptions communicator_options_;
   Stream compute_stream_;                // not owned
+  Stream model_stream_;                  // owned, model_stream() on a GPU
   std::unique_ptr<Communicator> host_;
   std::unique_ptr<Communicator> device_;  // NCCL, created by device_communicator()
 };
