@@ -1,8 +1,8 @@
 // nccl_communicator.h — NcclCommunicator: the Communicator over NCCL for buffers on this rank's GPU, built
 // when CMake finds CUDA and NCCL (FT_HAS_NCCL=1; this folder is left out of the library otherwise).
 // DistributedContext::device_communicator() makes the job's one; tests and tools may make more.
-//   streams   every collective runs on the communicator's own CUDA stream (non-blocking, highest priority, created here),
-//             which first waits for an event recorded on the compute stream — the stream the model's
+//   streams   every collective runs on the communicator's own CUDA stream (non-blocking, highest priority,
+//             created here), which first waits for an event recorded on the compute stream — the stream the model's
 //             kernels run on — so it sees everything queued there before the call (the gradients it
 //             reduces). The Work holds an event recorded after the collective.
 //   Work      is_completed() queries that event (and ncclCommGetAsyncError); wait() polls it until done,
