@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """plot_results.py — figures from bench/results JSON documents (design.md, "Results JSON"), one set per
-document, named after it (bench/results/attention-scaling-h200.json -> OUT/attention-scaling-h200-*.png):
+document, named after it (bench/results/attention-scaling-h200.json -> OUT/attention-scaling-h200-*.png),
+except comm documents, which are drawn together:
 
   attention, attention-leaderboard   -latency.png  fwd/bwd/fwd+bwd ms vs sequence length N, a line per
                                                    implementation, dtype and head dim D (and B, H, causal
@@ -12,10 +13,24 @@ document, named after it (bench/results/attention-scaling-h200.json -> OUT/atten
                                      -memory.png     peak memory (GiB) vs model size
                                      -throughput.png tokens/s vs model size
   memory-timeline                    -timeline.png the active-memory timeline (tools/plot_memory.py)
+  ddp                                -step-time.png  a bar per row (strategy, bucket MiB): median step_ms
+                                                     with the row's all-reduce time comm_ms beside it, lines
+                                                     at the single row's step and at 1.10x it (the goal);
+                                                     a panel per model case (size, ctx, precision)
+  zero                               -memory.png     peak GiB at after_init, before_optimizer_step and
+                                                     after_optimizer_step, a bar per zero mode, stacked by
+                                                     category (parameters, gradients, optimizer state,
+                                                     activations, workspace, other) where rows carry it
+                                     -step-time.png  median step_ms per zero mode
+  comm (all the documents given)     OUT/comm-busbw.png  bus bandwidth (GB/s) vs message size, a line per
+                                                         backend and world (and document, where two
+                                                         hold the same backend and world); rows without
+                                                         a positive busbw (a world of one) left out
+                                     OUT/comm-time.png   time_ms vs message size, the same lines
 
-Rows that ran out of memory ("oom": true) are marked with an x at the top of the axes instead of a
-point; rows missing a figure or a coordinate are left out; other benchmarks are skipped with a note.
-Needs matplotlib (Agg backend, no display).
+Rows that ran out of memory ("oom": true) are marked with an x at the top of the axes (bars: "OOM" in
+the row's place) instead of a point; rows missing a figure or a coordinate are left out; other benchmarks
+are skipped with a note. Needs matplotlib (Agg backend, no display).
 
     python3 tools/plot_results.py bench/results/*.json --out docs/figures/
 """
@@ -31,6 +46,8 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
 from matplotlib.lines import Line2D  # noqa: E402
+from matplotlib.patches import Patch  # noqa: E402
+from matplotlib.ticker import NullLocator  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import plot_memory  # noqa: E402
@@ -40,6 +57,14 @@ ATTENTION_STYLE, ATTENTION_COLOURS = "impl", ("dtype", "D", "B", "H", "causal")
 MODEL_STYLE, MODEL_COLOURS = "precision", ("ctx", "attention", "batch")
 SIZE_ORDER = ("tiny", "small", "medium", "large", "xl", "2.7b")
 DASHES = ("-", "--", ":", "-.")
+# A ddp or zero document's rows come in model cases (a panel each); its title names the run's fields that
+# every row shares.
+MODEL_CASE = ("size", "ctx", "precision")
+RUN_FIELDS = MODEL_CASE + ("world", "local_batch", "backend")
+DDP_GOAL = 1.10  # a data-parallel step within 10% of the single-device step
+ZERO_POINTS = ("after_init", "before_optimizer_step", "after_optimizer_step")
+MAX_X_TICKS = 10  # labelled x values (x_format), every k-th where more were measured
+VISIBLE_GIB = 2**-10  # a category under 1 MiB is left out of the legend
 
 
 def number(value):
@@ -53,9 +78,33 @@ def number(value):
 def describe(field, value):
     if field == "causal":
         return "causal" if value else "non-causal"
-    if field in ("D", "B", "H", "ctx", "batch"):
+    if field in ("D", "B", "H", "ctx", "batch", "world"):
         return f"{field}={value}"
+    if field == "local_batch":
+        return f"local batch {value}"
     return str(value)
+
+
+def format_bytes(n):
+    """1048576 -> "1 MiB", 65536 -> "64 KiB", 1000 -> "1000 B"."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if n >= scale:
+            return f"{n / scale:.3g} {unit}"
+    return f"{n:.0f} B"
+
+
+def group_by(rows, fields):
+    """[(values of fields, rows with them)] in order of first appearance."""
+    groups = {}
+    for r in rows:
+        groups.setdefault(tuple(r.get(f) for f in fields), []).append(r)
+    return list(groups.items())
+
+
+def case_title(key, cases):
+    """The fields of a model case that differ between the document's cases ("" when there is one case)."""
+    return " ".join(describe(f, v) for i, (f, v) in enumerate(zip(MODEL_CASE, key))
+                    if len({k[i] for k, _ in cases}) > 1)
 
 
 def values_of(rows, field):
@@ -67,8 +116,8 @@ def values_of(rows, field):
     return seen
 
 
-def document_title(doc, kind, rows, fields):
-    """"kind: benchmark, sweep NAME, the fields that are the same in every row" and the device."""
+def document_title(doc, kind, rows, fields, extra=()):
+    """"kind: benchmark, sweep NAME, the fields that are the same in every row, extra" and the device."""
     parts = [str(doc.get("benchmark", "?"))]
     config = doc.get("config") if isinstance(doc.get("config"), dict) else {}
     if config.get("sweep"):
@@ -77,10 +126,17 @@ def document_title(doc, kind, rows, fields):
         values = values_of(rows, f)
         if len(values) == 1 and values[0] is not None:
             parts.append(describe(f, values[0]))
-    line = f"{kind}: " + ", ".join(parts)
+    line = f"{kind}: " + ", ".join(parts + list(extra))
     if doc.get("device"):
         line += f"\n{doc['device']}"
     return line
+
+
+def set_title(fig, title, fontsize=10):
+    """The figure's title, the figure widened where a line of it would not fit (about 0.6 em a character)."""
+    fig.suptitle(title, fontsize=fontsize)
+    needed = 0.6 * fontsize / 72 * max(len(line) for line in title.splitlines()) + 0.4  # inches
+    fig.set_figwidth(max(fig.get_figwidth(), needed))
 
 
 def save(fig, out_dir, name):
@@ -92,10 +148,12 @@ def save(fig, out_dir, name):
     return path
 
 
-def draw_panels(panels, x_of, style_field, colour_fields, title, x_label, log_x=False, x_ticks=None):
+def draw_panels(panels, x_of, style_field, colour_fields, title, x_label, log_x=False, x_ticks=None,
+                x_format=None, always_named=()):
     """panels: (panel title, rows, y field, y label) each. A line per series of a panel's rows (colour by
-    colour_fields, dash by style_field, the legend naming only the fields that vary); OOM rows as x marks at
-    the top. Returns the figure, or None when no panel has a point."""
+    colour_fields, dash by style_field, the legend naming only the fields that vary and those in
+    always_named); OOM rows as x marks at the top; x_format (a function of x) labels ticks at the measured x
+    values. Returns the figure, or None when no panel has a point."""
     all_rows = [r for _, rows, _, _ in panels for r in rows]
     styles = values_of(all_rows, style_field)
     colour_keys = []
@@ -103,8 +161,8 @@ def draw_panels(panels, x_of, style_field, colour_fields, title, x_label, log_x=
         key = tuple(r.get(f) for f in colour_fields)
         if key not in colour_keys:
             colour_keys.append(key)
-    named = [f for f in colour_fields if len(values_of(all_rows, f)) > 1]
-    name_style = len(styles) > 1 or not named
+    named = [f for f in colour_fields if f in always_named or len(values_of(all_rows, f)) > 1]
+    name_style = len(styles) > 1 or not named or style_field in always_named
     palette = plt.rcParams["axes.prop_cycle"].by_key()["color"]
 
     def plottable(r, field):
@@ -140,6 +198,11 @@ def draw_panels(panels, x_of, style_field, colour_fields, title, x_label, log_x=
         if x_ticks:
             ax.set_xticks(range(len(x_ticks)), x_ticks)
             ax.set_xlim(-0.5, len(x_ticks) - 0.5)
+        if x_format:
+            xs = sorted({x_of(r) for r in rows if x_of(r) is not None})
+            xs = xs[::math.ceil(len(xs) / MAX_X_TICKS)]
+            ax.set_xticks(xs, [x_format(x) for x in xs])
+            ax.xaxis.set_minor_locator(NullLocator())
         if values and min(values) > 0 and max(values) / min(values) > 50:  # spans decades: log scale
             ax.set_yscale("log")
         ax.set_xlabel(x_label)
@@ -148,7 +211,7 @@ def draw_panels(panels, x_of, style_field, colour_fields, title, x_label, log_x=
         ax.grid(True, alpha=0.3)
     axes[0][-1].legend(list(handles.values()), list(handles.keys()), fontsize=7, loc="upper left",
                        bbox_to_anchor=(1.01, 1.0), frameon=False)
-    fig.suptitle(title, fontsize=10)
+    set_title(fig, title)
     return fig
 
 
@@ -216,20 +279,290 @@ def plot_memory_timeline(doc, stem, out_dir):
     return [plot_memory.draw(doc, os.path.join(out_dir, f"{stem}-timeline.png"))]
 
 
+def document_rows(doc):
+    return [r for r in doc.get("rows", []) if isinstance(r, dict)]
+
+
+def bar_slots(rows, has_figure):
+    """The rows that get a place among the bars: those with a figure, and those that ran out of memory."""
+    return [r for r in rows if r.get("oom") or has_figure(r)]
+
+
+def mark_oom(ax, x):
+    top = ax.get_xaxis_transform()  # x in data, y in axes fraction
+    ax.plot(x, 0.97, "x", color="0.3", ms=7, mew=2, transform=top)
+    ax.text(x, 0.92, "OOM", ha="center", va="top", fontsize=7, color="0.3", transform=top)
+
+
+def oom_handle():
+    return Line2D([], [], ls="", marker="x", color="0.3", ms=7, mew=2, label="out of memory")
+
+
+def bar_figure(panel_count, bar_count):
+    """A figure of panel_count panels one above the other, wide enough for bar_count bars and a legend."""
+    fig, axes = plt.subplots(panel_count, 1, figsize=(3.0 + 0.8 * max(bar_count, 3), 3.9 * panel_count), dpi=110,
+                             squeeze=False)
+    return fig, list(axes[:, 0])
+
+
+def ddp_label(r, name_bf16):
+    label = str(r.get("strategy"))
+    if number(r.get("bucket_mb")) is not None:
+        label += f"\n{number(r['bucket_mb']):g} MiB"
+    if name_bf16 and r.get("bf16_comm"):
+        label += "\nbf16 comm"
+    return label
+
+
+def draw_ddp_case(ax, slots, name_bf16):
+    """A model case's rows: the median step_ms and, beside it, the all-reduce time comm_ms; dashed and dotted
+    lines at the single row's step_ms and at DDP_GOAL times it. Returns the single step_ms or None."""
+    single = next((number(r.get("step_ms")) for r in slots if r.get("strategy") == "single" and not r.get("oom")),
+                  None)
+    width = 0.4
+    heights = [single * DDP_GOAL] if single else []
+    for i, r in enumerate(slots):
+        if r.get("oom"):
+            mark_oom(ax, i)
+            continue
+        step, comm = number(r.get("step_ms")), number(r.get("comm_ms"))
+        ax.bar(i - width / 2, step, width, color="C0")
+        note = f"{step:.1f}" + (f"\n{step / single:.2f}×" if single else "")
+        ax.annotate(note, (i - width / 2, step), xytext=(0, 2), textcoords="offset points", ha="center",
+                    va="bottom", fontsize=7, bbox={"facecolor": "white", "edgecolor": "none", "alpha": 0.8, "pad": 0.3})
+        heights.append(step)
+        if comm is not None:
+            ax.bar(i + width / 2, comm, width, color="C1", hatch="//", edgecolor="white", lw=0)
+            heights.append(comm)
+    if single:
+        ax.axhline(single, ls="--", color="0.25", lw=1)
+        ax.axhline(single * DDP_GOAL, ls=":", color="C3", lw=1.5)
+    ax.set_xticks(range(len(slots)), [ddp_label(r, name_bf16) for r in slots], fontsize=8)
+    ax.set_xlim(-0.6, len(slots) - 0.4)
+    ax.set_ylim(0, 1.2 * max(heights, default=1.0))  # room for the notes above the bars
+    ax.set_ylabel("ms")
+    ax.grid(True, axis="y", alpha=0.3)
+    return single
+
+
+def plot_ddp(doc, stem, out_dir):
+    rows = document_rows(doc)
+
+    def timed(r):
+        return number(r.get("step_ms")) is not None
+
+    if not any(timed(r) and not r.get("oom") for r in rows):
+        return []
+    cases = [(key, bar_slots(members, timed)) for key, members in group_by(rows, MODEL_CASE)]
+    cases = [(key, slots) for key, slots in cases if slots]
+    bf16 = values_of([r for r in rows if r.get("strategy") != "single"], "bf16_comm")
+    extra = [("bf16" if bf16[0] else "fp32") + " all-reduce"] if len(bf16) == 1 and isinstance(bf16[0], bool) else []
+    fig, axes = bar_figure(len(cases), max(len(slots) for _, slots in cases))
+    for ax, (key, slots) in zip(axes, cases):
+        single = draw_ddp_case(ax, slots, len(bf16) > 1)
+        ax.set_title(case_title(key, cases), fontsize=10)
+        handles = [Patch(color="C0", label="step_ms (median step)"),
+                   Patch(facecolor="C1", hatch="//", edgecolor="white", label="comm_ms (all-reduce time,\n"
+                                                                              "partly under backward)")]
+        if single:
+            handles += [Line2D([], [], ls="--", color="0.25", label=f"single: {single:.1f} ms"),
+                        Line2D([], [], ls=":", color="C3", lw=1.5,
+                               label=f"goal: {DDP_GOAL:.2f} × single = {single * DDP_GOAL:.1f} ms")]
+        if any(r.get("oom") for r in slots):
+            handles.append(oom_handle())
+        ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+    set_title(fig, document_title(doc, "step time", rows, RUN_FIELDS, extra))
+    return [save(fig, out_dir, f"{stem}-step-time.png")]
+
+
+def zero_label(r):
+    return str(r.get("zero")).replace("_", "\n")
+
+
+def memory_at(r, point):
+    """A zero row's memory at point ({"peak_gib": .., "<category>_gib": .., ...}); point "peak": the row's peak."""
+    if point == "peak":
+        return {"peak_gib": r.get("peak_gib")}
+    memory = r.get("memory")
+    record = memory.get(point) if isinstance(memory, dict) else None
+    return record if isinstance(record, dict) else {}
+
+
+def zero_points(rows):
+    """The memory points the rows carry, in ZERO_POINTS order; ["peak"] (the row's peak_gib) when none do."""
+    points = [p for p in ZERO_POINTS if any(memory_at(r, p) for r in rows)]
+    if not points and any(number(r.get("peak_gib")) is not None for r in rows):
+        points = ["peak"]
+    return points
+
+
+def draw_zero_memory(ax, slots, points):
+    """A bar per row (zero mode) at each point, stacked by category where the point carries the split, else
+    plain grey; its peak written above. Returns the categories drawn and whether a plain bar was."""
+    width = 0.8 / len(slots)
+    ticks, drawn, plain = [], set(), False
+    for g, point in enumerate(points):
+        for m, r in enumerate(slots):
+            x = g + (m - (len(slots) - 1) / 2) * width
+            ticks.append(x)
+            if r.get("oom"):
+                mark_oom(ax, x)
+                continue
+            record = memory_at(r, point)
+            parts = [(c, number(record.get(f"{c}_gib"))) for c in plot_memory.CATEGORIES]
+            parts = [(c, v) for c, v in parts if v is not None]
+            bottom = 0.0
+            for c, v in parts:
+                colour = plot_memory.CATEGORY_COLORS[plot_memory.CATEGORIES.index(c)]
+                ax.bar(x, v, 0.9 * width, bottom=bottom, color=colour)
+                bottom += v
+                if v >= VISIBLE_GIB:
+                    drawn.add(c)
+            peak = number(record.get("peak_gib"))
+            if not parts and peak is not None:
+                ax.bar(x, peak, 0.9 * width, color="0.65")
+                plain = True
+            top = peak if peak is not None else (bottom if parts else None)
+            if top is not None:
+                ax.text(x, max(top, bottom), f"{top:.1f}", ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(ticks, [zero_label(r) for _ in points for r in slots], fontsize=7)
+    groups = ax.secondary_xaxis("bottom")  # the point names under the modes' names
+    groups.set_xticks(range(len(points)), [p.replace("_", " ") for p in points], fontsize=9)
+    groups.tick_params(length=0, pad=30)
+    groups.spines["bottom"].set_visible(False)
+    ax.set_xlim(-0.5, len(points) - 0.5)
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.1)
+    ax.set_ylabel("peak memory (GiB)")
+    ax.grid(True, axis="y", alpha=0.3)
+    return drawn, plain
+
+
+def draw_zero_steps(ax, slots):
+    for i, r in enumerate(slots):
+        if r.get("oom"):
+            mark_oom(ax, i)
+            continue
+        step = number(r.get("step_ms"))
+        ax.bar(i, step, 0.6, color="C0")
+        ax.text(i, step, f"{step:.1f}", ha="center", va="bottom", fontsize=7)
+    ax.set_xticks(range(len(slots)), [zero_label(r) for r in slots], fontsize=8)
+    ax.set_xlim(-0.6, len(slots) - 0.4)
+    ax.set_ylim(0, ax.get_ylim()[1] * 1.12)
+    ax.set_ylabel("median step time (ms)")
+    ax.grid(True, axis="y", alpha=0.3)
+
+
+def plot_zero(doc, stem, out_dir):
+    rows = document_rows(doc)
+    buckets = values_of([r for r in rows if r.get("bucket_mb") is not None], "bucket_mb")
+    extra = [f"DDP buckets {buckets[0]:g} MiB"] if len(buckets) == 1 and number(buckets[0]) is not None else []
+    written = []
+    points = zero_points(rows)
+
+    def has_memory(r):
+        return any(number(v) is not None for p in points for v in memory_at(r, p).values())
+
+    cases = [(key, bar_slots(members, has_memory)) for key, members in group_by(rows, MODEL_CASE)]
+    cases = [(key, slots) for key, slots in cases if slots]
+    if any(has_memory(r) and not r.get("oom") for r in rows):
+        fig, axes = bar_figure(len(cases), len(points) * max(len(slots) for _, slots in cases))
+        for ax, (key, slots) in zip(axes, cases):
+            drawn, plain = draw_zero_memory(ax, slots, points)
+            ax.set_title(case_title(key, cases), fontsize=10)
+            handles = [Patch(color=plot_memory.CATEGORY_COLORS[i], label=c.replace("_", " "))
+                       for i, c in enumerate(plot_memory.CATEGORIES) if c in drawn][::-1]  # the stack's order
+            handles += [Patch(color="0.65", label="peak (no breakdown)")] if plain else []
+            handles += [oom_handle()] if any(r.get("oom") for r in slots) else []
+            ax.legend(handles=handles, fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0), frameon=False)
+        set_title(fig, document_title(doc, "memory", rows, RUN_FIELDS, extra))
+        written.append(save(fig, out_dir, f"{stem}-memory.png"))
+
+    def timed(r):
+        return number(r.get("step_ms")) is not None
+
+    cases = [(key, bar_slots(members, timed)) for key, members in group_by(rows, MODEL_CASE)]
+    cases = [(key, slots) for key, slots in cases if slots]
+    if any(timed(r) and not r.get("oom") for r in rows):
+        fig, axes = bar_figure(len(cases), max(len(slots) for _, slots in cases))
+        for ax, (key, slots) in zip(axes, cases):
+            draw_zero_steps(ax, slots)
+            ax.set_title(case_title(key, cases), fontsize=10)
+            if any(r.get("oom") for r in slots):
+                ax.legend(handles=[oom_handle()], fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1.0),
+                          frameon=False)
+        set_title(fig, document_title(doc, "step time", rows, RUN_FIELDS, extra))
+        written.append(save(fig, out_dir, f"{stem}-step-time.png"))
+    return written
+
+
+def comm_title(documents, kind):
+    """"kind: comm, the collective, dtype and op where every document agrees", then a line per backend naming
+    its devices."""
+    configs = [doc.get("config") if isinstance(doc.get("config"), dict) else {} for _, doc in documents]
+    parts = ["comm"]
+    for field in ("collective", "dtype", "op"):
+        values = {str(c.get(field)) for c in configs}
+        if len(values) == 1 and None not in (c.get(field) for c in configs):
+            parts.append(values.pop())
+    devices = {}
+    for _, doc in documents:
+        for backend in values_of(document_rows(doc), "backend"):
+            if doc.get("device") and doc["device"] not in devices.setdefault(backend, []):
+                devices[backend].append(doc["device"])
+    line = f"{kind}: " + ", ".join(parts)
+    if devices:
+        line += "".join(f"\n{b} on {', '.join(d)}" for b, d in devices.items() if d)
+    return line
+
+
+def plot_comm(documents, out_dir):
+    """documents: (path, document) each, drawn together as OUT/comm-busbw.png and OUT/comm-time.png: a line
+    per backend (dash) and world (colour), and per document where two hold the same backend and world."""
+    rows, sources = [], {}
+    for path, doc in documents:
+        stem = os.path.splitext(os.path.basename(path))[0]
+        for r in document_rows(doc):
+            rows.append(dict(r, source=stem))
+            sources.setdefault((r.get("backend"), r.get("world")), set()).add(stem)
+    if all(len(stems) == 1 for stems in sources.values()):
+        rows = [dict(r, source=None) for r in rows]
+    figures = (
+        ("bus bandwidth", "busbw", [r for r in rows if (number(r.get("busbw_gbps")) or 0) > 0], "busbw_gbps",
+         "bus bandwidth (GB/s)", "all-reduce bus bandwidth = algbw × 2 (world − 1) / world"),
+        ("time", "time", rows, "time_ms", "time (ms)", "all-reduce time: max over ranks of the median iteration"),
+    )
+    written = []
+    for kind, name, members, field, y_label, panel_title in figures:
+        fig = draw_panels([(panel_title, members, field, y_label)], lambda r: number(r.get("bytes")), "backend",
+                          ("world", "source"), comm_title(documents, kind), "message size", log_x=True,
+                          x_format=format_bytes, always_named=("backend", "world"))
+        if fig is not None:
+            written.append(save(fig, out_dir, f"comm-{name}.png"))
+    return written
+
+
 PLOTTERS = {
     "attention": plot_attention,
     "attention-leaderboard": plot_attention,
     "model": plot_model,
     "memory-timeline": plot_memory_timeline,
+    "ddp": plot_ddp,
+    "zero": plot_zero,
 }
+COMBINED = {"comm": plot_comm}  # benchmarks whose documents are drawn together, after the others
 
 
-def plot_document(path, out_dir):
-    """The figures written for the document at path; raises OSError or ValueError for unreadable files."""
+def load_document(path):
+    """The results document at path; raises OSError or ValueError for unreadable files."""
     with open(path, encoding="utf-8") as f:
         doc = json.load(f)
     if not isinstance(doc, dict) or not isinstance(doc.get("rows", []), list):
         raise ValueError(f"{path}: not a results document (expected an object with a rows list)")
+    return doc
+
+
+def plot_document(path, doc, out_dir):
+    """The figures written for the document doc read from path."""
     plotter = PLOTTERS.get(doc.get("benchmark"))
     if plotter is None:
         print(f"{path}: no figures for benchmark {doc.get('benchmark')!r}; skipped", file=sys.stderr)
@@ -242,18 +575,29 @@ def plot_document(path, out_dir):
 
 
 def main(argv=None):
-    parser = argparse.ArgumentParser(description="Figures from flashtrain bench/results JSON documents.")
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("documents", nargs="+", help="results JSON files (bench/results/*.json)")
     parser.add_argument("--out", default="docs/figures", help="folder of the PNG files (created when missing)")
     args = parser.parse_args(argv)
     failed = 0
+    combined = {}  # benchmark: [(path, document)]
     for path in args.documents:
         try:
-            for figure in plot_document(path, args.out):
+            doc = load_document(path)
+            if doc.get("benchmark") in COMBINED:
+                combined.setdefault(doc["benchmark"], []).append((path, doc))
+                continue
+            for figure in plot_document(path, doc, args.out):
                 print(figure)
         except (OSError, ValueError) as e:
             print(f"plot_results.py: {path}: {e}", file=sys.stderr)
             failed += 1
+    for benchmark, documents in combined.items():
+        written = COMBINED[benchmark](documents, args.out)
+        if not written:
+            print(f"{benchmark} documents: no plottable rows; no figure", file=sys.stderr)
+        for figure in written:
+            print(figure)
     return 1 if failed else 0
 
 

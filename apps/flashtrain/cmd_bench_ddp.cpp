@@ -35,9 +35,10 @@ ones, each after an untimed barrier. step_ms = the median over the timed steps o
 comm_ms = likewise of the sum of the step's all-reduce durations (NCCL: CUDA events on the
 communication stream; MPI: issue to completion) — for overlapped and bucketed most of it runs during
 backward, so step_ms - single's step_ms (the exposed cost) is smaller than comm_ms; peak_gib = the
-largest rank's peak device memory; tokens_per_s = world x batch x context / step_ms. A case or row that
-runs out of memory is an OOM row; the sweep goes on. --bf16-comm all-reduces bf16 copies of the
-gradients (half the bytes).
+largest rank's peak device memory; tokens_per_s = world x batch x context / step_ms. A case that runs
+out of memory while it is built is an OOM row and the sweep goes on; so is a row that runs out during
+its steps over MPI, while over NCCL that ends the run (the ranks' collectives no longer match).
+--bf16-comm all-reduces bf16 copies of the gradients (half the bytes).
 
 --profile timeline --timeline-json PREFIX: after each row's timed steps, two more steps ("step 1",
 "step 2") run with rank 0's kernels, memory copies and NCCL collectives recorded per CUDA stream through

@@ -46,8 +46,8 @@ inside, the model's "model forward", "layer forward", "model backward", "layer b
 for one case: phases init (model, optimizer state, token ids), warmup (the --warmup steps, if any),
 then one step: forward, backward, optimizer (as --mode has them). It prints the peak of each phase split
 into parameters (the fp32 masters), gradients, optimizer_state, activations (the model's saved
-tensors), workspace (per-layer and op temporaries, bf16 casts of two blocks' weights) and other (token ids, memory held before), and writes
-the timeline to --memory-json (draw it with tools/plot_memory.py).
+tensors), workspace (per-layer and op temporaries, bf16 casts of two blocks' weights) and other (token
+ids, memory held before), and writes the timeline to --memory-json (draw it with tools/plot_memory.py).
 
 --profile kernels (CUDA builds with CUPTI, one case) runs the --warmup steps unprofiled, then records
 every kernel, memcpy and memset of the --steps timed steps with CUPTI's activity API, each attributed to
@@ -81,7 +81,8 @@ int run_kernel_profile(const ModelBenchConfig& config, const ModelBenchCase& c, 
               << format_kernel_table(s, csv, kTopKernels);
   }
   if (profile.dropped > 0)
-    std::cerr << "warning: CUPTI dropped " << profile.dropped << " records; the figures above miss them\n";
+    std::cerr << "warning: " << profile.dropped
+              << " records lost (dropped by CUPTI or never completed); the figures above miss them\n";
   if (!config.kernels_json.empty()) {
     nlohmann::json doc = kernel_profile_document(profile, summaries, config.device, kernel_profile_config(c, config),
                                                  kMaxJsonRecords);

@@ -143,7 +143,9 @@ DdpBenchRow run_ddp_row(const DdpBenchCase& c, const DdpBenchConfig& config, Dat
     }
     if (!config.timeline_prefix.empty()) profile_timeline(c, config, replica, host, sync);
   } catch (const Error& e) {
-    if (e.kind() != ErrorKind::out_of_memory) throw;
+    // Host collectives complete on the host, so the ranks can agree on an OOM row and go on; a device
+    // communicator may hold collectives the out-of-memory rank never issued: end the run instead.
+    if (e.kind() != ErrorKind::out_of_memory || comm.compute_stream()) throw;
     oom_message = e.message();
   }
   if (any_rank(host, !oom_message.empty())) return oom_row(c, config, host.world_size(), comm.backend(), oom_message);

@@ -244,6 +244,9 @@ ModelBenchConfig resolve_bench_model_options(const BenchModelOptions& o) {
                o.modes);
     FT_CHECK(!config.profile_memory, "--cuda-graph and --profile memory exclude each other: the allocator cannot "
              "label the phases of a replayed graph (profile the eager step)");
+    FT_CHECK(!config.profile_kernels, "--cuda-graph and --profile kernels exclude each other: a replayed graph "
+             "carries no NVTX ranges, so no kernel would be attributed to forward, backward or the optimizer "
+             "(profile the eager step)");
   }
   if (config.profile_memory) {
     const std::size_t cases = expand_model_cases(config).size();

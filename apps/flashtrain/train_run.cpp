@@ -339,6 +339,10 @@ class TrainingRun {
     stats.grad_norm = result.grad_norm;
     FT_CHECK_KIND(runtime, std::isfinite(stats.loss), "loss is ", stats.loss, " at step ", step(),
                   ": training diverged (lower --lr, or set --clip)");
+    // The graphed AdamW has already applied a non-finite gradient (the eager step refuses it before):
+    // stop here, before a checkpoint could save the parameters.
+    FT_CHECK_KIND(runtime, std::isfinite(stats.grad_norm), "gradient norm is ", stats.grad_norm, " at step ",
+                  step(), ": training diverged (lower --lr, or set --clip)");
     return stats;
   }
 

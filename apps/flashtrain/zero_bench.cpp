@@ -154,7 +154,8 @@ ZeroBenchRow run_zero_row(const ZeroBenchCase& c, const ZeroBenchConfig& config,
     for (const MemoryPhaseSummary& s : summary) mine.peak_bytes = std::max(mine.peak_bytes, s.peak_bytes);
     for (std::size_t i = 0; i < 3; ++i) mine.points[i] = point_of(summary, kPointPhases[i]);
   } catch (const Error& e) {
-    if (e.kind() != ErrorKind::out_of_memory) throw;
+    // As in bench ddp: only host collectives let the ranks agree on an OOM row after a step has started.
+    if (e.kind() != ErrorKind::out_of_memory || comm.compute_stream()) throw;
     oom_message = e.message();
   }
   if (any_rank(host, !oom_message.empty())) return oom_row(row, oom_message);

@@ -47,7 +47,8 @@ struct KernelProfile {
   std::uint64_t start_ns = 0;         // CUPTI's clock at start() and stop()
   std::uint64_t end_ns = 0;
   std::vector<KernelRecord> records;  // by start_ns
-  std::uint64_t dropped = 0;          // records CUPTI reported dropped (its buffers were full); 0 normally
+  std::uint64_t dropped = 0;          // records lost: CUPTI dropped them (its buffers were full) or their
+                                      // timestamps never arrived (the work had not finished); 0 normally
 };
 
 // True when this build can profile kernels (CUDA and CUPTI); otherwise kernel_profiler_missing() says

@@ -76,7 +76,7 @@ RangeKernelSummary summarize_kernels(const std::vector<KernelRecord>& records, s
 // outside every range are summarised as range "(no range)", last.
 std::vector<RangeKernelSummary> summarize_outermost_ranges(const std::vector<KernelRecord>& records);
 
-// Per range: occurrences, records per occurrence, kernel_ms and span_ms per occurrence, busy_% (kernel
+// Per range: occurrences, records (over all occurrences), kernel_ms and span_ms per occurrence, busy_% (kernel
 // time over span; above 100 when streams overlap), and each class's share of the kernel time in %.
 std::string format_range_overview(const std::vector<RangeKernelSummary>& summaries, bool csv);
 // The kernels of one range: kernel (short name), class, count, total_ms, mean_us, share_%. top > 0 keeps

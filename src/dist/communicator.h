@@ -17,6 +17,7 @@
 #include <optional>
 #include <string>
 
+#include "core/stream.h"
 #include "core/tensor.h"
 
 namespace ft {
@@ -72,6 +73,10 @@ class Communicator {
   // data (n) <- root's data.
   virtual WorkHandle broadcast(const Tensor& data, int root) = 0;
   virtual WorkHandle barrier() = 0;
+
+  // Device backends (NCCL): the stream every collective orders itself after — the one the buffers are
+  // written on (DistributedContext::set_compute_stream). nullopt for host backends.
+  virtual std::optional<Stream> compute_stream() const { return std::nullopt; }
 };
 
 // A Work that is already complete (the identity collectives, empty buffers).

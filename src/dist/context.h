@@ -15,7 +15,7 @@
 // drives GPU local_rank() (one process per GPU: ft::Error when the node runs more ranks than this process
 // sees GPUs), makes it the current device (cudaSetDevice), rank 0 draws the NCCL unique id and broadcasts
 // its 128 bytes over host_communicator() (no broadcast in a world of one), and every rank calls
-// ncclCommInitRank. Its collectives run on their own CUDA stream, after the work queued so far on the
+// ncclCommInitRankConfig (nonblocking, polled under the communicator's timeout). Its collectives run on their own CUDA stream, after the work queued so far on the
 // compute stream (set_compute_stream: the stream the model's kernels run on, ModelOptions::stream;
 // the legacy default stream unless set); Work::wait() makes the compute stream wait for the collective.
 // communicator_for(device) picks the communicator for a buffer's device, so data-parallel code (DDP,

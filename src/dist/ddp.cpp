@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
 #include <utility>
 
 #include "core/error.h"
@@ -55,6 +56,15 @@ void check_flat(const char* who, const char* role, const Tensor& t) {
 
 }  // namespace
 
+void check_stream_order(const char* who, const Communicator& comm, const DdpModel& model) {
+  const std::optional<Stream> ordered_after = comm.compute_stream();
+  if (!ordered_after) return;  // host collectives: issued after the host has finished the gradients
+  FT_CHECK(ordered_after->handle() == model.stream.handle(), who, ": the ", comm.backend(),
+           " communicator orders its collectives after stream ", ordered_after->handle(),
+           " but the model runs on stream ", model.stream.handle(),
+           ": give the model DistributedContext::model_stream() (or set_compute_stream to the model's stream)");
+}
+
 void check_flat_buffers(const char* who, const DdpModel& model) {
   check_flat(who, "parameter buffer", model.parameters);
   check_flat(who, "gradient buffer", model.gradients);
@@ -66,6 +76,7 @@ void check_flat_buffers(const char* who, const DdpModel& model) {
 DistributedDataParallel::DistributedDataParallel(Communicator& comm, DdpModel model, const DdpOptions& options)
     : comm_(comm), model_(std::move(model)), options_(options) {
   check_flat_buffers("DDP", model_);
+  check_stream_order("DDP", comm_, model_);
   for (const DdpParameter& p : model_.tensors)
     FT_CHECK(p.offset + p.numel <= model_.gradients.numel(), "DDP: parameter ", p.name, " [", p.offset, ", ",
              p.offset + p.numel, ") lies outside the flat buffers of ", model_.gradients.numel(), " elements");
@@ -100,7 +111,7 @@ void DistributedDataParallel::launch(std::size_t bucket) {
   Tensor data = grads;
   if (options_.bf16_communication) {
     data = staging_->narrow(0, b.offset, b.numel);  // (numel) bf16
-    cast(data, grads, model_.stream);  // a device communicator orders itself after the model's stream
+    cast(data, grads, model_.stream);  // a device communicator orders itself after it (check_stream_order)
   }
   issued_ms_[bucket] = host_now_ms();
   works_[bucket] = comm_.all_reduce(data, ReduceOp::average);

@@ -84,6 +84,9 @@ struct DdpModel {
 // Checks that the flat buffers are contiguous fp32 vectors of one length on one device; `who` prefixes
 // the error ("DDP", "ZeroOptimizer").
 void check_flat_buffers(const char* who, const DdpModel& model);
+// Checks that a device communicator orders its collectives after the model's stream (else the gradients
+// could be reduced before backward has written them): ft::Error naming both streams.
+void check_stream_order(const char* who, const Communicator& comm, const DdpModel& model);
 
 class DistributedDataParallel {
  public:

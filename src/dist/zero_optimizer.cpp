@@ -51,6 +51,7 @@ ZeroOptimizer::ZeroOptimizer(Communicator& comm, DdpModel model, const ZeroOptio
       options_(options),
       plan_(model_.tensors, model_.parameters.defined() ? model_.parameters.numel() : 0, comm.world_size()) {
   check_flat_buffers("ZeroOptimizer", model_);
+  check_stream_order("ZeroOptimizer", comm_, model_);
   FT_CHECK(std::isfinite(options_.max_grad_norm) && options_.max_grad_norm >= 0,
            "ZeroOptimizer: max_grad_norm must be >= 0 (0 = no clipping), given ", options_.max_grad_norm);
   const ShardRange owned = owned_range();

@@ -14,7 +14,7 @@
 //                    The tail (numel % world elements, owned by the last rank) is one small all_reduce
 //                    and one broadcast. No more bytes than DDP's all-reduce (docs/zero.md).
 // Global-norm clipping (max_grad_norm > 0): every rank sums the squares of its owned, grouped, averaged
-// gradients, the partial sums are all-reduced (a double sent as two floats: hi + lo, so the sum keeps
+// gradients, the partial sums are all-gathered (a double sent as two floats: hi + lo, so the sum keeps
 // double precision), and each rank scales its owned gradients by clip_factor(norm). The norm covers the
 // grouped parameters (those the optimizer updates), as torch's clip_grad_norm_ over them.
 // Devices: as DDP's (dist/ddp.h), the flat buffers live on the CPU (host communicator) or a CUDA device

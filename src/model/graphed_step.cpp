@@ -71,7 +71,7 @@ void GraphedTrainStep::step(const TokenIds& inputs, const TokenIds& targets) {
   const TokenIds device_targets{ids + shape_numel(shape_), shape_, device_};
   const auto enqueue = [&] { trainer_.enqueue_step(device_inputs, device_targets, slots()); };
   if (steps_ == 0) {
-    wait_for_device(device_);  // the parameters' initialisation or loading, copied on the legacy default stream
+    wait_for_device(device_);  // all work queued before the first step (initialisation, loading) on any stream
     enqueue();
   } else {
     if (!graph_.captured()) graph_.capture(stream_, enqueue);

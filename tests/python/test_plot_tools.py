@@ -1,7 +1,9 @@
 """test_plot_tools.py — tools/plot_results.py and tools/plot_memory.py on small synthetic documents in the
 bench/results format (and on the recorded ones in bench/results): the figures are written as valid,
-non-blank PNG files; OOM rows, missing fields, unreadable files and other benchmarks are handled; the
-memory timeline's stacked categories add up to the allocator's current bytes. Needs matplotlib (CI)."""
+non-blank PNG files; OOM rows, missing fields, unreadable files and other benchmarks are handled; comm
+documents combine into one bus-bandwidth and one time figure with a line per backend and world; ddp bars
+carry the single-device and goal lines; zero memory bars stack to the categories' sum; the memory
+timeline's stacked categories add up to the allocator's current bytes. Needs matplotlib (CI)."""
 import json
 import os
 import subprocess
@@ -14,6 +16,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 TOOLS = os.path.join(ROOT, "tools")
 sys.path.insert(0, TOOLS)
 import plot_memory  # noqa: E402
+import plot_results  # noqa: E402
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -112,6 +115,90 @@ def timeline_doc():
     return doc
 
 
+def comm_doc(backend, world, device, null_busbw=False):
+    """An all-reduce sweep of one world: 1 MiB .. 256 MiB, busbw = algbw 2 (world - 1) / world."""
+    rows = []
+    for size in (2**20, 2**24, 2**28):
+        time_ms = 0.05 + size / 2e8 * world
+        algbw = size / (time_ms * 1e-3) / 1e9
+        busbw = None if null_busbw else algbw * 2 * (world - 1) / world
+        rows.append({"world": world, "backend": backend, "bytes": size, "time_ms": time_ms,
+                     "min_rank_ms": time_ms, "algbw_gbps": algbw, "busbw_gbps": busbw})
+    doc = results("comm", rows, world=world, backend=backend, collective="all_reduce", dtype="fp32", op="sum")
+    doc["device"] = device
+    return doc
+
+
+def ddp_rows():
+    """Two model cases (ctx 512 and 1024): single, naive, flat and bucketed rows, a null comm_ms, an OOM row."""
+    case = {"size": "small", "precision": "bf16", "world": 2, "local_batch": 2, "backend": "nccl",
+            "parameters": 128e6}
+    rows = []
+    for strategy, bucket, step, comm in (("single", None, 100.0, 0.0), ("naive", None, 200.0, 90.0),
+                                         ("flat", None, 150.0, 40.0), ("bucketed", 25.0, 108.0, 50.0),
+                                         ("bucketed", 100.0, 104.0, None), ("bucketed", 1000.0, None, None)):
+        row = dict(case, ctx=512, strategy=strategy, bucket_mb=bucket, bf16_comm=False)
+        row.update({"oom": True, "error": "out of memory"} if step is None else
+                   {"step_ms": step, "comm_ms": comm, "peak_gib": 3.0, "collectives": 10})
+        rows.append(row)
+    for strategy, bucket, step in (("single", None, 180.0), ("bucketed", 25.0, 195.0)):
+        rows.append(dict(case, ctx=1024, strategy=strategy, bucket_mb=bucket, bf16_comm=False, step_ms=step,
+                         comm_ms=20.0, peak_gib=5.0))
+    return rows
+
+
+ZERO_SPLIT = {"off": (2.0, 2.0, 4.0, 1.0, 0.25), "reduce_scatter": (2.0, 3.0, 2.0, 1.0, 0.25)}  # GiB
+
+
+def zero_rows(breakdown=True):
+    """off and reduce_scatter rows (with the memory split at each point when breakdown) and an OOM
+    owner_broadcast row."""
+    rows = []
+    for mode, step in (("off", 80.0), ("owner_broadcast", None), ("reduce_scatter", 82.0)):
+        row = {"zero": mode, "sharded": mode != "off", "size": "small", "ctx": 512, "precision": "bf16",
+               "world": 2, "local_batch": 2, "backend": "nccl", "bucket_mb": None if mode == "reduce_scatter" else 25.0}
+        if step is None:
+            row.update({"oom": True, "error": "out of memory"})
+            rows.append(row)
+            continue
+        split = ZERO_SPLIT[mode]
+        row.update({"step_ms": step, "peak_gib": sum(split) + 0.5, "optimizer_state_gib": split[2]})
+        if breakdown:
+            point = dict(zip(("parameters_gib", "gradients_gib", "optimizer_state_gib", "activations_gib",
+                              "workspace_gib"), split), peak_gib=sum(split), end_gib=sum(split) - 0.25)
+            before_step = dict(point, workspace_gib=0.5, peak_gib=sum(split) + 0.25)  # 0.25 GiB more workspace
+            row["memory"] = {"after_init": point, "before_optimizer_step": before_step, "after_optimizer_step": point}
+        rows.append(row)
+    return rows
+
+
+@pytest.fixture
+def saved(monkeypatch):
+    """{file name: figure} of every figure plot_results saves in this process (still written to disk)."""
+    figures = {}
+    write_png = plot_results.save
+
+    def keep(fig, out_dir, name):
+        figures[name] = fig
+        return write_png(fig, out_dir, name)
+
+    monkeypatch.setattr(plot_results, "save", keep)
+    return figures
+
+
+def legend_labels(fig):
+    return [t.get_text() for ax in fig.axes if ax.get_legend() for t in ax.get_legend().get_texts()]
+
+
+def bar_heights(ax):
+    """{bar centre x: total height of the bars stacked there}."""
+    totals = {}
+    for bar in ax.patches:
+        x = round(bar.get_x() + bar.get_width() / 2, 6)
+        totals[x] = totals.get(x, 0.0) + bar.get_height()
+    return totals
+
+
 def test_attention_figures_with_oom_and_missing_fields(tmp_path):
     doc = write(tmp_path, "attention-scaling-test.json", results("attention", attention_rows(), sweep="scaling"))
     out = tmp_path / "figures"
@@ -195,3 +282,94 @@ def test_recorded_results(tmp_path):
     assert figures
     for figure in figures:
         assert_png(tmp_path / os.path.basename(figure))
+
+
+def test_comm_documents_combine_into_one_figure(tmp_path, saved, capsys):
+    docs = [write(tmp_path, f"comm-{b}-{w}.json", comm_doc(b, w, device))
+            for b, w, device in (("nccl", 2, "GPU"), ("mpi", 2, "CPU"), ("mpi", 4, "CPU"), ("mpi", 1, "CPU"))]
+    out = tmp_path / "figures"
+    assert plot_results.main([*map(str, docs), "--out", str(out)]) == 0
+    assert sorted(os.listdir(out)) == ["comm-busbw.png", "comm-time.png"]
+    printed = capsys.readouterr().out.split()
+    for name in ("comm-busbw.png", "comm-time.png"):
+        assert str(out / name) in printed
+        assert_png(out / name)
+    # world 1 moves nothing (busbw 0): no bus-bandwidth line, but its time is drawn
+    assert legend_labels(saved["comm-busbw.png"]) == ["nccl world=2", "mpi world=2", "mpi world=4"]
+    assert legend_labels(saved["comm-time.png"]) == ["nccl world=2", "mpi world=2", "mpi world=4", "mpi world=1"]
+    (nccl, *_) = saved["comm-busbw.png"].axes[0].get_lines()
+    assert list(nccl.get_xdata()) == [2**20, 2**24, 2**28]
+    assert list(nccl.get_ydata()) == [r["busbw_gbps"] for r in comm_doc("nccl", 2, "GPU")["rows"]]
+    title = saved["comm-busbw.png"].texts[0].get_text()
+    assert "all_reduce" in title and "nccl on GPU" in title and "mpi on CPU" in title
+
+
+def test_comm_same_world_in_two_documents_and_null_busbw(tmp_path, saved):
+    first = write(tmp_path, "comm-a.json", comm_doc("mpi", 2, "host A"))
+    second = write(tmp_path, "comm-b.json", comm_doc("mpi", 2, "host B"))
+    assert plot_results.main([str(first), str(second), "--out", str(tmp_path / "f")]) == 0
+    assert legend_labels(saved["comm-busbw.png"]) == ["mpi world=2 comm-a", "mpi world=2 comm-b"]
+    assert_png(tmp_path / "f" / "comm-busbw.png")
+    single = write(tmp_path, "comm-one.json", comm_doc("mpi", 1, "host A", null_busbw=True))
+    run = run_tool("plot_results.py", single, "--out", tmp_path / "g")
+    assert run.returncode == 0, run.stderr
+    assert sorted(os.listdir(tmp_path / "g")) == ["comm-time.png"]
+    assert_png(tmp_path / "g" / "comm-time.png")
+
+
+def test_ddp_bars_with_single_and_goal_lines(tmp_path, saved):
+    doc = write(tmp_path, "ddp-test.json", results("ddp", ddp_rows(), world=2, bf16_comm=False))
+    assert plot_results.main([str(doc), "--out", str(tmp_path)]) == 0
+    assert_png(tmp_path / "ddp-test-step-time.png")
+    fig = saved["ddp-test-step-time.png"]
+    first, second = fig.axes  # a panel per model case
+    assert first.get_title() == "ctx=512" and second.get_title() == "ctx=1024"
+    assert [t.get_text() for t in first.get_xticklabels()] == [
+        "single", "naive", "flat", "bucketed\n25 MiB", "bucketed\n100 MiB", "bucketed\n1000 MiB"]
+    lines = {l.get_linestyle(): l.get_ydata()[0] for l in first.get_lines() if l.get_linestyle() in ("--", ":")}
+    assert lines["--"] == pytest.approx(100.0) and lines[":"] == pytest.approx(110.0)  # single, 1.10 x single
+    heights = sorted(b.get_height() for b in first.patches)
+    assert heights == [0.0, 40.0, 50.0, 90.0, 100.0, 104.0, 108.0, 150.0, 200.0]  # steps, comms (null: none)
+    assert "OOM" in [t.get_text() for t in first.texts]
+    assert any("2.00×" in t.get_text() for t in first.texts)  # naive: twice the single step
+    assert "out of memory" in legend_labels(fig)
+    title = fig.texts[0].get_text()
+    assert "ddp" in title and "small" in title and "bf16" in title and "world=2" in title and "fp32 all-reduce" in title
+
+
+def test_zero_memory_stacked_by_category_and_step_time(tmp_path, saved):
+    doc = write(tmp_path, "zero-test.json", results("zero", zero_rows(), world=2))
+    assert plot_results.main([str(doc), "--out", str(tmp_path)]) == 0
+    for kind in ("memory", "step-time"):
+        assert_png(tmp_path / f"zero-test-{kind}.png")
+    (memory,) = saved["zero-test-memory.png"].axes
+    totals = sorted(bar_heights(memory).values())
+    expected = [sum(ZERO_SPLIT[m]) + extra for m in ZERO_SPLIT for extra in (0.0, 0.25, 0.0)]  # 3 points each
+    assert totals == pytest.approx(sorted(expected))
+    assert len(memory.patches) == 3 * 2 * 5  # points x modes drawn x categories
+    assert [t.get_text() for t in memory.get_xticklabels()][:3] == ["off", "owner\nbroadcast", "reduce\nscatter"]
+    assert [t.get_text() for t in memory.texts].count("OOM") == 3
+    assert legend_labels(saved["zero-test-memory.png"])[:5] == [
+        "workspace", "activations", "optimizer state", "gradients", "parameters"]
+    (steps,) = saved["zero-test-step-time.png"].axes
+    assert [b.get_height() for b in steps.patches] == [80.0, 82.0]
+
+
+def test_zero_memory_without_breakdown_uses_the_row_peak(tmp_path, saved):
+    doc = write(tmp_path, "zero-plain.json", results("zero", zero_rows(breakdown=False)))
+    assert plot_results.main([str(doc), "--out", str(tmp_path)]) == 0
+    assert_png(tmp_path / "zero-plain-memory.png")
+    (memory,) = saved["zero-plain-memory.png"].axes
+    assert list(bar_heights(memory).values()) == pytest.approx([sum(ZERO_SPLIT["off"]) + 0.5,
+                                                                sum(ZERO_SPLIT["reduce_scatter"]) + 0.5])
+    assert "peak (no breakdown)" in legend_labels(saved["zero-plain-memory.png"])
+
+
+@pytest.mark.parametrize("benchmark", ["ddp", "zero"])
+def test_ddp_and_zero_with_only_oom_rows_give_no_figure(tmp_path, benchmark):
+    rows = [{"strategy": "flat", "zero": "off", "size": "xl", "ctx": 1024, "precision": "fp32", "oom": True}]
+    doc = write(tmp_path, f"{benchmark}-oom.json", results(benchmark, rows))
+    run = run_tool("plot_results.py", doc, "--out", tmp_path / "figures")
+    assert run.returncode == 0, run.stderr
+    assert "no plottable rows" in run.stderr
+    assert not (tmp_path / "figures").exists() or not list((tmp_path / "figures").iterdir())

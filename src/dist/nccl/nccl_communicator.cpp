@@ -286,7 +286,6 @@ NcclCommunicator::NcclCommunicator(Communicator& bootstrap, Device gpu, const Co
                                    const Stream& compute_stream)
     : state_(std::make_shared<NcclState>()),
       gpu_(gpu),
-      options_(options),
       rank_(bootstrap.rank()),
       world_size_(bootstrap.world_size()),
       local_rank_(bootstrap.local_rank()),
@@ -343,6 +342,8 @@ void NcclCommunicator::set_compute_stream(const Stream& stream) {
            gpu_.to_string(), " (this rank's GPU), given a stream on ", stream.device().to_string());
   state_->compute = static_cast<cudaStream_t>(stream.handle());
 }
+
+std::optional<Stream> NcclCommunicator::compute_stream() const { return Stream::wrap(state_->compute, gpu_); }
 
 void NcclCommunicator::abort() { state_->abort_nccl("NcclCommunicator::abort() was called"); }
 

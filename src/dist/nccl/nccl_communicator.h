@@ -52,11 +52,10 @@ class NcclCommunicator final : public Communicator {
   int local_rank() const override { return local_rank_; }
   int local_world_size() const override { return local_world_size_; }
   const char* backend() const override { return "nccl"; }
-  Device device() const { return gpu_; }
-  const CommunicatorOptions& options() const { return options_; }
 
   // The stream collectives order themselves after (see above); for collectives issued after the call.
   void set_compute_stream(const Stream& stream);
+  std::optional<Stream> compute_stream() const override;
 
   WorkHandle all_reduce(const Tensor& data, ReduceOp op) override;
   WorkHandle reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) override;
@@ -73,7 +72,6 @@ class NcclCommunicator final : public Communicator {
  private:
   std::shared_ptr<NcclState> state_;  // shared with the Works in flight
   Device gpu_;
-  CommunicatorOptions options_;
   int rank_ = 0, world_size_ = 1, local_rank_ = 0, local_world_size_ = 1;
 };
 
