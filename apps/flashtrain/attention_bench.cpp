@@ -16,7 +16,6 @@ namespace ft::cli {
 
 namespace {
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 
 std::vector<std::int64_t> powers_of_two(std::int64_t from, std::int64_t to) {
   std::vector<std::int64_t> out;
@@ -116,7 +115,7 @@ AttentionBenchRow run_attention_bench_case(const AttentionBenchCase& c, const At
 
     allocator.reset_peak(device);
     attention_forward(t, options);
-    row.mem_before_bwd_gib = static_cast<double>(allocator.stats(device).current_bytes) / kGiB;
+    row.mem_before_bwd_gib = static_cast<double>(allocator.stats(device).current_bytes) / kBytesPerGiB;
     attention_backward(t, g, options);
 
     row.fwd_ms = median_ms(device, [&] { attention_forward(t, options); }, config);
@@ -125,7 +124,7 @@ AttentionBenchRow run_attention_bench_case(const AttentionBenchCase& c, const At
       attention_forward(t, options);
       attention_backward(t, g, options);
     }, config);
-    row.peak_gib = static_cast<double>(allocator.stats(device).peak_bytes) / kGiB;
+    row.peak_gib = static_cast<double>(allocator.stats(device).peak_bytes) / kBytesPerGiB;
 
     const double fwd = attention_forward_flops(c);
     row.fwd_tflops = fwd / (row.fwd_ms * 1e9);

@@ -24,7 +24,6 @@ namespace ft::cli {
 
 namespace {
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr double kClipNorm = 1.0;              // as bench model's train mode and flashtrain train's default
 constexpr std::uint64_t kBatchSeedOffset = 1;  // rank r's batch draws from seed + 1 + r
 
@@ -160,7 +159,7 @@ DdpBenchRow run_ddp_row(const DdpBenchCase& c, const DdpBenchConfig& config, Dat
   const std::vector<double> slowest = max_over_ranks(host, step_ms);  // (steps)
   row.step = summarize(slowest);
   if (comm_timed) row.comm_ms = summarize(max_over_ranks(host, comm_ms)).median;
-  row.peak_gib = max_over_ranks(host, {static_cast<double>(allocator.stats(m.device).peak_bytes)}).front() / kGiB;
+  row.peak_gib = max_over_ranks(host, {static_cast<double>(allocator.stats(m.device).peak_bytes)}).front() / kBytesPerGiB;
   row.tokens_per_s =
       static_cast<double>(row.world * m.batch * c.model.model.context_length) / (row.step.median / 1e3);
   return row;
@@ -296,6 +295,18 @@ std::string format_ddp_bench(const std::vector<DdpBenchRow>& rows, bool csv) {
   return csv ? table.csv() : table.markdown();
 }
 
+nlohmann::json data_parallel_config(const ModelBenchConfig& m, int world, const std::string& backend) {
+  return {{"world", world},
+          {"backend", backend},
+          {"local_batch", m.batch},
+          {"vocab", m.models.front().vocab_size},
+          {"warmup", m.warmup},
+          {"steps", m.steps},
+          {"attention", name_of(m.attention)},
+          {"tf32", m.tf32},
+          {"seed", m.seed}};
+}
+
 nlohmann::json ddp_bench_document(const DdpBenchConfig& config, const std::vector<DdpBenchRow>& rows) {
   FT_CHECK(!rows.empty(), "ddp_bench_document: expected at least one row");
   nlohmann::json out_rows = nlohmann::json::array();
@@ -329,16 +340,8 @@ nlohmann::json ddp_bench_document(const DdpBenchConfig& config, const std::vecto
     out_rows.push_back(std::move(row));
   }
   const ModelBenchConfig& m = config.model;
-  nlohmann::json cfg{
-      {"world", rows.front().world},
-      {"backend", rows.front().backend},
-      {"local_batch", m.batch},
-      {"vocab", m.models.front().vocab_size},
-      {"warmup", m.warmup},
-      {"steps", m.steps},
-      {"attention", name_of(m.attention)},
-      {"tf32", m.tf32},
-      {"seed", m.seed},
+  nlohmann::json cfg = data_parallel_config(m, rows.front().world, rows.front().backend);
+  cfg.update({
       {"bf16_comm", config.bf16_comm},
       {"step", "zero_grads, forward and backward of the local batch, DDP gradient averaging (synchronize), "
                "clipping to 1.0, AdamW; the device synchronised at the end"},
@@ -350,7 +353,7 @@ nlohmann::json ddp_bench_document(const DdpBenchConfig& config, const std::vecto
                   "overlapped and bucketed strategies hide most of it behind backward; null when not measured"},
       {"single", "no DDP: every rank runs the one-device step of its own local batch at the same time, with no "
                  "communication"},
-      {"peak", "max over ranks of the peak flashtrain-held device memory over the timed steps"}};
+      {"peak", "max over ranks of the peak flashtrain-held device memory over the timed steps"}});
   return results_document("ddp", m.device, std::move(cfg), std::move(out_rows));
 }
 

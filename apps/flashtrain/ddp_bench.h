@@ -122,6 +122,10 @@ void bench_ddp(const DdpBenchConfig& config, Communicator& comm, Communicator& h
 
 // ---- shared with bench zero ----
 
+// The results config both data-parallel documents start from: world, backend, local_batch, vocab, warmup,
+// steps, attention, tf32, seed.
+nlohmann::json data_parallel_config(const ModelBenchConfig& m, int world, const std::string& backend);
+
 // This rank's replica of a model case: the model on the config's device, its Trainer (clipping to 1.0)
 // and one random local batch (seed config.seed + 1 + rank: the ranks train on different data), staged.
 class DataParallelReplica {

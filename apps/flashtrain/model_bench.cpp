@@ -28,7 +28,6 @@ namespace ft::cli {
 
 namespace {
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr double kClipNorm = 1.0;  // the train mode clips like `flashtrain train`'s default
 
 TokenBatch random_batch(const ModelBenchCase& c, const ModelBenchConfig& config) {
@@ -280,7 +279,7 @@ ModelBenchRow run_model_bench_case(const ModelBenchCase& c, const ModelBenchConf
     for (std::int64_t i = 1; i <= config.warmup; ++i) row.warmup_ms.push_back(step.timed(str("warmup step ", i)));
     allocator.reset_peak(config.device);
     for (std::int64_t i = 1; i <= config.steps; ++i) row.step_ms.push_back(step.timed(str("step ", i)));
-    row.peak_gib = static_cast<double>(allocator.stats(config.device).peak_bytes) / kGiB;
+    row.peak_gib = static_cast<double>(allocator.stats(config.device).peak_bytes) / kBytesPerGiB;
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::out_of_memory) throw;
     row = ModelBenchRow();

@@ -20,11 +20,10 @@ namespace ft::cli {
 
 namespace {
 
-constexpr double kGiB = 1024.0 * 1024.0 * 1024.0;
 constexpr double kClipNorm = 1.0;  // the Trainer's (not sharded) and the ZeroOptimizer's (sharded)
 constexpr const char* kPointPhases[3] = {"init", "forward_backward", "optimizer"};  // ending at kZeroMemoryPoints
 
-double gib(std::int64_t bytes) { return static_cast<double>(bytes) / kGiB; }
+double gib(std::int64_t bytes) { return static_cast<double>(bytes) / kBytesPerGiB; }
 
 std::string mode_name(const std::optional<ZeroMode>& mode) { return mode ? name_of(*mode) : "off"; }
 
@@ -290,16 +289,8 @@ nlohmann::json zero_bench_document(const ZeroBenchConfig& config, const std::vec
     out_rows.push_back(std::move(row));
   }
   const ModelBenchConfig& m = config.model;
-  nlohmann::json cfg{
-      {"world", rows.front().world},
-      {"backend", rows.front().backend},
-      {"local_batch", m.batch},
-      {"vocab", m.models.front().vocab_size},
-      {"warmup", m.warmup},
-      {"steps", m.steps},
-      {"attention", name_of(m.attention)},
-      {"tf32", m.tf32},
-      {"seed", m.seed},
+  nlohmann::json cfg = data_parallel_config(m, rows.front().world, rows.front().backend);
+  cfg.update({
       {"bucket_mb", config.bucket_mb},
       {"step", "zero_grads, forward and backward of the local batch, DDP synchronize (off, owner_broadcast), "
                "clipping to 1.0 and AdamW (sharded: the ZeroOptimizer's step); the device synchronised at the end"},
@@ -312,7 +303,7 @@ nlohmann::json zero_bench_document(const ZeroBenchConfig& config, const std::vec
                  "optimizer, split by category at that peak (gradients include ZeRO's reduce_scatter shard; "
                  "activations are the model's arena, allocated at init), end_gib the level at the phase's end"},
       {"optimizer_state", "Trainer::memory().optimizer_state of memory_rank: AdamW exp_avg and exp_avg_sq, whole "
-                          "(off) or this rank's shard (sharded)"}};
+                          "(off) or this rank's shard (sharded)"}});
   return results_document("zero", m.device, std::move(cfg), std::move(out_rows));
 }
 

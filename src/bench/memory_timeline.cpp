@@ -15,7 +15,6 @@ namespace ft {
 namespace {
 
 constexpr double kMiB = 1024.0 * 1024.0;
-constexpr double kGiB = kMiB * 1024.0;
 
 double now_ms() {
   using namespace std::chrono;
@@ -192,14 +191,14 @@ nlohmann::json memory_timeline_document(const MemoryTimeline& timeline, Device d
                        {"start_bytes", s.start_bytes},
                        {"end_bytes", s.end_bytes},
                        {"peak_bytes", s.peak_bytes},
-                       {"peak_gib", static_cast<double>(s.peak_bytes) / kGiB},
+                       {"peak_gib", static_cast<double>(s.peak_bytes) / kBytesPerGiB},
                        {"events", s.events},
                        {"allocated_bytes", s.allocated_bytes},
                        {"freed_bytes", s.freed_bytes}};
     for (std::size_t c = 0; c < kMemoryCategories; ++c) {
       const std::string name = name_of(static_cast<MemoryCategory>(c));
       row[name + "_bytes"] = s.at_peak[c];
-      row[name + "_gib"] = static_cast<double>(s.at_peak[c]) / kGiB;
+      row[name + "_gib"] = static_cast<double>(s.at_peak[c]) / kBytesPerGiB;
     }
     rows.push_back(std::move(row));
   }

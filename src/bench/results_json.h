@@ -12,6 +12,9 @@
 
 namespace ft {
 
+// Bytes in a GiB: the unit of every *_gib figure.
+inline constexpr double kBytesPerGiB = 1024.0 * 1024.0 * 1024.0;
+
 // The current time as ISO-8601 UTC with seconds: "2025-01-31T12:34:56Z".
 std::string iso8601_utc_now();
 

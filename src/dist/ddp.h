@@ -30,7 +30,8 @@
 // duration, in milliseconds —
 //   backends that time their collectives (Work::elapsed_ms(); NCCL: CUDA events around the collective on
 //   the communication stream) give each duration themselves, read once synchronize() has waited (no
-//   host synchronisation during backward);
+//   host synchronisation during backward) — a collective's duration includes the time it waits for the
+//   slowest rank to join it;
 //   host communicators (MPI, single process; and any in a world of one) are timed here on the host: a
 //   collective runs from its issue (or from the observed completion of the collective before it, if
 //   later) to the moment its completion is observed (is_completed() polls during backward, wait() in
