@@ -24,7 +24,6 @@ namespace ft::cli {
 
 namespace {
 
-constexpr double kClipNorm = 1.0;              // as bench model's train mode and flashtrain train's default
 constexpr std::uint64_t kBatchSeedOffset = 1;  // rank r's batch draws from seed + 1 + r
 
 ModelOptions replica_model_options(const ModelBenchCase& c, const ModelBenchConfig& config) {
@@ -42,7 +41,7 @@ ModelOptions replica_model_options(const ModelBenchCase& c, const ModelBenchConf
 
 TrainerConfig replica_trainer_config(bool external_optimizer) {
   TrainerConfig t;
-  t.max_grad_norm = kClipNorm;
+  t.max_grad_norm = kBenchClipNorm;
   t.external_optimizer = external_optimizer;
   return t;
 }

@@ -28,7 +28,6 @@ namespace ft::cli {
 
 namespace {
 
-constexpr double kClipNorm = 1.0;  // the train mode clips like `flashtrain train`'s default
 
 TokenBatch random_batch(const ModelBenchCase& c, const ModelBenchConfig& config) {
   Rng rng(config.seed);
@@ -60,7 +59,7 @@ ModelOptions model_options(const ModelBenchCase& c, const ModelBenchConfig& conf
 
 TrainerConfig trainer_config() {
   TrainerConfig t;
-  t.max_grad_norm = kClipNorm;
+  t.max_grad_norm = kBenchClipNorm;
   return t;
 }
 

@@ -54,6 +54,10 @@ struct BenchModelOptions {
 };
 
 // The validated sweep.
+// Every benchmark's train step (bench model, ddp, zero) clips the gradient norm to this, as
+// `flashtrain train` does by default.
+inline constexpr double kBenchClipNorm = 1.0;
+
 struct ModelBenchConfig {
   std::vector<ModelConfig> models;  // named sizes or one "custom" model; context_length set per case
   std::vector<std::int64_t> contexts;

@@ -20,7 +20,6 @@ namespace ft::cli {
 
 namespace {
 
-constexpr double kClipNorm = 1.0;  // the Trainer's (not sharded) and the ZeroOptimizer's (sharded)
 constexpr const char* kPointPhases[3] = {"init", "forward_backward", "optimizer"};  // ending at kZeroMemoryPoints
 
 double gib(std::int64_t bytes) { return static_cast<double>(bytes) / kBytesPerGiB; }
@@ -126,7 +125,7 @@ ZeroBenchRow run_zero_row(const ZeroBenchCase& c, const ZeroBenchConfig& config,
     if (c.mode) {
       const ZeroOptions options{.mode = *c.mode,
                                 .optimizer = OptimizerKind::adamw,
-                                .max_grad_norm = kClipNorm,
+                                .max_grad_norm = kBenchClipNorm,
                                 .broadcast_parameters = !ddp};  // DDP has broadcast them already
       zero.emplace(comm, ddp_model(replica->model()), options);
       add_transformer_group(*zero, replica->model(), trainer.config());
