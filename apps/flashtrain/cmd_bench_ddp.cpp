@@ -62,14 +62,7 @@ int run_bench_ddp(const BenchDdpOptions& options) {
 }  // namespace
 
 void add_data_parallel_model_options(CLI::App& command, BenchModelOptions& o) {
-  command.add_option("--size", o.sizes,
-                     "Model sizes, comma-separated: tiny, small, medium, large, xl, 2.7b (default: small)");
-  command.add_option("--d-model", o.d_model, "Explicit model (with --d-ff, --layers, --heads; no --size): d_model")
-      ->check(at_least(1));
-  command.add_option("--d-ff", o.d_ff, "Explicit model: FFN inner size")->check(at_least(1));
-  command.add_option("--layers", o.layers, "Explicit model: number of blocks")->check(at_least(1));
-  command.add_option("--heads", o.heads, "Explicit model: attention heads")->check(at_least(1));
-  command.add_option("--vocab", o.vocab, "Vocabulary size")->check(at_least(1));
+  add_model_definition_options(command, o);
   command.add_option("--context", o.contexts, "Context lengths, comma-separated");
   command.add_option("--batch", o.batch, "Sequences per rank and step (the local batch)")->check(at_least(1));
   command.add_option("--warmup", o.warmup, "Warm-up steps per row, untimed")->check(at_least(0));

@@ -133,8 +133,7 @@ int run_bench_model(const BenchModelOptions& options) {
 
 }  // namespace
 
-void add_bench_model_options(CLI::App& command, BenchModelOptions& o) {
-  command.option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+void add_model_definition_options(CLI::App& command, BenchModelOptions& o) {
   command.add_option("--size", o.sizes,
                      "Model sizes, comma-separated: tiny, small, medium, large, xl, 2.7b (default: small)");
   command.add_option("--d-model", o.d_model, "Explicit model (with --d-ff, --layers, --heads; no --size): d_model")
@@ -143,6 +142,11 @@ void add_bench_model_options(CLI::App& command, BenchModelOptions& o) {
   command.add_option("--layers", o.layers, "Explicit model: number of blocks")->check(at_least(1));
   command.add_option("--heads", o.heads, "Explicit model: attention heads")->check(at_least(1));
   command.add_option("--vocab", o.vocab, "Vocabulary size")->check(at_least(1));
+}
+
+void add_bench_model_options(CLI::App& command, BenchModelOptions& o) {
+  command.option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  add_model_definition_options(command, o);
   command.add_option("--context", o.contexts, "Context lengths, comma-separated (the sweep: 128,256,512,1024)");
   command.add_option("--batch", o.batch, "Sequences per step")->check(at_least(1));
   command.add_option("--warmup", o.warmup, "Warm-up steps before the timed ones (timed apart)")->check(at_least(0));

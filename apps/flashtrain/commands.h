@@ -30,8 +30,11 @@ void register_attention_check(CLI::App& attention, Action& action);
 void register_bench_attention(CLI::App& bench, Action& action);
 
 // `flashtrain bench model` (cmd_bench_model.cpp): Transformer LM step timing sweeps and memory profiles.
-// add_bench_model_options declares the options on any CLI11 app (the tests parse with it directly).
+// add_bench_model_options declares the options on any CLI11 app (the tests parse with it directly);
+// add_model_definition_options the model's part every benchmark shares: --size or --d-model/--d-ff/
+// --layers/--heads, and --vocab.
 void add_bench_model_options(CLI::App& command, BenchModelOptions& options);
+void add_model_definition_options(CLI::App& command, BenchModelOptions& options);
 void register_bench_model(CLI::App& bench, Action& action);
 
 // `flashtrain bench comm` (cmd_bench_comm.cpp): all-reduce timing over the ranks of an mpirun/srun job.
