@@ -7,7 +7,6 @@
 #include <memory>
 
 #include "dist/context.h"
-#include "dist/single_process_communicator.h"
 #include "flashtrain/commands.h"
 #include "flashtrain/ddp_bench.h"
 #include "flashtrain/zero_bench.h"
@@ -40,9 +39,7 @@ int run_bench_zero(const BenchZeroOptions& options) {
   Communicator& host = context.host_communicator();
   ZeroBenchConfig config = resolve_bench_zero_options(options, host);
   config.model.stream = context.model_stream(config.model.device);  // GPU: a stream NCCL orders itself after
-  // The model's buffers move over NCCL (GPU) or the host communicator (CPU); one process needs neither.
-  SingleProcessCommunicator single;
-  Communicator& comm = context.world_size() > 1 ? context.communicator_for(config.model.device) : single;
+  Communicator& comm = context.data_parallel_communicator(config.model.device);
   bench_zero(config, comm, host, options.csv, options.json_path, std::cout);
   return 0;
 }

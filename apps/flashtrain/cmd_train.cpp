@@ -9,7 +9,6 @@
 #include <memory>
 
 #include "dist/context.h"
-#include "dist/single_process_communicator.h"
 #include "flashtrain/commands.h"
 #include "flashtrain/train_run.h"
 
@@ -70,9 +69,7 @@ int run_train(const TrainOptions& options) {
   TrainPlan plan = resolve_train_options(options);
   plan.device = rank_device(plan.device, context.host_communicator());  // GPU local_rank under mpirun
   if (context.world_size() > 1) plan.stream = context.model_stream(plan.device);
-  // The model's buffers move over NCCL (GPU) or the host communicator (CPU); one process needs neither.
-  SingleProcessCommunicator single;
-  Communicator& comm = context.world_size() > 1 ? context.communicator_for(plan.device) : single;
+  Communicator& comm = context.data_parallel_communicator(plan.device);
   run_training(plan, std::cout, comm, context.host_communicator());
   return 0;
 }

@@ -125,6 +125,12 @@ Stream DistributedContext::model_stream(const Device& device) {
   return model_stream_;
 }
 
+Communicator& DistributedContext::data_parallel_communicator(const Device& device) {
+  if (world_size() > 1) return communicator_for(device);
+  if (!identity_) identity_ = std::make_unique<SingleProcessCommunicator>();
+  return *identity_;
+}
+
 void DistributedContext::set_compute_stream(const Stream& stream) {
   compute_stream_ = stream;
 #if FT_HAS_NCCL

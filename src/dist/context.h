@@ -15,11 +15,13 @@
 // drives GPU local_rank() (one process per GPU: ft::Error when the node runs more ranks than this process
 // sees GPUs), makes it the current device (cudaSetDevice), rank 0 draws the NCCL unique id and broadcasts
 // its 128 bytes over host_communicator() (no broadcast in a world of one), and every rank calls
-// ncclCommInitRankConfig (nonblocking, polled under the communicator's timeout). Its collectives run on their own CUDA stream, after the work queued so far on the
-// compute stream (set_compute_stream: the stream the model's kernels run on, ModelOptions::stream;
-// the legacy default stream unless set); Work::wait() makes the compute stream wait for the collective.
-// communicator_for(device) picks the communicator for a buffer's device, so data-parallel code (DDP,
-// ZeRO) is written once against Communicator. The NCCL communicator is destroyed before MPI finalises.
+// ncclCommInitRankConfig (nonblocking, polled under the communicator's timeout). Its collectives run on
+// their own CUDA stream, after the work queued so far on the compute stream (set_compute_stream: the
+// stream the model's kernels run on, ModelOptions::stream — model_stream() gives the model one; the legacy
+// default stream unless set); Work::wait() makes the compute stream wait for the collective.
+// communicator_for(device) picks the communicator for a buffer's device, and data_parallel_communicator
+// adds the identity for a world of one, so data-parallel code (DDP, ZeRO) is written once against
+// Communicator. The NCCL communicator is destroyed before MPI finalises.
 #pragma once
 
 #include <memory>
@@ -70,6 +72,10 @@ class DistributedContext {
   // device_communicator() for local_gpu(); ft::Error for another GPU (invalid_argument) and for any GPU in
   // a build without NCCL (unsupported).
   Communicator& communicator_for(const Device& device);
+  // What data-parallel code (DDP, ZeRO) reduces a model's buffers on `device` over: communicator_for(device)
+  // with several ranks; in a world of one the single-process communicator, whose collectives are the
+  // identity on any device (no MPI or NCCL needed).
+  Communicator& data_parallel_communicator(const Device& device);
   // The stream the model's kernels run on (ModelOptions::stream), on local_gpu(): every GPU collective
   // first waits for the work queued on it so far (the gradients it reduces), and Work::wait() makes it wait
   // for the collective. Default: the legacy default stream (a default-constructed Stream). Takes effect for
@@ -88,6 +94,7 @@ class DistributedContext {
   Stream model_stream_;                  // owned, model_stream() on a GPU
   std::unique_ptr<Communicator> host_;
   std::unique_ptr<Communicator> device_;  // NCCL, created by device_communicator()
+  std::unique_ptr<Communicator> identity_;  // single process, created by data_parallel_communicator()
 };
 
 }  // namespace ft

@@ -16,6 +16,7 @@
 #include "flashtrain/ddp_bench.h"
 #include "model/parameters.h"
 #include "mpi/mpi_test_util.h"
+#include "mpi/tiny_bench_options.h"
 
 namespace ft::test {
 namespace {
@@ -25,14 +26,7 @@ using cli::DdpBenchRow;
 
 BenchDdpOptions tiny_options() {
   BenchDdpOptions o;
-  o.model = cli::data_parallel_model_options();
-  o.model.sizes = "tiny";
-  o.model.vocab = 97;
-  o.model.contexts = "16";
-  o.model.precisions = "fp32";
-  o.model.device = "cpu";
-  o.model.warmup = 1;
-  o.model.steps = 3;
+  o.model = tiny_data_parallel_model(3);
   o.bucket_mbs = "0.001,1";  // about 1 KiB (a bucket per parameter or a few) and more than the whole model
   return o;
 }

@@ -16,6 +16,7 @@
 #include "flashtrain/zero_bench.h"
 #include "model/parameters.h"
 #include "mpi/mpi_test_util.h"
+#include "mpi/tiny_bench_options.h"
 
 namespace ft::test {
 namespace {
@@ -25,14 +26,7 @@ using cli::ZeroBenchRow;
 
 BenchZeroOptions tiny_options() {
   BenchZeroOptions o;
-  o.model = cli::data_parallel_model_options();
-  o.model.sizes = "tiny";
-  o.model.vocab = 97;
-  o.model.contexts = "16";
-  o.model.precisions = "fp32";
-  o.model.device = "cpu";
-  o.model.warmup = 1;
-  o.model.steps = 2;
+  o.model = tiny_data_parallel_model(2);
   return o;
 }
 
