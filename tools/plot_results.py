@@ -1,17 +1,24 @@
 #!/usr/bin/env python3
 """plot_results.py — figures from bench/results JSON documents (design.md, "Results JSON"), one set per
 document, named after it (bench/results/attention-scaling-h200.json -> OUT/attention-scaling-h200-*.png),
-except comm documents, which are drawn together:
+except comm documents, which are drawn together, and model documents of one sweep over sizes (below):
 
   attention, attention-leaderboard   -latency.png  fwd/bwd/fwd+bwd ms vs sequence length N, a line per
                                                    implementation, dtype and head dim D (and B, H, causal
                                                    where the document varies them)
                                      -tflops.png   the same in TFLOP/s
                                      -memory.png   peak and before-backward memory (GiB) vs N
-  model                              -step-time.png  step time (median ms) vs model size, a panel per
-                                                     mode, a line per context and precision
+  model                              -step-time.png  step time (median ms) vs model size (ordered by
+                                                     parameter count), a panel per mode, a colour per
+                                                     context, a dash per precision (solid, dashed, ... in
+                                                     name order: bf16 solid, fp32 dashed)
                                      -memory.png     peak memory (GiB) vs model size
                                      -throughput.png tokens/s vs model size
+                                     Documents given together with the same device and config (attention,
+                                     batch, cuda_graph, tf32, steps, ...) that hold different sizes make
+                                     one set, named after their file names' common start less the size
+                                     (model-sweep-{small,xl}-h200.json -> OUT/model-sweep-h200-*.png),
+                                     the title naming the commit of each size
   memory-timeline                    -timeline.png the active-memory timeline (tools/plot_memory.py)
   ddp                                -step-time.png  a bar per row (strategy, bucket MiB): median step_ms
                                                      with the row's all-reduce time comm_ms beside it, lines
@@ -65,6 +72,15 @@ DDP_GOAL = 1.10  # a data-parallel step within 10% of the single-device step
 ZERO_POINTS = ("after_init", "before_optimizer_step", "after_optimizer_step")
 MAX_X_TICKS = 10  # labelled x values (x_format), every k-th where more were measured
 VISIBLE_GIB = 2**-10  # a category under 1 MiB is left out of the legend
+
+
+def stem_of(path):
+    """bench/results/model-sweep-xl-h200.json -> model-sweep-xl-h200."""
+    return os.path.splitext(os.path.basename(path))[0]
+
+
+def document_rows(doc):
+    return [r for r in doc.get("rows", []) if isinstance(r, dict)]
 
 
 def number(value):
@@ -155,7 +171,7 @@ def draw_panels(panels, x_of, style_field, colour_fields, title, x_label, log_x=
     always_named); OOM rows as x marks at the top; x_format (a function of x) labels ticks at the measured x
     values. Returns the figure, or None when no panel has a point."""
     all_rows = [r for _, rows, _, _ in panels for r in rows]
-    styles = values_of(all_rows, style_field)
+    styles = sorted(values_of(all_rows, style_field), key=str)  # dashes in name order: bf16 solid, fp32 dashed
     colour_keys = []
     for r in all_rows:
         key = tuple(r.get(f) for f in colour_fields)
@@ -210,13 +226,13 @@ def draw_panels(panels, x_of, style_field, colour_fields, title, x_label, log_x=
         ax.set_title(panel_title, fontsize=10)
         ax.grid(True, alpha=0.3)
     axes[0][-1].legend(list(handles.values()), list(handles.keys()), fontsize=7, loc="upper left",
-                       bbox_to_anchor=(1.01, 1.0), frameon=False)
+                       bbox_to_anchor=(1.01, 1.0), frameon=False, handlelength=3.5)  # long enough to show dashes
     set_title(fig, title)
     return fig
 
 
 def plot_attention(doc, stem, out_dir):
-    rows = [r for r in doc.get("rows", []) if isinstance(r, dict)]
+    rows = document_rows(doc)
     figures = (
         ("latency", [("forward", "fwd_ms", "ms"), ("backward", "bwd_ms", "ms"),
                      ("forward + backward", "fwd_bwd_ms", "ms")]),
@@ -253,10 +269,43 @@ def size_positions(rows):
     return {size: i for i, size in enumerate(sorted(first_seen, key=order))}, params
 
 
-def plot_model(doc, stem, out_dir):
-    rows = [r for r in doc.get("rows", []) if isinstance(r, dict)]
+def model_sets(documents):
+    """documents: (path, document) each -> [(name, documents)]. Documents of one device and config that hold
+    different sizes make one set, named after their file names' common start with the size taken out
+    (model-sweep-small-h200 + model-sweep-xl-h200 -> model-sweep-h200); a document alone keeps its name."""
+    sets = []  # (device and config, sizes held, [(path, document)], [its file name's words less its sizes])
+    for path, doc in documents:
+        key = json.dumps([doc.get("device"), doc.get("config")], sort_keys=True)
+        sizes = set(values_of(document_rows(doc), "size"))
+        joined = next((s for s in sets if s[0] == key and not s[1] & sizes), None)
+        if joined is None:
+            joined = (key, set(), [], [])
+            sets.append(joined)
+        joined[1].update(sizes)
+        joined[2].append((path, doc))
+        joined[3].append([w for w in stem_of(path).split("-") if w not in sizes])
+    named = {}  # name: documents
+    for _, _, members, words in sets:
+        name = stem_of(members[0][0]) if len(members) == 1 else "-".join(os.path.commonprefix(words)) or "model"
+        unique, n = name, 1
+        while unique in named:  # another set's name: numbered
+            n += 1
+            unique = f"{name}-{n}"
+        named[unique] = members
+    return list(named.items())
+
+
+def plot_model(documents, name, out_dir):
+    """documents: (path, document) each of one model set, drawn against the model size; a set of several
+    documents names in its title the commit each size was measured at."""
+    rows = [r for _, doc in documents for r in document_rows(doc)]
     positions, params = size_positions(rows)
     ticks = [f"{s}\n{params[s] / 1e6:.0f}M" if s in params else str(s) for s in sorted(positions, key=positions.get)]
+    commit_of = {s: doc.get("commit", "?") for _, doc in documents for s in values_of(document_rows(doc), "size")}
+    commits = {}  # commit: the sizes measured at it, smallest first
+    for size in sorted(positions, key=positions.get):
+        commits.setdefault(commit_of[size], []).append(str(size))
+    note = "; ".join(f"commit {c}: {', '.join(sizes)}" for c, sizes in commits.items())
     modes = values_of(rows, "mode")
     figures = (
         ("step-time", "step_ms", "median step time (ms)"),
@@ -268,19 +317,16 @@ def plot_model(doc, stem, out_dir):
     for kind, field, y_label in figures:
         panels = [(f"mode {m}" if m is not None else "all rows", [r for r in rows if r.get("mode") == m], field,
                    y_label) for m in modes]
-        fig = draw_panels(panels, lambda r: positions.get(r.get("size")), MODEL_STYLE, MODEL_COLOURS,
-                          document_title(doc, kind, rows, fields), "model size", x_ticks=ticks)
+        title = document_title(documents[0][1], kind, rows, fields) + (f"\n{note}" if len(documents) > 1 else "")
+        fig = draw_panels(panels, lambda r: positions.get(r.get("size")), MODEL_STYLE, MODEL_COLOURS, title,
+                          "model size", x_ticks=ticks)
         if fig is not None:
-            written.append(save(fig, out_dir, f"{stem}-{kind}.png"))
+            written.append(save(fig, out_dir, f"{name}-{kind}.png"))
     return written
 
 
 def plot_memory_timeline(doc, stem, out_dir):
     return [plot_memory.draw(doc, os.path.join(out_dir, f"{stem}-timeline.png"))]
-
-
-def document_rows(doc):
-    return [r for r in doc.get("rows", []) if isinstance(r, dict)]
 
 
 def bar_slots(rows, has_figure):
@@ -515,12 +561,12 @@ def comm_title(documents, kind):
     return line
 
 
-def plot_comm(documents, out_dir):
-    """documents: (path, document) each, drawn together as OUT/comm-busbw.png and OUT/comm-time.png: a line
+def plot_comm(documents, name, out_dir):
+    """documents: (path, document) each, drawn together as OUT/NAME-busbw.png and OUT/NAME-time.png: a line
     per backend (dash) and world (colour), and per document where two hold the same backend and world."""
     rows, sources = [], {}
     for path, doc in documents:
-        stem = os.path.splitext(os.path.basename(path))[0]
+        stem = stem_of(path)
         for r in document_rows(doc):
             rows.append(dict(r, source=stem))
             sources.setdefault((r.get("backend"), r.get("world")), set()).add(stem)
@@ -532,24 +578,24 @@ def plot_comm(documents, out_dir):
         ("time", "time", rows, "time_ms", "time (ms)", "all-reduce time: max over ranks of the median iteration"),
     )
     written = []
-    for kind, name, members, field, y_label, panel_title in figures:
+    for kind, suffix, members, field, y_label, panel_title in figures:
         fig = draw_panels([(panel_title, members, field, y_label)], lambda r: number(r.get("bytes")), "backend",
                           ("world", "source"), comm_title(documents, kind), "message size", log_x=True,
                           x_format=format_bytes, always_named=("backend", "world"))
         if fig is not None:
-            written.append(save(fig, out_dir, f"comm-{name}.png"))
+            written.append(save(fig, out_dir, f"{name}-{suffix}.png"))
     return written
 
 
 PLOTTERS = {
     "attention": plot_attention,
     "attention-leaderboard": plot_attention,
-    "model": plot_model,
     "memory-timeline": plot_memory_timeline,
     "ddp": plot_ddp,
     "zero": plot_zero,
 }
-COMBINED = {"comm": plot_comm}  # benchmarks whose documents are drawn together, after the others
+# Benchmarks whose documents are drawn in sets, after the others: (documents -> [(name, set)], draws a set).
+COMBINED = {"comm": (lambda documents: [("comm", documents)], plot_comm), "model": (model_sets, plot_model)}
 
 
 def load_document(path):
@@ -561,17 +607,22 @@ def load_document(path):
     return doc
 
 
+def report(written, paths):
+    """Prints the figures written for the documents at paths, or a note that they gave none."""
+    if not written:
+        print(f"{', '.join(map(str, paths))}: no plottable rows (all OOM or without figures); no figure",
+              file=sys.stderr)
+    for figure in written:
+        print(figure)
+
+
 def plot_document(path, doc, out_dir):
-    """The figures written for the document doc read from path."""
+    """Draws the document doc read from path and reports its figures."""
     plotter = PLOTTERS.get(doc.get("benchmark"))
     if plotter is None:
         print(f"{path}: no figures for benchmark {doc.get('benchmark')!r}; skipped", file=sys.stderr)
-        return []
-    stem = os.path.splitext(os.path.basename(path))[0]
-    written = plotter(doc, stem, out_dir)
-    if not written:
-        print(f"{path}: no plottable rows (all OOM or without figures); no figure", file=sys.stderr)
-    return written
+        return
+    report(plotter(doc, stem_of(path), out_dir), [path])
 
 
 def main(argv=None):
@@ -587,17 +638,14 @@ def main(argv=None):
             if doc.get("benchmark") in COMBINED:
                 combined.setdefault(doc["benchmark"], []).append((path, doc))
                 continue
-            for figure in plot_document(path, doc, args.out):
-                print(figure)
+            plot_document(path, doc, args.out)
         except (OSError, ValueError) as e:
             print(f"plot_results.py: {path}: {e}", file=sys.stderr)
             failed += 1
     for benchmark, documents in combined.items():
-        written = COMBINED[benchmark](documents, args.out)
-        if not written:
-            print(f"{benchmark} documents: no plottable rows; no figure", file=sys.stderr)
-        for figure in written:
-            print(figure)
+        grouping, plotter = COMBINED[benchmark]
+        for name, members in grouping(documents):
+            report(plotter(members, name, args.out), [path for path, _ in members])
     return 1 if failed else 0
 
 

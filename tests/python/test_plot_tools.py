@@ -1,9 +1,12 @@
 """test_plot_tools.py — tools/plot_results.py and tools/plot_memory.py on small synthetic documents in the
 bench/results format (and on the recorded ones in bench/results): the figures are written as valid,
-non-blank PNG files; OOM rows, missing fields, unreadable files and other benchmarks are handled; comm
-documents combine into one bus-bandwidth and one time figure with a line per backend and world; ddp bars
-carry the single-device and goal lines; zero memory bars stack to the categories' sum; the memory
-timeline's stacked categories add up to the allocator's current bytes. Needs matplotlib (CI)."""
+non-blank PNG files; OOM rows, missing fields, unreadable files and other benchmarks are handled; model
+documents of one device and config holding different sizes make one set (a colour per context, a dash per
+precision), others stay apart; comm documents combine into one bus-bandwidth and one time figure with a
+line per backend and world; ddp bars carry the single-device and goal lines; zero memory bars stack to
+the categories' sum; the memory timeline's stacked categories add up to the allocator's current bytes.
+Needs matplotlib (CI)."""
+import itertools
 import json
 import os
 import subprocess
@@ -64,21 +67,26 @@ def attention_rows():
     return rows
 
 
-def model_rows():
+MODEL_SIZES = {"small": 128e6, "medium": 423e6, "xl": 1.5e9, "2.7b": 3.4e9}  # parameters
+
+
+def model_rows(sizes=("small", "medium", "2.7b"), precisions=("bf16",)):
+    """ctx 128 and 256, fwd and train rows of each size and precision; 2.7b train runs out of memory and the
+    first row has no peak_gib."""
     rows = []
-    for size, params in (("small", 128e6), ("medium", 423e6), ("2.7b", 3.4e9)):
-        for ctx in (128, 256):
-            for mode in ("fwd", "train"):
-                row = {"size": size, "parameters": params, "ctx": ctx, "precision": "bf16", "mode": mode,
-                       "batch": 4, "attention": "flash"}
-                if size == "2.7b" and mode == "train":
-                    row.update({"oom": True, "error": "out of memory"})
-                else:
-                    step = params / 1e7 * ctx / 128 * (3 if mode == "train" else 1)
-                    row.update({"step_ms": step, "mean_ms": step, "std_ms": 0.1, "min_ms": step,
-                                "first_step_ms": 2 * step, "peak_gib": params * 8 / 2**30,
-                                "tokens_per_s": 4 * ctx / step * 1e3})
-                rows.append(row)
+    for size in sizes:
+        params = MODEL_SIZES[size]
+        for ctx, mode, precision in itertools.product((128, 256), ("fwd", "train"), precisions):
+            row = {"size": size, "parameters": params, "ctx": ctx, "precision": precision, "mode": mode,
+                   "batch": 4, "attention": "flash"}
+            if size == "2.7b" and mode == "train":
+                row.update({"oom": True, "error": "out of memory"})
+            else:
+                step = params / 1e7 * ctx / 128 * (3 if mode == "train" else 1) * (2 if precision == "fp32" else 1)
+                row.update({"step_ms": step, "mean_ms": step, "std_ms": 0.1, "min_ms": step,
+                            "first_step_ms": 2 * step, "peak_gib": params * 8 / 2**30,
+                            "tokens_per_s": 4 * ctx / step * 1e3})
+            rows.append(row)
     rows[0].pop("peak_gib")
     return rows
 
@@ -216,6 +224,80 @@ def test_model_figures_by_size(tmp_path):
     assert run.returncode == 0, run.stderr
     for kind in ("step-time", "memory", "throughput"):
         assert_png(tmp_path / f"model-test-{kind}.png")
+
+
+def sweep_doc(size, commit="abc123", device="synthetic GPU", **config):
+    """One size of a model sweep, fp32 rows before bf16 ones; config: what differs from the sweep's config."""
+    doc = results("model", model_rows((size,), ("fp32", "bf16")), **{"batch": 4, "tf32": False, **config})
+    doc.update(commit=commit, device=device)
+    return doc
+
+
+def draw_sweep(folder, sizes):
+    """Draws one document per (size, commit) of sizes, given together; returns the figures' folder."""
+    docs = [write(folder, f"model-sweep-{size}-test.json", sweep_doc(size, commit)) for size, commit in sizes]
+    out = folder / "figures"
+    assert plot_results.main([*map(str, docs), "--out", str(out)]) == 0
+    return out
+
+
+def series_lines(ax):
+    """{legend label: line} of the drawn series (OOM marks have no label)."""
+    return {l.get_label(): l for l in ax.get_lines() if not l.get_label().startswith("_")}
+
+
+def test_model_documents_of_one_sweep_make_one_set(tmp_path, saved):
+    out = draw_sweep(tmp_path, (("2.7b", "def456"), ("small", "abc123"), ("medium", "abc123")))
+    assert sorted(os.listdir(out)) == [f"model-sweep-test-{kind}.png" for kind in ("memory", "step-time", "throughput")]
+    for name in os.listdir(out):
+        assert_png(out / name)
+    fig = saved["model-sweep-test-step-time.png"]
+    fwd, train = fig.axes
+    assert (fwd.get_title(), train.get_title()) == ("mode fwd", "mode train")
+    for ax in (fwd, train):  # sizes by parameter count, not by the order given
+        assert [t.get_text() for t in ax.get_xticklabels()] == ["small\n128M", "medium\n423M", "2.7b\n3400M"]
+    bf16 = series_lines(fwd)["bf16 ctx=128"]
+    assert list(bf16.get_xdata()) == [0, 1, 2]
+    assert list(bf16.get_ydata()) == pytest.approx([MODEL_SIZES[s] / 1e7 for s in ("small", "medium", "2.7b")])
+    assert list(series_lines(train)["bf16 ctx=128"].get_xdata()) == [0, 1]  # 2.7b train ran out of memory...
+    marks = [l for l in train.get_lines() if l.get_marker() == "x"]
+    assert sorted(x for l in marks for x in l.get_xdata()) == [2] * 4  # ... marked at its place, per series
+    assert "out of memory" in legend_labels(fig)
+    assert "commit abc123: small, medium; commit def456: 2.7b" in fig.texts[0].get_text()
+
+
+def test_model_set_colour_by_context_and_dash_by_precision(tmp_path, saved):
+    draw_sweep(tmp_path, (("small", "abc123"), ("medium", "abc123")))
+    for kind in ("step-time", "memory", "throughput"):
+        lines = series_lines(saved[f"model-sweep-test-{kind}.png"].axes[1])  # train: every row has each figure
+        assert sorted(lines) == ["bf16 ctx=128", "bf16 ctx=256", "fp32 ctx=128", "fp32 ctx=256"]
+        for label, line in lines.items():
+            assert line.get_linestyle() == ("-" if label.startswith("bf16") else "--"), label
+        for ctx in ("ctx=128", "ctx=256"):
+            assert lines[f"bf16 {ctx}"].get_color() == lines[f"fp32 {ctx}"].get_color()
+        assert lines["bf16 ctx=128"].get_color() != lines["bf16 ctx=256"].get_color()
+
+
+def test_model_documents_of_other_configs_or_the_same_size_stay_apart(tmp_path):
+    docs = [write(tmp_path, name, doc) for name, doc in (
+        ("model-a-small.json", sweep_doc("small")),
+        ("model-a-xl.json", sweep_doc("xl", tf32=True)),                # another config
+        ("model-a-medium.json", sweep_doc("medium", device="GPU 2")),  # another device
+        ("model-a-small-rerun.json", sweep_doc("small")))]              # the same size again
+    run = run_tool("plot_results.py", *docs, "--out", tmp_path / "figures")
+    assert run.returncode == 0, run.stderr
+    stems = ("model-a-small", "model-a-xl", "model-a-medium", "model-a-small-rerun")
+    assert sorted(os.listdir(tmp_path / "figures")) == sorted(f"{stem}-{kind}.png" for stem in stems
+                                                              for kind in ("step-time", "memory", "throughput"))
+
+
+def test_model_sets_of_the_same_name_are_numbered(tmp_path):
+    for folder, tf32 in (("a", False), ("b", True)):
+        (tmp_path / folder).mkdir()
+        for size in ("small", "xl"):
+            write(tmp_path / folder, f"model-{size}.json", sweep_doc(size, tf32=tf32))
+    sets = plot_results.model_sets([(str(p), plot_results.load_document(p)) for p in sorted(tmp_path.glob("*/*.json"))])
+    assert [(name, len(members)) for name, members in sets] == [("model", 2), ("model-2", 2)]
 
 
 def test_only_oom_rows_give_no_figure(tmp_path):
@@ -365,10 +447,11 @@ def test_zero_memory_without_breakdown_uses_the_row_peak(tmp_path, saved):
     assert "peak (no breakdown)" in legend_labels(saved["zero-plain-memory.png"])
 
 
-@pytest.mark.parametrize("benchmark", ["ddp", "zero"])
-def test_ddp_and_zero_with_only_oom_rows_give_no_figure(tmp_path, benchmark):
+# Not named `benchmark`: pytest-benchmark, where installed, owns a fixture of that name.
+@pytest.mark.parametrize("kind", ["ddp", "zero"])
+def test_ddp_and_zero_with_only_oom_rows_give_no_figure(tmp_path, kind):
     rows = [{"strategy": "flat", "zero": "off", "size": "xl", "ctx": 1024, "precision": "fp32", "oom": True}]
-    doc = write(tmp_path, f"{benchmark}-oom.json", results(benchmark, rows))
+    doc = write(tmp_path, f"{kind}-oom.json", results(kind, rows))
     run = run_tool("plot_results.py", doc, "--out", tmp_path / "figures")
     assert run.returncode == 0, run.stderr
     assert "no plottable rows" in run.stderr
