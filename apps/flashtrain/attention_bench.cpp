@@ -64,6 +64,7 @@ AttentionBenchConfig preset_sweep(const std::string& name, Device device) {
     config.seqlens = {16384};
     config.dtypes = {DType::bf16};
     config.causal = true;
+    config.deterministic = {true, false};
     config.ones_grad = true;
   } else {
     FT_THROW(invalid_argument, "unknown sweep '", name, "': expected memory, scaling or leaderboard");
@@ -79,11 +80,12 @@ double attention_forward_flops(const AttentionBenchCase& c) {
 std::vector<AttentionBenchCase> expand_cases(const AttentionBenchConfig& config) {
   std::vector<AttentionBenchCase> cases;
   for (auto impl : config.impls)
-    for (auto dtype : config.dtypes)
-      for (auto d : config.head_dims)
-        for (auto n : config.seqlens)
-          for (auto b : config.batch)
-            for (auto h : config.heads) cases.push_back({impl, b, h, n, d, dtype, config.causal});
+    for (bool deterministic : config.deterministic)
+      for (auto dtype : config.dtypes)
+        for (auto d : config.head_dims)
+          for (auto n : config.seqlens)
+            for (auto b : config.batch)
+              for (auto h : config.heads) cases.push_back({impl, b, h, n, d, dtype, config.causal, deterministic});
   return cases;
 }
 
@@ -112,6 +114,7 @@ AttentionBenchRow run_attention_bench_case(const AttentionBenchCase& c, const At
     AttentionOptions options;
     options.causal = c.causal;
     options.impl = c.impl;
+    options.deterministic = c.deterministic;
 
     allocator.reset_peak(device);
     attention_forward(t, options);
@@ -141,14 +144,15 @@ AttentionBenchRow run_attention_bench_case(const AttentionBenchCase& c, const At
 }
 
 std::string format_attention_bench(const std::vector<AttentionBenchRow>& rows, bool csv) {
-  ReportTable table({"impl", "dtype", "causal", "B", "H", "N", "D", "fwd_ms", "bwd_ms", "fwd_bwd_ms", "fwd_tflops",
-                     "bwd_tflops", "fwd_bwd_tflops", "mem_before_bwd_gib", "peak_gib"});
+  ReportTable table({"impl", "deterministic", "dtype", "causal", "B", "H", "N", "D", "fwd_ms", "bwd_ms",
+                     "fwd_bwd_ms", "fwd_tflops", "bwd_tflops", "fwd_bwd_tflops", "mem_before_bwd_gib", "peak_gib"});
   for (const auto& r : rows) {
-    std::vector<std::string> cells{name_of(r.c.impl), name_of(r.c.dtype), r.c.causal ? "yes" : "no",
-                                   std::to_string(r.c.batch), std::to_string(r.c.heads), std::to_string(r.c.seqlen),
-                                   std::to_string(r.c.head_dim)};
+    std::vector<std::string> cells{name_of(r.c.impl),         r.c.deterministic ? "yes" : "no",
+                                   name_of(r.c.dtype),        r.c.causal ? "yes" : "no",
+                                   std::to_string(r.c.batch), std::to_string(r.c.heads),
+                                   std::to_string(r.c.seqlen), std::to_string(r.c.head_dim)};
     if (r.oom) {
-      cells.resize(15, "OOM");
+      cells.resize(16, "OOM");
     } else {
       for (double x : {r.fwd_ms, r.bwd_ms, r.fwd_bwd_ms}) cells.push_back(fixed(x, 3));
       for (double x : {r.fwd_tflops, r.bwd_tflops, r.fwd_bwd_tflops}) cells.push_back(fixed(x, 1));
@@ -164,7 +168,7 @@ nlohmann::json attention_bench_document(const AttentionBenchConfig& config, cons
   for (const auto& r : rows) {
     nlohmann::json row{{"impl", name_of(r.c.impl)}, {"B", r.c.batch},       {"H", r.c.heads},
                        {"N", r.c.seqlen},           {"D", r.c.head_dim},    {"dtype", name_of(r.c.dtype)},
-                       {"causal", r.c.causal}};
+                       {"causal", r.c.causal},      {"deterministic", r.c.deterministic}};
     if (r.oom) {
       row["oom"] = true;
       row["error"] = r.oom_message;

@@ -22,6 +22,7 @@ struct AttentionBenchCase {
   std::int64_t batch = 1, heads = 1, seqlen = 1024, head_dim = 64;
   DType dtype = DType::bf16;
   bool causal = true;
+  bool deterministic = true;  // AttentionOptions::deterministic (the CUDA flash backward's dQ scheme)
 };
 
 struct AttentionBenchRow {
@@ -40,6 +41,7 @@ struct AttentionBenchConfig {
   std::vector<std::int64_t> batch{1}, heads{1}, seqlens{1024}, head_dims{64};
   std::vector<DType> dtypes{DType::bf16};
   bool causal = true;
+  std::vector<bool> deterministic{true};  // backward modes: true = fixed-order sums, false = atomic dQ
   Device device = Device::cpu();
   TimingOptions timing{.warmup = 3, .repeats = 100, .flush_l2 = false};
   double max_seconds = 2.0;  // per measurement: fewer repeats (>= 5) when a case is slow
@@ -49,7 +51,8 @@ struct AttentionBenchConfig {
 
 // The preset sweeps: "memory" (naive vs flash, batch 8, one head, d 16..128 x N 256..16384, fp32,
 // non-causal), "scaling" (batch 1, causal, N 128..65536, d 16..128, bf16 and fp32, flash and naive),
-// "leaderboard" ((16, 16384, 64), bf16, causal, fwd+bwd of sum(O), flash). Throws for other names.
+// "leaderboard" ((16, 16384, 64), bf16, causal, fwd+bwd of sum(O), flash, both backward modes). Throws for
+// other names.
 AttentionBenchConfig preset_sweep(const std::string& name, Device device);
 
 // Forward FLOPs 4*B*H*N^2*D (halved when causal); backward = 2.5x forward.
@@ -58,7 +61,8 @@ double attention_forward_flops(const AttentionBenchCase& c);
 // Times one case; an out-of-memory failure gives a row with oom = true instead of throwing.
 AttentionBenchRow run_attention_bench_case(const AttentionBenchCase& c, const AttentionBenchConfig& config);
 
-// Every combination of the config's lists, in order impl, dtype, head_dim, seqlen, batch, heads.
+// Every combination of the config's lists, in order impl, deterministic, dtype, head_dim, seqlen, batch,
+// heads.
 std::vector<AttentionBenchCase> expand_cases(const AttentionBenchConfig& config);
 
 // Markdown table (or CSV) of rows; OOM cells read "OOM".

@@ -1,6 +1,7 @@
 // cmd_bench_attention.cpp — `flashtrain bench attention`: options (documented, defaults shown in
 // --help), the preset sweeps and the action that runs the cases, prints the table and writes --json.
 //   flashtrain bench attention --sweep leaderboard --json bench/results/attention-leaderboard-h100.json
+//   flashtrain bench attention --sweep leaderboard --deterministic true,false
 //   flashtrain bench attention --impl flash,naive --seqlen 1024,4096 --head-dim 64 --dtype bf16
 #include <iostream>
 #include <memory>
@@ -21,7 +22,8 @@ Sweeps (--sweep; the list options below then override the preset's lists):
                fp32, non-causal: the memory/latency comparison of standard and flash attention
   scaling      flash and naive, B=1, H=1, causal, N = 128, 256, ..., 65536, D in {16,32,64,128},
                bf16 and fp32: latency and TFLOP/s against sequence length
-  leaderboard  flash, q, k, v of shape (16, 16384, 64), bf16, causal, forward + backward of sum(O)
+  leaderboard  flash, q, k, v of shape (16, 16384, 64), bf16, causal, forward + backward of sum(O),
+               deterministic and atomic-dQ backward (--deterministic true,false)
   custom       the lists given by the options (the default)
 
 Every row reports the median of timed repeats after warm-up: forward, backward (given O and L)
@@ -29,6 +31,9 @@ and forward+backward, in ms and TFLOP/s (forward FLOPs 4*B*H*N^2*D, halved when 
 2.5x forward); on a GPU, times come from CUDA events. mem_before_bwd_gib is the device memory
 flashtrain holds after the forward, before the backward; peak_gib the peak over forward+backward
 (including the naive implementation's S and P). A case that runs out of memory is an OOM row.
+--deterministic picks the flash backward's scheme on a GPU: true (the default) sums every gradient in a
+fixed order (bit-identical runs); false accumulates dQ with fp32 atomics inside the dK/dV kernel
+(FlashAttention-2's scheme: faster, dQ not bitwise reproducible). Each row records its mode.
 Each measurement repeats --repeats times, or fewer (at least 5) when that would take longer than
 --max-seconds.)";
 
@@ -38,9 +43,15 @@ std::int64_t parse_positive(std::string_view text) {
   return value;
 }
 
+bool parse_bool(std::string_view text) {
+  if (text == "true") return true;
+  if (text == "false") return false;
+  FT_THROW(invalid_argument, "expected true or false, given '", text, "'");
+}
+
 struct BenchAttentionOptions {
   std::string sweep = "custom";
-  std::string impls, batch, heads, seqlens, head_dims, dtypes;
+  std::string impls, batch, heads, seqlens, head_dims, dtypes, deterministic;
   std::optional<bool> causal;
   std::string device = "auto";
   int warmup = 3;
@@ -64,6 +75,8 @@ AttentionBenchConfig resolve(const BenchAttentionOptions& o) {
   if (!o.head_dims.empty()) config.head_dims = parse_list<std::int64_t>("--head-dim", o.head_dims, parse_positive);
   if (!o.dtypes.empty()) config.dtypes = parse_list<DType>("--dtype", o.dtypes, parse_dtype);
   if (o.causal) config.causal = *o.causal;
+  if (!o.deterministic.empty())
+    config.deterministic = parse_list<bool>("--deterministic", o.deterministic, parse_bool);
   config.timing = {.warmup = o.warmup, .repeats = o.repeats, .flush_l2 = o.flush_l2};
   config.max_seconds = o.max_seconds;
   config.seed = o.seed;
@@ -75,8 +88,9 @@ int run_bench_attention(const BenchAttentionOptions& options) {
   std::vector<AttentionBenchRow> rows;
   for (const AttentionBenchCase& c : expand_cases(config)) {
     rows.push_back(run_attention_bench_case(c, config));
-    std::cerr << "  " << name_of(c.impl) << " " << name_of(c.dtype) << " B=" << c.batch << " H=" << c.heads
-              << " N=" << c.seqlen << " D=" << c.head_dim << (rows.back().oom ? ": OOM" : ": done") << "\n";
+    std::cerr << "  " << name_of(c.impl) << (c.deterministic ? "" : " (atomic dQ)") << " " << name_of(c.dtype)
+              << " B=" << c.batch << " H=" << c.heads << " N=" << c.seqlen << " D=" << c.head_dim
+              << (rows.back().oom ? ": OOM" : ": done") << "\n";
   }
   std::cout << "attention benchmark (" << config.sweep << ") on " << describe_device(config.device) << "\n\n"
             << format_attention_bench(rows, options.csv);
@@ -104,6 +118,9 @@ void register_bench_attention(CLI::App& bench, Action& action) {
   command->add_option("--head-dim", o.head_dims, "Head dims D, comma-separated (custom default: 64)");
   command->add_option("--dtype", o.dtypes, "Dtypes, comma-separated: fp32, fp16, bf16 (custom default: bf16)");
   command->add_option("--causal", o.causal, "Causal masking: true or false (custom default: true)");
+  command->add_option("--deterministic", o.deterministic,
+                      "Backward modes, comma-separated: true (fixed-order sums), false (atomic dQ) "
+                      "(custom default: true)");
   command->add_option("--device", o.device, "cpu, cuda, cuda:N, or auto (cuda:0 when a GPU is visible, else cpu)")
       ->check(device_validator());
   command->add_option("--warmup", o.warmup, "Untimed runs before each measurement")->check(CLI::Range(0, 1000));

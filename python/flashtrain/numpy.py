@@ -33,9 +33,10 @@ def attention(q, k, v, *, causal=False, window=None, sink_tokens=0, sinks=None, 
 
 
 def attention_backward(d_o, q, k, v, o, lse, *, causal=False, window=None, sink_tokens=0, sinks=None, scale=None,
-                       impl="flash"):
+                       impl="flash", deterministic=True):
     """(dq, dk, dv, dsinks) for the loss gradient d_o (like o), given the inputs and (o, lse) from attention()
-    with the same options. dsinks is (Hq) float32 when sinks are given, else None."""
+    with the same options. dsinks is (Hq) float32 when sinks are given, else None. deterministic=False lets
+    the CUDA flash backward accumulate dq with fp32 atomics (faster; host arrays are unaffected)."""
     left, right = window_bounds(window)
     one_head = missing_head_axis(d_o=d_o, q=q, k=k, v=v, o=o)
     d_o, q, k, v, o, lse = (np.asarray(x) for x in (d_o, q, k, v, o, lse))
@@ -45,7 +46,8 @@ def attention_backward(d_o, q, k, v, o, lse, *, causal=False, window=None, sink_
     sinks = _sinks_f32(sinks)
     dsinks = None if sinks is None else np.empty_like(sinks)           # (Hq)
     _C.attention_backward(q, k, v, o, lse, d_o, dq, dk, dv, sinks=sinks, dsinks=dsinks, causal=causal,
-                          window_left=left, window_right=right, sink_tokens=sink_tokens, scale=scale, impl=impl)
+                          window_left=left, window_right=right, sink_tokens=sink_tokens, scale=scale, impl=impl,
+                          deterministic=deterministic)
     if one_head:
         dq, dk, dv = dq[:, 0], dk[:, 0], dv[:, 0]
     return dq, dk, dv, dsinks

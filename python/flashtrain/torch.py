@@ -1,7 +1,7 @@
 """flashtrain.torch — flashtrain's attention for PyTorch (>= 2.4; this module imports torch, the rest of
 the package does not).
 
-  flash_attention(q, k, v, causal=..., window=..., sink_tokens=..., sinks=..., scale=...)
+  flash_attention(q, k, v, causal=..., window=..., sink_tokens=..., sinks=..., scale=..., deterministic=...)
       differentiable in q, k, v and sinks; runs under torch.compile(fullgraph=True) without a graph
       break, through the custom ops flashtrain::attention_forward and flashtrain::attention_backward
       (registered with register_fake and register_autograd).
@@ -59,8 +59,9 @@ def _detached(t: Optional[Tensor]) -> Optional[Tensor]:
 @torch.library.custom_op("flashtrain::attention_forward", mutates_args=())
 def attention_forward_op(q: Tensor, k: Tensor, v: Tensor, sinks: Optional[Tensor], causal: bool, window_left: int,
                          window_right: int, sink_tokens: int, scale: Optional[float],
-                         impl: str = "flash") -> Tuple[Tensor, Tensor]:
-    """o (B, Hq, Nq, D), lse (B, Hq, Nq) fp32 = attention(q (B, Hq, Nq, D), k, v (B, Hkv, Nk, D))."""
+                         impl: str = "flash", deterministic: bool = True) -> Tuple[Tensor, Tensor]:
+    """o (B, Hq, Nq, D), lse (B, Hq, Nq) fp32 = attention(q (B, Hq, Nq, D), k, v (B, Hkv, Nk, D)).
+    deterministic only travels to the backward (register_autograd)."""
     o, lse = _forward_outputs(q)  # (B, Hq, Nq, D), (B, Hq, Nq)
     _C.attention_forward(_detached(q), _detached(k), _detached(v), o, lse, sinks=_detached(sinks), causal=causal,
                          window_left=window_left, window_right=window_right, sink_tokens=sink_tokens, scale=scale,
@@ -69,41 +70,45 @@ def attention_forward_op(q: Tensor, k: Tensor, v: Tensor, sinks: Optional[Tensor
 
 
 @attention_forward_op.register_fake
-def _(q, k, v, sinks, causal, window_left, window_right, sink_tokens, scale, impl="flash"):
+def _(q, k, v, sinks, causal, window_left, window_right, sink_tokens, scale, impl="flash", deterministic=True):
     return _forward_outputs(q)
 
 
 @torch.library.custom_op("flashtrain::attention_backward", mutates_args=())
 def attention_backward_op(d_o: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor,
                           sinks: Optional[Tensor], causal: bool, window_left: int, window_right: int,
-                          sink_tokens: int, scale: Optional[float],
-                          impl: str = "flash") -> Tuple[Tensor, Tensor, Tensor, Tensor]:
-    """dq, dk, dv (like q, k, v) and dsinks ((Hq) fp32; empty (0) without sinks) for the gradient d_o of o."""
+                          sink_tokens: int, scale: Optional[float], impl: str = "flash",
+                          deterministic: bool = True) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """dq, dk, dv (like q, k, v) and dsinks ((Hq) fp32; empty (0) without sinks) for the gradient d_o of o.
+    deterministic=False lets the CUDA flash backward accumulate dq with fp32 atomics (faster, not bitwise
+    reproducible)."""
     dq, dk, dv, dsinks = _backward_outputs(q, k, v, sinks)  # like q, k, v; (Hq) or (0)
     _C.attention_backward(_detached(q), _detached(k), _detached(v), _detached(o), _detached(lse), _detached(d_o),
                           dq, dk, dv, sinks=_detached(sinks), dsinks=None if sinks is None else dsinks,
                           causal=causal, window_left=window_left, window_right=window_right,
-                          sink_tokens=sink_tokens, scale=scale, impl=impl, stream=_stream(q))
+                          sink_tokens=sink_tokens, scale=scale, impl=impl, deterministic=deterministic,
+                          stream=_stream(q))
     return dq, dk, dv, dsinks
 
 
 @attention_backward_op.register_fake
-def _(d_o, q, k, v, o, lse, sinks, causal, window_left, window_right, sink_tokens, scale, impl="flash"):
+def _(d_o, q, k, v, o, lse, sinks, causal, window_left, window_right, sink_tokens, scale, impl="flash",
+      deterministic=True):
     return _backward_outputs(q, k, v, sinks)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, sinks, causal, window_left, window_right, sink_tokens, scale, impl = inputs
+    q, k, v, sinks, causal, window_left, window_right, sink_tokens, scale, impl, deterministic = inputs
     o, lse = output
     ctx.save_for_backward(q, k, v, o, lse, sinks)
-    ctx.variant = (causal, window_left, window_right, sink_tokens, scale, impl)
+    ctx.variant = (causal, window_left, window_right, sink_tokens, scale, impl, deterministic)
 
 
 def _backward(ctx, grad_o, grad_lse):
     # grad_lse is not used: L is an output for inspection and for the backward, not a differentiable one.
     q, k, v, o, lse, sinks = ctx.saved_tensors
     dq, dk, dv, dsinks = attention_backward_op(_last_dim_contiguous(grad_o), q, k, v, o, lse, sinks, *ctx.variant)
-    return dq, dk, dv, None if sinks is None else dsinks, None, None, None, None, None, None
+    return dq, dk, dv, None if sinks is None else dsinks, None, None, None, None, None, None, None
 
 
 attention_forward_op.register_autograd(_backward, setup_context=_setup_context)
@@ -112,19 +117,22 @@ attention_forward_op.register_autograd(_backward, setup_context=_setup_context)
 # ---- the functional API ---------------------------------------------------------------------------------------
 
 def flash_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, window=None, sink_tokens: int = 0,
-                    sinks: Optional[Tensor] = None, scale: Optional[float] = None, impl: str = "flash") -> Tensor:
+                    sinks: Optional[Tensor] = None, scale: Optional[float] = None, impl: str = "flash",
+                    deterministic: bool = True) -> Tensor:
     """o = attention(q, k, v): q (B, Hq, Nq, D) and k, v (B, Hkv, Nk, D), or all (B, N, D); o is shaped like q.
 
     causal: key j visible to query i when j <= i + Nk - Nq (bottom-right aligned). window: (left, right),
     -1/None = unbounded. sink_tokens: keys j < sink_tokens bypass the left window bound (StreamingLLM).
-    sinks: (Hq) sink logits (gpt-oss), differentiable. scale: default 1/sqrt(D). impl: 'flash' or 'naive'."""
+    sinks: (Hq) sink logits (gpt-oss), differentiable. scale: default 1/sqrt(D). impl: 'flash' or 'naive'.
+    deterministic: True gives bit-identical gradients run to run; False lets the CUDA flash backward
+    accumulate dq with fp32 atomics (faster)."""
     left, right = window_bounds(window)
     one_head = missing_head_axis(q=q, k=k, v=v)
     if one_head:
         q, k, v = q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1)
     q, k, v = _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v)
     o, _ = attention_forward_op(q, k, v, _sinks_f32(sinks), causal, left, right, sink_tokens,
-                                None if scale is None else float(scale), impl)
+                                None if scale is None else float(scale), impl, bool(deterministic))
     return o.squeeze(1) if one_head else o
 
 

@@ -36,6 +36,7 @@ struct Variant {
   std::optional<double> scale;
   std::string impl = "flash";
   std::uintptr_t stream = 0;
+  bool deterministic = true;  // backward only (AttentionOptions::deterministic)
 };
 
 AttentionOptions options_for(const Variant& variant, Device device) {
@@ -46,6 +47,7 @@ AttentionOptions options_for(const Variant& variant, Device device) {
   options.sink_tokens = variant.sink_tokens;
   options.scale = variant.scale;
   options.impl = parse_attention_impl(variant.impl);
+  options.deterministic = variant.deterministic;
   if (device.is_cuda()) options.stream = Stream::wrap(reinterpret_cast<void*>(variant.stream), device);
   return options;
 }
@@ -84,7 +86,7 @@ void backward(const InputArray& q, const InputArray& k, const InputArray& v, con
               const OutputArray& dv, const std::optional<InputArray>& sinks,
               const std::optional<OutputArray>& dsinks, bool causal, std::int64_t window_left,
               std::int64_t window_right, std::int64_t sink_tokens, std::optional<double> scale,
-              const std::string& impl, std::uintptr_t stream) {
+              const std::string& impl, bool deterministic, std::uintptr_t stream) {
   const AttentionTensors t = tensors_of(q, k, v, o, lse, sinks);
   AttentionGrads g;
   g.d_o = tensor_view(d_o, "d_o");
@@ -92,8 +94,8 @@ void backward(const InputArray& q, const InputArray& k, const InputArray& v, con
   g.dk = tensor_view(dk, "dk");
   g.dv = tensor_view(dv, "dv");
   if (dsinks) g.dsinks = tensor_view(*dsinks, "dsinks");
-  const AttentionOptions options =
-      options_for({causal, window_left, window_right, sink_tokens, scale, impl, stream}, t.q.device());
+  const AttentionOptions options = options_for(
+      {causal, window_left, window_right, sink_tokens, scale, impl, stream, deterministic}, t.q.device());
   nb::gil_scoped_release unlocked;
   attention_backward(t, g, options);
 }
@@ -122,7 +124,10 @@ NB_MODULE(_C, m) {
         "impl: 'flash' or 'naive'. stream: the cudaStream_t to run on, as an int (0 = legacy default).");
   m.def("attention_backward", &backward, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a, "d_o"_a, "dq"_a, "dk"_a, "dv"_a,
         nb::kw_only(), "sinks"_a = nb::none(), "dsinks"_a = nb::none(), "causal"_a = false, "window_left"_a = -1,
-        "window_right"_a = -1, "sink_tokens"_a = 0, "scale"_a = nb::none(), "impl"_a = "flash", "stream"_a = 0,
+        "window_right"_a = -1, "sink_tokens"_a = 0, "scale"_a = nb::none(), "impl"_a = "flash",
+        "deterministic"_a = true, "stream"_a = 0,
         "dq, dk, dv (like q, k, v) and dsinks ((Hq) fp32, exactly when sinks are given) <- the gradients of\n"
-        "attention, given q, k, v, o and lse from attention_forward and d_o (B, Hq, Nq, D). Options as forward.");
+        "attention, given q, k, v, o and lse from attention_forward and d_o (B, Hq, Nq, D). Options as forward.\n"
+        "deterministic: True (default) gives bit-identical gradients run to run; False lets the CUDA flash\n"
+        "backward accumulate dq with fp32 atomics (faster, last-bit differences; ignored elsewhere).");
 }

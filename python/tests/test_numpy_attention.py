@@ -88,6 +88,18 @@ def test_backward_matches_reference(name, impl):
         np.testing.assert_allclose(got, want, atol=tol * scale, rtol=tol, err_msg=what)
 
 
+@pytest.mark.parametrize("impl", ["flash", "naive"])
+def test_host_backward_ignores_deterministic(impl):
+    # deterministic=False only changes the CUDA flash backward; the host implementations are deterministic.
+    q, k, v, options = make_problem("sink_logits_causal_gqa", np.float32, seed=4)
+    o, lse = attention(q, k, v, impl=impl, **options)
+    d_o = np.random.default_rng(5).standard_normal(q.shape).astype(np.float32)
+    fixed = attention_backward(d_o, q, k, v, o, lse, impl=impl, **options)
+    free = attention_backward(d_o, q, k, v, o, lse, impl=impl, deterministic=False, **options)
+    for a, b, what in zip(fixed, free, ("dq", "dk", "dv", "dsinks")):
+        np.testing.assert_array_equal(a, b, err_msg=what)
+
+
 def test_empty_rows_give_zero_output_and_minus_infinite_lse():
     q, k, v, options = make_problem("causal_empty_rows", np.float32)
     o, lse = attention(q, k, v, **options)

@@ -191,7 +191,7 @@ void attention_backward(const AttentionTensors& t, const AttentionGrads& grads, 
   if (options.impl == AttentionImpl::naive)
     attention_impl::cuda_naive_backward(t, grads, s, options.stream);
   else
-    attention_impl::cuda_flash_backward(t, grads, s, options.stream);
+    attention_impl::cuda_flash_backward(t, grads, s, options.stream, options.deterministic);
 #else
   ops::no_cuda_build("attention", t.q.device());
 #endif

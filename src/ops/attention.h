@@ -31,6 +31,11 @@ struct AttentionOptions {
   AttentionImpl impl = AttentionImpl::flash;
   int block_q = 64;                // CPU tiled implementation only: query tile (>= 16)
   int block_k = 64;                // CPU tiled implementation only: key tile (>= 16)
+  // CUDA flash backward only. true (the default): every sum runs in a fixed order, so repeated runs give
+  // bit-identical gradients. false: FA2's scheme, dQ accumulated with fp32 atomics by the dK/dV kernel
+  // (faster; dQ may differ between runs in its last bits). The CPU and naive implementations are
+  // deterministic either way and ignore it.
+  bool deterministic = true;
   Stream stream;                   // CUDA work is ordered on this stream
 };
 

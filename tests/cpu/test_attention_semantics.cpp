@@ -1,6 +1,7 @@
 // test_attention_semantics.cpp — hand-checkable attention cases, run on both CPU implementations
 // (naive oracle and tiled): causal bottom-right alignment, exact window bounds, sink tokens, sink
-// logits, rows that see nothing, custom scale, GQA as repeated K/V, and bit-identical reruns.
+// logits, rows that see nothing, custom scale, GQA as repeated K/V, and bit-identical reruns (also
+// with AttentionOptions::deterministic = false, which the CPU ignores).
 //
 // Most cases use q = 0, so every visible key scores 0 and gets the same weight, and v_j = e_j
 // (one-hot, D = Nk), so O_i[j] = 1/count_i exactly where row i sees key j and L_i = log(count_i).
@@ -317,6 +318,14 @@ TEST_P(Semantics, RunsAreBitIdentical) {
     for (auto [a, b] : {std::pair{&first.o, &second.o}, {&first.lse, &second.lse}, {&first.dq, &second.dq},
                         {&first.dk, &second.dk}, {&first.dv, &second.dv}, {&first.dsinks, &second.dsinks}})
       ASSERT_EQ(0, std::memcmp(a->data(), b->data(), a->size() * sizeof(double)));
+    // deterministic = false only changes the CUDA flash backward: the CPU gives the same bits.
+    AttentionOptions relaxed = opt;
+    relaxed.deterministic = false;
+    const Outputs third = run(in, relaxed);
+    EXPECT_EQ(third.dq, first.dq);
+    EXPECT_EQ(third.dk, first.dk);
+    EXPECT_EQ(third.dv, first.dv);
+    EXPECT_EQ(third.dsinks, first.dsinks);
 #ifdef _OPENMP
     // The same bits with one thread as with many.
     const int threads = omp_get_max_threads();

@@ -2,8 +2,10 @@
 // (AttentionImpl::flash on cuda tensors) against the CPU naive oracle (AttentionImpl::naive on CPU fp32
 // tensors holding the same values, accumulated in double): every variant (causal, windows, sink tokens,
 // sink logits, GQA 1/4/8), bf16/fp16/fp32, head dims 16..256, odd and unequal lengths, both memory
-// layouts and unaligned strides. Outputs are poisoned with NaN before every run; the backward runs twice
-// and must give bit-identical gradients.
+// layouts and unaligned strides, in both backward modes: the default deterministic one and the atomic
+// dQ accumulation (AttentionOptions::deterministic = false). Outputs are poisoned with NaN before every
+// run; the backward runs twice and must give bit-identical gradients, except dQ in the atomic mode (its
+// fp32 atomic sums may round differently; dK, dV and dsinks stay bit-identical there too).
 //   fp32 (TF32 tensor cores): |flash - ref| <= 1e-2 + 1e-2 |ref| element-wise.
 //   bf16/fp16: max |flash - ref| <= 2 max |lp - ref| + slack, where lp is the same naive computation
 //   carried out in the low dtype (inputs, P, dS and outputs rounded to it; low_precision_attention).
@@ -47,6 +49,7 @@ struct FlashCase {
   bool unaligned = false;        // rows padded by one element: no 16-byte strides
   double scale = 0;              // 0 = default 1/sqrt(D)
   bool own_stream = false;       // run on a created stream instead of the default one
+  bool deterministic = true;     // AttentionOptions::deterministic of the flash backward
 };
 
 void PrintTo(const FlashCase& c, std::ostream* os) { *os << c.name; }
@@ -103,6 +106,7 @@ AttentionOptions options_of(const FlashCase& c, AttentionImpl impl) {
   options.sink_tokens = c.sink_tokens;
   if (c.scale != 0) options.scale = c.scale;
   options.impl = impl;
+  options.deterministic = c.deterministic;
   return options;
 }
 
@@ -254,9 +258,14 @@ bool same_bits(const std::vector<double>& a, const std::vector<double>& b) {
   return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
 }
 
-// The flash kernels on the GPU. The backward runs twice; `deterministic` reports whether both runs gave
-// bit-identical gradients.
-Outputs run_flash(const FlashCase& c, const Inputs& in, bool* deterministic) {
+// Whether two backward runs gave bit-identical dQ, and bit-identical dK, dV and dsinks.
+struct RunToRun {
+  bool dq_identical = false, rest_identical = false;
+};
+
+// The flash kernels on the GPU. The backward runs twice; `repeat` reports which gradients both runs gave
+// bit for bit.
+Outputs run_flash(const FlashCase& c, const Inputs& in, RunToRun* repeat) {
   const Stream stream = c.own_stream ? Stream::create(Device::cuda(0)) : Stream();
   const double nan = std::numeric_limits<double>::quiet_NaN();
   DeviceTensor q = device_tensor(c.batch, c.heads_q, c.len_q, c.head_dim, c, stream, "test.q");
@@ -304,8 +313,9 @@ Outputs run_flash(const FlashCase& c, const Inputs& in, bool* deterministic) {
     run.dv = read_as_double(dv.view);
     if (c.sinks) run.dsinks = read_as_double(dsinks);
   }
-  *deterministic = same_bits(runs[0].dq, runs[1].dq) && same_bits(runs[0].dk, runs[1].dk) &&
-                   same_bits(runs[0].dv, runs[1].dv) && same_bits(runs[0].dsinks, runs[1].dsinks);
+  repeat->dq_identical = same_bits(runs[0].dq, runs[1].dq);
+  repeat->rest_identical = same_bits(runs[0].dk, runs[1].dk) && same_bits(runs[0].dv, runs[1].dv) &&
+                           same_bits(runs[0].dsinks, runs[1].dsinks);
   out.dq = std::move(runs[0].dq);
   out.dk = std::move(runs[0].dk);
   out.dv = std::move(runs[0].dv);
@@ -376,9 +386,10 @@ TEST_P(FlashVsNaive, ForwardAndBackward) {
   const FlashCase& c = GetParam();
   const Inputs in = make_inputs(c, 1234 + std::hash<std::string>{}(c.name) % 1000);
   const Outputs ref = run_reference(c, in);
-  bool deterministic = false;
-  const Outputs got = run_flash(c, in, &deterministic);
-  EXPECT_TRUE(deterministic) << "two backward runs gave different gradients";
+  RunToRun repeat;
+  const Outputs got = run_flash(c, in, &repeat);
+  EXPECT_TRUE(repeat.rest_identical) << "two backward runs gave different dK, dV or dsinks";
+  if (c.deterministic) EXPECT_TRUE(repeat.dq_identical) << "two deterministic backward runs gave different dQ";
 
   const std::pair<const char*, std::pair<const std::vector<double>*, const std::vector<double>*>> fields[] = {
       {"o", {&got.o, &ref.o}},    {"dq", {&got.dq, &ref.dq}}, {"dk", {&got.dk, &ref.dk}},
@@ -500,10 +511,25 @@ std::vector<FlashCase> head_dim_cases() {
   return cases;
 }
 
+// The same cases with the backward's atomic dQ accumulation (deterministic = false), plus a longer GQA one
+// whose dQ rows collect many key tiles of four query heads' kv head.
+std::vector<FlashCase> atomic_cases() {
+  std::vector<FlashCase> cases = variant_cases();
+  for (const FlashCase& c : head_dim_cases()) cases.push_back(c);
+  cases.push_back({.name = "bf16_d64_causal_sinks_gqa4_1100", .dtype = DType::bf16, .heads_q = 4, .heads_kv = 1,
+                   .len_q = 1100, .len_k = 1100, .head_dim = 64, .causal = true, .sinks = true});
+  for (FlashCase& c : cases) {
+    c.deterministic = false;
+    c.name += "_atomic";
+  }
+  return cases;
+}
+
 std::string case_name(const ::testing::TestParamInfo<FlashCase>& info) { return info.param.name; }
 
 INSTANTIATE_TEST_SUITE_P(Variants, FlashVsNaive, ::testing::ValuesIn(variant_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(HeadDims, FlashVsNaive, ::testing::ValuesIn(head_dim_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(AtomicDq, FlashVsNaive, ::testing::ValuesIn(atomic_cases()), case_name);
 
 TEST(FlashAttention, UnsupportedHeadDimNamesTheSupportedSet) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";

@@ -1,6 +1,7 @@
 // flash_api.cu — cuda_flash_forward / cuda_flash_backward: turn validated attention tensors into the
-// kernels' parameter blocks, allocate the backward scratch on the caller's stream, and dispatch on
-// head dim and dtype to the per-head-dim launchers (flash_{fwd,bwd}_hdim*.cu).
+// kernels' parameter blocks, allocate the backward scratch on the caller's stream (with the fp32 dQ
+// accumulator of the non-deterministic backward), and dispatch on head dim and dtype to the
+// per-head-dim launchers (flash_{fwd,bwd}_hdim*.cu).
 #include <cstdint>
 #include <type_traits>
 
@@ -104,7 +105,7 @@ void cuda_flash_forward(const AttentionTensors& t, const AttentionShape& s, cons
 }
 
 void cuda_flash_backward(const AttentionTensors& t, const AttentionGrads& g, const AttentionShape& s,
-                         const Stream& stream) {
+                         const Stream& stream, bool deterministic) {
   check_supported(s);
   CudaDeviceGuard device(t.q.device().index);
   flash::FlashBwdParams p;
@@ -133,9 +134,15 @@ void cuda_flash_backward(const AttentionTensors& t, const AttentionGrads& g, con
   if (s.has_sinks)
     sink_partials = Buffer(static_cast<std::size_t>(s.batch * s.heads_q) * p.pre_blocks * sizeof(float), device_of,
                            "attention.flash.sink_partials", stream);
+  Buffer dq_accum;  // (B, Hq, Nq_pad, D) fp32
+  if (!deterministic)
+    dq_accum = Buffer(rows * static_cast<std::size_t>(s.head_dim) * sizeof(float), device_of,
+                      "attention.flash.dq_accum", stream);
   p.dsum = static_cast<float*>(dsum.data());
   p.lse_log2 = static_cast<float*>(lse_log2.data());
   p.sink_partials = static_cast<float*>(sink_partials.data());
+  p.deterministic = deterministic;
+  p.dq_accum = static_cast<float*>(dq_accum.data());
 
   auto cuda_stream = static_cast<cudaStream_t>(stream.handle());
   dispatch(t.q.dtype(), s.head_dim, [&](auto type_tag, auto dim) {

@@ -1,5 +1,5 @@
-// flash_bwd_kernel.cuh — internal (CUDA builds only): the FlashAttention-2 backward kernels, a
-// deterministic scheme without atomics:
+// flash_bwd_kernel.cuh — internal (CUDA builds only): the FlashAttention-2 backward kernels. The
+// default scheme is deterministic, without atomics:
 //   1. pre-pass  : D_i = dO_i . O_i (fp32), L_i * log2(e) padded for the tile kernels, and per-block
 //                  partial sums of exp(s_h - L_i) D_i for the sink-logit gradient;
 //   2. sink sum  : d s_h = -(fixed-order sum of the partials over batch and blocks), flash_bwd_sink.cu;
@@ -9,10 +9,14 @@
 //                  operands of dV = P^T dO and dK = dS^T Q;
 //   4. dQ        : one block per (batch x query head, query tile) loops over the visible key tiles.
 // Every sum runs in a fixed order, so repeated runs give bit-identical gradients.
+// The opt-in non-deterministic scheme (FA2's own) replaces 4: the dK/dV kernel, with its own tiles,
+// also adds dQ_tile = dS K of every (query tile, key tile) it visits into an fp32 accumulator with
+// atomics (flash_bwd_atomic.cuh), and a convert kernel scales and casts that into dq.
 #pragma once
 
 #include <cstdint>
 
+#include "ops/attention/cuda/flash_bwd_atomic.cuh"
 #include "ops/attention/cuda/flash_fwd_kernel.cuh"
 
 namespace ft::flash {
@@ -67,33 +71,58 @@ __device__ __forceinline__ void load_row_values(float* smem, const float* gmem, 
   for (int idx = tid; idx < kRows / 4; idx += kThreads) cp_async_16(smem + 4 * idx, gmem + 4 * idx, true);
 }
 
-template <class T, int D>
-struct BwdKernelTraits {
+// The dK/dV kernel's tiles: the deterministic row (kv_*) or, with kAtomicDq, the atomic row (at_*),
+// whose kernel also computes dQ (flash_traits.h).
+template <class T, int D, bool kAtomicDq>
+struct BwdKvTraits {
   static constexpr FlashTiles kTiles = flash_tiles(sizeof(T), D);
   static constexpr int kLdS = kLd<T, D>;
-  // dK/dV kernel: key tile kKvN (16 kKvWarpM rows per warp), query tile kKvM, head dim split kWarpsD ways.
-  static constexpr int kKvN = kTiles.kv_n, kKvM = kTiles.kv_m, kKvWarpM = kTiles.kv_wm, kWarpsD = kTiles.kv_wd;
-  static constexpr int kKvStages = kTiles.kv_st;
-  static constexpr int kKvThreads = kKvN / (16 * kKvWarpM) * kWarpsD * 32;
-  // sK, sV (kKvN, kLdS) | sQ, sdO (kKvStages, kKvM, kLdS) | sL, sD (kKvStages, kKvM) fp32
-  static constexpr int kKvSmemBytes = (2 * kKvN + 2 * kKvStages * kKvM) * kLdS * static_cast<int>(sizeof(T)) +
-                                      2 * kKvStages * kKvM * static_cast<int>(sizeof(float));
-  // dQ kernel: query tile kDqM (16 kDqWarpM rows per warp), key tile kDqN.
-  static constexpr int kDqM = kTiles.dq_m, kDqN = kTiles.dq_n, kDqWarpM = kTiles.dq_wm, kDqStages = kTiles.dq_st;
-  static constexpr int kDqThreads = kDqM / (16 * kDqWarpM) * 32;
-  // sQ, sdO (kDqM, kLdS) | sK, sV (kDqStages, kDqN, kLdS)
-  static constexpr int kDqSmemBytes = (2 * kDqM + 2 * kDqStages * kDqN) * kLdS * static_cast<int>(sizeof(T));
-  static_assert(kKvN % (16 * kKvWarpM) == 0 && kKvM % 16 == 0 && D % (16 * kWarpsD) == 0, "bad dK/dV tiles");
-  static_assert(kDqM % (16 * kDqWarpM) == 0 && kDqN % 16 == 0, "bad dQ tiles");
-  static_assert(kQueryPad % kKvM == 0 && kQueryPad % kDqM == 0 && kQueryPad % kPreRows == 0, "bad query padding");
+  // Key tile kN (16 kWarpM rows per warp), query tile kM, head dim split kWarpsD ways.
+  static constexpr int kN = kAtomicDq ? kTiles.at_n : kTiles.kv_n;
+  static constexpr int kM = kAtomicDq ? kTiles.at_m : kTiles.kv_m;
+  static constexpr int kWarpM = kAtomicDq ? kTiles.at_wm : kTiles.kv_wm;
+  static constexpr int kWarpsD = kAtomicDq ? kTiles.at_wd : kTiles.kv_wd;
+  static constexpr int kStages = kAtomicDq ? kTiles.at_st : kTiles.kv_st;
+  static constexpr int kThreads = kN / (16 * kWarpM) * kWarpsD * 32;
+  // dQ = dS K (kAtomicDq): the (kM, D) tile in kDqWarpsD column groups of kDqCols columns, each warp
+  // 16 kDqWarpM rows, kDqChunk columns at a time (bounds its accumulator registers).
+  static constexpr int kDqWarpsD = kAtomicDq ? kTiles.at_qd : 1;
+  static constexpr int kDqWarpM = kM / (16 * (kThreads / 32 / kDqWarpsD));
+  static constexpr int kDqCols = D / kDqWarpsD;
+  static constexpr int kDqChunk = kDqCols <= 96 ? kDqCols : 64;
+  static constexpr int kLdDs = kM + 16 / static_cast<int>(sizeof(T));  // padded row of sdS (keys, queries)
+  // sK, sV (kN, kLdS) | sQ, sdO (kStages, kM, kLdS) | sL, sD (kStages, kM) fp32 | sdS (kN, kLdDs) if kAtomicDq
+  static constexpr int kSmemBytes = (2 * kN + 2 * kStages * kM) * kLdS * static_cast<int>(sizeof(T)) +
+                                    2 * kStages * kM * static_cast<int>(sizeof(float)) +
+                                    (kAtomicDq ? kN * kLdDs * static_cast<int>(sizeof(T)) : 0);
+  static_assert(kN % (16 * kWarpM) == 0 && kM % 16 == 0 && D % (16 * kWarpsD) == 0, "bad dK/dV tiles");
+  static_assert(kQueryPad % kM == 0, "bad query padding");
+  static_assert(!kAtomicDq || ((kThreads / 32) % kDqWarpsD == 0 && kDqWarpM >= 1 &&
+                               kM == 16 * kDqWarpM * (kThreads / 32 / kDqWarpsD) && kDqCols % kDqChunk == 0 &&
+                               kDqChunk % 16 == 0),
+                "bad atomic dQ split");
 };
 
-template <class T, int D, bool kHasMask>
-__global__ void __launch_bounds__(BwdKernelTraits<T, D>::kKvThreads)
-    flash_bwd_dkdv_kernel(const __grid_constant__ FlashBwdParams p) {
-  using Tr = BwdKernelTraits<T, D>;
-  constexpr int BN = Tr::kKvN, BM = Tr::kKvM, kStages = Tr::kKvStages, kThreads = Tr::kKvThreads;
-  constexpr int MT = Tr::kKvWarpM;
+template <class T, int D>
+struct BwdDqTraits {
+  static constexpr FlashTiles kTiles = flash_tiles(sizeof(T), D);
+  static constexpr int kLdS = kLd<T, D>;
+  // Query tile kM (16 kWarpM rows per warp), key tile kN.
+  static constexpr int kM = kTiles.dq_m, kN = kTiles.dq_n, kWarpM = kTiles.dq_wm, kStages = kTiles.dq_st;
+  static constexpr int kThreads = kM / (16 * kWarpM) * 32;
+  // sQ, sdO (kM, kLdS) | sK, sV (kStages, kN, kLdS)
+  static constexpr int kSmemBytes = (2 * kM + 2 * kStages * kN) * kLdS * static_cast<int>(sizeof(T));
+  static_assert(kM % (16 * kWarpM) == 0 && kN % 16 == 0, "bad dQ tiles");
+  static_assert(kQueryPad % kM == 0 && kQueryPad % kPreRows == 0, "bad query padding");
+};
+
+// The body of both dK/dV kernels: one block per (batch x kv head, key tile). With kAtomicDq each
+// iteration also stores dS^T in shared memory and adds dS K into the fp32 dQ accumulator.
+template <class T, int D, bool kHasMask, bool kAtomicDq>
+__device__ __forceinline__ void bwd_dkdv_block(const FlashBwdParams& p) {
+  using Tr = BwdKvTraits<T, D, kAtomicDq>;
+  constexpr int BN = Tr::kN, BM = Tr::kM, kStages = Tr::kStages, kThreads = Tr::kThreads;
+  constexpr int MT = Tr::kWarpM;
   constexpr int kLdS = Tr::kLdS;
   constexpr int kDw = D / Tr::kWarpsD;  // dK/dV columns of one warp
   constexpr int kNtS = BM / 8;          // transposed score tiles (columns = queries)
@@ -107,6 +136,7 @@ __global__ void __launch_bounds__(BwdKernelTraits<T, D>::kKvThreads)
   T* sdO = sQ + kStages * BM * kLdS;       // (kStages, BM, kLdS)
   float* sL = reinterpret_cast<float*>(sdO + kStages * BM * kLdS);  // (kStages, BM) L * log2(e)
   float* sD = sL + kStages * BM;                                    // (kStages, BM) D
+  [[maybe_unused]] T* sdS = reinterpret_cast<T*>(sD + kStages * BM);  // (BN, kLdDs) dS^T, kAtomicDq only
 
   const int n_block = blockIdx.y;  // (causal) key tiles with the most query tiles first
   const int b = blockIdx.x / s.heads_kv, hk = blockIdx.x % s.heads_kv;
@@ -206,8 +236,20 @@ __global__ void __launch_bounds__(BwdKernelTraits<T, D>::kKvThreads)
           acc_dp[m][j][e] = acc_s[m][j][e] * (acc_dp[m][j][e] - sDt[8 * j + 2 * t + (e & 1)]);
       }
     }
+    if constexpr (kAtomicDq) {  // dS^T (rounded to T) -> sdS, by one of the kWarpsD warps holding these rows
+      if (warp % Tr::kWarpsD == 0) {
+#pragma unroll
+        for (int m = 0; m < MT; ++m)
+          store_acc<T, kNtS>(sdS, Tr::kLdDs, warp_row + 16 * m, 0, acc_dp[m], 1.f, 1.f, lane);
+      }
+    }
     gemm_rs<T, MT, kNtS, kNtD>(acc_dk, acc_dp, sQt, kLdS, warp_col, lane);
-    __syncthreads();  // this slot is refilled by the next iteration's prefetch
+    __syncthreads();  // this slot is refilled by the next iteration's prefetch; sdS is complete
+    if constexpr (kAtomicDq) {  // dQ += dS K (the next iteration's first barrier precedes its sdS writes)
+      const int h = hk * s.group + it / m_count;
+      float* dq_accum = p.dq_accum + (static_cast<std::int64_t>(b * s.heads_q + h) * p.len_q_pad + m0) * D;
+      accumulate_dq_tile<T, D, Tr>(dq_accum, s.len_q - m0, sdS, sK, warp, lane);
+    }
   }
 
   cp_async_wait<0>();
@@ -225,11 +267,24 @@ __global__ void __launch_bounds__(BwdKernelTraits<T, D>::kKvThreads)
 }
 
 template <class T, int D, bool kHasMask>
-__global__ void __launch_bounds__(BwdKernelTraits<T, D>::kDqThreads)
+__global__ void __launch_bounds__(BwdKvTraits<T, D, false>::kThreads)
+    flash_bwd_dkdv_kernel(const __grid_constant__ FlashBwdParams p) {
+  bwd_dkdv_block<T, D, kHasMask, false>(p);
+}
+
+// The non-deterministic scheme's only tile kernel: dK, dV and the atomic dQ accumulation.
+template <class T, int D, bool kHasMask>
+__global__ void __launch_bounds__(BwdKvTraits<T, D, true>::kThreads)
+    flash_bwd_dkdv_dq_atomic_kernel(const __grid_constant__ FlashBwdParams p) {
+  bwd_dkdv_block<T, D, kHasMask, true>(p);
+}
+
+template <class T, int D, bool kHasMask>
+__global__ void __launch_bounds__(BwdDqTraits<T, D>::kThreads)
     flash_bwd_dq_kernel(const __grid_constant__ FlashBwdParams p) {
-  using Tr = BwdKernelTraits<T, D>;
-  constexpr int BM = Tr::kDqM, BN = Tr::kDqN, kStages = Tr::kDqStages, kThreads = Tr::kDqThreads;
-  constexpr int MT = Tr::kDqWarpM;
+  using Tr = BwdDqTraits<T, D>;
+  constexpr int BM = Tr::kM, BN = Tr::kN, kStages = Tr::kStages, kThreads = Tr::kThreads;
+  constexpr int MT = Tr::kWarpM;
   constexpr int kLdS = Tr::kLdS;
   constexpr int kNtS = BN / 8;
   constexpr int kNtQ = D / 8;

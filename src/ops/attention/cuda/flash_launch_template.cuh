@@ -47,20 +47,35 @@ void run_flash_fwd(const FlashFwdParams& p, cudaStream_t stream) {
 
 template <class T, int D>
 void run_flash_bwd(const FlashBwdParams& p, cudaStream_t stream) {
-  using Tr = BwdKernelTraits<T, D>;
   const FlashShape& s = p.shape;
   detail::launch(flash_bwd_pre_kernel<T, D>, detail::tile_grid(s.batch * s.heads_q, p.len_q_pad, kPreRows),
                  kPreThreads, 0, stream, p);
   if (p.sinks) run_flash_bwd_sink(p, stream);
 
-  const dim3 kv_grid = detail::tile_grid(s.batch * s.heads_kv, s.len_k, Tr::kKvN);
-  const dim3 dq_grid = detail::tile_grid(s.batch * s.heads_q, s.len_q, Tr::kDqM);
+  if (!p.deterministic) {
+    using Tr = BwdKvTraits<T, D, true>;
+    const std::size_t accum_bytes = static_cast<std::size_t>(s.batch) * s.heads_q * p.len_q_pad * D * sizeof(float);
+    FT_CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, accum_bytes, stream));
+    const dim3 kv_grid = detail::tile_grid(s.batch * s.heads_kv, s.len_k, Tr::kN);
+    if (s.has_mask)
+      detail::launch(flash_bwd_dkdv_dq_atomic_kernel<T, D, true>, kv_grid, Tr::kThreads, Tr::kSmemBytes, stream, p);
+    else
+      detail::launch(flash_bwd_dkdv_dq_atomic_kernel<T, D, false>, kv_grid, Tr::kThreads, Tr::kSmemBytes, stream, p);
+    detail::launch(flash_bwd_dq_convert_kernel<T, D>, detail::tile_grid(s.batch * s.heads_q, s.len_q, kConvertRows),
+                   kConvertThreads, 0, stream, p);
+    return;
+  }
+
+  using KvTr = BwdKvTraits<T, D, false>;
+  using DqTr = BwdDqTraits<T, D>;
+  const dim3 kv_grid = detail::tile_grid(s.batch * s.heads_kv, s.len_k, KvTr::kN);
+  const dim3 dq_grid = detail::tile_grid(s.batch * s.heads_q, s.len_q, DqTr::kM);
   if (s.has_mask) {
-    detail::launch(flash_bwd_dkdv_kernel<T, D, true>, kv_grid, Tr::kKvThreads, Tr::kKvSmemBytes, stream, p);
-    detail::launch(flash_bwd_dq_kernel<T, D, true>, dq_grid, Tr::kDqThreads, Tr::kDqSmemBytes, stream, p);
+    detail::launch(flash_bwd_dkdv_kernel<T, D, true>, kv_grid, KvTr::kThreads, KvTr::kSmemBytes, stream, p);
+    detail::launch(flash_bwd_dq_kernel<T, D, true>, dq_grid, DqTr::kThreads, DqTr::kSmemBytes, stream, p);
   } else {
-    detail::launch(flash_bwd_dkdv_kernel<T, D, false>, kv_grid, Tr::kKvThreads, Tr::kKvSmemBytes, stream, p);
-    detail::launch(flash_bwd_dq_kernel<T, D, false>, dq_grid, Tr::kDqThreads, Tr::kDqSmemBytes, stream, p);
+    detail::launch(flash_bwd_dkdv_kernel<T, D, false>, kv_grid, KvTr::kThreads, KvTr::kSmemBytes, stream, p);
+    detail::launch(flash_bwd_dq_kernel<T, D, false>, dq_grid, DqTr::kThreads, DqTr::kSmemBytes, stream, p);
   }
 }
 

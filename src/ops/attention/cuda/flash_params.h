@@ -44,6 +44,9 @@ struct FlashBwdParams {
   float* lse_log2 = nullptr;     // (B, Hq, len_q_pad): L_i * log2(e); +inf where P must vanish
   float* sink_partials = nullptr;  // (B * Hq, pre_blocks): per-block sums of exp(s_h - L_i) D_i
   int pre_blocks = 0;
+  // false: the dK/dV kernel adds dS K into dq_accum with atomics (no dQ kernel; dQ's rounding varies).
+  bool deterministic = true;
+  float* dq_accum = nullptr;  // (B, Hq, len_q_pad, D) fp32 when !deterministic, zeroed by run_flash_bwd
 };
 
 }  // namespace ft::flash

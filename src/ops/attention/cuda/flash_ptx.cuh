@@ -1,6 +1,7 @@
 // flash_ptx.cuh — internal (CUDA builds only): the few PTX instructions the FlashAttention-2 kernels
 // are built from — cp.async global->shared copies, ldmatrix, mma.sync (bf16/fp16 m16n8k16 and tf32
-// m16n8k8, fp32 accumulation), ex2.approx — and the per-dtype packing of operands into mma registers.
+// m16n8k8, fp32 accumulation), ex2.approx, fp32 atomic adds — and the per-dtype packing of operands
+// into mma registers.
 #pragma once
 
 #include <cstdint>
@@ -37,6 +38,17 @@ __device__ __forceinline__ void ldmatrix_x4_trans(std::uint32_t (&r)[4], const v
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                : "r"(smem_u32(smem)));
+}
+
+// dst[0], dst[1] += x, y in fp32 global memory, atomically (dst 8-byte aligned): one vector reduction
+// on sm_90, two scalar ones before. The sum's order, hence its rounding, depends on scheduling.
+__device__ __forceinline__ void atomic_add2(float* dst, float x, float y) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  atomicAdd(reinterpret_cast<float2*>(dst), make_float2(x, y));
+#else
+  atomicAdd(dst, x);
+  atomicAdd(dst + 1, y);
+#endif
 }
 
 __device__ __forceinline__ float fast_exp2(float x) {

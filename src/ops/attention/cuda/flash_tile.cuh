@@ -6,7 +6,8 @@
 // lane = 4 g + t; an accumulator tile (16 x 8) holds (g, 2t..2t+1) in c0,c1 and (g+8, 2t..2t+1) in
 // c2,c3. For 16-bit inputs the A operand of a k16 step is exactly two accumulator tiles; for tf32
 // (k8) the k index of a register-sourced A is permuted (slot t = column 2t, slot t+4 = column 2t+1),
-// and load_b_t reads B rows in the same permuted order.
+// and load_b_t reads B rows in the same permuted order. A tile may also be read transposed (stored with
+// the product's k as its row: load_b_t, load_a_t), which ldmatrix.trans does at the same cost.
 #pragma once
 
 #include <cstdint>
@@ -105,6 +106,21 @@ __device__ __forceinline__ void load_a(std::uint32_t (&a)[4], const T* tile, int
   }
 }
 
+// A operand, rows row0..row0+15 and columns k0..k0+kK-1 of A = tile^T, from a shared tile stored (k, row).
+// For tf32 the k index follows load_b_t's permuted order (slot t = k 2t, slot t+4 = k 2t+1), the two pair.
+template <class T>
+__device__ __forceinline__ void load_a_t(std::uint32_t (&a)[4], const T* tile, int ld, int row0, int k0, int lane) {
+  if constexpr (kIs16Bit<T>) {
+    ldmatrix_x4_trans(a, tile + (k0 + (lane & 7) + ((lane >> 4) << 3)) * ld + row0 + (((lane >> 3) & 1) << 3));
+  } else {
+    const T* p = tile + (k0 + 2 * (lane & 3)) * ld + row0 + (lane >> 2);
+    a[0] = to_tf32(p[0]);
+    a[1] = to_tf32(p[8]);
+    a[2] = to_tf32(p[ld]);
+    a[3] = to_tf32(p[ld + 8]);
+  }
+}
+
 // B operands of two n8 tiles (n0..n0+15) for k0..k0+kK-1, from a shared tile stored (n, k): B = tile^T.
 template <class T>
 __device__ __forceinline__ void load_b_nt(std::uint32_t (&b)[2][2], const T* tile, int ld, int n0, int k0,
@@ -162,22 +178,23 @@ __device__ __forceinline__ void a_from_acc(std::uint32_t (&a)[4], const float (&
   }
 }
 
-// acc[m] (16 x 8*NT each, rows row0 + 16 m) += A * tile^T: A rows from the shared tile `a_tile`
-// (row, k), B from the shared tile `b_tile` stored (n, k) with n = 0..8*NT-1. Each B fragment feeds MT
-// row blocks, which is what keeps shared-memory traffic below the tensor cores' rate.
-template <class T, int K, int MT, int NT>
-__device__ __forceinline__ void gemm_ss(float (&acc)[MT][NT][4], const T* a_tile, int a_ld, int row0,
-                                        const T* b_tile, int b_ld, int lane) {
+// The k loop of every tile product: acc[m] (16 x 8*NT) += A_m * B for k = 0..K-1, where
+// load_a(a, m, k0) gives the A fragment of row block m and load_b(b, j, k0) the B fragments of n8 tiles
+// 2j, 2j+1. Each B fragment feeds MT row blocks, which is what keeps shared-memory traffic below the
+// tensor cores' rate.
+template <class T, int K, int MT, int NT, class LoadA, class LoadB>
+__device__ __forceinline__ void gemm_k_loop(float (&acc)[MT][NT][4], const LoadA& load_a_m, const LoadB& load_b_j) {
   constexpr int kK = Mma<T>::kK;
+  static_assert(K % kK == 0 && NT % 2 == 0, "gemm: k must be a multiple of the mma's k, n of 16");
 #pragma unroll
   for (int k0 = 0; k0 < K; k0 += kK) {
     std::uint32_t a[MT][4];
 #pragma unroll
-    for (int m = 0; m < MT; ++m) load_a(a[m], a_tile, a_ld, row0 + 16 * m, k0, lane);
+    for (int m = 0; m < MT; ++m) load_a_m(a[m], m, k0);
 #pragma unroll
     for (int j = 0; j < NT / 2; ++j) {
       std::uint32_t b[2][2];
-      load_b_nt(b, b_tile, b_ld, 16 * j, k0, lane);
+      load_b_j(b, j, k0);
 #pragma unroll
       for (int m = 0; m < MT; ++m) {
         Mma<T>::run(acc[m][2 * j], a[m], b[0]);
@@ -187,27 +204,33 @@ __device__ __forceinline__ void gemm_ss(float (&acc)[MT][NT][4], const T* a_tile
   }
 }
 
+// acc[m] (16 x 8*NT each, rows row0 + 16 m) += A * tile^T: A rows from the shared tile `a_tile`
+// (row, k), B from the shared tile `b_tile` stored (n, k) with n = 0..8*NT-1.
+template <class T, int K, int MT, int NT>
+__device__ __forceinline__ void gemm_ss(float (&acc)[MT][NT][4], const T* a_tile, int a_ld, int row0,
+                                        const T* b_tile, int b_ld, int lane) {
+  gemm_k_loop<T, K, MT, NT>(
+      acc, [&](std::uint32_t(&a)[4], int m, int k0) { load_a(a, a_tile, a_ld, row0 + 16 * m, k0, lane); },
+      [&](std::uint32_t(&b)[2][2], int j, int k0) { load_b_nt(b, b_tile, b_ld, 16 * j, k0, lane); });
+}
+
 // acc[m] (16 x 8*NT) += P[m] (16 x 8*NP, from accumulators) * tile[rows 0..8*NP-1, columns n0..n0+8*NT-1].
 template <class T, int MT, int NP, int NT>
 __device__ __forceinline__ void gemm_rs(float (&acc)[MT][NT][4], const float (&p)[MT][NP][4], const T* b_tile,
                                         int b_ld, int n0, int lane) {
-  constexpr int kK = Mma<T>::kK;
-#pragma unroll
-  for (int kk = 0; kk < NP * 8 / kK; ++kk) {
-    std::uint32_t a[MT][4];
-#pragma unroll
-    for (int m = 0; m < MT; ++m) a_from_acc<T>(a[m], p[m], kk);
-#pragma unroll
-    for (int j = 0; j < NT / 2; ++j) {
-      std::uint32_t b[2][2];
-      load_b_t(b, b_tile, b_ld, kk * kK, n0 + 16 * j, lane);
-#pragma unroll
-      for (int m = 0; m < MT; ++m) {
-        Mma<T>::run(acc[m][2 * j], a[m], b[0]);
-        Mma<T>::run(acc[m][2 * j + 1], a[m], b[1]);
-      }
-    }
-  }
+  gemm_k_loop<T, NP * 8, MT, NT>(
+      acc, [&](std::uint32_t(&a)[4], int m, int k0) { a_from_acc<T>(a, p[m], k0 / Mma<T>::kK); },
+      [&](std::uint32_t(&b)[2][2], int j, int k0) { load_b_t(b, b_tile, b_ld, k0, n0 + 16 * j, lane); });
+}
+
+// acc[m] (16 x 8*NT each, rows row0 + 16 m) += a_tile^T * b_tile[rows 0..K-1, columns n0..n0+8*NT-1]:
+// both shared tiles stored with k as their row (a_tile (k, row), b_tile (k, n)).
+template <class T, int K, int MT, int NT>
+__device__ __forceinline__ void gemm_tt(float (&acc)[MT][NT][4], const T* a_tile, int a_ld, int row0,
+                                        const T* b_tile, int b_ld, int n0, int lane) {
+  gemm_k_loop<T, K, MT, NT>(
+      acc, [&](std::uint32_t(&a)[4], int m, int k0) { load_a_t(a, a_tile, a_ld, row0 + 16 * m, k0, lane); },
+      [&](std::uint32_t(&b)[2][2], int j, int k0) { load_b_t(b, b_tile, b_ld, k0, n0 + 16 * j, lane); });
 }
 
 }  // namespace ft::flash

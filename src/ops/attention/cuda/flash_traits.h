@@ -6,6 +6,10 @@
 //   dK/dV kernel : key tile kv_n, query tile kv_m, kv_wd warps split the head dim of dK/dV,
 //                  warps = kv_n / (16 kv_wm) * kv_wd, kv_st Q/dO buffers
 //   dQ kernel    : query tile dq_m, key tile dq_n, warps = dq_m / (16 dq_wm), dq_st K/V buffers
+//   atomic dK/dV/dQ kernel (AttentionOptions::deterministic = false): key tile at_n, query tile at_m,
+//                  at_wm, at_wd and at_st as kv_wm, kv_wd and kv_st; its dQ = dS K product splits the
+//                  (at_m, D) tile over the same warps into at_qd column groups of D / at_qd columns
+//                  and warps / at_qd row groups (at_m must be a multiple of 16 row groups)
 // Shared-memory rows are padded by 16 bytes. Registers bound the accumulators: per thread a warp
 // holds 2 * warp_m * (columns / 8) floats for each 16 x columns accumulator.
 #pragma once
@@ -22,27 +26,28 @@ struct FlashTiles {
   int fwd_m, fwd_n, fwd_wm, fwd_st;
   int kv_n, kv_m, kv_wm, kv_wd, kv_st;
   int dq_m, dq_n, dq_wm, dq_st;
+  int at_n, at_m, at_wm, at_wd, at_st, at_qd;
 };
 
 // Rows in kHeadDims order.
 inline constexpr FlashTiles kTiles16[] = {
-    // fwd:  m   n wm st | dkdv: n   m wm wd st | dq: m   n wm st
-    {128, 64, 2, 2, 128, 32, 2, 1, 2, 64, 64, 1, 2},   // d=16
-    {128, 64, 2, 2, 128, 32, 2, 1, 2, 64, 64, 1, 2},   // d=32
-    {128, 64, 2, 2, 128, 32, 2, 1, 2, 64, 64, 1, 2},   // d=64
-    {128, 64, 2, 2, 64, 64, 1, 1, 2, 64, 64, 1, 2},    // d=80   (the 2.7b model's; as d=96)
-    {128, 64, 2, 2, 64, 64, 1, 1, 2, 64, 64, 1, 2},    // d=96
-    {128, 64, 2, 2, 64, 32, 1, 1, 2, 64, 64, 1, 2},    // d=128
-    {64, 32, 1, 2, 64, 32, 1, 2, 2, 64, 32, 1, 2},     // d=256  (dK/dV, dQ ~135 KB)
+    // fwd:  m   n wm st | dkdv: n   m wm wd st | dq: m   n wm st | atomic: n   m wm wd st qd
+    {128, 64, 2, 2, 128, 32, 2, 1, 2, 64, 64, 1, 2, 128, 64, 2, 1, 2, 1},  // d=16
+    {128, 64, 2, 2, 128, 32, 2, 1, 2, 64, 64, 1, 2, 128, 32, 2, 1, 2, 2},  // d=32
+    {128, 64, 2, 2, 128, 32, 2, 1, 2, 64, 64, 1, 2, 128, 32, 2, 1, 2, 2},  // d=64   (atomic: 128 x 64 with wm 1 took 7.80 ms bwd on the leaderboard, this 6.71)
+    {128, 64, 2, 2, 64, 64, 1, 1, 2, 64, 64, 1, 2, 64, 64, 1, 1, 2, 1},    // d=80   (the 2.7b model's; as d=96)
+    {128, 64, 2, 2, 64, 64, 1, 1, 2, 64, 64, 1, 2, 64, 64, 1, 1, 2, 1},    // d=96
+    {128, 64, 2, 2, 64, 32, 1, 1, 2, 64, 64, 1, 2, 64, 32, 1, 1, 2, 2},    // d=128
+    {64, 32, 1, 2, 64, 32, 1, 2, 2, 64, 32, 1, 2, 64, 32, 1, 2, 2, 4},     // d=256  (dK/dV, dQ ~135 KB)
 };
 inline constexpr FlashTiles kTiles32[] = {
-    {128, 64, 1, 2, 64, 64, 1, 1, 2, 64, 64, 1, 2},  // d=16
-    {128, 64, 1, 2, 64, 64, 1, 1, 2, 64, 64, 1, 2},  // d=32
-    {128, 64, 1, 2, 64, 64, 1, 1, 1, 64, 64, 1, 1},  // d=64   (forward 104 KB)
-    {128, 64, 1, 1, 64, 64, 1, 1, 1, 64, 64, 1, 1},  // d=80   (as d=96)
-    {128, 64, 1, 1, 64, 64, 1, 1, 1, 64, 64, 1, 1},  // d=96   (~102 KB)
-    {64, 64, 1, 1, 64, 64, 1, 1, 1, 64, 64, 1, 1},   // d=128  (dK/dV, dQ 135 KB)
-    {64, 32, 1, 1, 32, 32, 1, 2, 1, 32, 32, 1, 1},   // d=256  (~133 KB)
+    {128, 64, 1, 2, 64, 64, 1, 1, 2, 64, 64, 1, 2, 64, 64, 1, 1, 2, 1},  // d=16
+    {128, 64, 1, 2, 64, 64, 1, 1, 2, 64, 64, 1, 2, 64, 64, 1, 1, 2, 1},  // d=32
+    {128, 64, 1, 2, 64, 64, 1, 1, 1, 64, 64, 1, 1, 64, 64, 1, 1, 1, 1},  // d=64   (forward 104 KB)
+    {128, 64, 1, 1, 64, 64, 1, 1, 1, 64, 64, 1, 1, 64, 64, 1, 1, 1, 1},  // d=80   (as d=96)
+    {128, 64, 1, 1, 64, 64, 1, 1, 1, 64, 64, 1, 1, 64, 64, 1, 1, 1, 1},  // d=96   (~102 KB)
+    {64, 64, 1, 1, 64, 64, 1, 1, 1, 64, 64, 1, 1, 64, 64, 1, 1, 1, 1},   // d=128  (dK/dV, dQ 135 KB; atomic 153 KB)
+    {64, 32, 1, 1, 32, 32, 1, 2, 1, 32, 32, 1, 1, 32, 32, 1, 2, 1, 2},   // d=256  (~133 KB)
 };
 
 constexpr int head_dim_index(int d) {

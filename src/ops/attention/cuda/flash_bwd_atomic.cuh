@@ -1,0 +1,72 @@
+// flash_bwd_atomic.cuh — internal (CUDA builds only): the pieces of the non-deterministic backward
+// (AttentionOptions::deterministic = false, FA2's own scheme). The dK/dV kernel (flash_bwd_kernel.cuh,
+// kAtomicDq) also computes dQ_tile = dS K for every (query tile, key tile) it visits and adds it into an
+// fp32 accumulator dq_accum (B, Hq, len_q_pad, D), zeroed before the kernel, with atomics; a convert
+// kernel then writes dq = scale * dq_accum in q's dtype and layout. The order of the atomic additions
+// depends on scheduling, so dQ may differ between runs in its last bits (dK, dV and dsinks do not).
+#pragma once
+
+#include <cstdint>
+
+#include "ops/attention/cuda/flash_params.h"
+#include "ops/attention/cuda/flash_tile.cuh"
+
+namespace ft::flash {
+
+// dq_accum[0, rows_valid) (rows of D floats) += dS K for one (query tile, key tile): dS (Tr::kM queries
+// x Tr::kN keys) is read transposed from sdS, which holds dS^T (Tr::kN, Tr::kLdDs) as the dK/dV kernel
+// computes it, and K from sK (Tr::kN, Tr::kLdS). Each warp owns 16 Tr::kDqWarpM rows and Tr::kDqCols
+// columns of the tile, done Tr::kDqChunk columns at a time; each thread adds pairs of consecutive floats.
+template <class T, int D, class Tr>
+__device__ __forceinline__ void accumulate_dq_tile(float* dq_accum, int rows_valid, const T* sdS, const T* sK,
+                                                   int warp, int lane) {
+  constexpr int MT = Tr::kDqWarpM, kChunk = Tr::kDqChunk, kNt = kChunk / 8;
+  const int row0 = (warp / Tr::kDqWarpsD) * 16 * MT;
+  const int col0 = (warp % Tr::kDqWarpsD) * Tr::kDqCols;
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int chunk = 0; chunk < Tr::kDqCols / kChunk; ++chunk) {
+    const int c0 = col0 + chunk * kChunk;
+    float acc[MT][kNt][4] = {};  // dQ rows row0 + 16 m (+ g, + g + 8), columns c0 + 8 j + 2 t (+ 1)
+    gemm_tt<T, Tr::kN, MT, kNt>(acc, sdS, Tr::kLdDs, row0, sK, Tr::kLdS, c0, lane);
+#pragma unroll
+    for (int m = 0; m < MT; ++m) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const int row = row0 + 16 * m + g + 8 * r;
+        if (row >= rows_valid) continue;
+        float* dst = dq_accum + static_cast<std::int64_t>(row) * D + c0 + 2 * t;
+#pragma unroll
+        for (int j = 0; j < kNt; ++j) atomic_add2(dst + 8 * j, acc[m][j][2 * r], acc[m][j][2 * r + 1]);
+      }
+    }
+  }
+}
+
+inline constexpr int kConvertRows = 64;      // dQ convert kernel: rows per block
+inline constexpr int kConvertThreads = 256;  // each thread converts 4 consecutive values at a time
+
+// dq (B, Hq, Nq, D) in T <- scale * dq_accum (B, Hq, len_q_pad, D) fp32, rows [64 y, 64 y + 64) of one
+// (batch x query head) x.
+template <class T, int D>
+__global__ void __launch_bounds__(kConvertThreads)
+    flash_bwd_dq_convert_kernel(const __grid_constant__ FlashBwdParams p) {
+  const FlashShape& s = p.shape;
+  const int bh = blockIdx.x, b = bh / s.heads_q, h = bh % s.heads_q;
+  const int row_begin = blockIdx.y * kConvertRows;
+  const float* accum = p.dq_accum + (static_cast<std::int64_t>(bh) * p.len_q_pad + row_begin) * D;  // (64, D)
+  T* dq = static_cast<T*>(p.dq.ptr) + b * p.dq.batch_stride + h * p.dq.head_stride + row_begin * p.dq.row_stride;
+  constexpr int kQuads = D / 4;  // per row
+  const int rows = min(kConvertRows, s.len_q - row_begin);
+  for (int idx = threadIdx.x; idx < rows * kQuads; idx += kConvertThreads) {
+    const int r = idx / kQuads, c = (idx % kQuads) * 4;
+    const float4 x = *reinterpret_cast<const float4*>(accum + r * D + c);
+    T* out = dq + r * p.dq.row_stride + c;
+    out[0] = static_cast<T>(x.x * s.scale);
+    out[1] = static_cast<T>(x.y * s.scale);
+    out[2] = static_cast<T>(x.z * s.scale);
+    out[3] = static_cast<T>(x.w * s.scale);
+  }
+}
+
+}  // namespace ft::flash
