@@ -28,8 +28,7 @@ int run_attention_check_command(const AttentionCheckConfig& config) {
   const AttentionCheckResult result = run_attention_check(config);
   std::cout << format_attention_check(result);
   if (!config.json_path.empty()) {
-    write_json_atomic(config.json_path, attention_check_document(result));
-    std::cout << "wrote " << config.json_path << "\n";
+    write_json_reported(config.json_path, attention_check_document(result), std::cout);
   }
   return result.pass ? 0 : 1;
 }

@@ -95,8 +95,7 @@ int run_bench_attention(const BenchAttentionOptions& options) {
   std::cout << "attention benchmark (" << config.sweep << ") on " << describe_device(config.device) << "\n\n"
             << format_attention_bench(rows, options.csv);
   if (!options.json_path.empty()) {
-    write_json_atomic(options.json_path, attention_bench_document(config, rows));
-    std::cout << "wrote " << options.json_path << "\n";
+    write_json_reported(options.json_path, attention_bench_document(config, rows), std::cout);
   }
   return 0;
 }

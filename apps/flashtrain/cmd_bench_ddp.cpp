@@ -4,10 +4,8 @@
 //   mpirun -np 2 flashtrain bench ddp --size xl --context 512 --batch 2 --precision bf16
 //       --strategy single,naive,flat,overlapped,bucketed --bucket-mb 1,10,100,1000 --json bench/results/ddp-xl.json
 //   mpirun -np 2 flashtrain bench ddp --size tiny --device cpu --strategy flat,bucketed --bucket-mb 1
-#include <iostream>
 #include <memory>
 
-#include "dist/context.h"
 #include "flashtrain/cli_parse.h"
 #include "flashtrain/commands.h"
 #include "flashtrain/ddp_bench.h"
@@ -47,13 +45,7 @@ draws step 2: a lane per stream, compute and communication apart, so a naive ste
 backward and an overlapped step's all-reduces under backward are visible. Needs a CUDA build with CUPTI.)";
 
 int run_bench_ddp(const BenchDdpOptions& options) {
-  DistributedContext context;  // MPI under a launcher, a world of one otherwise
-  Communicator& host = context.host_communicator();
-  DdpBenchConfig config = resolve_bench_ddp_options(options, host);
-  config.model.stream = context.model_stream(config.model.device);  // GPU: a stream NCCL orders itself after
-  Communicator& comm = context.data_parallel_communicator(config.model.device);
-  bench_ddp(config, comm, host, options.csv, options.json_path, std::cout);
-  return 0;
+  return run_data_parallel_bench(options, resolve_bench_ddp_options, bench_ddp);
 }
 
 }  // namespace

@@ -107,9 +107,9 @@ int run_bench_model(const BenchModelOptions& options) {
               << describe_device(config.device) << "\n\n"
               << format_memory_summary(summarize_memory_timeline(timeline), options.csv);
     if (!config.memory_json.empty()) {
-      write_json_atomic(config.memory_json,
-                        memory_timeline_document(timeline, config.device, memory_profile_config(c, config)));
-      std::cout << "wrote " << config.memory_json << "\n";
+      write_json_reported(config.memory_json,
+                          memory_timeline_document(timeline, config.device, memory_profile_config(c, config)),
+                          std::cout);
     }
     return 0;
   }
@@ -125,8 +125,7 @@ int run_bench_model(const BenchModelOptions& options) {
             << (config.cuda_graph ? ", train step in a CUDA graph" : "") << "\n\n"
             << format_model_bench(rows, options.csv);
   if (!options.json_path.empty()) {
-    write_json_atomic(options.json_path, model_bench_document(config, rows));
-    std::cout << "wrote " << options.json_path << "\n";
+    write_json_reported(options.json_path, model_bench_document(config, rows), std::cout);
   }
   return 0;
 }

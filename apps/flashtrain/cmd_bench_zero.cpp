@@ -3,10 +3,8 @@
 //   mpirun -np 2 flashtrain bench zero --size xl --context 512 --batch 2 --precision bf16
 //       --json bench/results/zero-xl.json
 //   mpirun -np 2 flashtrain bench zero --size tiny --device cpu --zero off,reduce_scatter
-#include <iostream>
 #include <memory>
 
-#include "dist/context.h"
 #include "flashtrain/commands.h"
 #include "flashtrain/ddp_bench.h"
 #include "flashtrain/zero_bench.h"
@@ -35,13 +33,7 @@ allocated at init), workspace and other, and the level at the point. Memory figu
 rank with the highest peak. optimizer_state_gib is that rank's AdamW state: whole, or its shard.)";
 
 int run_bench_zero(const BenchZeroOptions& options) {
-  DistributedContext context;  // MPI under a launcher, a world of one otherwise
-  Communicator& host = context.host_communicator();
-  ZeroBenchConfig config = resolve_bench_zero_options(options, host);
-  config.model.stream = context.model_stream(config.model.device);  // GPU: a stream NCCL orders itself after
-  Communicator& comm = context.data_parallel_communicator(config.model.device);
-  bench_zero(config, comm, host, options.csv, options.json_path, std::cout);
-  return 0;
+  return run_data_parallel_bench(options, resolve_bench_zero_options, bench_zero);
 }
 
 }  // namespace

@@ -197,8 +197,7 @@ void bench_comm(const CommBenchConfig& config, Communicator& comm, Communicator&
       << (config.device.is_cpu() ? "host buffers" : "a buffer on each rank's GPU") << ", fp32 sum, " << config.warmup << " warm-up + " << config.iters << " timed iterations per size\n\n"
       << format_comm_bench(rows, csv);
   if (!json_path.empty()) {
-    write_json_atomic(json_path, comm_bench_document(config, rows));
-    out << "wrote " << json_path << "\n";
+    write_json_reported(json_path, comm_bench_document(config, rows), out);
   }
 }
 

@@ -26,19 +26,6 @@ namespace {
 
 constexpr std::uint64_t kBatchSeedOffset = 1;  // rank r's batch draws from seed + 1 + r
 
-ModelOptions replica_model_options(const ModelBenchCase& c, const ModelBenchConfig& config) {
-  ModelOptions o;
-  o.precision = c.precision;
-  o.attention = config.attention;
-  o.max_batch = config.batch;
-  o.max_seq_len = c.model.context_length;
-  o.device = config.device;
-  o.seed = config.seed;
-  o.allow_tf32 = config.tf32;
-  o.stream = config.stream;
-  return o;
-}
-
 TrainerConfig replica_trainer_config(bool external_optimizer) {
   TrainerConfig t;
   t.max_grad_norm = kBenchClipNorm;
@@ -368,15 +355,14 @@ void bench_ddp(const DdpBenchConfig& config, Communicator& comm, Communicator& h
       << " timed steps\n\n"
       << format_ddp_bench(rows, csv);
   if (!json_path.empty()) {
-    write_json_atomic(json_path, ddp_bench_document(config, rows));
-    out << "wrote " << json_path << "\n";
+    write_json_reported(json_path, ddp_bench_document(config, rows), out);
   }
 }
 
 DataParallelReplica::DataParallelReplica(const ModelBenchCase& c, const ModelBenchConfig& config,
                                          bool external_optimizer, int rank)
     : device_(config.device),
-      model_(c.model, replica_model_options(c, config)),
+      model_(c.model, model_bench_options(c, config, config.stream)),
       trainer_(model_, replica_trainer_config(external_optimizer)),
       batch_(replica_batch(c, config, rank)),
       staging_(config.device, config.batch, c.model.context_length),

@@ -21,6 +21,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <iostream>
 #include <optional>
 #include <ostream>
 #include <string>
@@ -31,6 +32,7 @@
 #include "bench/memory_timeline.h"
 #include "bench/statistics.h"
 #include "dist/communicator.h"
+#include "dist/context.h"
 #include "dist/ddp.h"
 #include "flashtrain/model_bench.h"
 #include "model/data_loader.h"
@@ -125,6 +127,20 @@ void bench_ddp(const DdpBenchConfig& config, Communicator& comm, Communicator& h
 // The results config both data-parallel documents start from: world, backend, local_batch, vocab, warmup,
 // steps, attention, tf32, seed.
 nlohmann::json data_parallel_config(const ModelBenchConfig& m, int world, const std::string& backend);
+
+// Runs bench ddp or bench zero in this job's DistributedContext: resolve(options, host) gives the
+// config (each rank's device), whose model runs on the stream NCCL orders itself after, then
+// bench(config, comm, host, csv, json_path, std::cout) over the data-parallel communicator. Returns 0.
+template <class Options, class Resolve, class Bench>
+int run_data_parallel_bench(const Options& options, Resolve&& resolve, Bench&& bench) {
+  DistributedContext context;  // MPI under a launcher, a world of one otherwise
+  Communicator& host = context.host_communicator();
+  auto config = resolve(options, host);
+  config.model.stream = context.model_stream(config.model.device);
+  Communicator& comm = context.data_parallel_communicator(config.model.device);
+  bench(config, comm, host, options.csv, options.json_path, std::cout);
+  return 0;
+}
 
 // This rank's replica of a model case: the model on the config's device, its Trainer (clipping to 1.0)
 // and one random local batch (seed config.seed + 1 + rank: the ranks train on different data), staged.

@@ -42,21 +42,6 @@ Stream bench_stream(const ModelBenchConfig& config) {
   return Stream();
 }
 
-// fwd builds the model for inference: its peak memory is that of a forward-only run.
-ModelOptions model_options(const ModelBenchCase& c, const ModelBenchConfig& config, const Stream& stream) {
-  ModelOptions o;
-  o.precision = c.precision;
-  o.attention = config.attention;
-  o.max_batch = config.batch;
-  o.max_seq_len = c.model.context_length;
-  o.device = config.device;
-  o.seed = config.seed;
-  o.allow_tf32 = config.tf32;
-  o.training = c.mode != BenchMode::fwd;
-  o.stream = stream;
-  return o;
-}
-
 TrainerConfig trainer_config() {
   TrainerConfig t;
   t.max_grad_norm = kBenchClipNorm;
@@ -70,7 +55,7 @@ class BenchStep {
       : device_(config.device),
         mode_(c.mode),
         stream_(bench_stream(config)),
-        model_(c.model, model_options(c, config, stream_)),
+        model_(c.model, model_bench_options(c, config, stream_)),
         batch_(random_batch(c, config)),
         staging_(config.device, config.batch, c.model.context_length),
         ids_(staging_.place(batch_)) {
@@ -143,7 +128,31 @@ nlohmann::json case_fields(const ModelBenchCase& c, const ModelBenchConfig& conf
           {"mode", name_of(c.mode)},  {"attention", name_of(config.attention)}};
 }
 
+// The case and the run settings a profile document's config shares (kernel and memory profiles).
+nlohmann::json profile_case_fields(const ModelBenchCase& c, const ModelBenchConfig& config) {
+  nlohmann::json cfg = case_fields(c, config);
+  cfg["parameters"] = ParameterLayout(c.model).numel();
+  cfg["warmup"] = config.warmup;
+  cfg["tf32"] = config.tf32;
+  cfg["seed"] = config.seed;
+  return cfg;
+}
+
 }  // namespace
+
+ModelOptions model_bench_options(const ModelBenchCase& c, const ModelBenchConfig& config, const Stream& stream) {
+  ModelOptions o;
+  o.precision = c.precision;
+  o.attention = config.attention;
+  o.max_batch = config.batch;
+  o.max_seq_len = c.model.context_length;
+  o.device = config.device;
+  o.seed = config.seed;
+  o.allow_tf32 = config.tf32;
+  o.training = c.mode != BenchMode::fwd;
+  o.stream = stream;
+  return o;
+}
 
 const char* name_of(BenchMode mode) {
   switch (mode) {
@@ -388,12 +397,8 @@ std::vector<std::string> kernel_profile_ranges(BenchMode mode) {
 }
 
 nlohmann::json kernel_profile_config(const ModelBenchCase& c, const ModelBenchConfig& config) {
-  nlohmann::json cfg = case_fields(c, config);
-  cfg["parameters"] = ParameterLayout(c.model).numel();
-  cfg["warmup"] = config.warmup;
+  nlohmann::json cfg = profile_case_fields(c, config);
   cfg["steps"] = config.steps;
-  cfg["tf32"] = config.tf32;
-  cfg["seed"] = config.seed;
   cfg["ranges"] = kernel_profile_ranges(c.mode);
   cfg["profiler"] = "CUPTI activity records (kernels, memcpys, memsets) of the timed steps, after the warm-up "
                     "steps; each attributed to the NVTX ranges open at its launch through CUPTI external "
@@ -404,11 +409,7 @@ nlohmann::json kernel_profile_config(const ModelBenchCase& c, const ModelBenchCo
 }
 
 nlohmann::json memory_profile_config(const ModelBenchCase& c, const ModelBenchConfig& config) {
-  nlohmann::json cfg = case_fields(c, config);
-  cfg["parameters"] = ParameterLayout(c.model).numel();
-  cfg["warmup"] = config.warmup;
-  cfg["tf32"] = config.tf32;
-  cfg["seed"] = config.seed;
+  nlohmann::json cfg = profile_case_fields(c, config);
   cfg["categories"] = {
       {"parameters", "tag 'parameters' (fp32 masters; bf16 casts of a block's weights are workspace)"},
       {"gradients", "tag 'gradients'"},

@@ -20,6 +20,7 @@
 #include "core/device.h"
 #include "core/stream.h"
 #include "model/config.h"
+#include "model/transformer.h"
 #include "ops/attention.h"
 
 namespace ft::cli {
@@ -100,6 +101,10 @@ struct ModelBenchRow {
 // Validates options (ft::Error invalid_argument naming the option and the value given) and fills in the
 // defaults; auto devices become cuda:0 when a GPU is visible.
 ModelBenchConfig resolve_bench_model_options(const BenchModelOptions& options);
+
+// The model options of a case: fwd builds the model for inference (its peak memory is that of a
+// forward-only run); the other modes build it for training. The model runs on `stream`.
+ModelOptions model_bench_options(const ModelBenchCase& c, const ModelBenchConfig& config, const Stream& stream);
 
 // Every combination, in order model, context, precision, mode.
 std::vector<ModelBenchCase> expand_model_cases(const ModelBenchConfig& config);

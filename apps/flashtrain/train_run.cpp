@@ -232,8 +232,7 @@ class TrainingRun {
     if (result.losses.empty()) log_ << "nothing to train: the checkpoint is at step " << step() << " = --steps\n";
     if (world_ > 1) result.parameter_checksum = check_ranks_agree();
     if (!plan_.json_path.empty() && comm_.rank() == 0) {
-      write_json_atomic(plan_.json_path, train_document(plan_, result));
-      log_ << "wrote " << plan_.json_path << "\n";
+      write_json_reported(plan_.json_path, train_document(plan_, result), log_);
     }
     return result;
   }

@@ -318,8 +318,7 @@ void bench_zero(const ZeroBenchConfig& config, Communicator& comm, Communicator&
       << " timed steps\n\n"
       << format_zero_bench(rows, csv);
   if (!json_path.empty()) {
-    write_json_atomic(json_path, zero_bench_document(config, rows));
-    out << "wrote " << json_path << "\n";
+    write_json_reported(json_path, zero_bench_document(config, rows), out);
   }
 }
 

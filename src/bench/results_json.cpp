@@ -72,4 +72,9 @@ void write_json_atomic(const std::string& path, const nlohmann::json& doc) {
   }
 }
 
+void write_json_reported(const std::string& path, const nlohmann::json& doc, std::ostream& log) {
+  write_json_atomic(path, doc);
+  log << "wrote " << path << "\n";
+}
+
 }  // namespace ft

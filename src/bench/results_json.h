@@ -3,6 +3,7 @@
 // reader never sees half a file.
 #pragma once
 
+#include <iosfwd>
 #include <string>
 #include <string_view>
 
@@ -26,5 +27,8 @@ nlohmann::json results_document(std::string_view benchmark, Device device, nlohm
 // Writes doc (2-space indented, trailing newline) to path: first to a temporary file in the same
 // folder, then renamed over path. Creates missing parent folders. Throws ft::Error (io) on failure.
 void write_json_atomic(const std::string& path, const nlohmann::json& doc);
+
+// write_json_atomic, then "wrote <path>" on `log`: how every command reports the document it wrote.
+void write_json_reported(const std::string& path, const nlohmann::json& doc, std::ostream& log);
 
 }  // namespace ft
