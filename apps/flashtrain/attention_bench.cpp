@@ -34,6 +34,11 @@ double median_ms(Device device, const std::function<void()>& work, const Attenti
   return summarize(time_repeats(device, Stream(), work, timed)).median;
 }
 
+// "sm80" / "sm90" for CUDA flash rows (as run), "-" otherwise.
+std::string kernels_cell(const AttentionBenchCase& c) {
+  return c.impl == AttentionImpl::flash && c.kernels != FlashKernels::auto_select ? name_of(c.kernels) : "-";
+}
+
 }  // namespace
 
 AttentionBenchConfig preset_sweep(const std::string& name, Device device) {
@@ -65,6 +70,7 @@ AttentionBenchConfig preset_sweep(const std::string& name, Device device) {
     config.dtypes = {DType::bf16};
     config.causal = true;
     config.deterministic = {true, false};
+    if (device.is_cuda()) config.kernels = {FlashKernels::auto_select, FlashKernels::sm80};
     config.ones_grad = true;
   } else {
     FT_THROW(invalid_argument, "unknown sweep '", name, "': expected memory, scaling or leaderboard");
@@ -78,15 +84,28 @@ double attention_forward_flops(const AttentionBenchCase& c) {
 }
 
 std::vector<AttentionBenchCase> expand_cases(const AttentionBenchConfig& config) {
+  const bool cuda_flash_options = config.device.is_cuda();
+  const std::vector<FlashKernels> one_kernels{FlashKernels::auto_select};
+  const std::vector<bool> one_mode{true};
   std::vector<AttentionBenchCase> cases;
-  for (auto impl : config.impls)
-    for (bool deterministic : config.deterministic)
-      for (auto dtype : config.dtypes)
-        for (auto d : config.head_dims)
-          for (auto n : config.seqlens)
-            for (auto b : config.batch)
-              for (auto h : config.heads) cases.push_back({impl, b, h, n, d, dtype, config.causal, deterministic});
+  for (auto impl : config.impls) {
+    const bool varies = cuda_flash_options && impl == AttentionImpl::flash;
+    for (auto kernels : varies ? config.kernels : one_kernels)
+      for (bool deterministic : varies ? config.deterministic : one_mode)
+        for (auto dtype : config.dtypes)
+          for (auto d : config.head_dims)
+            for (auto n : config.seqlens)
+              for (auto b : config.batch)
+                for (auto h : config.heads)
+                  cases.push_back({impl, b, h, n, d, dtype, config.causal, deterministic, kernels});
+  }
   return cases;
+}
+
+bool same_case(const AttentionBenchCase& a, const AttentionBenchCase& b) {
+  return a.impl == b.impl && a.batch == b.batch && a.heads == b.heads && a.seqlen == b.seqlen &&
+         a.head_dim == b.head_dim && a.dtype == b.dtype && a.causal == b.causal &&
+         a.deterministic == b.deterministic && a.kernels == b.kernels;
 }
 
 AttentionBenchRow run_attention_bench_case(const AttentionBenchCase& c, const AttentionBenchConfig& config) {
@@ -115,6 +134,11 @@ AttentionBenchRow run_attention_bench_case(const AttentionBenchCase& c, const At
     options.causal = c.causal;
     options.impl = c.impl;
     options.deterministic = c.deterministic;
+    options.kernels = c.kernels;
+    if (device.is_cuda() && c.impl == AttentionImpl::flash) {
+      row.c.kernels = flash_kernels_for(t, options);
+      row.c.deterministic = c.deterministic || row.c.kernels == FlashKernels::sm90;
+    }
 
     allocator.reset_peak(device);
     attention_forward(t, options);
@@ -135,8 +159,9 @@ AttentionBenchRow run_attention_bench_case(const AttentionBenchCase& c, const At
     row.fwd_bwd_tflops = 3.5 * fwd / (row.fwd_bwd_ms * 1e9);
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::out_of_memory) throw;
+    const AttentionBenchCase ran = row.c;
     row = AttentionBenchRow();
-    row.c = c;
+    row.c = ran;
     row.oom = true;
     row.oom_message = e.message();
   }
@@ -144,15 +169,16 @@ AttentionBenchRow run_attention_bench_case(const AttentionBenchCase& c, const At
 }
 
 std::string format_attention_bench(const std::vector<AttentionBenchRow>& rows, bool csv) {
-  ReportTable table({"impl", "deterministic", "dtype", "causal", "B", "H", "N", "D", "fwd_ms", "bwd_ms",
+  ReportTable table({"impl", "kernels", "deterministic", "dtype", "causal", "B", "H", "N", "D", "fwd_ms", "bwd_ms",
                      "fwd_bwd_ms", "fwd_tflops", "bwd_tflops", "fwd_bwd_tflops", "mem_before_bwd_gib", "peak_gib"});
   for (const auto& r : rows) {
-    std::vector<std::string> cells{name_of(r.c.impl),         r.c.deterministic ? "yes" : "no",
+    std::vector<std::string> cells{name_of(r.c.impl),         kernels_cell(r.c),
+                                   r.c.deterministic ? "yes" : "no",
                                    name_of(r.c.dtype),        r.c.causal ? "yes" : "no",
                                    std::to_string(r.c.batch), std::to_string(r.c.heads),
                                    std::to_string(r.c.seqlen), std::to_string(r.c.head_dim)};
     if (r.oom) {
-      cells.resize(16, "OOM");
+      cells.resize(17, "OOM");
     } else {
       for (double x : {r.fwd_ms, r.bwd_ms, r.fwd_bwd_ms}) cells.push_back(fixed(x, 3));
       for (double x : {r.fwd_tflops, r.bwd_tflops, r.fwd_bwd_tflops}) cells.push_back(fixed(x, 1));
@@ -168,7 +194,8 @@ nlohmann::json attention_bench_document(const AttentionBenchConfig& config, cons
   for (const auto& r : rows) {
     nlohmann::json row{{"impl", name_of(r.c.impl)}, {"B", r.c.batch},       {"H", r.c.heads},
                        {"N", r.c.seqlen},           {"D", r.c.head_dim},    {"dtype", name_of(r.c.dtype)},
-                       {"causal", r.c.causal},      {"deterministic", r.c.deterministic}};
+                       {"causal", r.c.causal},      {"deterministic", r.c.deterministic},
+                       {"kernels", kernels_cell(r.c)}};
     if (r.oom) {
       row["oom"] = true;
       row["error"] = r.oom_message;

@@ -23,10 +23,11 @@ struct AttentionBenchCase {
   DType dtype = DType::bf16;
   bool causal = true;
   bool deterministic = true;  // AttentionOptions::deterministic (the CUDA flash backward's dQ scheme)
+  FlashKernels kernels = FlashKernels::auto_select;  // AttentionOptions::kernels (CUDA flash only)
 };
 
 struct AttentionBenchRow {
-  AttentionBenchCase c;
+  AttentionBenchCase c;  // as run: kernels resolved to sm80 / sm90 for CUDA flash, deterministic as effective
   bool oom = false;
   std::string oom_message;
   double fwd_ms = 0, bwd_ms = 0, fwd_bwd_ms = 0;       // medians
@@ -42,6 +43,7 @@ struct AttentionBenchConfig {
   std::vector<DType> dtypes{DType::bf16};
   bool causal = true;
   std::vector<bool> deterministic{true};  // backward modes: true = fixed-order sums, false = atomic dQ
+  std::vector<FlashKernels> kernels{FlashKernels::auto_select};  // CUDA flash kernel families
   Device device = Device::cpu();
   TimingOptions timing{.warmup = 3, .repeats = 100, .flush_l2 = false};
   double max_seconds = 2.0;  // per measurement: fewer repeats (>= 5) when a case is slow
@@ -58,12 +60,17 @@ AttentionBenchConfig preset_sweep(const std::string& name, Device device);
 // Forward FLOPs 4*B*H*N^2*D (halved when causal); backward = 2.5x forward.
 double attention_forward_flops(const AttentionBenchCase& c);
 
-// Times one case; an out-of-memory failure gives a row with oom = true instead of throwing.
+// Times one case; an out-of-memory failure gives a row with oom = true instead of throwing. The row's case
+// says what ran: for CUDA flash the kernel family auto resolved to, and deterministic = true where that
+// family's backward is always deterministic (sm90).
 AttentionBenchRow run_attention_bench_case(const AttentionBenchCase& c, const AttentionBenchConfig& config);
 
-// Every combination of the config's lists, in order impl, deterministic, dtype, head_dim, seqlen, batch,
-// heads.
+// Every combination of the config's lists, in order impl, kernels, deterministic, dtype, head_dim, seqlen,
+// batch, heads; kernels and deterministic vary only for CUDA flash.
 std::vector<AttentionBenchCase> expand_cases(const AttentionBenchConfig& config);
+
+// Whether two rows ran the same thing (so a sweep keeps only the first).
+bool same_case(const AttentionBenchCase& a, const AttentionBenchCase& b);
 
 // Markdown table (or CSV) of rows; OOM cells read "OOM".
 std::string format_attention_bench(const std::vector<AttentionBenchRow>& rows, bool csv);

@@ -2,7 +2,9 @@
 // --help), the preset sweeps and the action that runs the cases, prints the table and writes --json.
 //   flashtrain bench attention --sweep leaderboard --json bench/results/attention-leaderboard-h100.json
 //   flashtrain bench attention --sweep leaderboard --deterministic true,false
+//   flashtrain bench attention --sweep leaderboard --kernels sm80,sm90
 //   flashtrain bench attention --impl flash,naive --seqlen 1024,4096 --head-dim 64 --dtype bf16
+#include <algorithm>
 #include <iostream>
 #include <memory>
 
@@ -23,7 +25,8 @@ Sweeps (--sweep; the list options below then override the preset's lists):
   scaling      flash and naive, B=1, H=1, causal, N = 128, 256, ..., 65536, D in {16,32,64,128},
                bf16 and fp32: latency and TFLOP/s against sequence length
   leaderboard  flash, q, k, v of shape (16, 16384, 64), bf16, causal, forward + backward of sum(O),
-               deterministic and atomic-dQ backward (--deterministic true,false)
+               deterministic and atomic-dQ backward (--deterministic true,false), on a GPU both the
+               automatically chosen kernels and the portable sm80 ones (--kernels auto,sm80)
   custom       the lists given by the options (the default)
 
 Every row reports the median of timed repeats after warm-up: forward, backward (given O and L)
@@ -33,7 +36,11 @@ flashtrain holds after the forward, before the backward; peak_gib the peak over 
 (including the naive implementation's S and P). A case that runs out of memory is an OOM row.
 --deterministic picks the flash backward's scheme on a GPU: true (the default) sums every gradient in a
 fixed order (bit-identical runs); false accumulates dQ with fp32 atomics inside the dK/dV kernel
-(FlashAttention-2's scheme: faster, dQ not bitwise reproducible). Each row records its mode.
+(FlashAttention-2's scheme: faster, dQ not bitwise reproducible). --kernels picks the flash kernel
+family on a GPU: auto (the Hopper sm90 kernels on an H100/H200 for bf16/fp16 at head dims 64 and 128,
+else sm80), sm80 (the portable mma.sync kernels) or sm90 (wgmma; an error where they cannot run). The
+sm90 backward is deterministic in both modes. Each row records the kernels and the mode that ran; a
+case that ran the same as an earlier one is dropped.
 Each measurement repeats --repeats times, or fewer (at least 5) when that would take longer than
 --max-seconds.)";
 
@@ -51,7 +58,7 @@ bool parse_bool(std::string_view text) {
 
 struct BenchAttentionOptions {
   std::string sweep = "custom";
-  std::string impls, batch, heads, seqlens, head_dims, dtypes, deterministic;
+  std::string impls, batch, heads, seqlens, head_dims, dtypes, deterministic, kernels;
   std::optional<bool> causal;
   std::string device = "auto";
   int warmup = 3;
@@ -77,6 +84,7 @@ AttentionBenchConfig resolve(const BenchAttentionOptions& o) {
   if (o.causal) config.causal = *o.causal;
   if (!o.deterministic.empty())
     config.deterministic = parse_list<bool>("--deterministic", o.deterministic, parse_bool);
+  if (!o.kernels.empty()) config.kernels = parse_list<FlashKernels>("--kernels", o.kernels, parse_flash_kernels);
   config.timing = {.warmup = o.warmup, .repeats = o.repeats, .flush_l2 = o.flush_l2};
   config.max_seconds = o.max_seconds;
   config.seed = o.seed;
@@ -87,10 +95,13 @@ int run_bench_attention(const BenchAttentionOptions& options) {
   const AttentionBenchConfig config = resolve(options);
   std::vector<AttentionBenchRow> rows;
   for (const AttentionBenchCase& c : expand_cases(config)) {
-    rows.push_back(run_attention_bench_case(c, config));
-    std::cerr << "  " << name_of(c.impl) << (c.deterministic ? "" : " (atomic dQ)") << " " << name_of(c.dtype)
-              << " B=" << c.batch << " H=" << c.heads << " N=" << c.seqlen << " D=" << c.head_dim
-              << (rows.back().oom ? ": OOM" : ": done") << "\n";
+    AttentionBenchRow row = run_attention_bench_case(c, config);
+    const bool repeated = std::any_of(rows.begin(), rows.end(), [&](const auto& r) { return same_case(r.c, row.c); });
+    std::cerr << "  " << name_of(c.impl) << " " << name_of(row.c.kernels) << (row.c.deterministic ? "" : " (atomic dQ)")
+              << " " << name_of(c.dtype) << " B=" << c.batch << " H=" << c.heads << " N=" << c.seqlen
+              << " D=" << c.head_dim << (row.oom ? ": OOM" : repeated ? ": same as an earlier row, dropped" : ": done")
+              << "\n";
+    if (!repeated) rows.push_back(std::move(row));
   }
   std::cout << "attention benchmark (" << config.sweep << ") on " << describe_device(config.device) << "\n\n"
             << format_attention_bench(rows, options.csv);
@@ -120,6 +131,8 @@ void register_bench_attention(CLI::App& bench, Action& action) {
   command->add_option("--deterministic", o.deterministic,
                       "Backward modes, comma-separated: true (fixed-order sums), false (atomic dQ) "
                       "(custom default: true)");
+  command->add_option("--kernels", o.kernels,
+                      "CUDA flash kernel families, comma-separated: auto, sm80, sm90 (custom default: auto)");
   command->add_option("--device", o.device, "cpu, cuda, cuda:N, or auto (cuda:0 when a GPU is visible, else cpu)")
       ->check(device_validator());
   command->add_option("--warmup", o.warmup, "Untimed runs before each measurement")->check(CLI::Range(0, 1000));

@@ -19,6 +19,22 @@ AttentionImpl parse_attention_impl(std::string_view text) {
   FT_THROW(invalid_argument, "unknown attention implementation '", text, "': expected naive or flash");
 }
 
+const char* name_of(FlashKernels kernels) {
+  switch (kernels) {
+    case FlashKernels::auto_select: return "auto";
+    case FlashKernels::sm80: return "sm80";
+    case FlashKernels::sm90: return "sm90";
+  }
+  return "?";
+}
+
+FlashKernels parse_flash_kernels(std::string_view text) {
+  if (text == "auto") return FlashKernels::auto_select;
+  if (text == "sm80") return FlashKernels::sm80;
+  if (text == "sm90") return FlashKernels::sm90;
+  FT_THROW(invalid_argument, "unknown flash kernels '", text, "': expected auto, sm80 or sm90");
+}
+
 namespace {
 
 constexpr std::int64_t kMaxHeadDim = 256;
@@ -157,6 +173,18 @@ AttentionShape validate_attention(const AttentionTensors& t, const AttentionOpti
   return s;
 }
 
+FlashKernels flash_kernels_for(const AttentionTensors& t, const AttentionOptions& options) {
+  const AttentionShape s = validate_attention(t, options);
+  FT_CHECK(t.q.device().is_cuda() && options.impl == AttentionImpl::flash,
+           "flash_kernels_for: expected flash attention on cuda tensors, given ", name_of(options.impl), " on ",
+           t.q.device().to_string());
+#if FT_HAS_CUDA
+  return attention_impl::cuda_flash_kernels(t, nullptr, s, options.kernels);
+#else
+  ops::no_cuda_build("attention", t.q.device());
+#endif
+}
+
 void attention_forward(const AttentionTensors& t, const AttentionOptions& options) {
   NvtxRange range(options.impl == AttentionImpl::naive ? "attention.forward.naive" : "attention.forward.flash");
   const AttentionShape s = validate_attention(t, options);
@@ -171,7 +199,7 @@ void attention_forward(const AttentionTensors& t, const AttentionOptions& option
   if (options.impl == AttentionImpl::naive)
     attention_impl::cuda_naive_forward(t, s, options.stream);
   else
-    attention_impl::cuda_flash_forward(t, s, options.stream);
+    attention_impl::cuda_flash_forward(t, s, options.stream, options.kernels);
 #else
   ops::no_cuda_build("attention", t.q.device());
 #endif
@@ -191,7 +219,7 @@ void attention_backward(const AttentionTensors& t, const AttentionGrads& grads, 
   if (options.impl == AttentionImpl::naive)
     attention_impl::cuda_naive_backward(t, grads, s, options.stream);
   else
-    attention_impl::cuda_flash_backward(t, grads, s, options.stream, options.deterministic);
+    attention_impl::cuda_flash_backward(t, grads, s, options.stream, options.deterministic, options.kernels);
 #else
   ops::no_cuda_build("attention", t.q.device());
 #endif

@@ -22,6 +22,14 @@ enum class AttentionImpl { naive, flash };
 const char* name_of(AttentionImpl impl);
 AttentionImpl parse_attention_impl(std::string_view text);  // "naive" | "flash"
 
+// Which CUDA flash kernels run. auto_select: the Hopper (sm_90a: wgmma) kernels on a compute capability
+// 9.0 GPU (H100, H200) for bf16/fp16 at head dims 64 and 128 with 16-byte aligned operands, the portable
+// sm80 (mma.sync) kernels otherwise; sm80: always the portable ones; sm90: the Hopper ones, or an error
+// saying why they cannot run. Both compute the same function, to rounding.
+enum class FlashKernels { auto_select, sm80, sm90 };
+const char* name_of(FlashKernels kernels);        // "auto" | "sm80" | "sm90"
+FlashKernels parse_flash_kernels(std::string_view text);
+
 struct AttentionOptions {
   bool causal = false;             // same as window_right = 0
   std::int64_t window_left = -1;   // keys j >= i + off - window_left; -1 = unbounded
@@ -35,7 +43,9 @@ struct AttentionOptions {
   // bit-identical gradients. false: FA2's scheme, dQ accumulated with fp32 atomics by the dK/dV kernel
   // (faster; dQ may differ between runs in its last bits). The CPU and naive implementations are
   // deterministic either way and ignore it.
+  // On the Hopper kernels both modes run the deterministic backward.
   bool deterministic = true;
+  FlashKernels kernels = FlashKernels::auto_select;  // CUDA flash only
   Stream stream;                   // CUDA work is ordered on this stream
 };
 
@@ -72,6 +82,10 @@ struct AttentionShape {
 // and what was given. `backward` also checks o, lse and the gradients.
 AttentionShape validate_attention(const AttentionTensors& t, const AttentionOptions& options,
                                   const AttentionGrads* grads = nullptr);
+
+// The kernel family a CUDA flash call with these tensors and options runs (sm80 or sm90); throws as
+// the call would where options.kernels asks for what cannot run.
+FlashKernels flash_kernels_for(const AttentionTensors& t, const AttentionOptions& options);
 
 // o, lse <- attention(q, k, v).
 void attention_forward(const AttentionTensors& t, const AttentionOptions& options);

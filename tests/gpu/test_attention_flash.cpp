@@ -50,6 +50,7 @@ struct FlashCase {
   double scale = 0;              // 0 = default 1/sqrt(D)
   bool own_stream = false;       // run on a created stream instead of the default one
   bool deterministic = true;     // AttentionOptions::deterministic of the flash backward
+  FlashKernels kernels = FlashKernels::auto_select;  // AttentionOptions::kernels
 };
 
 void PrintTo(const FlashCase& c, std::ostream* os) { *os << c.name; }
@@ -107,6 +108,7 @@ AttentionOptions options_of(const FlashCase& c, AttentionImpl impl) {
   if (c.scale != 0) options.scale = c.scale;
   options.impl = impl;
   options.deterministic = c.deterministic;
+  options.kernels = c.kernels;
   return options;
 }
 
@@ -480,6 +482,9 @@ std::vector<FlashCase> variant_cases() {
        .window_right = 10, .layout = Layout::bnhd, .unaligned = true},
       {.name = "own_stream_causal", .heads_q = 2, .heads_kv = 2, .len_q = 200, .len_k = 200, .causal = true,
        .own_stream = true},
+      {.name = "causal_sinks_gqa4_1100", .heads_q = 4, .heads_kv = 1, .len_q = 1100, .len_k = 1100, .causal = true,
+       .sinks = true},
+      {.name = "full_q700_k900", .batch = 2, .heads_q = 2, .heads_kv = 2, .len_q = 700, .len_k = 900},
   };
   std::vector<FlashCase> cases;
   for (DType dtype : {DType::bf16, DType::f16, DType::f32}) {
@@ -511,13 +516,22 @@ std::vector<FlashCase> head_dim_cases() {
   return cases;
 }
 
-// The same cases with the backward's atomic dQ accumulation (deterministic = false), plus a longer GQA one
-// whose dQ rows collect many key tiles of four query heads' kv head.
-std::vector<FlashCase> atomic_cases() {
+// The variant and head-dim cases on the portable sm80 kernels: with the default (auto) choice a Hopper GPU
+// runs the sm90 kernels for bf16/fp16 at d = 64 and 128, so these keep the sm80 ones tested there too.
+std::vector<FlashCase> sm80_cases() {
   std::vector<FlashCase> cases = variant_cases();
   for (const FlashCase& c : head_dim_cases()) cases.push_back(c);
-  cases.push_back({.name = "bf16_d64_causal_sinks_gqa4_1100", .dtype = DType::bf16, .heads_q = 4, .heads_kv = 1,
-                   .len_q = 1100, .len_k = 1100, .head_dim = 64, .causal = true, .sinks = true});
+  for (FlashCase& c : cases) {
+    c.kernels = FlashKernels::sm80;
+    c.name += "_sm80";
+  }
+  return cases;
+}
+
+// The same cases with the sm80 backward's atomic dQ accumulation (deterministic = false; the sm90
+// backward has no atomic mode).
+std::vector<FlashCase> atomic_cases() {
+  std::vector<FlashCase> cases = sm80_cases();
   for (FlashCase& c : cases) {
     c.deterministic = false;
     c.name += "_atomic";
@@ -529,7 +543,59 @@ std::string case_name(const ::testing::TestParamInfo<FlashCase>& info) { return 
 
 INSTANTIATE_TEST_SUITE_P(Variants, FlashVsNaive, ::testing::ValuesIn(variant_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(HeadDims, FlashVsNaive, ::testing::ValuesIn(head_dim_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(Sm80, FlashVsNaive, ::testing::ValuesIn(sm80_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(AtomicDq, FlashVsNaive, ::testing::ValuesIn(atomic_cases()), case_name);
+
+// True on a GPU of compute capability 9.0 (H100, H200), read from the device description.
+bool hopper_gpu() { return describe_device(Device::cuda(0)).find("sm_90") != std::string::npos; }
+
+// An aligned (1, 2, 64, d) case's tensors and options, for the kernel-choice tests.
+struct ChoiceCase {
+  FlashCase c;
+  Stream stream;
+  DeviceTensor q, k, v, o, lse;
+  explicit ChoiceCase(FlashCase fc)
+      : c(std::move(fc)),
+        q(device_tensor(1, 2, 64, c.head_dim, c, stream, "test.q")),
+        k(device_tensor(1, 2, 64, c.head_dim, c, stream, "test.k")),
+        v(device_tensor(1, 2, 64, c.head_dim, c, stream, "test.v")),
+        o(device_tensor(1, 2, 64, c.head_dim, c, stream, "test.o")),
+        lse(device_lse(c, stream)) {}
+  AttentionTensors tensors() const { return {q.view, k.view, v.view, Tensor(), o.view, lse.view}; }
+};
+
+TEST(FlashAttention, AutoPicksHopperKernelsWhereTheyRun) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const bool hopper = hopper_gpu();
+  const FlashKernels expected = hopper ? FlashKernels::sm90 : FlashKernels::sm80;
+  for (std::int64_t d : {64, 128}) {
+    ChoiceCase bf16({.name = "bf16", .dtype = DType::bf16, .heads_q = 2, .heads_kv = 2, .len_q = 64, .len_k = 64,
+                     .head_dim = d});
+    EXPECT_EQ(flash_kernels_for(bf16.tensors(), options_of(bf16.c, AttentionImpl::flash)), expected) << "d=" << d;
+  }
+  ChoiceCase f32({.name = "f32", .dtype = DType::f32, .heads_q = 2, .heads_kv = 2, .len_q = 64, .len_k = 64});
+  EXPECT_EQ(flash_kernels_for(f32.tensors(), options_of(f32.c, AttentionImpl::flash)), FlashKernels::sm80);
+  ChoiceCase d32({.name = "d32", .dtype = DType::bf16, .heads_q = 2, .heads_kv = 2, .len_q = 64, .len_k = 64,
+                  .head_dim = 32});
+  EXPECT_EQ(flash_kernels_for(d32.tensors(), options_of(d32.c, AttentionImpl::flash)), FlashKernels::sm80);
+  ChoiceCase forced({.name = "sm80", .dtype = DType::bf16, .heads_q = 2, .heads_kv = 2, .len_q = 64, .len_k = 64,
+                     .kernels = FlashKernels::sm80});
+  EXPECT_EQ(flash_kernels_for(forced.tensors(), options_of(forced.c, AttentionImpl::flash)), FlashKernels::sm80);
+}
+
+TEST(FlashAttention, Sm90KernelsRefuseWhatTheyCannotRun) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  // fp32 (or any case off a Hopper GPU): an unsupported error naming what sm90 needs.
+  ChoiceCase f32({.name = "f32", .dtype = DType::f32, .heads_q = 2, .heads_kv = 2, .len_q = 64, .len_k = 64,
+                  .kernels = FlashKernels::sm90});
+  try {
+    attention_forward(f32.tensors(), options_of(f32.c, AttentionImpl::flash));
+    FAIL() << "kernels sm90 accepted fp32";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::unsupported);
+    EXPECT_NE(e.message().find(hopper_gpu() ? "fp32" : "compute capability 9.0"), std::string::npos) << e.message();
+  }
+}
 
 TEST(FlashAttention, UnsupportedHeadDimNamesTheSupportedSet) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";

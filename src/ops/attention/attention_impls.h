@@ -16,11 +16,14 @@ void cpu_tiled_backward(const AttentionTensors& t, const AttentionGrads& g, cons
                         int block_k);
 
 #if FT_HAS_CUDA
-// CUDA FlashAttention-2 kernels (cuda/flash_*.cu). deterministic = false accumulates dQ with fp32 atomics
-// (AttentionOptions::deterministic).
-void cuda_flash_forward(const AttentionTensors& t, const AttentionShape& s, const Stream& stream);
+// CUDA FlashAttention-2 kernels (cuda/flash_*.cu), the family chosen by `kernels` (flash_kernels_for).
+// deterministic = false accumulates dQ with fp32 atomics on the sm80 kernels (AttentionOptions::deterministic).
+FlashKernels cuda_flash_kernels(const AttentionTensors& t, const AttentionGrads* g, const AttentionShape& s,
+                                FlashKernels kernels);
+void cuda_flash_forward(const AttentionTensors& t, const AttentionShape& s, const Stream& stream,
+                        FlashKernels kernels);
 void cuda_flash_backward(const AttentionTensors& t, const AttentionGrads& g, const AttentionShape& s,
-                         const Stream& stream, bool deterministic);
+                         const Stream& stream, bool deterministic, FlashKernels kernels);
 // CUDA naive baseline: cuBLASLt GEMMs and a softmax kernel, S and P materialised (cuda/naive_*.cu).
 void cuda_naive_forward(const AttentionTensors& t, const AttentionShape& s, const Stream& stream);
 void cuda_naive_backward(const AttentionTensors& t, const AttentionGrads& g, const AttentionShape& s,

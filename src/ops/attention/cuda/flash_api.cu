@@ -1,7 +1,8 @@
 // flash_api.cu — cuda_flash_forward / cuda_flash_backward: turn validated attention tensors into the
-// kernels' parameter blocks, allocate the backward scratch on the caller's stream (with the fp32 dQ
-// accumulator of the non-deterministic backward), and dispatch on head dim and dtype to the
-// per-head-dim launchers (flash_{fwd,bwd}_hdim*.cu).
+// kernels' parameter blocks, choose the kernel family (Hopper sm90 or portable sm80, cuda_flash_kernels),
+// allocate the backward scratch on the caller's stream (with the fp32 dQ accumulator of the sm80
+// non-deterministic backward), and dispatch on head dim and dtype to the per-head-dim launchers
+// (flash_{fwd,bwd}_hdim*.cu).
 #include <cstdint>
 #include <type_traits>
 
@@ -10,6 +11,7 @@
 
 #include "core/buffer.h"
 #include "core/cuda_check.h"
+#include "core/device.h"
 #include "core/error.h"
 #include "ops/attention/attention_impls.h"
 #include "ops/attention/cuda/flash_launch.h"
@@ -62,6 +64,28 @@ void check_supported(const AttentionShape& s) {
                 "flash attention (CUDA): sequence lengths must be < 2^30, given Nq = ", s.len_q, ", Nk = ", s.len_k);
 }
 
+// True when this build carries the sm_90a kernels (FT_CUDA_SM90A, set by CMake when the architectures
+// include 90a) and `device` has compute capability 9.0, where the driver runs that code.
+bool sm90_device(int device) {
+#if FT_CUDA_SM90A
+  int major = 0, minor = 0;
+  FT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
+  FT_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
+  return major == 9 && minor == 0;
+#else
+  (void)device;
+  return false;
+#endif
+}
+
+// Every tile operand of the call allows 16-byte accesses: q, k, v and o for a forward (g null); q, k, v,
+// d_o and the gradients for a backward (whose pre-pass reads o element by element).
+bool operands_aligned16(const AttentionTensors& t, const AttentionGrads* g) {
+  const bool inputs = aligned16(t.q) && aligned16(t.k) && aligned16(t.v);
+  if (!g) return inputs && aligned16(t.o);
+  return inputs && aligned16(g->d_o) && aligned16(g->dq) && aligned16(g->dk) && aligned16(g->dv);
+}
+
 // Calls fn(T{}, std::integral_constant<int, D>{}) for the tensors' dtype and head dim.
 template <class Fn>
 void dispatch(DType dtype, std::int64_t head_dim, Fn&& fn) {
@@ -87,11 +111,29 @@ void dispatch(DType dtype, std::int64_t head_dim, Fn&& fn) {
 
 }  // namespace
 
-void cuda_flash_forward(const AttentionTensors& t, const AttentionShape& s, const Stream& stream) {
+FlashKernels cuda_flash_kernels(const AttentionTensors& t, const AttentionGrads* g, const AttentionShape& s,
+                                FlashKernels kernels) {
+  if (kernels == FlashKernels::sm80) return FlashKernels::sm80;
+  const bool fits = t.q.dtype() != DType::f32 && flash::has_sm90_kernels(2, static_cast<int>(s.head_dim)) &&
+                    operands_aligned16(t, g);
+  const bool device = sm90_device(t.q.device().index);
+  if (kernels == FlashKernels::sm90) {
+    FT_CHECK_KIND(unsupported, device, "flash attention: kernels sm90 need a compute capability 9.0 GPU (H100, H200) ",
+                  "and a build for sm_90a (CMAKE_CUDA_ARCHITECTURES with 90a); given ", describe_device(t.q.device()));
+    FT_CHECK_KIND(unsupported, fits, "flash attention: kernels sm90 run bf16 or fp16 at head dims 64 and 128 with ",
+                  "16-byte aligned base pointers and strides; given ", name_of(t.q.dtype()), " at head dim ",
+                  s.head_dim, operands_aligned16(t, g) ? "" : " with unaligned operands");
+  }
+  return fits && device ? FlashKernels::sm90 : FlashKernels::sm80;
+}
+
+void cuda_flash_forward(const AttentionTensors& t, const AttentionShape& s, const Stream& stream,
+                        FlashKernels kernels) {
   check_supported(s);
   CudaDeviceGuard device(t.q.device().index);
   flash::FlashFwdParams p;
-  p.shape = flash_shape(s, aligned16(t.q) && aligned16(t.k) && aligned16(t.v) && aligned16(t.o));
+  p.shape = flash_shape(s, operands_aligned16(t, nullptr));
+  p.shape.sm90 = cuda_flash_kernels(t, nullptr, s, kernels) == FlashKernels::sm90;
   p.q = tensor_ref(t.q);
   p.k = tensor_ref(t.k);
   p.v = tensor_ref(t.v);
@@ -105,13 +147,13 @@ void cuda_flash_forward(const AttentionTensors& t, const AttentionShape& s, cons
 }
 
 void cuda_flash_backward(const AttentionTensors& t, const AttentionGrads& g, const AttentionShape& s,
-                         const Stream& stream, bool deterministic) {
+                         const Stream& stream, bool deterministic, FlashKernels kernels) {
   check_supported(s);
   CudaDeviceGuard device(t.q.device().index);
   flash::FlashBwdParams p;
-  const bool vec16 = aligned16(t.q) && aligned16(t.k) && aligned16(t.v) && aligned16(g.d_o) && aligned16(g.dq) &&
-                     aligned16(g.dk) && aligned16(g.dv);
-  p.shape = flash_shape(s, vec16);
+  p.shape = flash_shape(s, operands_aligned16(t, &g));
+  p.shape.sm90 = cuda_flash_kernels(t, &g, s, kernels) == FlashKernels::sm90;
+  deterministic = deterministic || p.shape.sm90;  // the Hopper backward has no atomic mode
   p.q = tensor_ref(t.q);
   p.k = tensor_ref(t.k);
   p.v = tensor_ref(t.v);

@@ -21,6 +21,64 @@
 
 namespace ft::flash {
 
+// The per-tile element steps of the backward shared by the sm80 and sm90 kernels, each on one 16-row
+// block of accumulators (mma / wgmma layout: this thread's rows g (c0, c1) and g + 8 (c2, c3), columns
+// 8 j + 2 t (+ 1)).
+//
+// Transposed scores (rows = keys, columns = queries m0 + col; the dK/dV kernels): S^T -> P^T =
+// exp2(S^T scale log2(e) - L log2(e)), zero where the query does not see the key. sL holds L log2(e)
+// of the tile's queries; queries[r] the query range of this thread's key rows.
+template <int NS>
+__device__ __forceinline__ void probs_t(float (&acc_s)[NS][4], const float* sL, const KeyQueries (&queries)[2],
+                                        bool full, int m0, int t, float scale_log2) {
+#pragma unroll
+  for (int j = 0; j < NS; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int col = 8 * j + 2 * t + (e & 1);
+      float pr = fast_exp2(acc_s[j][e] * scale_log2 - sL[col]);
+      if (!full && !queries[e >> 1].contains(m0 + col)) pr = 0.f;
+      acc_s[j][e] = pr;
+    }
+  }
+}
+
+// dP^T -> dS^T = P^T (dP^T - D), sD holding D of the tile's queries.
+template <int NS>
+__device__ __forceinline__ void dscores_t(float (&acc_dp)[NS][4], const float (&p)[NS][4], const float* sD, int t) {
+#pragma unroll
+  for (int j = 0; j < NS; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc_dp[j][e] = p[j][e] * (acc_dp[j][e] - sD[8 * j + 2 * t + (e & 1)]);
+  }
+}
+
+// Scores (rows = queries, columns = keys n0 + col; the dQ kernels): S -> P, zero where hidden, with
+// lse[r] = L log2(e) and keys[r] the visible keys of this thread's rows.
+template <int NS>
+__device__ __forceinline__ void probs(float (&acc_s)[NS][4], const float (&lse)[2], const RowKeys (&keys)[2], bool full,
+                                      int n0, int t, float scale_log2) {
+#pragma unroll
+  for (int j = 0; j < NS; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      float pr = fast_exp2(acc_s[j][e] * scale_log2 - lse[e >> 1]);
+      if (!full && !keys[e >> 1].contains(n0 + 8 * j + 2 * t + (e & 1))) pr = 0.f;
+      acc_s[j][e] = pr;
+    }
+  }
+}
+
+// dP -> dS = P (dP - D), dsum[r] = D of this thread's rows.
+template <int NS>
+__device__ __forceinline__ void dscores(float (&acc_dp)[NS][4], const float (&p)[NS][4], const float (&dsum)[2]) {
+#pragma unroll
+  for (int j = 0; j < NS; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) acc_dp[j][e] = p[j][e] * (acc_dp[j][e] - dsum[e >> 1]);
+  }
+}
+
 template <class T, int D>
 __global__ void __launch_bounds__(kPreThreads) flash_bwd_pre_kernel(const __grid_constant__ FlashBwdParams p) {
   const FlashShape& s = p.shape;
@@ -206,18 +264,7 @@ __device__ __forceinline__ void bwd_dkdv_block(const FlashBwdParams& p) {
     const bool full = tile_full(row_keys<kHasMask>(m0, s), row_keys<kHasMask>(min(m0 + BM, s.len_q) - 1, s), n0, BN,
                                 s.len_k);
 #pragma unroll
-    for (int m = 0; m < MT; ++m) {
-#pragma unroll
-      for (int j = 0; j < kNtS; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int col = 8 * j + 2 * t + (e & 1);
-          float pr = fast_exp2(acc_s[m][j][e] * s.scale_log2 - sLt[col]);
-          if (!full && !queries[m][e >> 1].contains(m0 + col)) pr = 0.f;
-          acc_s[m][j][e] = pr;
-        }
-      }
-    }
+    for (int m = 0; m < MT; ++m) probs_t(acc_s[m], sLt, queries[m], full, m0, t, s.scale_log2);
 
     // dP^T = V dO^T
     float acc_dp[MT][kNtS][4] = {};
@@ -228,14 +275,7 @@ __device__ __forceinline__ void bwd_dkdv_block(const FlashBwdParams& p) {
 
     // dS^T = P^T (dP^T - D); dK += dS^T Q
 #pragma unroll
-    for (int m = 0; m < MT; ++m) {
-#pragma unroll
-      for (int j = 0; j < kNtS; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          acc_dp[m][j][e] = acc_s[m][j][e] * (acc_dp[m][j][e] - sDt[8 * j + 2 * t + (e & 1)]);
-      }
-    }
+    for (int m = 0; m < MT; ++m) dscores_t(acc_dp[m], acc_s[m], sDt, t);
     if constexpr (kAtomicDq) {  // dS^T (rounded to T) -> sdS, by one of the kWarpsD warps holding these rows
       if (warp % Tr::kWarpsD == 0) {
 #pragma unroll
@@ -361,27 +401,11 @@ __global__ void __launch_bounds__(BwdDqTraits<T, D>::kThreads)
     gemm_ss<T, D, MT, kNtS>(acc_s, sQ, kLdS, warp_row, sKt, kLdS, lane);
     const bool full = tile_full(tile_first, tile_last, n0, BN, s.len_k);
 #pragma unroll
-    for (int m = 0; m < MT; ++m) {
-#pragma unroll
-      for (int j = 0; j < kNtS; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          float pr = fast_exp2(acc_s[m][j][e] * s.scale_log2 - lse[m][e >> 1]);
-          if (!full && !keys[m][e >> 1].contains(n0 + 8 * j + 2 * t + (e & 1))) pr = 0.f;
-          acc_s[m][j][e] = pr;
-        }
-      }
-    }
+    for (int m = 0; m < MT; ++m) probs(acc_s[m], lse[m], keys[m], full, n0, t, s.scale_log2);
     float acc_dp[MT][kNtS][4] = {};  // dP = dO V^T, then dS = P (dP - D)
     gemm_ss<T, D, MT, kNtS>(acc_dp, sdO, kLdS, warp_row, sVt, kLdS, lane);
 #pragma unroll
-    for (int m = 0; m < MT; ++m) {
-#pragma unroll
-      for (int j = 0; j < kNtS; ++j) {
-#pragma unroll
-        for (int e = 0; e < 4; ++e) acc_dp[m][j][e] = acc_s[m][j][e] * (acc_dp[m][j][e] - dsum[m][e >> 1]);
-      }
-    }
+    for (int m = 0; m < MT; ++m) dscores(acc_dp[m], acc_s[m], dsum[m]);
     gemm_rs<T, MT, kNtS, kNtQ>(acc_dq, acc_dp, sKt, kLdS, 0, lane);  // dQ += dS K
     __syncthreads();
   }

@@ -18,6 +18,97 @@ namespace ft::flash {
 inline constexpr float kLog2e = 1.4426950408889634f;
 inline constexpr float kLn2 = 0.6931471805599453f;
 
+// The per-tile steps of the forward shared by the sm80 and sm90 kernels. Each works on one 16-row
+// block of accumulators (mma / wgmma layout): this thread's rows row_g (c0, c1) and row_g + 8 (c2, c3).
+
+// Scores of keys n0.. that rows row_g, row_g + 8 do not see -> -inf.
+template <bool kHasMask, int NS>
+__device__ __forceinline__ void mask_scores(float (&acc_s)[NS][4], int row_g, int n0, int t, const FlashShape& s) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const RowKeys keys(row_keys<kHasMask>(row_g + 8 * r, s));
+#pragma unroll
+    for (int j = 0; j < NS; ++j) {
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        if (!keys.contains(n0 + 8 * j + 2 * t + e)) acc_s[j][2 * r + e] = -INFINITY;
+    }
+  }
+}
+
+// One online-softmax step: scores (unscaled) -> P = exp2(S sl - max), running max and this thread's part
+// of the row sums updated, O rescaled when the max of some row of the warp moved (warp-uniform branch).
+template <int NS, int NO>
+__device__ __forceinline__ void online_softmax(float (&acc_s)[NS][4], float (&acc_o)[NO][4], float (&row_max)[2],
+                                               float (&row_sum)[2], float sl) {
+  float correction[2];
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float mx = -INFINITY;
+#pragma unroll
+    for (int j = 0; j < NS; ++j) mx = fmaxf(mx, fmaxf(acc_s[j][2 * r], acc_s[j][2 * r + 1]));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+    mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+    mx = fmaxf(row_max[r], mx * sl);
+    const float base = mx == -INFINITY ? 0.f : mx;  // a row with nothing visible yet stays at zero
+    correction[r] = fast_exp2(row_max[r] - base);
+    row_max[r] = mx;
+    float sum = 0.f;
+#pragma unroll
+    for (int j = 0; j < NS; ++j) {
+      acc_s[j][2 * r] = fast_exp2(fmaf(acc_s[j][2 * r], sl, -base));
+      acc_s[j][2 * r + 1] = fast_exp2(fmaf(acc_s[j][2 * r + 1], sl, -base));
+      sum += acc_s[j][2 * r] + acc_s[j][2 * r + 1];
+    }
+    row_sum[r] = row_sum[r] * correction[r] + sum;
+  }
+  if (__any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {
+#pragma unroll
+    for (int j = 0; j < NO; ++j) {
+      acc_o[j][0] *= correction[0];
+      acc_o[j][1] *= correction[0];
+      acc_o[j][2] *= correction[1];
+      acc_o[j][3] *= correction[1];
+    }
+  }
+}
+
+// Final normalisation of rows row_g, row_g + 8, with the sink logit (sinks, or null) as an extra
+// softmax column that carries no value: the factor O is scaled by, and L (natural log).
+__device__ __forceinline__ void finish_rows(const float (&row_max)[2], const float (&row_sum)[2], const float* sinks,
+                                            int h, float (&factor)[2], float (&lse)[2]) {
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    float l = row_sum[r];
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    const float mx = row_max[r];
+    if (sinks) {
+      const float sink = sinks[h] * kLog2e;
+      const float top = fmaxf(mx, sink);
+      const float scaled = mx == -INFINITY ? 0.f : fast_exp2(mx - top);
+      l = l * scaled + fast_exp2(sink - top);
+      factor[r] = scaled / l;
+      lse[r] = (top + __log2f(l)) * kLn2;
+    } else if (l > 0.f) {
+      factor[r] = 1.f / l;
+      lse[r] = (mx + __log2f(l)) * kLn2;
+    } else {
+      factor[r] = 0.f;
+      lse[r] = -INFINITY;
+    }
+  }
+}
+
+// L of rows row_g, row_g + 8 (those < len_q) -> out (row stride in elements), by the t == 0 lanes.
+__device__ __forceinline__ void write_lse(float* out, std::int64_t row_stride, int row_g, int len_q,
+                                          const float (&lse)[2], int t) {
+  if (t != 0) return;
+#pragma unroll
+  for (int r = 0; r < 2; ++r)
+    if (row_g + 8 * r < len_q) out[(row_g + 8 * r) * row_stride] = lse[r];
+}
+
 template <class T, int D>
 struct FwdKernelTraits {
   static constexpr FlashTiles kTiles = flash_tiles(sizeof(T), D);
@@ -108,87 +199,20 @@ __global__ void __launch_bounds__(FwdKernelTraits<T, D>::kThreads, 2)
     float acc_s[MT][kNtS][4] = {};  // S = Q K^T, unscaled
     gemm_ss<T, D, MT, kNtS>(acc_s, sQ, kLdS, warp_row, sKt, kLdS, lane);
 
-    if (!tile_full(tile_first, tile_last, n0, BN, s.len_k)) {  // hidden scores -> -inf
-#pragma unroll
-      for (int m = 0; m < MT; ++m) {
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-          const RowKeys keys(row_keys<kHasMask>(m0 + warp_row + 16 * m + g + 8 * r, s));
-#pragma unroll
-          for (int j = 0; j < kNtS; ++j) {
-#pragma unroll
-            for (int e = 0; e < 2; ++e)
-              if (!keys.contains(n0 + 8 * j + 2 * t + e)) acc_s[m][j][2 * r + e] = -INFINITY;
-          }
-        }
-      }
-    }
-
+    const bool full = tile_full(tile_first, tile_last, n0, BN, s.len_k);
 #pragma unroll
     for (int m = 0; m < MT; ++m) {
-      float correction[2];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float mx = -INFINITY;
-#pragma unroll
-        for (int j = 0; j < kNtS; ++j) mx = fmaxf(mx, fmaxf(acc_s[m][j][2 * r], acc_s[m][j][2 * r + 1]));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
-        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        mx = fmaxf(row_max[m][r], mx * sl);
-        const float base = mx == -INFINITY ? 0.f : mx;  // a row with nothing visible yet stays at zero
-        correction[r] = fast_exp2(row_max[m][r] - base);
-        row_max[m][r] = mx;
-        float sum = 0.f;
-#pragma unroll
-        for (int j = 0; j < kNtS; ++j) {
-          acc_s[m][j][2 * r] = fast_exp2(fmaf(acc_s[m][j][2 * r], sl, -base));
-          acc_s[m][j][2 * r + 1] = fast_exp2(fmaf(acc_s[m][j][2 * r + 1], sl, -base));
-          sum += acc_s[m][j][2 * r] + acc_s[m][j][2 * r + 1];
-        }
-        row_sum[m][r] = row_sum[m][r] * correction[r] + sum;
-      }
-      // O is rescaled only when the max of some row of this warp's block moved (warp-uniform branch).
-      if (__any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {
-#pragma unroll
-        for (int j = 0; j < kNtO; ++j) {
-          acc_o[m][j][0] *= correction[0];
-          acc_o[m][j][1] *= correction[0];
-          acc_o[m][j][2] *= correction[1];
-          acc_o[m][j][3] *= correction[1];
-        }
-      }
+      if (!full) mask_scores<kHasMask>(acc_s[m], m0 + warp_row + 16 * m + g, n0, t, s);
+      online_softmax(acc_s[m], acc_o[m], row_max[m], row_sum[m], sl);
     }
 
     gemm_rs<T, MT, kNtS, kNtO>(acc_o, acc_s, sVt, kLdS, 0, lane);
     __syncthreads();  // this slot is refilled by the next iteration's prefetch
   }
 
-  // Final normalisation, with the sink logit as an extra softmax column that carries no value.
   float factor[MT][2], lse[MT][2];
 #pragma unroll
-  for (int m = 0; m < MT; ++m) {
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      float l = row_sum[m][r];
-      l += __shfl_xor_sync(0xffffffffu, l, 1);
-      l += __shfl_xor_sync(0xffffffffu, l, 2);
-      const float mx = row_max[m][r];
-      if (p.sinks) {
-        const float sink = p.sinks[h] * kLog2e;
-        const float top = fmaxf(mx, sink);
-        const float scaled = mx == -INFINITY ? 0.f : fast_exp2(mx - top);
-        l = l * scaled + fast_exp2(sink - top);
-        factor[m][r] = scaled / l;
-        lse[m][r] = (top + __log2f(l)) * kLn2;
-      } else if (l > 0.f) {
-        factor[m][r] = 1.f / l;
-        lse[m][r] = (mx + __log2f(l)) * kLn2;
-      } else {
-        factor[m][r] = 0.f;
-        lse[m][r] = -INFINITY;
-      }
-    }
-  }
+  for (int m = 0; m < MT; ++m) finish_rows(row_max[m], row_sum[m], p.sinks, h, factor[m], lse[m]);
 
   cp_async_wait<0>();
   __syncthreads();
@@ -198,17 +222,9 @@ __global__ void __launch_bounds__(FwdKernelTraits<T, D>::kThreads, 2)
   __syncthreads();
   T* o = static_cast<T*>(p.o.ptr) + b * p.o.batch_stride + h * p.o.head_stride + m0 * p.o.row_stride;
   store_tile<T, BM, D, kThreads>(o, p.o.row_stride, sQ, rows_valid, s.vec16, tid);
-  if (t == 0) {
-    float* out = static_cast<float*>(p.lse.ptr) + b * p.lse.batch_stride + h * p.lse.head_stride;
+  float* lse_out = static_cast<float*>(p.lse.ptr) + b * p.lse.batch_stride + h * p.lse.head_stride;
 #pragma unroll
-    for (int m = 0; m < MT; ++m) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const int row = m0 + warp_row + 16 * m + g + 8 * r;
-        if (row < s.len_q) out[row * p.lse.row_stride] = lse[m][r];
-      }
-    }
-  }
+  for (int m = 0; m < MT; ++m) write_lse(lse_out, p.lse.row_stride, m0 + warp_row + 16 * m + g, s.len_q, lse[m], t);
 }
 
 }  // namespace ft::flash

@@ -13,7 +13,8 @@ template <class T, int D>
 void run_flash_fwd(const FlashFwdParams& p, cudaStream_t stream);
 
 // Runs the pre-pass, the sink-gradient sum (when sinks are given), then the dK/dV and the dQ kernels
-// (deterministic) or the atomic dK/dV/dQ kernel and the dQ convert kernel (!p.deterministic).
+// (deterministic; the Hopper ones in either mode when p.shape.sm90) or the atomic dK/dV/dQ kernel and
+// the dQ convert kernel (!p.deterministic).
 template <class T, int D>
 void run_flash_bwd(const FlashBwdParams& p, cudaStream_t stream);
 

@@ -1,12 +1,14 @@
 // flash_launch_template.cuh — internal (CUDA builds only): the definitions behind flash_launch.h.
-// Each launcher picks the masked or unmasked kernel (causal / window / sink tokens, or none), raises
-// the dynamic shared-memory limit where the traits need more than 48 KB, and checks every launch.
+// Each launcher picks the Hopper kernels where FlashShape::sm90 says so (16-bit inputs at head dims 64 and
+// 128 only) or the sm80 ones, the masked or unmasked kernel (causal / window / sink tokens, or none),
+// raises the dynamic shared-memory limit where the traits need more than 48 KB, and checks every launch.
 // Included only by the per-head-dim instantiation files.
 #pragma once
 
 #include "core/cuda_check.h"
 #include "core/error.h"
 #include "ops/attention/cuda/flash_bwd_kernel.cuh"
+#include "ops/attention/cuda/flash_bwd_sm90_kernel.cuh"
 #include "ops/attention/cuda/flash_fwd_kernel.cuh"
 #include "ops/attention/cuda/flash_launch.h"
 
@@ -36,8 +38,19 @@ inline dim3 tile_grid(int heads, int len, int tile) {
 
 template <class T, int D>
 void run_flash_fwd(const FlashFwdParams& p, cudaStream_t stream) {
-  using Tr = FwdKernelTraits<T, D>;
   const FlashShape& s = p.shape;
+  if constexpr (has_sm90_kernels(sizeof(T), D)) {
+    if (s.sm90) {
+      using Tr = sm90::FwdTraits<T, D>;
+      const dim3 grid = detail::tile_grid(s.batch * s.heads_q, s.len_q, Tr::kBlockM);
+      if (s.has_mask)
+        detail::launch(sm90::flash_fwd_sm90_kernel<T, D, true>, grid, Tr::kThreads, Tr::kSmemBytes, stream, p);
+      else
+        detail::launch(sm90::flash_fwd_sm90_kernel<T, D, false>, grid, Tr::kThreads, Tr::kSmemBytes, stream, p);
+      return;
+    }
+  }
+  using Tr = FwdKernelTraits<T, D>;
   const dim3 grid = detail::tile_grid(s.batch * s.heads_q, s.len_q, Tr::kBlockM);
   if (s.has_mask)
     detail::launch(flash_fwd_kernel<T, D, true>, grid, Tr::kThreads, Tr::kSmemBytes, stream, p);
@@ -52,6 +65,25 @@ void run_flash_bwd(const FlashBwdParams& p, cudaStream_t stream) {
                  kPreThreads, 0, stream, p);
   if (p.sinks) run_flash_bwd_sink(p, stream);
 
+  if constexpr (has_sm90_kernels(sizeof(T), D)) {
+    if (s.sm90) {  // deterministic in both modes
+      using KvTr = sm90::BwdKvTraits<T, D>;
+      using DqTr = sm90::BwdDqTraits<T, D>;
+      const dim3 kv_grid = detail::tile_grid(s.batch * s.heads_kv, s.len_k, KvTr::kBlockN);
+      const dim3 dq_grid = detail::tile_grid(s.batch * s.heads_q, s.len_q, DqTr::kBlockM);
+      if (s.has_mask) {
+        detail::launch(sm90::flash_bwd_dkdv_sm90_kernel<T, D, true>, kv_grid, KvTr::kThreads, KvTr::kSmemBytes, stream,
+                       p);
+        detail::launch(sm90::flash_bwd_dq_sm90_kernel<T, D, true>, dq_grid, DqTr::kThreads, DqTr::kSmemBytes, stream, p);
+      } else {
+        detail::launch(sm90::flash_bwd_dkdv_sm90_kernel<T, D, false>, kv_grid, KvTr::kThreads, KvTr::kSmemBytes,
+                       stream, p);
+        detail::launch(sm90::flash_bwd_dq_sm90_kernel<T, D, false>, dq_grid, DqTr::kThreads, DqTr::kSmemBytes, stream,
+                       p);
+      }
+      return;
+    }
+  }
   if (!p.deterministic) {
     using Tr = BwdKvTraits<T, D, true>;
     const std::size_t accum_bytes = static_cast<std::size_t>(s.batch) * s.heads_q * p.len_q_pad * D * sizeof(float);

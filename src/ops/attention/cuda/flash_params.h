@@ -21,6 +21,7 @@ struct FlashShape {
   float scale = 0;          // softmax scale
   float scale_log2 = 0;     // scale * log2(e): scores go straight into exp2
   bool vec16 = false;       // every tile operand allows 16-byte accesses (else element-wise copies)
+  bool sm90 = false;        // run the Hopper kernels (flash_*_sm90_kernel.cuh; chosen by flash_api.cu)
 };
 
 struct FlashFwdParams {

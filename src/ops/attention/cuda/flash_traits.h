@@ -50,6 +50,27 @@ inline constexpr FlashTiles kTiles32[] = {
     {64, 32, 1, 1, 32, 32, 1, 2, 1, 32, 32, 1, 1, 32, 32, 1, 2, 1, 2},   // d=256  (~133 KB)
 };
 
+// Hopper (sm_90a) kernels, 16-bit inputs, head dims 64 and 128 (flash_*_sm90_kernel.cuh). Each
+// warpgroup (4 warps) owns 64 rows of its kernel's row tile, so the row tile is 64 * warpgroups:
+//   forward : fwd_wg warpgroups x 64 queries, key tile fwd_n, fwd_st K/V buffers
+//   dK/dV   : kv_wg warpgroups x 64 keys, query tile kv_m, kv_st Q/dO buffers
+//   dQ      : dq_wg warpgroups x 64 queries, key tile dq_n, dq_st K/V buffers
+// Tiles are 128-byte-swizzled (no padding). Registers bound the tiles: an accumulator of 64 x n takes
+// n / 2 floats per thread, and 1 block per SM leaves 65536 / threads registers to each thread.
+struct FlashSm90Tiles {
+  int fwd_wg, fwd_n, fwd_st;
+  int kv_wg, kv_m, kv_st;
+  int dq_wg, dq_n, dq_st;
+};
+inline constexpr int kSm90HeadDims[] = {64, 128};
+inline constexpr FlashSm90Tiles kSm90Tiles[] = {
+    // fwd: wg   n st | dkdv: wg  m st | dq: wg   n st
+    {3, 128, 2, 2, 64, 2, 2, 128, 2},  // d=64
+    {2, 128, 2, 2, 64, 2, 2, 64, 2},   // d=128
+};
+constexpr FlashSm90Tiles flash_sm90_tiles(int d) { return d == 64 ? kSm90Tiles[0] : kSm90Tiles[1]; }
+constexpr bool has_sm90_kernels(int elem_bytes, int d) { return elem_bytes == 2 && (d == 64 || d == 128); }
+
 constexpr int head_dim_index(int d) {
   for (int i = 0; i < static_cast<int>(sizeof(kHeadDims) / sizeof(kHeadDims[0])); ++i)
     if (kHeadDims[i] == d) return i;

@@ -1,0 +1,274 @@
+// flash_bwd_sm90_kernel.cuh — internal (CUDA builds only): the Hopper (sm_90a) backward tile kernels,
+// 16-bit inputs, head dims 64 and 128, deterministic (no atomics; repeated runs give bit-identical
+// gradients). They follow the sm80 scheme of flash_bwd_kernel.cuh, whose pre-pass (D_i, L_i log2(e),
+// sink partials) and sink-gradient sum they share:
+//   dK/dV : one block per (batch x kv head, key tile), each warpgroup owning 64 keys; it loops over the
+//           query heads of its group and the query tiles that see the key tile. S^T = K Q^T and
+//           dP^T = V dO^T run as wgmma from shared memory; P^T and dS^T are rounded to the input dtype in
+//           registers and feed dV += P^T dO and dK += dS^T Q as register A operands, with dO and Q read
+//           N-major.
+//   dQ    : one block per (batch x query head, query tile), each warpgroup owning 64 queries; it loops
+//           over the visible key tiles: S = Q K^T and dP = dO V^T from shared memory, dQ += dS K with dS
+//           from registers and K read N-major.
+// Tiles are 128-byte-swizzled and streamed with cp.async (flash_sm90_ptx.cuh); tile sizes come from
+// kSm90Tiles (flash_traits.h).
+#pragma once
+
+#include <cstdint>
+
+#include "ops/attention/cuda/flash_bwd_kernel.cuh"
+#include "ops/attention/cuda/flash_fwd_sm90_kernel.cuh"
+
+namespace ft::flash::sm90 {
+
+template <class T, int D>
+struct BwdKvTraits {
+  static constexpr FlashSm90Tiles kTiles = flash_sm90_tiles(D);
+  static constexpr int kWarpGroups = kTiles.kv_wg, kBlockN = 64 * kWarpGroups;  // keys
+  static constexpr int kBlockM = kTiles.kv_m, kStages = kTiles.kv_st;          // queries
+  static constexpr int kThreads = 128 * kWarpGroups;
+  // sK, sV (kBlockN, D) | sQ, sdO (kStages, kBlockM, D), all swizzled | sL, sD (kStages, kBlockM) fp32.
+  // dK and dV are staged as padded (kBlockN, kLd) tiles over the 16-bit part after the loop.
+  static constexpr int kTileBytes = (2 * kBlockN + 2 * kStages * kBlockM) * D * static_cast<int>(sizeof(T));
+  static constexpr int kSmemBytes = kTileBytes + 2 * kStages * kBlockM * static_cast<int>(sizeof(float)) + kSmemSlack;
+  static_assert(D % kPanel == 0 && kBlockM % 64 == 0 && kQueryPad % kBlockM == 0, "bad sm90 dK/dV tiles");
+  static_assert(2 * kBlockN * kLd<T, D> * static_cast<int>(sizeof(T)) <= kTileBytes, "dK/dV staging does not fit");
+};
+
+template <class T, int D>
+struct BwdDqTraits {
+  static constexpr FlashSm90Tiles kTiles = flash_sm90_tiles(D);
+  static constexpr int kWarpGroups = kTiles.dq_wg, kBlockM = 64 * kWarpGroups;  // queries
+  static constexpr int kBlockN = kTiles.dq_n, kStages = kTiles.dq_st;           // keys
+  static constexpr int kThreads = 128 * kWarpGroups;
+  // sQ, sdO (kBlockM, D) | sK, sV (kStages, kBlockN, D), all swizzled; dQ is staged padded in sK's space.
+  static constexpr int kSmemBytes =
+      (2 * kBlockM + 2 * kStages * kBlockN) * D * static_cast<int>(sizeof(T)) + kSmemSlack;
+  static_assert(D % kPanel == 0 && kBlockN % 64 == 0 && kQueryPad % kBlockM == 0, "bad sm90 dQ tiles");
+  static_assert(kBlockM * kLd<T, D> <= 2 * kStages * kBlockN * D, "dQ staging does not fit");
+};
+
+template <class T, int D, bool kHasMask>
+__global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
+    flash_bwd_dkdv_sm90_kernel(const __grid_constant__ FlashBwdParams p) {
+#if FT_SM90_DEVICE
+  using Tr = BwdKvTraits<T, D>;
+  constexpr int BN = Tr::kBlockN, BM = Tr::kBlockM, kStages = Tr::kStages, kThreads = Tr::kThreads;
+  constexpr int kNtS = BM / 8;  // transposed score tiles (columns = queries)
+  constexpr int kNtD = D / 8;   // dK/dV tiles
+  const FlashShape& s = p.shape;
+
+  extern __shared__ unsigned char smem_raw[];
+  T* sK = aligned_smem<T>(smem_raw);  // (BN, D) swizzled
+  T* sV = sK + BN * D;                // (BN, D) swizzled
+  T* sQ = sV + BN * D;                // (kStages, BM, D) swizzled
+  T* sdO = sQ + kStages * BM * D;     // (kStages, BM, D) swizzled
+  float* sL = reinterpret_cast<float*>(sdO + kStages * BM * D);  // (kStages, BM) L * log2(e)
+  float* sD = sL + kStages * BM;                                 // (kStages, BM) D
+
+  const int n_block = blockIdx.y;
+  const int b = blockIdx.x / s.heads_kv, hk = blockIdx.x % s.heads_kv;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, t = lane & 3;
+  const int wg_row = (warp / 4) * 64, warp_row = warp * 16;  // first key row of this warpgroup / warp
+  const int n0 = n_block * BN;
+  const int keys_valid = s.len_k - n0;
+
+  const T* k = static_cast<const T*>(p.k.ptr) + b * p.k.batch_stride + hk * p.k.head_stride + n0 * p.k.row_stride;
+  const T* v = static_cast<const T*>(p.v.ptr) + b * p.v.batch_stride + hk * p.v.head_stride + n0 * p.v.row_stride;
+  load_tile_sw128<T, BN, D, kThreads>(sK, k, p.k.row_stride, keys_valid, tid);
+  load_tile_sw128<T, BN, D, kThreads>(sV, v, p.v.row_stride, keys_valid, tid);
+  cp_async_commit();
+
+  // Query tiles that see some key of this tile (as the sm80 kernel).
+  const int key_last = min(n0 + BN, s.len_k) - 1;
+  const std::int64_t q_begin = key_queries<kHasMask>(n0, s).begin;
+  const std::int64_t q_end = n0 < s.sink_tokens ? s.len_q : key_queries<kHasMask>(key_last, s).end;
+  const int m_first = static_cast<int>(q_begin / BM);
+  const int m_count = q_end > q_begin ? static_cast<int>((q_end + BM - 1) / BM) - m_first : 0;
+  const int n_iters = m_count * s.group;
+  const KeyQueries queries[2] = {KeyQueries(key_queries<kHasMask>(n0 + warp_row + g, s)),
+                                 KeyQueries(key_queries<kHasMask>(n0 + warp_row + g + 8, s))};
+
+  auto load_q = [&](int it) {
+    if (it < n_iters) {
+      const int h = hk * s.group + it / m_count;
+      const int m0 = (m_first + it % m_count) * BM;
+      const int slot = it % kStages;
+      const T* q = static_cast<const T*>(p.q.ptr) + b * p.q.batch_stride + h * p.q.head_stride + m0 * p.q.row_stride;
+      const T* d_o = static_cast<const T*>(p.d_o.ptr) + b * p.d_o.batch_stride + h * p.d_o.head_stride +
+                     m0 * p.d_o.row_stride;
+      load_tile_sw128<T, BM, D, kThreads>(sQ + slot * BM * D, q, p.q.row_stride, s.len_q - m0, tid);
+      load_tile_sw128<T, BM, D, kThreads>(sdO + slot * BM * D, d_o, p.d_o.row_stride, s.len_q - m0, tid);
+      const std::int64_t row = static_cast<std::int64_t>(b * s.heads_q + h) * p.len_q_pad + m0;
+      load_row_values<BM, kThreads>(sL + slot * BM, p.lse_log2 + row, tid);
+      load_row_values<BM, kThreads>(sD + slot * BM, p.dsum + row, tid);
+    }
+    cp_async_commit();
+  };
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) load_q(st);
+
+  float acc_dk[kNtD][4] = {};  // dK of this thread's key rows
+  float acc_dv[kNtD][4] = {};
+
+  for (int it = 0; it < n_iters; ++it) {
+    load_q(it + kStages - 1);
+    cp_async_wait<kStages - 1>();
+    fence_proxy_async();
+    __syncthreads();
+    const int slot = it % kStages;
+    const T* sQt = sQ + slot * BM * D;
+    const T* sdOt = sdO + slot * BM * D;
+    const int m0 = (m_first + it % m_count) * BM;
+
+    float acc_s[kNtS][4], acc_dp[kNtS][4];  // S^T = K Q^T, dP^T = V dO^T (the first k step overwrites)
+    wgmma_fence();
+    gemm_ss_kmajor<T, BM, D>(acc_s, sK, BN, wg_row, sQt);
+    gemm_ss_kmajor<T, BM, D>(acc_dp, sV, BN, wg_row, sdOt);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_accumulators(acc_s);
+    fence_accumulators(acc_dp);
+
+    const bool full = tile_full(row_keys<kHasMask>(m0, s), row_keys<kHasMask>(min(m0 + BM, s.len_q) - 1, s), n0, BN,
+                                s.len_k);
+    probs_t(acc_s, sL + slot * BM, queries, full, m0, t, s.scale_log2);
+    dscores_t(acc_dp, acc_s, sD + slot * BM, t);
+    std::uint32_t pa[BM / 16][4], dsa[BM / 16][4];  // P^T and dS^T rounded to T, k steps over the queries
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; ++kk) {
+      a_from_acc<T>(pa[kk], acc_s, kk);
+      a_from_acc<T>(dsa[kk], acc_dp, kk);
+    }
+    wgmma_fence();
+    gemm_rs_nmajor<T, D, BM>(acc_dv, pa, sdOt);   // dV += P^T dO
+    gemm_rs_nmajor<T, D, BM>(acc_dk, dsa, sQt);   // dK += dS^T Q
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_accumulators(acc_dv);
+    fence_accumulators(acc_dk);
+    __syncthreads();  // this slot is refilled by the next iteration's prefetch
+  }
+
+  cp_async_wait<0>();
+  __syncthreads();
+  T* sdK = sK;                     // (BN, kLd) padded staging
+  T* sdV = sdK + BN * kLd<T, D>;   // (BN, kLd)
+  store_acc<T, kNtD>(sdK, kLd<T, D>, warp_row, 0, acc_dk, s.scale, s.scale, lane);
+  store_acc<T, kNtD>(sdV, kLd<T, D>, warp_row, 0, acc_dv, 1.f, 1.f, lane);
+  __syncthreads();
+  T* dk = static_cast<T*>(p.dk.ptr) + b * p.dk.batch_stride + hk * p.dk.head_stride + n0 * p.dk.row_stride;
+  T* dv = static_cast<T*>(p.dv.ptr) + b * p.dv.batch_stride + hk * p.dv.head_stride + n0 * p.dv.row_stride;
+  store_tile<T, BN, D, kThreads>(dk, p.dk.row_stride, sdK, keys_valid, true, tid);
+  store_tile<T, BN, D, kThreads>(dv, p.dv.row_stride, sdV, keys_valid, true, tid);
+#endif
+}
+
+template <class T, int D, bool kHasMask>
+__global__ void __launch_bounds__(BwdDqTraits<T, D>::kThreads, 1)
+    flash_bwd_dq_sm90_kernel(const __grid_constant__ FlashBwdParams p) {
+#if FT_SM90_DEVICE
+  using Tr = BwdDqTraits<T, D>;
+  constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, kStages = Tr::kStages, kThreads = Tr::kThreads;
+  constexpr int kNtS = BN / 8;
+  constexpr int kNtQ = D / 8;
+  const FlashShape& s = p.shape;
+
+  extern __shared__ unsigned char smem_raw[];
+  T* sQ = aligned_smem<T>(smem_raw);  // (BM, D) swizzled
+  T* sdO = sQ + BM * D;               // (BM, D) swizzled
+  T* sK = sdO + BM * D;               // (kStages, BN, D) swizzled
+  T* sV = sK + kStages * BN * D;      // (kStages, BN, D) swizzled
+
+  const int m_block = gridDim.y - 1 - blockIdx.y;  // longest (causal) tiles of every head first
+  const int bh = blockIdx.x, b = bh / s.heads_q, h = bh % s.heads_q, hk = h / s.group;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, t = lane & 3;
+  const int wg_row = (warp / 4) * 64, warp_row = warp * 16;  // first query row of this warpgroup / warp
+  const int m0 = m_block * BM;
+  const int rows_valid = s.len_q - m0;
+
+  const T* q = static_cast<const T*>(p.q.ptr) + b * p.q.batch_stride + h * p.q.head_stride + m0 * p.q.row_stride;
+  const T* d_o =
+      static_cast<const T*>(p.d_o.ptr) + b * p.d_o.batch_stride + h * p.d_o.head_stride + m0 * p.d_o.row_stride;
+  const T* k = static_cast<const T*>(p.k.ptr) + b * p.k.batch_stride + hk * p.k.head_stride;
+  const T* v = static_cast<const T*>(p.v.ptr) + b * p.v.batch_stride + hk * p.v.head_stride;
+
+  const KeyRange tile_first = row_keys<kHasMask>(m0, s);
+  const KeyRange tile_last = row_keys<kHasMask>(min(m0 + BM, s.len_q) - 1, s);
+  const KeyTiles tiles = key_tiles(tile_first, tile_last, BN);
+  const int n_iters = tiles.count();
+  // This thread's rows m0 + warp_row + g (+ 8): visible keys, L log2(e) and D (padded scratch).
+  RowKeys keys[2];
+  float lse[2], dsum[2];
+  const std::int64_t scratch = static_cast<std::int64_t>(bh) * p.len_q_pad;
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = m0 + warp_row + g + 8 * r;
+    keys[r] = RowKeys(row_keys<kHasMask>(row, s));
+    lse[r] = p.lse_log2[scratch + row];
+    dsum[r] = p.dsum[scratch + row];
+  }
+
+  auto load_kv = [&](int it) {
+    if (it < n_iters) {
+      const int n0 = tiles.tile(it) * BN;
+      const int slot = it % kStages;
+      load_tile_sw128<T, BN, D, kThreads>(sK + slot * BN * D, k + n0 * p.k.row_stride, p.k.row_stride, s.len_k - n0,
+                                          tid);
+      load_tile_sw128<T, BN, D, kThreads>(sV + slot * BN * D, v + n0 * p.v.row_stride, p.v.row_stride, s.len_k - n0,
+                                          tid);
+    }
+    cp_async_commit();
+  };
+
+  load_tile_sw128<T, BM, D, kThreads>(sQ, q, p.q.row_stride, rows_valid, tid);
+  load_tile_sw128<T, BM, D, kThreads>(sdO, d_o, p.d_o.row_stride, rows_valid, tid);
+  cp_async_commit();
+#pragma unroll
+  for (int st = 0; st < kStages - 1; ++st) load_kv(st);
+
+  float acc_dq[kNtQ][4] = {};
+
+  for (int it = 0; it < n_iters; ++it) {
+    load_kv(it + kStages - 1);
+    cp_async_wait<kStages - 1>();
+    fence_proxy_async();
+    __syncthreads();
+    const int slot = it % kStages;
+    const T* sKt = sK + slot * BN * D;
+    const T* sVt = sV + slot * BN * D;
+    const int n0 = tiles.tile(it) * BN;
+
+    float acc_s[kNtS][4], acc_dp[kNtS][4];  // S = Q K^T, dP = dO V^T (the first k step overwrites)
+    wgmma_fence();
+    gemm_ss_kmajor<T, BN, D>(acc_s, sQ, BM, wg_row, sKt);
+    gemm_ss_kmajor<T, BN, D>(acc_dp, sdO, BM, wg_row, sVt);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_accumulators(acc_s);
+    fence_accumulators(acc_dp);
+
+    probs(acc_s, lse, keys, tile_full(tile_first, tile_last, n0, BN, s.len_k), n0, t, s.scale_log2);
+    dscores(acc_dp, acc_s, dsum);
+    std::uint32_t dsa[BN / 16][4];  // dS rounded to T, k steps over the keys
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) a_from_acc<T>(dsa[kk], acc_dp, kk);
+    wgmma_fence();
+    gemm_rs_nmajor<T, D, BN>(acc_dq, dsa, sKt);  // dQ += dS K
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_accumulators(acc_dq);
+    __syncthreads();  // this slot is refilled by the next iteration's prefetch
+  }
+
+  cp_async_wait<0>();
+  __syncthreads();
+  T* sdQ = sK;  // (BM, kLd) padded staging
+  store_acc<T, kNtQ>(sdQ, kLd<T, D>, warp_row, 0, acc_dq, s.scale, s.scale, lane);
+  __syncthreads();
+  T* dq = static_cast<T*>(p.dq.ptr) + b * p.dq.batch_stride + h * p.dq.head_stride + m0 * p.dq.row_stride;
+  store_tile<T, BM, D, kThreads>(dq, p.dq.row_stride, sdQ, rows_valid, true, tid);
+#endif
+}
+
+}  // namespace ft::flash::sm90

@@ -1,0 +1,214 @@
+// flash_sm90_ptx.cuh — internal (CUDA builds only): the Hopper (sm_90a) instructions the FlashAttention
+// sm90 kernels are built from: warpgroup MMA (wgmma.mma_async, m64nNk16, fp32 accumulation, bf16/fp16
+// operands) with its fence / commit / wait, shared-memory matrix descriptors for 128-byte-swizzled
+// tiles, the async-proxy fence, and cp.async loads that write tiles in that swizzled layout.
+//
+// Swizzled tiles ("sw128"): a (rows, D) 16-bit tile is stored as D / 64 panels of (rows, 64); a panel
+// row is 128 bytes, and 16-byte chunk c of row r sits at chunk position c ^ (r % 8). Panels start
+// 1024-byte aligned, so the hardware's swizzle (address bits 4-6 ^= bits 7-9) matches. The same tile
+// is a K-major operand (rows = M or N, K along D: S = Q K^T) and an MN-major one (rows = K, N along
+// D: O = P V, transposed-B wgmma).
+//
+// Accumulators of m64nNk16 use float d[N / 8][4]: warp w of the warpgroup holds rows 16 w + g and
+// 16 w + g + 8 (lane = 4 g + t), columns 8 j + 2 t and 8 j + 2 t + 1 — the mma.sync m16n8 layout of
+// flash_tile.cuh repeated over N. A register-sourced A fragment is the mma.sync m16n8k16 A fragment
+// (a_from_acc), for this warp's 16 rows.
+#pragma once
+
+#include <cstdint>
+#include <type_traits>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "ops/attention/cuda/flash_ptx.cuh"
+
+// Only the sm_90a pass assembles wgmma; other passes compile the sm90 kernels to empty bodies, which
+// flash_api.cu never launches (it dispatches to them only on a compute capability 9.0 device with
+// FT_CUDA_SM90A set by the build).
+#if defined(__CUDA_ARCH__) && defined(__CUDA_ARCH_FEAT_SM90_ALL)
+#define FT_SM90_DEVICE 1
+#else
+#define FT_SM90_DEVICE 0
+#endif
+
+namespace ft::flash::sm90 {
+
+inline constexpr int kPanel = 64;             // 16-bit elements per 128-byte swizzled row
+inline constexpr int kPanelRowBytes = 128;
+inline constexpr int kGroupBytes = 1024;      // 8 swizzled rows: the stride between 8-row groups
+
+// Element offset of (row, col) in a sw128 tile of `rows` rows.
+__device__ __forceinline__ int sw128_offset(int rows, int row, int col) {
+  return (col / kPanel) * rows * kPanel + row * kPanel + ((((col % kPanel) >> 3) ^ (row & 7)) << 3) + (col & 7);
+}
+
+// Rows [0, ROWS) of a (rows, D) global matrix (row stride ld_g elements, 16-byte aligned rows) -> sw128
+// tile; rows >= valid_rows become zeros. Asynchronous: commit and wait are the caller's.
+template <class T, int ROWS, int D, int THREADS>
+__device__ __forceinline__ void load_tile_sw128(T* smem, const T* gmem, std::int64_t ld_g, int valid_rows, int tid) {
+  constexpr int kChunks = D / 8;  // 16-byte chunks per row
+#pragma unroll
+  for (int idx = tid; idx < ROWS * kChunks; idx += THREADS) {
+    const int r = idx / kChunks, c = idx % kChunks;
+    const bool valid = r < valid_rows;
+    cp_async_16(smem + sw128_offset(ROWS, r, c * 8), valid ? gmem + r * ld_g + c * 8 : gmem, valid);
+  }
+}
+
+// Shared-memory matrix descriptor of a 128-byte-swizzled operand starting at `smem`. K-major operands
+// use sbo = 1024 (8-row groups) and ignore lbo; MN-major ones use sbo = 1024 (8 K-rows) and lbo = the
+// stride between 64-element panels along M or N.
+__device__ __forceinline__ std::uint64_t sw128_desc(const void* smem, std::uint32_t lbo_bytes = 16,
+                                                    std::uint32_t sbo_bytes = kGroupBytes) {
+  const std::uint64_t addr = smem_u32(smem);
+  return ((addr & 0x3FFFF) >> 4) | (static_cast<std::uint64_t>((lbo_bytes >> 4) & 0x3FFF) << 16) |
+         (static_cast<std::uint64_t>((sbo_bytes >> 4) & 0x3FFF) << 32) | (std::uint64_t{1} << 62);
+}
+
+// Generic-proxy writes to shared memory (cp.async, st.shared) made visible to wgmma's async proxy; each
+// writing thread issues it before the barrier that precedes the wgmma.
+__device__ __forceinline__ void fence_proxy_async() {
+#if FT_SM90_DEVICE
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+__device__ __forceinline__ void wgmma_fence() {
+#if FT_SM90_DEVICE
+  asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_commit() {
+#if FT_SM90_DEVICE
+  asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory");
+#endif
+}
+// Waits until at most N committed wgmma groups of this warpgroup are pending.
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+#if FT_SM90_DEVICE
+  asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory");
+#endif
+}
+
+// Keeps the compiler from moving accesses of accumulator registers across wgmma_wait / wgmma issue.
+template <int NT>
+__device__ __forceinline__ void fence_accumulators(float (&d)[NT][4]) {
+#pragma unroll
+  for (int j = 0; j < NT; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[j][e])::"memory");
+}
+
+#define FT_WGMMA_D64_REGS "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define FT_WGMMA_D64_OPERANDS \
+    "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), \
+    "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), \
+    "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), \
+    "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), \
+    "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), \
+    "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
+    "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), \
+    "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+#define FT_WGMMA_D128_REGS "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
+#define FT_WGMMA_D128_OPERANDS \
+    "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), \
+    "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), \
+    "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), \
+    "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), \
+    "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), \
+    "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
+    "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), \
+    "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), \
+    "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), \
+    "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), \
+    "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), \
+    "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), \
+    "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), \
+    "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), \
+    "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), \
+    "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+
+#define FT_WGMMA_SS_ASM(SHAPE, TY, REGS, OPERANDS, I_A, I_B, I_P, I_TA, I_TB)                                \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" I_P ", 0;\nwgmma.mma_async.sync.aligned." SHAPE ".f32." TY \
+               "." TY " " REGS ", %" I_A ", %" I_B ", p, 1, 1, %" I_TA ", %" I_TB ";\n}\n"                     \
+               : OPERANDS                                                                                      \
+               : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransA), "n"(kTransB))
+#define FT_WGMMA_RS_ASM(SHAPE, TY, REGS, OPERANDS, I_A0, I_A1, I_A2, I_A3, I_B, I_P, I_TB)                    \
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" I_P ", 0;\nwgmma.mma_async.sync.aligned." SHAPE ".f32." TY \
+               "." TY " " REGS ", {%" I_A0 ", %" I_A1 ", %" I_A2 ", %" I_A3 "}, %" I_B ", p, 1, 1, %" I_TB      \
+               ";\n}\n"                                                                                        \
+               : OPERANDS                                                                                      \
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB))
+
+// d (64 x N) = A B (+ d when accumulate != 0), A (64 x 16) and B (16 x N) from shared memory; kTransA /
+// kTransB = 1 read A M-major / B N-major instead of K-major.
+template <class T, int N, int kTransA, int kTransB>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], std::uint64_t desc_a, std::uint64_t desc_b,
+                                         int accumulate) {
+  static_assert(N == 64 || N == 128, "wgmma_ss: N must be 64 or 128");
+#if FT_SM90_DEVICE
+  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  if constexpr (N == 64 && kBf16)
+    FT_WGMMA_SS_ASM("m64n64k16", "bf16", FT_WGMMA_D64_REGS, FT_WGMMA_D64_OPERANDS, "32", "33", "34", "35", "36");
+  else if constexpr (N == 64)
+    FT_WGMMA_SS_ASM("m64n64k16", "f16", FT_WGMMA_D64_REGS, FT_WGMMA_D64_OPERANDS, "32", "33", "34", "35", "36");
+  else if constexpr (kBf16)
+    FT_WGMMA_SS_ASM("m64n128k16", "bf16", FT_WGMMA_D128_REGS, FT_WGMMA_D128_OPERANDS, "64", "65", "66", "67", "68");
+  else
+    FT_WGMMA_SS_ASM("m64n128k16", "f16", FT_WGMMA_D128_REGS, FT_WGMMA_D128_OPERANDS, "64", "65", "66", "67", "68");
+#endif
+}
+
+// d (64 x N) = A B (+ d when accumulate != 0), A (64 x 16) from this warpgroup's registers (the mma.sync
+// A fragment of each warp's 16 rows), B (16 x N) from shared memory, N-major when kTransB = 1.
+template <class T, int N, int kTransB>
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const std::uint32_t (&a)[4], std::uint64_t desc_b,
+                                         int accumulate) {
+  static_assert(N == 64 || N == 128, "wgmma_rs: N must be 64 or 128");
+#if FT_SM90_DEVICE
+  constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+  if constexpr (N == 64 && kBf16)
+    FT_WGMMA_RS_ASM("m64n64k16", "bf16", FT_WGMMA_D64_REGS, FT_WGMMA_D64_OPERANDS, "32", "33", "34", "35", "36",
+                    "37", "38");
+  else if constexpr (N == 64)
+    FT_WGMMA_RS_ASM("m64n64k16", "f16", FT_WGMMA_D64_REGS, FT_WGMMA_D64_OPERANDS, "32", "33", "34", "35", "36", "37",
+                    "38");
+  else if constexpr (kBf16)
+    FT_WGMMA_RS_ASM("m64n128k16", "bf16", FT_WGMMA_D128_REGS, FT_WGMMA_D128_OPERANDS, "64", "65", "66", "67", "68",
+                    "69", "70");
+  else
+    FT_WGMMA_RS_ASM("m64n128k16", "f16", FT_WGMMA_D128_REGS, FT_WGMMA_D128_OPERANDS, "64", "65", "66", "67", "68",
+                    "69", "70");
+#endif
+}
+
+#undef FT_WGMMA_SS_ASM
+#undef FT_WGMMA_RS_ASM
+
+// The k loops the kernels run, each issued as one wgmma group (commit and wait are the caller's).
+//
+// d (64 x N) = A B with A rows a_row0.. of the sw128 tile `a` (a_rows rows) and B = tile `b`^T, b an
+// sw128 tile (N, K) — both K-major, K = D running over the panels.
+template <class T, int N, int K>
+__device__ __forceinline__ void gemm_ss_kmajor(float (&d)[N / 8][4], const T* a, int a_rows, int a_row0, const T* b) {
+#pragma unroll
+  for (int kk = 0; kk < K / 16; ++kk) {
+    const int panel = kk / 4, within = (kk % 4) * 16;
+    wgmma_ss<T, N, 0, 0>(d, sw128_desc(a + panel * a_rows * kPanel + a_row0 * kPanel + within),
+                         sw128_desc(b + panel * N * kPanel + within), kk > 0 ? 1 : 0);
+  }
+}
+
+// d (64 x N) += A B with A = K_ROWS / 16 register fragments (k steps over B's rows) and B the sw128 tile
+// `b` (K_ROWS, N) read N-major: K runs over its rows, N over its panels.
+template <class T, int N, int K_ROWS>
+__device__ __forceinline__ void gemm_rs_nmajor(float (&d)[N / 8][4], const std::uint32_t (&a)[K_ROWS / 16][4],
+                                               const T* b) {
+#pragma unroll
+  for (int kk = 0; kk < K_ROWS / 16; ++kk)
+    wgmma_rs<T, N, 1>(d, a[kk], sw128_desc(b + kk * 16 * kPanel, K_ROWS * kPanelRowBytes), 1);
+}
+
+}  // namespace ft::flash::sm90
