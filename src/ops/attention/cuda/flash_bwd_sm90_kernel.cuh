@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
   const int n_block = blockIdx.y;
   const int b = blockIdx.x / s.heads_kv, hk = blockIdx.x % s.heads_kv;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, t = lane & 3;
-  const int wg_row = (warp / 4) * 64, warp_row = warp * 16;  // first key row of this warpgroup / warp
+  const int wg = warp / 4, warp_row = warp * 16;  // this warpgroup; first key row of this warp
   const int n0 = n_block * BN;
   const int keys_valid = s.len_k - n0;
 
@@ -108,6 +108,7 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) load_q(st);
 
+
   float acc_dk[kNtD][4] = {};  // dK of this thread's key rows
   float acc_dv[kNtD][4] = {};
 
@@ -122,10 +123,12 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
     const int m0 = (m_first + it % m_count) * BM;
 
     float acc_s[kNtS][4], acc_dp[kNtS][4];  // S^T = K Q^T, dP^T = V dO^T (the first k step overwrites)
+    wg_wait_turn(wg);
     wgmma_fence();
-    gemm_ss_kmajor<T, BM, D>(acc_s, sK, BN, wg_row, sQt);
-    gemm_ss_kmajor<T, BM, D>(acc_dp, sV, BN, wg_row, sdOt);
+    gemm_ss_kmajor<T, BM, D>(acc_s, sK, BN, wg * 64, sQt);
+    gemm_ss_kmajor<T, BM, D>(acc_dp, sV, BN, wg * 64, sdOt);
     wgmma_commit();
+    wg_pass_turn(wg, Tr::kWarpGroups);
     wgmma_wait<0>();
     fence_accumulators(acc_s);
     fence_accumulators(acc_dp);
@@ -133,16 +136,17 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
     const bool full = tile_full(row_keys<kHasMask>(m0, s), row_keys<kHasMask>(min(m0 + BM, s.len_q) - 1, s), n0, BN,
                                 s.len_k);
     probs_t(acc_s, sL + slot * BM, queries, full, m0, t, s.scale_log2);
-    dscores_t(acc_dp, acc_s, sD + slot * BM, t);
     std::uint32_t pa[BM / 16][4], dsa[BM / 16][4];  // P^T and dS^T rounded to T, k steps over the queries
 #pragma unroll
-    for (int kk = 0; kk < BM / 16; ++kk) {
-      a_from_acc<T>(pa[kk], acc_s, kk);
-      a_from_acc<T>(dsa[kk], acc_dp, kk);
-    }
+    for (int kk = 0; kk < BM / 16; ++kk) a_from_acc<T>(pa[kk], acc_s, kk);
     wgmma_fence();
-    gemm_rs_nmajor<T, D, BM>(acc_dv, pa, sdOt);   // dV += P^T dO
-    gemm_rs_nmajor<T, D, BM>(acc_dk, dsa, sQt);   // dK += dS^T Q
+    gemm_rs_nmajor<T, D, BM>(acc_dv, pa, sdOt);  // dV += P^T dO, running while dS^T is computed
+    wgmma_commit();
+    dscores_t(acc_dp, acc_s, sD + slot * BM, t);
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; ++kk) a_from_acc<T>(dsa[kk], acc_dp, kk);
+    wgmma_fence();
+    gemm_rs_nmajor<T, D, BM>(acc_dk, dsa, sQt);  // dK += dS^T Q
     wgmma_commit();
     wgmma_wait<0>();
     fence_accumulators(acc_dv);
@@ -240,10 +244,12 @@ __global__ void __launch_bounds__(BwdDqTraits<T, D>::kThreads, 1)
     const int n0 = tiles.tile(it) * BN;
 
     float acc_s[kNtS][4], acc_dp[kNtS][4];  // S = Q K^T, dP = dO V^T (the first k step overwrites)
+    wg_wait_turn(wg_row / 64);
     wgmma_fence();
     gemm_ss_kmajor<T, BN, D>(acc_s, sQ, BM, wg_row, sKt);
     gemm_ss_kmajor<T, BN, D>(acc_dp, sdO, BM, wg_row, sVt);
     wgmma_commit();
+    wg_pass_turn(wg_row / 64, Tr::kWarpGroups);
     wgmma_wait<0>();
     fence_accumulators(acc_s);
     fence_accumulators(acc_dp);
