@@ -69,7 +69,7 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
   const int n_block = blockIdx.y;
   const int b = blockIdx.x / s.heads_kv, hk = blockIdx.x % s.heads_kv;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, t = lane & 3;
-  const int wg = warp / 4, warp_row = warp * 16;  // this warpgroup; first key row of this warp
+  const int wg_row = (warp / 4) * 64, warp_row = warp * 16;  // first key row of this warpgroup / warp
   const int n0 = n_block * BN;
   const int keys_valid = s.len_k - n0;
 
@@ -123,12 +123,10 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
     const int m0 = (m_first + it % m_count) * BM;
 
     float acc_s[kNtS][4], acc_dp[kNtS][4];  // S^T = K Q^T, dP^T = V dO^T (the first k step overwrites)
-    wg_wait_turn(wg);
     wgmma_fence();
-    gemm_ss_kmajor<T, BM, D>(acc_s, sK, BN, wg * 64, sQt);
-    gemm_ss_kmajor<T, BM, D>(acc_dp, sV, BN, wg * 64, sdOt);
+    gemm_ss_kmajor<T, BM, D>(acc_s, sK, BN, wg_row, sQt);
+    gemm_ss_kmajor<T, BM, D>(acc_dp, sV, BN, wg_row, sdOt);
     wgmma_commit();
-    wg_pass_turn(wg, Tr::kWarpGroups);
     wgmma_wait<0>();
     fence_accumulators(acc_s);
     fence_accumulators(acc_dp);
@@ -244,12 +242,10 @@ __global__ void __launch_bounds__(BwdDqTraits<T, D>::kThreads, 1)
     const int n0 = tiles.tile(it) * BN;
 
     float acc_s[kNtS][4], acc_dp[kNtS][4];  // S = Q K^T, dP = dO V^T (the first k step overwrites)
-    wg_wait_turn(wg_row / 64);
     wgmma_fence();
     gemm_ss_kmajor<T, BN, D>(acc_s, sQ, BM, wg_row, sKt);
     gemm_ss_kmajor<T, BN, D>(acc_dp, sdO, BM, wg_row, sVt);
     wgmma_commit();
-    wg_pass_turn(wg_row / 64, Tr::kWarpGroups);
     wgmma_wait<0>();
     fence_accumulators(acc_s);
     fence_accumulators(acc_dp);

@@ -106,11 +106,9 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
     const int n0 = tiles.tile(it) * BN;
 
     float acc_s[kNtS][4];  // S = Q K^T, unscaled (the first k step overwrites)
-    wg_wait_turn(wg_row / 64);
     wgmma_fence();
     gemm_ss_kmajor<T, BN, D>(acc_s, sQ, BM, wg_row, sKt);
     wgmma_commit();
-    wg_pass_turn(wg_row / 64, Tr::kWarpGroups);
     wgmma_wait<0>();
     fence_accumulators(acc_s);
 

@@ -92,21 +92,6 @@ __device__ __forceinline__ void wgmma_wait() {
 #endif
 }
 
-// Warpgroup issue order. Warpgroup w > 0 of a block waits (named barrier w) until warpgroup w - 1 has
-// issued its first product of an iteration, and then lets w + 1 go (barrier w + 1): the groups' products
-// reach the tensor cores one after another, so one group's element-wise work overlaps another's product
-// instead of all groups computing at the same time and then waiting on the tensor cores together.
-__device__ __forceinline__ void wg_wait_turn(int wg) {
-#if FT_SM90_DEVICE
-  if (wg > 0) asm volatile("bar.sync %0, 256;\n" ::"r"(wg) : "memory");
-#endif
-}
-__device__ __forceinline__ void wg_pass_turn(int wg, int warpgroups) {
-#if FT_SM90_DEVICE
-  if (wg + 1 < warpgroups) asm volatile("bar.arrive %0, 256;\n" ::"r"(wg + 1) : "memory");
-#endif
-}
-
 // Keeps the compiler from moving accesses of accumulator registers across wgmma_wait / wgmma issue.
 template <int NT>
 __device__ __forceinline__ void fence_accumulators(float (&d)[NT][4]) {
