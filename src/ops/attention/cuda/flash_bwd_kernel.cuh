@@ -33,13 +33,16 @@ __device__ __forceinline__ void probs_t(float (&acc_s)[NS][4], const float* sL, 
                                         bool full, int m0, int t, float scale_log2) {
 #pragma unroll
   for (int j = 0; j < NS; ++j) {
+    const float2 l = *reinterpret_cast<const float2*>(sL + 8 * j + 2 * t);  // L of columns 2t, 2t + 1
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int col = 8 * j + 2 * t + (e & 1);
-      float pr = fast_exp2(acc_s[j][e] * scale_log2 - sL[col]);
-      if (!full && !queries[e >> 1].contains(m0 + col)) pr = 0.f;
-      acc_s[j][e] = pr;
-    }
+    for (int e = 0; e < 4; ++e) acc_s[j][e] = fast_exp2(acc_s[j][e] * scale_log2 - ((e & 1) ? l.y : l.x));
+  }
+  if (full) return;  // the block-uniform test once, not per element
+#pragma unroll
+  for (int j = 0; j < NS; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (!queries[e >> 1].contains(m0 + 8 * j + 2 * t + (e & 1))) acc_s[j][e] = 0.f;
   }
 }
 
@@ -48,8 +51,9 @@ template <int NS>
 __device__ __forceinline__ void dscores_t(float (&acc_dp)[NS][4], const float (&p)[NS][4], const float* sD, int t) {
 #pragma unroll
   for (int j = 0; j < NS; ++j) {
+    const float2 d = *reinterpret_cast<const float2*>(sD + 8 * j + 2 * t);  // D of columns 2t, 2t + 1
 #pragma unroll
-    for (int e = 0; e < 4; ++e) acc_dp[j][e] = p[j][e] * (acc_dp[j][e] - sD[8 * j + 2 * t + (e & 1)]);
+    for (int e = 0; e < 4; ++e) acc_dp[j][e] = p[j][e] * (acc_dp[j][e] - ((e & 1) ? d.y : d.x));
   }
 }
 
@@ -61,11 +65,14 @@ __device__ __forceinline__ void probs(float (&acc_s)[NS][4], const float (&lse)[
 #pragma unroll
   for (int j = 0; j < NS; ++j) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      float pr = fast_exp2(acc_s[j][e] * scale_log2 - lse[e >> 1]);
-      if (!full && !keys[e >> 1].contains(n0 + 8 * j + 2 * t + (e & 1))) pr = 0.f;
-      acc_s[j][e] = pr;
-    }
+    for (int e = 0; e < 4; ++e) acc_s[j][e] = fast_exp2(acc_s[j][e] * scale_log2 - lse[e >> 1]);
+  }
+  if (full) return;  // the block-uniform test once, not per element
+#pragma unroll
+  for (int j = 0; j < NS; ++j) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      if (!keys[e >> 1].contains(n0 + 8 * j + 2 * t + (e & 1))) acc_s[j][e] = 0.f;
   }
 }
 
