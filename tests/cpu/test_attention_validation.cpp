@@ -199,5 +199,29 @@ TEST(AttentionValidation, UnknownImplementationName) {
   }
 }
 
+TEST(AttentionValidation, FlashKernelNames) {
+  for (FlashKernels k : {FlashKernels::auto_select, FlashKernels::sm80, FlashKernels::sm90})
+    EXPECT_EQ(parse_flash_kernels(name_of(k)), k);
+  try {
+    parse_flash_kernels("hopper");
+    FAIL() << "accepted 'hopper'";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::invalid_argument);
+    EXPECT_NE(e.message().find("'hopper'"), std::string::npos);
+    EXPECT_NE(e.message().find("expected auto, sm80 or sm90"), std::string::npos);
+  }
+}
+
+// flash_kernels_for names the CUDA kernel family; CPU tensors have none, and the error says so.
+TEST(AttentionValidation, FlashKernelsForNeedsCudaTensors) {
+  const Call c;
+  try {
+    flash_kernels_for(c.t, c.options);
+    FAIL() << "flash_kernels_for accepted CPU tensors";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("expected flash attention on cuda tensors"), std::string::npos) << e.message();
+  }
+}
+
 }  // namespace
 }  // namespace ft
