@@ -86,6 +86,22 @@ bool operands_aligned16(const AttentionTensors& t, const AttentionGrads* g) {
   return inputs && aligned16(g->d_o) && aligned16(g->dq) && aligned16(g->dk) && aligned16(g->dv);
 }
 
+// The family a call runs (AttentionOptions::kernels), given whether its operands allow 16-byte accesses.
+FlashKernels choose_kernels(const AttentionTensors& t, const AttentionShape& s, bool aligned, FlashKernels kernels) {
+  if (kernels == FlashKernels::sm80) return FlashKernels::sm80;
+  const bool fits =
+      t.q.dtype() != DType::f32 && flash::has_sm90_kernels(2, static_cast<int>(s.head_dim)) && aligned;
+  const bool device = sm90_device(t.q.device().index);
+  if (kernels == FlashKernels::sm90) {
+    FT_CHECK_KIND(unsupported, device, "flash attention: kernels sm90 need a compute capability 9.0 GPU (H100, H200) ",
+                  "and a build for sm_90a (CMAKE_CUDA_ARCHITECTURES with 90a); given ", describe_device(t.q.device()));
+    FT_CHECK_KIND(unsupported, fits, "flash attention: kernels sm90 run bf16 or fp16 at head dims 64 and 128 with ",
+                  "16-byte aligned base pointers and strides; given ", name_of(t.q.dtype()), " at head dim ",
+                  s.head_dim, aligned ? "" : " with unaligned operands");
+  }
+  return fits && device ? FlashKernels::sm90 : FlashKernels::sm80;
+}
+
 // Calls fn(T{}, std::integral_constant<int, D>{}) for the tensors' dtype and head dim.
 template <class Fn>
 void dispatch(DType dtype, std::int64_t head_dim, Fn&& fn) {
@@ -113,18 +129,7 @@ void dispatch(DType dtype, std::int64_t head_dim, Fn&& fn) {
 
 FlashKernels cuda_flash_kernels(const AttentionTensors& t, const AttentionGrads* g, const AttentionShape& s,
                                 FlashKernels kernels) {
-  if (kernels == FlashKernels::sm80) return FlashKernels::sm80;
-  const bool fits = t.q.dtype() != DType::f32 && flash::has_sm90_kernels(2, static_cast<int>(s.head_dim)) &&
-                    operands_aligned16(t, g);
-  const bool device = sm90_device(t.q.device().index);
-  if (kernels == FlashKernels::sm90) {
-    FT_CHECK_KIND(unsupported, device, "flash attention: kernels sm90 need a compute capability 9.0 GPU (H100, H200) ",
-                  "and a build for sm_90a (CMAKE_CUDA_ARCHITECTURES with 90a); given ", describe_device(t.q.device()));
-    FT_CHECK_KIND(unsupported, fits, "flash attention: kernels sm90 run bf16 or fp16 at head dims 64 and 128 with ",
-                  "16-byte aligned base pointers and strides; given ", name_of(t.q.dtype()), " at head dim ",
-                  s.head_dim, operands_aligned16(t, g) ? "" : " with unaligned operands");
-  }
-  return fits && device ? FlashKernels::sm90 : FlashKernels::sm80;
+  return choose_kernels(t, s, operands_aligned16(t, g), kernels);
 }
 
 void cuda_flash_forward(const AttentionTensors& t, const AttentionShape& s, const Stream& stream,
@@ -132,8 +137,9 @@ void cuda_flash_forward(const AttentionTensors& t, const AttentionShape& s, cons
   check_supported(s);
   CudaDeviceGuard device(t.q.device().index);
   flash::FlashFwdParams p;
-  p.shape = flash_shape(s, operands_aligned16(t, nullptr));
-  p.shape.sm90 = cuda_flash_kernels(t, nullptr, s, kernels) == FlashKernels::sm90;
+  const bool aligned = operands_aligned16(t, nullptr);
+  p.shape = flash_shape(s, aligned);
+  p.shape.sm90 = choose_kernels(t, s, aligned, kernels) == FlashKernels::sm90;
   p.q = tensor_ref(t.q);
   p.k = tensor_ref(t.k);
   p.v = tensor_ref(t.v);
@@ -151,8 +157,9 @@ void cuda_flash_backward(const AttentionTensors& t, const AttentionGrads& g, con
   check_supported(s);
   CudaDeviceGuard device(t.q.device().index);
   flash::FlashBwdParams p;
-  p.shape = flash_shape(s, operands_aligned16(t, &g));
-  p.shape.sm90 = cuda_flash_kernels(t, &g, s, kernels) == FlashKernels::sm90;
+  const bool aligned = operands_aligned16(t, &g);
+  p.shape = flash_shape(s, aligned);
+  p.shape.sm90 = choose_kernels(t, s, aligned, kernels) == FlashKernels::sm90;
   deterministic = deterministic || p.shape.sm90;  // the Hopper backward has no atomic mode
   p.q = tensor_ref(t.q);
   p.k = tensor_ref(t.k);

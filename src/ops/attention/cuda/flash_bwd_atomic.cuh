@@ -55,7 +55,7 @@ __global__ void __launch_bounds__(kConvertThreads)
   const int bh = blockIdx.x, b = bh / s.heads_q, h = bh % s.heads_q;
   const int row_begin = blockIdx.y * kConvertRows;
   const float* accum = p.dq_accum + (static_cast<std::int64_t>(bh) * p.len_q_pad + row_begin) * D;  // (64, D)
-  T* dq = static_cast<T*>(p.dq.ptr) + b * p.dq.batch_stride + h * p.dq.head_stride + row_begin * p.dq.row_stride;
+  T* dq = p.dq.at<T>(b, h, row_begin);
   constexpr int kQuads = D / 4;  // per row
   const int rows = min(kConvertRows, s.len_q - row_begin);
   for (int idx = threadIdx.x; idx < rows * kQuads; idx += kConvertThreads) {

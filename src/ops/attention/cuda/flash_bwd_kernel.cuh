@@ -93,9 +93,9 @@ __global__ void __launch_bounds__(kPreThreads) flash_bwd_pre_kernel(const __grid
   const int block = blockIdx.y;  // query rows [block * kPreRows, (block + 1) * kPreRows)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   __shared__ float warp_sink[kPreThreads / 32];  // (warps) partial sink sums
-  const T* o = static_cast<const T*>(p.o.ptr) + b * p.o.batch_stride + h * p.o.head_stride;
-  const T* d_o = static_cast<const T*>(p.d_o.ptr) + b * p.d_o.batch_stride + h * p.d_o.head_stride;
-  const float* lse = static_cast<const float*>(p.lse.ptr) + b * p.lse.batch_stride + h * p.lse.head_stride;
+  const T* o = p.o.at<const T>(b, h);
+  const T* d_o = p.d_o.at<const T>(b, h);
+  const float* lse = p.lse.at<const float>(b, h);
   const float sink = p.sinks ? p.sinks[h] : 0.f;
 
   float sink_part = 0.f;
@@ -210,8 +210,8 @@ __device__ __forceinline__ void bwd_dkdv_block(const FlashBwdParams& p) {
   const int n0 = n_block * BN;
   const int keys_valid = s.len_k - n0;
 
-  const T* k = static_cast<const T*>(p.k.ptr) + b * p.k.batch_stride + hk * p.k.head_stride + n0 * p.k.row_stride;
-  const T* v = static_cast<const T*>(p.v.ptr) + b * p.v.batch_stride + hk * p.v.head_stride + n0 * p.v.row_stride;
+  const T* k = p.k.at<const T>(b, hk, n0);
+  const T* v = p.v.at<const T>(b, hk, n0);
   load_tile<T, BN, D, kThreads>(sK, k, p.k.row_stride, keys_valid, s.vec16, tid);
   load_tile<T, BN, D, kThreads>(sV, v, p.v.row_stride, keys_valid, s.vec16, tid);
   cp_async_commit();
@@ -237,9 +237,8 @@ __device__ __forceinline__ void bwd_dkdv_block(const FlashBwdParams& p) {
       const int h = hk * s.group + it / m_count;
       const int m0 = (m_first + it % m_count) * BM;
       const int slot = it % kStages;
-      const T* q = static_cast<const T*>(p.q.ptr) + b * p.q.batch_stride + h * p.q.head_stride + m0 * p.q.row_stride;
-      const T* d_o = static_cast<const T*>(p.d_o.ptr) + b * p.d_o.batch_stride + h * p.d_o.head_stride +
-                     m0 * p.d_o.row_stride;
+      const T* q = p.q.at<const T>(b, h, m0);
+      const T* d_o = p.d_o.at<const T>(b, h, m0);
       load_tile<T, BM, D, kThreads>(sQ + slot * BM * kLdS, q, p.q.row_stride, s.len_q - m0, s.vec16, tid);
       load_tile<T, BM, D, kThreads>(sdO + slot * BM * kLdS, d_o, p.d_o.row_stride, s.len_q - m0, s.vec16, tid);
       const std::int64_t row = static_cast<std::int64_t>(b * s.heads_q + h) * p.len_q_pad + m0;
@@ -307,8 +306,8 @@ __device__ __forceinline__ void bwd_dkdv_block(const FlashBwdParams& p) {
     store_acc<T, kNtD>(sV, kLdS, warp_row + 16 * m, warp_col, acc_dv[m], 1.f, 1.f, lane);
   }
   __syncthreads();
-  T* dk = static_cast<T*>(p.dk.ptr) + b * p.dk.batch_stride + hk * p.dk.head_stride + n0 * p.dk.row_stride;
-  T* dv = static_cast<T*>(p.dv.ptr) + b * p.dv.batch_stride + hk * p.dv.head_stride + n0 * p.dv.row_stride;
+  T* dk = p.dk.at<T>(b, hk, n0);
+  T* dv = p.dv.at<T>(b, hk, n0);
   store_tile<T, BN, D, kThreads>(dk, p.dk.row_stride, sK, keys_valid, s.vec16, tid);
   store_tile<T, BN, D, kThreads>(dv, p.dv.row_stride, sV, keys_valid, s.vec16, tid);
 }
@@ -350,11 +349,10 @@ __global__ void __launch_bounds__(BwdDqTraits<T, D>::kThreads)
   const int rows_valid = s.len_q - m0;
   const int warp_row = warp * 16 * MT;
 
-  const T* q = static_cast<const T*>(p.q.ptr) + b * p.q.batch_stride + h * p.q.head_stride + m0 * p.q.row_stride;
-  const T* d_o =
-      static_cast<const T*>(p.d_o.ptr) + b * p.d_o.batch_stride + h * p.d_o.head_stride + m0 * p.d_o.row_stride;
-  const T* k = static_cast<const T*>(p.k.ptr) + b * p.k.batch_stride + hk * p.k.head_stride;
-  const T* v = static_cast<const T*>(p.v.ptr) + b * p.v.batch_stride + hk * p.v.head_stride;
+  const T* q = p.q.at<const T>(b, h, m0);
+  const T* d_o = p.d_o.at<const T>(b, h, m0);
+  const T* k = p.k.at<const T>(b, hk);
+  const T* v = p.v.at<const T>(b, hk);
 
   const KeyRange tile_first = row_keys<kHasMask>(m0, s);
   const KeyRange tile_last = row_keys<kHasMask>(min(m0 + BM, s.len_q) - 1, s);
@@ -376,15 +374,8 @@ __global__ void __launch_bounds__(BwdDqTraits<T, D>::kThreads)
   }
 
   auto load_kv = [&](int it) {
-    if (it < n_iters) {
-      const int n0 = tiles.tile(it) * BN;
-      const int slot = it % kStages;
-      load_tile<T, BN, D, kThreads>(sK + slot * BN * kLdS, k + n0 * p.k.row_stride, p.k.row_stride, s.len_k - n0,
-                                    s.vec16, tid);
-      load_tile<T, BN, D, kThreads>(sV + slot * BN * kLdS, v + n0 * p.v.row_stride, p.v.row_stride, s.len_k - n0,
-                                    s.vec16, tid);
-    }
-    cp_async_commit();
+    prefetch_kv<T, BN, D, kStages, kThreads>(sK, sV, k, p.k.row_stride, v, p.v.row_stride, tiles, it, s.len_k, s.vec16,
+                                             tid);
   };
 
   load_tile<T, BM, D, kThreads>(sQ, q, p.q.row_stride, rows_valid, s.vec16, tid);
@@ -422,7 +413,7 @@ __global__ void __launch_bounds__(BwdDqTraits<T, D>::kThreads)
 #pragma unroll
   for (int m = 0; m < MT; ++m) store_acc<T, kNtQ>(sQ, kLdS, warp_row + 16 * m, 0, acc_dq[m], s.scale, s.scale, lane);
   __syncthreads();
-  T* dq = static_cast<T*>(p.dq.ptr) + b * p.dq.batch_stride + h * p.dq.head_stride + m0 * p.dq.row_stride;
+  T* dq = p.dq.at<T>(b, h, m0);
   store_tile<T, BM, D, kThreads>(dq, p.dq.row_stride, sQ, rows_valid, s.vec16, tid);
 }
 

@@ -73,8 +73,8 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
   const int n0 = n_block * BN;
   const int keys_valid = s.len_k - n0;
 
-  const T* k = static_cast<const T*>(p.k.ptr) + b * p.k.batch_stride + hk * p.k.head_stride + n0 * p.k.row_stride;
-  const T* v = static_cast<const T*>(p.v.ptr) + b * p.v.batch_stride + hk * p.v.head_stride + n0 * p.v.row_stride;
+  const T* k = p.k.at<const T>(b, hk, n0);
+  const T* v = p.v.at<const T>(b, hk, n0);
   load_tile_sw128<T, BN, D, kThreads>(sK, k, p.k.row_stride, keys_valid, tid);
   load_tile_sw128<T, BN, D, kThreads>(sV, v, p.v.row_stride, keys_valid, tid);
   cp_async_commit();
@@ -94,9 +94,8 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
       const int h = hk * s.group + it / m_count;
       const int m0 = (m_first + it % m_count) * BM;
       const int slot = it % kStages;
-      const T* q = static_cast<const T*>(p.q.ptr) + b * p.q.batch_stride + h * p.q.head_stride + m0 * p.q.row_stride;
-      const T* d_o = static_cast<const T*>(p.d_o.ptr) + b * p.d_o.batch_stride + h * p.d_o.head_stride +
-                     m0 * p.d_o.row_stride;
+      const T* q = p.q.at<const T>(b, h, m0);
+      const T* d_o = p.d_o.at<const T>(b, h, m0);
       load_tile_sw128<T, BM, D, kThreads>(sQ + slot * BM * D, q, p.q.row_stride, s.len_q - m0, tid);
       load_tile_sw128<T, BM, D, kThreads>(sdO + slot * BM * D, d_o, p.d_o.row_stride, s.len_q - m0, tid);
       const std::int64_t row = static_cast<std::int64_t>(b * s.heads_q + h) * p.len_q_pad + m0;
@@ -159,8 +158,8 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
   store_acc<T, kNtD>(sdK, kLd<T, D>, warp_row, 0, acc_dk, s.scale, s.scale, lane);
   store_acc<T, kNtD>(sdV, kLd<T, D>, warp_row, 0, acc_dv, 1.f, 1.f, lane);
   __syncthreads();
-  T* dk = static_cast<T*>(p.dk.ptr) + b * p.dk.batch_stride + hk * p.dk.head_stride + n0 * p.dk.row_stride;
-  T* dv = static_cast<T*>(p.dv.ptr) + b * p.dv.batch_stride + hk * p.dv.head_stride + n0 * p.dv.row_stride;
+  T* dk = p.dk.at<T>(b, hk, n0);
+  T* dv = p.dv.at<T>(b, hk, n0);
   store_tile<T, BN, D, kThreads>(dk, p.dk.row_stride, sdK, keys_valid, true, tid);
   store_tile<T, BN, D, kThreads>(dv, p.dv.row_stride, sdV, keys_valid, true, tid);
 #endif
@@ -189,11 +188,10 @@ __global__ void __launch_bounds__(BwdDqTraits<T, D>::kThreads, 1)
   const int m0 = m_block * BM;
   const int rows_valid = s.len_q - m0;
 
-  const T* q = static_cast<const T*>(p.q.ptr) + b * p.q.batch_stride + h * p.q.head_stride + m0 * p.q.row_stride;
-  const T* d_o =
-      static_cast<const T*>(p.d_o.ptr) + b * p.d_o.batch_stride + h * p.d_o.head_stride + m0 * p.d_o.row_stride;
-  const T* k = static_cast<const T*>(p.k.ptr) + b * p.k.batch_stride + hk * p.k.head_stride;
-  const T* v = static_cast<const T*>(p.v.ptr) + b * p.v.batch_stride + hk * p.v.head_stride;
+  const T* q = p.q.at<const T>(b, h, m0);
+  const T* d_o = p.d_o.at<const T>(b, h, m0);
+  const T* k = p.k.at<const T>(b, hk);
+  const T* v = p.v.at<const T>(b, hk);
 
   const KeyRange tile_first = row_keys<kHasMask>(m0, s);
   const KeyRange tile_last = row_keys<kHasMask>(min(m0 + BM, s.len_q) - 1, s);
@@ -212,15 +210,8 @@ __global__ void __launch_bounds__(BwdDqTraits<T, D>::kThreads, 1)
   }
 
   auto load_kv = [&](int it) {
-    if (it < n_iters) {
-      const int n0 = tiles.tile(it) * BN;
-      const int slot = it % kStages;
-      load_tile_sw128<T, BN, D, kThreads>(sK + slot * BN * D, k + n0 * p.k.row_stride, p.k.row_stride, s.len_k - n0,
-                                          tid);
-      load_tile_sw128<T, BN, D, kThreads>(sV + slot * BN * D, v + n0 * p.v.row_stride, p.v.row_stride, s.len_k - n0,
-                                          tid);
-    }
-    cp_async_commit();
+    prefetch_kv_sw128<T, BN, D, kStages, kThreads>(sK, sV, k, p.k.row_stride, v, p.v.row_stride, tiles, it, s.len_k,
+                                                   tid);
   };
 
   load_tile_sw128<T, BM, D, kThreads>(sQ, q, p.q.row_stride, rows_valid, tid);
@@ -268,7 +259,7 @@ __global__ void __launch_bounds__(BwdDqTraits<T, D>::kThreads, 1)
   T* sdQ = sK;  // (BM, kLd) padded staging
   store_acc<T, kNtQ>(sdQ, kLd<T, D>, warp_row, 0, acc_dq, s.scale, s.scale, lane);
   __syncthreads();
-  T* dq = static_cast<T*>(p.dq.ptr) + b * p.dq.batch_stride + h * p.dq.head_stride + m0 * p.dq.row_stride;
+  T* dq = p.dq.at<T>(b, h, m0);
   store_tile<T, BM, D, kThreads>(dq, p.dq.row_stride, sdQ, rows_valid, true, tid);
 #endif
 }

@@ -24,6 +24,21 @@ __device__ __forceinline__ T* aligned_smem(unsigned char* raw) {
   return reinterpret_cast<T*>(raw + (misalign ? kGroupBytes - misalign : 0));
 }
 
+// Step `it` of a K/V prefetch ring over the visited key tiles: K and V rows from key tiles.tile(it) * BN
+// -> ring slot it % STAGES of sK, sV (swizzled; rows past len_k zero); nothing past the last tile. One
+// cp.async commit group either way.
+template <class T, int BN, int D, int STAGES, int THREADS>
+__device__ __forceinline__ void prefetch_kv_sw128(T* sK, T* sV, const T* k, std::int64_t k_ld, const T* v,
+                                                  std::int64_t v_ld, const KeyTiles& tiles, int it, int len_k, int tid) {
+  if (it < tiles.count()) {
+    const int n0 = tiles.tile(it) * BN;
+    const int slot = (it % STAGES) * BN * D;
+    load_tile_sw128<T, BN, D, THREADS>(sK + slot, k + n0 * k_ld, k_ld, len_k - n0, tid);
+    load_tile_sw128<T, BN, D, THREADS>(sV + slot, v + n0 * v_ld, v_ld, len_k - n0, tid);
+  }
+  cp_async_commit();
+}
+
 template <class T, int D>
 struct FwdTraits {
   static constexpr FlashSm90Tiles kTiles = flash_sm90_tiles(D);
@@ -60,9 +75,9 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
   const int m0 = m_block * BM;
   const int rows_valid = s.len_q - m0;
 
-  const T* q = static_cast<const T*>(p.q.ptr) + b * p.q.batch_stride + h * p.q.head_stride + m0 * p.q.row_stride;
-  const T* k = static_cast<const T*>(p.k.ptr) + b * p.k.batch_stride + hk * p.k.head_stride;
-  const T* v = static_cast<const T*>(p.v.ptr) + b * p.v.batch_stride + hk * p.v.head_stride;
+  const T* q = p.q.at<const T>(b, h, m0);
+  const T* k = p.k.at<const T>(b, hk);
+  const T* v = p.v.at<const T>(b, hk);
 
   const KeyRange tile_first = row_keys<kHasMask>(m0, s);
   const KeyRange tile_last = row_keys<kHasMask>(min(m0 + BM, s.len_q) - 1, s);
@@ -71,15 +86,8 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
   const float sl = fmaxf(fabsf(s.scale_log2), 1e-30f);  // as the sm80 kernel: a negative scale moves into Q
 
   auto load_kv = [&](int it) {
-    if (it < n_iters) {
-      const int n0 = tiles.tile(it) * BN;
-      const int slot = it % kStages;
-      load_tile_sw128<T, BN, D, kThreads>(sK + slot * BN * D, k + n0 * p.k.row_stride, p.k.row_stride, s.len_k - n0,
-                                          tid);
-      load_tile_sw128<T, BN, D, kThreads>(sV + slot * BN * D, v + n0 * p.v.row_stride, p.v.row_stride, s.len_k - n0,
-                                          tid);
-    }
-    cp_async_commit();
+    prefetch_kv_sw128<T, BN, D, kStages, kThreads>(sK, sV, k, p.k.row_stride, v, p.v.row_stride, tiles, it, s.len_k,
+                                                   tid);
   };
 
   load_tile_sw128<T, BM, D, kThreads>(sQ, q, p.q.row_stride, rows_valid, tid);
@@ -134,9 +142,9 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
   T* sO = sK;  // (BM, kLd) padded staging of the output tile
   store_acc<T, kNtO>(sO, kLd<T, D>, warp_row, 0, acc_o, factor[0], factor[1], lane);
   __syncthreads();
-  T* o = static_cast<T*>(p.o.ptr) + b * p.o.batch_stride + h * p.o.head_stride + m0 * p.o.row_stride;
+  T* o = p.o.at<T>(b, h, m0);
   store_tile<T, BM, D, kThreads>(o, p.o.row_stride, sO, rows_valid, true, tid);
-  float* lse_out = static_cast<float*>(p.lse.ptr) + b * p.lse.batch_stride + h * p.lse.head_stride;
+  float* lse_out = p.lse.at<float>(b, h);
   write_lse(lse_out, p.lse.row_stride, m0 + warp_row + g, s.len_q, lse, t);
 #endif
 }

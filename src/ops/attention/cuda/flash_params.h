@@ -10,6 +10,11 @@ namespace ft::flash {
 struct TensorRef {
   void* ptr = nullptr;
   std::int64_t batch_stride = 0, head_stride = 0, row_stride = 0;
+  // Element `row` of head h of batch b, as T* (T const-qualified for inputs).
+  template <class T>
+  __host__ __device__ T* at(int b, int h, std::int64_t row = 0) const {
+    return static_cast<T*>(ptr) + b * batch_stride + h * head_stride + row * row_stride;
+  }
 };
 
 // Sizes and the visible band shared by both directions (see visibility.h).

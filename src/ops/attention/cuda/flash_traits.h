@@ -62,7 +62,6 @@ struct FlashSm90Tiles {
   int kv_wg, kv_m, kv_st;
   int dq_wg, dq_n, dq_st;
 };
-inline constexpr int kSm90HeadDims[] = {64, 128};
 inline constexpr FlashSm90Tiles kSm90Tiles[] = {
     // fwd: wg   n st | dkdv: wg  m st | dq: wg   n st
     {3, 128, 2, 2, 64, 2, 2, 128, 2},  // d=64
