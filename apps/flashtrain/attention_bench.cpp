@@ -135,10 +135,7 @@ AttentionBenchRow run_attention_bench_case(const AttentionBenchCase& c, const At
     options.impl = c.impl;
     options.deterministic = c.deterministic;
     options.kernels = c.kernels;
-    if (device.is_cuda() && c.impl == AttentionImpl::flash) {
-      row.c.kernels = flash_kernels_for(t, options);
-      row.c.deterministic = c.deterministic || row.c.kernels == FlashKernels::sm90;
-    }
+    if (device.is_cuda() && c.impl == AttentionImpl::flash) row.c.kernels = flash_kernels_for(t, options);
 
     allocator.reset_peak(device);
     attention_forward(t, options);

@@ -61,8 +61,7 @@ AttentionBenchConfig preset_sweep(const std::string& name, Device device);
 double attention_forward_flops(const AttentionBenchCase& c);
 
 // Times one case; an out-of-memory failure gives a row with oom = true instead of throwing. The row's case
-// says what ran: for CUDA flash the kernel family auto resolved to, and deterministic = true where that
-// family's backward is always deterministic (sm90).
+// says what ran: for CUDA flash the kernel family auto resolved to.
 AttentionBenchRow run_attention_bench_case(const AttentionBenchCase& c, const AttentionBenchConfig& config);
 
 // Every combination of the config's lists, in order impl, kernels, deterministic, dtype, head_dim, seqlen,

@@ -38,9 +38,9 @@ flashtrain holds after the forward, before the backward; peak_gib the peak over 
 fixed order (bit-identical runs); false accumulates dQ with fp32 atomics inside the dK/dV kernel
 (FlashAttention-2's scheme: faster, dQ not bitwise reproducible). --kernels picks the flash kernel
 family on a GPU: auto (the Hopper sm90 kernels on an H100/H200 for bf16/fp16 at head dims 64 and 128,
-else sm80), sm80 (the portable mma.sync kernels) or sm90 (wgmma; an error where they cannot run). The
-sm90 backward is deterministic in both modes. Each row records the kernels and the mode that ran; a
-case that ran the same as an earlier one is dropped.
+else sm80), sm80 (the portable mma.sync kernels) or sm90 (wgmma; an error where they cannot run).
+Each row records the kernels and the mode that ran; a case that ran the same as an earlier one is
+dropped.
 Each measurement repeats --repeats times, or fewer (at least 5) when that would take longer than
 --max-seconds.)";
 

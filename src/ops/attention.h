@@ -43,7 +43,6 @@ struct AttentionOptions {
   // bit-identical gradients. false: FA2's scheme, dQ accumulated with fp32 atomics by the dK/dV kernel
   // (faster; dQ may differ between runs in its last bits). The CPU and naive implementations are
   // deterministic either way and ignore it.
-  // On the Hopper kernels both modes run the deterministic backward.
   bool deterministic = true;
   FlashKernels kernels = FlashKernels::auto_select;  // CUDA flash only
   Stream stream;                   // CUDA work is ordered on this stream

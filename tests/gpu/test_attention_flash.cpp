@@ -528,10 +528,12 @@ std::vector<FlashCase> sm80_cases() {
   return cases;
 }
 
-// The same cases with the sm80 backward's atomic dQ accumulation (deterministic = false; the sm90
-// backward has no atomic mode).
+// The variant and head-dim cases with the atomic dQ accumulation (deterministic = false), on the default
+// choice (the sm90 kernels where they run) and forced to sm80.
 std::vector<FlashCase> atomic_cases() {
-  std::vector<FlashCase> cases = sm80_cases();
+  std::vector<FlashCase> cases = variant_cases();
+  for (const FlashCase& c : head_dim_cases()) cases.push_back(c);
+  for (const FlashCase& c : sm80_cases()) cases.push_back(c);
   for (FlashCase& c : cases) {
     c.deterministic = false;
     c.name += "_atomic";

@@ -17,7 +17,7 @@ void cpu_tiled_backward(const AttentionTensors& t, const AttentionGrads& g, cons
 
 #if FT_HAS_CUDA
 // CUDA FlashAttention-2 kernels (cuda/flash_*.cu), the family chosen by `kernels` (flash_kernels_for).
-// deterministic = false accumulates dQ with fp32 atomics on the sm80 kernels (AttentionOptions::deterministic).
+// deterministic = false accumulates dQ with fp32 atomics (AttentionOptions::deterministic).
 FlashKernels cuda_flash_kernels(const AttentionTensors& t, const AttentionGrads* g, const AttentionShape& s,
                                 FlashKernels kernels);
 void cuda_flash_forward(const AttentionTensors& t, const AttentionShape& s, const Stream& stream,

@@ -1,6 +1,6 @@
 // flash_api.cu — cuda_flash_forward / cuda_flash_backward: turn validated attention tensors into the
 // kernels' parameter blocks, choose the kernel family (Hopper sm90 or portable sm80, cuda_flash_kernels),
-// allocate the backward scratch on the caller's stream (with the fp32 dQ accumulator of the sm80
+// allocate the backward scratch on the caller's stream (with the fp32 dQ accumulator of the
 // non-deterministic backward), and dispatch on head dim and dtype to the per-head-dim launchers
 // (flash_{fwd,bwd}_hdim*.cu).
 #include <cstdint>
@@ -160,7 +160,6 @@ void cuda_flash_backward(const AttentionTensors& t, const AttentionGrads& g, con
   const bool aligned = operands_aligned16(t, &g);
   p.shape = flash_shape(s, aligned);
   p.shape.sm90 = choose_kernels(t, s, aligned, kernels) == FlashKernels::sm90;
-  deterministic = deterministic || p.shape.sm90;  // the Hopper backward has no atomic mode
   p.q = tensor_ref(t.q);
   p.k = tensor_ref(t.k);
   p.v = tensor_ref(t.v);

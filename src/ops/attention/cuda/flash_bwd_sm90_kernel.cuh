@@ -1,7 +1,6 @@
 // flash_bwd_sm90_kernel.cuh — internal (CUDA builds only): the Hopper (sm_90a) backward tile kernels,
-// 16-bit inputs, head dims 64 and 128, deterministic (no atomics; repeated runs give bit-identical
-// gradients). They follow the sm80 scheme of flash_bwd_kernel.cuh, whose pre-pass (D_i, L_i log2(e),
-// sink partials) and sink-gradient sum they share:
+// 16-bit inputs, head dims 64 and 128. They follow the sm80 scheme of flash_bwd_kernel.cuh, whose
+// pre-pass (D_i, L_i log2(e), sink partials) and sink-gradient sum they share:
 //   dK/dV : one block per (batch x kv head, key tile), each warpgroup owning 64 keys; it loops over the
 //           query heads of its group and the query tiles that see the key tile. S^T = K Q^T and
 //           dP^T = V dO^T run as wgmma from shared memory; P^T and dS^T are rounded to the input dtype in
@@ -10,28 +9,38 @@
 //   dQ    : one block per (batch x query head, query tile), each warpgroup owning 64 queries; it loops
 //           over the visible key tiles: S = Q K^T and dP = dO V^T from shared memory, dQ += dS K with dS
 //           from registers and K read N-major.
+// Deterministic (the default) runs both; repeated runs give bit-identical gradients. The atomic mode
+// (AttentionOptions::deterministic = false, flash_bwd_atomic.cuh) runs the dK/dV kernel with kAtomicDq:
+// it also writes dS^T to shared memory and computes dQ_tile = dS K (M-major dS, N-major K; warpgroup w
+// takes the w-th half of dQ's columns over all the block's keys) and adds it into the fp32 dq_accum.
 // Tiles are 128-byte-swizzled and streamed with cp.async (flash_sm90_ptx.cuh); tile sizes come from
 // kSm90Tiles (flash_traits.h).
 #pragma once
 
 #include <cstdint>
 
+#include "ops/attention/cuda/flash_bwd_atomic.cuh"
 #include "ops/attention/cuda/flash_bwd_kernel.cuh"
 #include "ops/attention/cuda/flash_fwd_sm90_kernel.cuh"
 
 namespace ft::flash::sm90 {
 
-template <class T, int D>
+template <class T, int D, bool kAtomicDq>
 struct BwdKvTraits {
   static constexpr FlashSm90Tiles kTiles = flash_sm90_tiles(D);
   static constexpr int kWarpGroups = kTiles.kv_wg, kBlockN = 64 * kWarpGroups;  // keys
   static constexpr int kBlockM = kTiles.kv_m, kStages = kTiles.kv_st;          // queries
   static constexpr int kThreads = 128 * kWarpGroups;
-  // sK, sV (kBlockN, D) | sQ, sdO (kStages, kBlockM, D), all swizzled | sL, sD (kStages, kBlockM) fp32.
-  // dK and dV are staged as padded (kBlockN, kLd) tiles over the 16-bit part after the loop.
-  static constexpr int kTileBytes = (2 * kBlockN + 2 * kStages * kBlockM) * D * static_cast<int>(sizeof(T));
+  static constexpr int kDqCols = D / kWarpGroups;  // atomic mode: dQ columns per warpgroup
+  // sK, sV (kBlockN, D) | sQ, sdO (kStages, kBlockM, D) | atomic mode: sdS (kBlockN, kBlockM), all
+  // swizzled | sL, sD (kStages, kBlockM) fp32. dK and dV are staged as padded (kBlockN, kLd) tiles over
+  // the 16-bit part after the loop.
+  static constexpr int kTileBytes =
+      ((2 * kBlockN + 2 * kStages * kBlockM) * D + (kAtomicDq ? kBlockN * kBlockM : 0)) * static_cast<int>(sizeof(T));
   static constexpr int kSmemBytes = kTileBytes + 2 * kStages * kBlockM * static_cast<int>(sizeof(float)) + kSmemSlack;
   static_assert(D % kPanel == 0 && kBlockM % 64 == 0 && kQueryPad % kBlockM == 0, "bad sm90 dK/dV tiles");
+  static_assert(!kAtomicDq || (kBlockM == kPanel && kDqCols % 16 == 0 && (kDqCols <= kPanel)),
+                "atomic dQ needs a 64-query tile and warpgroup column slices of 16 to 64");
   static_assert(2 * kBlockN * kLd<T, D> * static_cast<int>(sizeof(T)) <= kTileBytes, "dK/dV staging does not fit");
 };
 
@@ -48,11 +57,38 @@ struct BwdDqTraits {
   static_assert(kBlockM * kLd<T, D> <= 2 * kStages * kBlockN * D, "dQ staging does not fit");
 };
 
-template <class T, int D, bool kHasMask>
-__global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
+// Stores this warp's rows of dS^T (the register A fragments of dK += dS^T Q, rows warp_row.., BM query
+// columns) into the sw128 tile sdS (BN, BM).
+template <class T, int BN, int BM>
+__device__ __forceinline__ void store_ds_t(T* sdS, const std::uint32_t (&dsa)[BM / 16][4], int warp_row, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+#pragma unroll
+  for (int kk = 0; kk < BM / 16; ++kk)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int row = warp_row + g + 8 * (e & 1), col = 16 * kk + 8 * (e >> 1) + 2 * t;
+      *reinterpret_cast<std::uint32_t*>(sdS + sw128_offset(BN, row, col)) = dsa[kk][e];
+    }
+}
+
+// dq_accum rows (64 from `accum`, D floats each) += this warpgroup's accumulator: columns col0 + 8 j +
+// 2 t (+ 1) of rows 16 (warp % 4) + g (+ 8). Rows up to the padded length exist, so no row is skipped.
+template <int D, int NT>
+__device__ __forceinline__ void add_dq_tile(float* accum, int col0, const float (&acc)[NT][4], int warp, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  float* row = accum + ((warp % 4) * 16 + g) * D + col0 + 2 * t;
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    atomic_add2(row + 8 * j, acc[j][0], acc[j][1]);
+    atomic_add2(row + 8 * D + 8 * j, acc[j][2], acc[j][3]);
+  }
+}
+
+template <class T, int D, bool kHasMask, bool kAtomicDq>
+__global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
     flash_bwd_dkdv_sm90_kernel(const __grid_constant__ FlashBwdParams p) {
 #if FT_SM90_DEVICE
-  using Tr = BwdKvTraits<T, D>;
+  using Tr = BwdKvTraits<T, D, kAtomicDq>;
   constexpr int BN = Tr::kBlockN, BM = Tr::kBlockM, kStages = Tr::kStages, kThreads = Tr::kThreads;
   constexpr int kNtS = BM / 8;  // transposed score tiles (columns = queries)
   constexpr int kNtD = D / 8;   // dK/dV tiles
@@ -63,7 +99,8 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
   T* sV = sK + BN * D;                // (BN, D) swizzled
   T* sQ = sV + BN * D;                // (kStages, BM, D) swizzled
   T* sdO = sQ + kStages * BM * D;     // (kStages, BM, D) swizzled
-  float* sL = reinterpret_cast<float*>(sdO + kStages * BM * D);  // (kStages, BM) L * log2(e)
+  T* sdS = sdO + kStages * BM * D;    // atomic mode: (BN, BM) swizzled dS^T
+  float* sL = reinterpret_cast<float*>(sdS + (kAtomicDq ? BN * BM : 0));  // (kStages, BM) L * log2(e)
   float* sD = sL + kStages * BM;                                 // (kStages, BM) D
 
   const int n_block = blockIdx.y;
@@ -142,9 +179,25 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
     dscores_t(acc_dp, acc_s, sD + slot * BM, t);
 #pragma unroll
     for (int kk = 0; kk < BM / 16; ++kk) a_from_acc<T>(dsa[kk], acc_dp, kk);
+    if constexpr (kAtomicDq) store_ds_t<T, BN, BM>(sdS, dsa, warp_row, lane);
     wgmma_fence();
     gemm_rs_nmajor<T, D, BM>(acc_dk, dsa, sQt);  // dK += dS^T Q
     wgmma_commit();
+    if constexpr (kAtomicDq) {
+      constexpr int kCols = Tr::kDqCols;
+      const int col0 = (warp / 4) * kCols;
+      fence_proxy_async();
+      __syncthreads();  // both warpgroups' dS^T
+      float acc_dq[kCols / 8][4];  // dQ_tile columns col0.. = dS K over the block's keys
+      wgmma_fence();
+      gemm_ss_mnmajor<T, kCols, BN>(acc_dq, sdS, sK + (col0 / kPanel) * BN * kPanel + col0 % kPanel);
+      wgmma_commit();
+      wgmma_wait<0>();
+      fence_accumulators(acc_dq);
+      const int h = hk * s.group + it / m_count;
+      float* accum = p.dq_accum + (static_cast<std::int64_t>(b * s.heads_q + h) * p.len_q_pad + m0) * D;
+      add_dq_tile<D>(accum, col0, acc_dq, warp, lane);
+    }
     wgmma_wait<0>();
     fence_accumulators(acc_dv);
     fence_accumulators(acc_dk);

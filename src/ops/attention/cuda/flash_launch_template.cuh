@@ -36,6 +36,22 @@ inline dim3 tile_grid(int heads, int len, int tile) {
 
 }  // namespace detail
 
+// The atomic backward's fp32 dQ accumulator: zeroed before the kernel that adds into it, converted to dq
+// after it (flash_bwd_atomic.cuh).
+template <int D>
+void zero_dq_accum(const FlashBwdParams& p, cudaStream_t stream) {
+  const FlashShape& s = p.shape;
+  const std::size_t bytes = static_cast<std::size_t>(s.batch) * s.heads_q * p.len_q_pad * D * sizeof(float);
+  FT_CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, bytes, stream));
+}
+
+template <class T, int D>
+void convert_dq_accum(const FlashBwdParams& p, cudaStream_t stream) {
+  const FlashShape& s = p.shape;
+  detail::launch(flash_bwd_dq_convert_kernel<T, D>, detail::tile_grid(s.batch * s.heads_q, s.len_q, kConvertRows),
+                 kConvertThreads, 0, stream, p);
+}
+
 template <class T, int D>
 void run_flash_fwd(const FlashFwdParams& p, cudaStream_t stream) {
   const FlashShape& s = p.shape;
@@ -66,18 +82,31 @@ void run_flash_bwd(const FlashBwdParams& p, cudaStream_t stream) {
   if (p.sinks) run_flash_bwd_sink(p, stream);
 
   if constexpr (has_sm90_kernels(sizeof(T), D)) {
-    if (s.sm90) {  // deterministic in both modes
-      using KvTr = sm90::BwdKvTraits<T, D>;
+    if (s.sm90) {
+      if (!p.deterministic) {
+        using Tr = sm90::BwdKvTraits<T, D, true>;
+        zero_dq_accum<D>(p, stream);
+        const dim3 kv_grid = detail::tile_grid(s.batch * s.heads_kv, s.len_k, Tr::kBlockN);
+        if (s.has_mask)
+          detail::launch(sm90::flash_bwd_dkdv_sm90_kernel<T, D, true, true>, kv_grid, Tr::kThreads, Tr::kSmemBytes,
+                         stream, p);
+        else
+          detail::launch(sm90::flash_bwd_dkdv_sm90_kernel<T, D, false, true>, kv_grid, Tr::kThreads, Tr::kSmemBytes,
+                         stream, p);
+        convert_dq_accum<T, D>(p, stream);
+        return;
+      }
+      using KvTr = sm90::BwdKvTraits<T, D, false>;
       using DqTr = sm90::BwdDqTraits<T, D>;
       const dim3 kv_grid = detail::tile_grid(s.batch * s.heads_kv, s.len_k, KvTr::kBlockN);
       const dim3 dq_grid = detail::tile_grid(s.batch * s.heads_q, s.len_q, DqTr::kBlockM);
       if (s.has_mask) {
-        detail::launch(sm90::flash_bwd_dkdv_sm90_kernel<T, D, true>, kv_grid, KvTr::kThreads, KvTr::kSmemBytes, stream,
-                       p);
+        detail::launch(sm90::flash_bwd_dkdv_sm90_kernel<T, D, true, false>, kv_grid, KvTr::kThreads, KvTr::kSmemBytes,
+                       stream, p);
         detail::launch(sm90::flash_bwd_dq_sm90_kernel<T, D, true>, dq_grid, DqTr::kThreads, DqTr::kSmemBytes, stream, p);
       } else {
-        detail::launch(sm90::flash_bwd_dkdv_sm90_kernel<T, D, false>, kv_grid, KvTr::kThreads, KvTr::kSmemBytes,
-                       stream, p);
+        detail::launch(sm90::flash_bwd_dkdv_sm90_kernel<T, D, false, false>, kv_grid, KvTr::kThreads,
+                       KvTr::kSmemBytes, stream, p);
         detail::launch(sm90::flash_bwd_dq_sm90_kernel<T, D, false>, dq_grid, DqTr::kThreads, DqTr::kSmemBytes, stream,
                        p);
       }
@@ -86,15 +115,13 @@ void run_flash_bwd(const FlashBwdParams& p, cudaStream_t stream) {
   }
   if (!p.deterministic) {
     using Tr = BwdKvTraits<T, D, true>;
-    const std::size_t accum_bytes = static_cast<std::size_t>(s.batch) * s.heads_q * p.len_q_pad * D * sizeof(float);
-    FT_CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, accum_bytes, stream));
+    zero_dq_accum<D>(p, stream);
     const dim3 kv_grid = detail::tile_grid(s.batch * s.heads_kv, s.len_k, Tr::kN);
     if (s.has_mask)
       detail::launch(flash_bwd_dkdv_dq_atomic_kernel<T, D, true>, kv_grid, Tr::kThreads, Tr::kSmemBytes, stream, p);
     else
       detail::launch(flash_bwd_dkdv_dq_atomic_kernel<T, D, false>, kv_grid, Tr::kThreads, Tr::kSmemBytes, stream, p);
-    detail::launch(flash_bwd_dq_convert_kernel<T, D>, detail::tile_grid(s.batch * s.heads_q, s.len_q, kConvertRows),
-                   kConvertThreads, 0, stream, p);
+    convert_dq_accum<T, D>(p, stream);
     return;
   }
 

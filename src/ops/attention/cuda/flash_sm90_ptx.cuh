@@ -101,6 +101,12 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[NT][4]) {
     for (int e = 0; e < 4; ++e) asm volatile("" : "+f"(d[j][e])::"memory");
 }
 
+#define FT_WGMMA_D32_REGS "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+#define FT_WGMMA_D32_OPERANDS \
+    "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), \
+    "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), \
+    "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), \
+    "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
 #define FT_WGMMA_D64_REGS "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
 #define FT_WGMMA_D64_OPERANDS \
     "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), \
@@ -147,10 +153,14 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[NT][4]) {
 template <class T, int N, int kTransA, int kTransB>
 __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], std::uint64_t desc_a, std::uint64_t desc_b,
                                          int accumulate) {
-  static_assert(N == 64 || N == 128, "wgmma_ss: N must be 64 or 128");
+  static_assert(N == 32 || N == 64 || N == 128, "wgmma_ss: N must be 32, 64 or 128");
 #if FT_SM90_DEVICE
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
-  if constexpr (N == 64 && kBf16)
+  if constexpr (N == 32 && kBf16)
+    FT_WGMMA_SS_ASM("m64n32k16", "bf16", FT_WGMMA_D32_REGS, FT_WGMMA_D32_OPERANDS, "16", "17", "18", "19", "20");
+  else if constexpr (N == 32)
+    FT_WGMMA_SS_ASM("m64n32k16", "f16", FT_WGMMA_D32_REGS, FT_WGMMA_D32_OPERANDS, "16", "17", "18", "19", "20");
+  else if constexpr (N == 64 && kBf16)
     FT_WGMMA_SS_ASM("m64n64k16", "bf16", FT_WGMMA_D64_REGS, FT_WGMMA_D64_OPERANDS, "32", "33", "34", "35", "36");
   else if constexpr (N == 64)
     FT_WGMMA_SS_ASM("m64n64k16", "f16", FT_WGMMA_D64_REGS, FT_WGMMA_D64_OPERANDS, "32", "33", "34", "35", "36");
@@ -209,6 +219,18 @@ __device__ __forceinline__ void gemm_rs_nmajor(float (&d)[N / 8][4], const std::
 #pragma unroll
   for (int kk = 0; kk < K_ROWS / 16; ++kk)
     wgmma_rs<T, N, 1>(d, a[kk], sw128_desc(b + kk * 16 * kPanel, K_ROWS * kPanelRowBytes), 1);
+}
+
+// d (64 x N) = A B with A = `a`^T, `a` a one-panel sw128 tile (K_ROWS, 64) read M-major (K runs over its
+// rows, M over its 64 columns), and B = N <= 64 columns of an sw128 tile of K_ROWS rows starting at `b`
+// (a panel, or a 16-byte-multiple column offset inside one) read N-major.
+template <class T, int N, int K_ROWS>
+__device__ __forceinline__ void gemm_ss_mnmajor(float (&d)[N / 8][4], const T* a, const T* b) {
+  static_assert(N <= kPanel, "gemm_ss_mnmajor: B must lie within one panel");
+#pragma unroll
+  for (int kk = 0; kk < K_ROWS / 16; ++kk)
+    wgmma_ss<T, N, 1, 1>(d, sw128_desc(a + kk * 16 * kPanel, K_ROWS * kPanelRowBytes),
+                         sw128_desc(b + kk * 16 * kPanel, K_ROWS * kPanelRowBytes), kk > 0 ? 1 : 0);
 }
 
 }  // namespace ft::flash::sm90
