@@ -32,13 +32,14 @@ struct BwdKvTraits {
   static constexpr int kBlockM = kTiles.kv_m, kStages = kTiles.kv_st;          // queries
   static constexpr int kThreads = 128 * kWarpGroups;
   static constexpr int kDqCols = D / kWarpGroups;  // atomic mode: dQ columns per warpgroup
-  // sK, sV (kBlockN, D) | sQ, sdO (kStages, kBlockM, D) | atomic mode: sdS (kBlockN, kBlockM), all
+  // sK, sV (kBlockN, D) | sQ, sdO (kStages, kBlockM, D) | atomic mode: sdS (2, kBlockN, kBlockM), all
   // swizzled | sL, sD (kStages, kBlockM) fp32. dK and dV are staged as padded (kBlockN, kLd) tiles over
   // the 16-bit part after the loop.
-  static constexpr int kTileBytes =
-      ((2 * kBlockN + 2 * kStages * kBlockM) * D + (kAtomicDq ? kBlockN * kBlockM : 0)) * static_cast<int>(sizeof(T));
+  static constexpr int kTileBytes = ((2 * kBlockN + 2 * kStages * kBlockM) * D + (kAtomicDq ? 2 * kBlockN * kBlockM : 0)) *
+                                    static_cast<int>(sizeof(T));
   static constexpr int kSmemBytes = kTileBytes + 2 * kStages * kBlockM * static_cast<int>(sizeof(float)) + kSmemSlack;
-  static_assert(D % kPanel == 0 && kBlockM % 64 == 0 && kQueryPad % kBlockM == 0, "bad sm90 dK/dV tiles");
+  static_assert(D % kPanel == 0 && kBlockM % 64 == 0 && kQueryPad % kBlockM == 0 && kStages >= 2,
+                "bad sm90 dK/dV tiles");
   static_assert(!kAtomicDq || (kBlockM == kPanel && kDqCols % 16 == 0 && (kDqCols <= kPanel)),
                 "atomic dQ needs a 64-query tile and warpgroup column slices of 16 to 64");
   static_assert(2 * kBlockN * kLd<T, D> * static_cast<int>(sizeof(T)) <= kTileBytes, "dK/dV staging does not fit");
@@ -53,7 +54,8 @@ struct BwdDqTraits {
   // sQ, sdO (kBlockM, D) | sK, sV (kStages, kBlockN, D), all swizzled; dQ is staged padded in sK's space.
   static constexpr int kSmemBytes =
       (2 * kBlockM + 2 * kStages * kBlockN) * D * static_cast<int>(sizeof(T)) + kSmemSlack;
-  static_assert(D % kPanel == 0 && kBlockN % 64 == 0 && kQueryPad % kBlockM == 0, "bad sm90 dQ tiles");
+  static_assert(D % kPanel == 0 && kBlockN % 64 == 0 && kQueryPad % kBlockM == 0 && kStages >= 2,
+                "bad sm90 dQ tiles");
   static_assert(kBlockM * kLd<T, D> <= 2 * kStages * kBlockN * D, "dQ staging does not fit");
 };
 
@@ -99,8 +101,8 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
   T* sV = sK + BN * D;                // (BN, D) swizzled
   T* sQ = sV + BN * D;                // (kStages, BM, D) swizzled
   T* sdO = sQ + kStages * BM * D;     // (kStages, BM, D) swizzled
-  T* sdS = sdO + kStages * BM * D;    // atomic mode: (BN, BM) swizzled dS^T
-  float* sL = reinterpret_cast<float*>(sdS + (kAtomicDq ? BN * BM : 0));  // (kStages, BM) L * log2(e)
+  T* sdS = sdO + kStages * BM * D;    // atomic mode: (2, BN, BM) swizzled dS^T, alternate steps
+  float* sL = reinterpret_cast<float*>(sdS + (kAtomicDq ? 2 * BN * BM : 0));  // (kStages, BM) L * log2(e)
   float* sD = sL + kStages * BM;                                 // (kStages, BM) D
 
   const int n_block = blockIdx.y;
@@ -141,24 +143,46 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
     }
     cp_async_commit();
   };
+  // dq_accum rows of step `it`'s query tile (atomic mode).
+  auto dq_rows = [&](int it) {
+    const int h = hk * s.group + it / m_count;
+    const int m0 = (m_first + it % m_count) * BM;
+    return p.dq_accum + (static_cast<std::int64_t>(b * s.heads_q + h) * p.len_q_pad + m0) * D;
+  };
+  constexpr int kDqCols = Tr::kDqCols;
+  const int dq_col0 = (warp / 4) * kDqCols;  // atomic mode: this warpgroup's dQ columns
+
+  // Atomic mode: step it issues dQ of step it - 1 (its dS^T, in sdS buffer (it - 1) % 2, is complete for
+  // both warpgroups after step it's barrier) behind dV, and adds it into dq_accum while dK runs; the last
+  // step's dQ follows the loop. Step 0 issues one from the zeroed buffer 1 and adds nothing: a branch
+  // around the issue makes ptxas serialise every wgmma of the kernel.
+  auto issue_dq = [&](int it, float (&acc_dq)[kDqCols / 8][4]) {
+    gemm_ss_mnmajor<T, kDqCols, BN>(acc_dq, sdS + (it % 2) * BN * BM,
+                                    sK + (dq_col0 / kPanel) * BN * kPanel + dq_col0 % kPanel);
+    wgmma_commit();
+  };
+
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) load_q(st);
-
+  if constexpr (kAtomicDq) {  // ordered before step 0's dQ by the loop's first fence and barrier
+    for (int i = tid; i < BN * BM / 8; i += kThreads) reinterpret_cast<uint4*>(sdS + BN * BM)[i] = uint4{};
+  }
 
   float acc_dk[kNtD][4] = {};  // dK of this thread's key rows
   float acc_dv[kNtD][4] = {};
 
   for (int it = 0; it < n_iters; ++it) {
-    load_q(it + kStages - 1);
-    cp_async_wait<kStages - 1>();
+    cp_async_wait<kStages - 2>();
     fence_proxy_async();
-    __syncthreads();
+    __syncthreads();  // tile it is in, and every warpgroup is done with step it - 1, whose slot refills now
+    load_q(it + kStages - 1);
     const int slot = it % kStages;
     const T* sQt = sQ + slot * BM * D;
     const T* sdOt = sdO + slot * BM * D;
     const int m0 = (m_first + it % m_count) * BM;
 
     float acc_s[kNtS][4], acc_dp[kNtS][4];  // S^T = K Q^T, dP^T = V dO^T (the first k step overwrites)
+    float acc_dq[kDqCols / 8][4];           // atomic mode: columns dq_col0.. of step it - 1's dS K
     wgmma_fence();
     gemm_ss_kmajor<T, BM, D>(acc_s, sK, BN, wg_row, sQt);
     gemm_ss_kmajor<T, BM, D>(acc_dp, sV, BN, wg_row, sdOt);
@@ -176,32 +200,36 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
     wgmma_fence();
     gemm_rs_nmajor<T, D, BM>(acc_dv, pa, sdOt);  // dV += P^T dO, running while dS^T is computed
     wgmma_commit();
+    if constexpr (kAtomicDq) issue_dq(it + 1, acc_dq);  // buffer (it - 1) % 2
     dscores_t(acc_dp, acc_s, sD + slot * BM, t);
 #pragma unroll
     for (int kk = 0; kk < BM / 16; ++kk) a_from_acc<T>(dsa[kk], acc_dp, kk);
-    if constexpr (kAtomicDq) store_ds_t<T, BN, BM>(sdS, dsa, warp_row, lane);
+    if constexpr (kAtomicDq) {
+      store_ds_t<T, BN, BM>(sdS + (it % 2) * BN * BM, dsa, warp_row, lane);  // the other buffer feeds dQ(it - 1)
+      fence_proxy_async();
+    }
     wgmma_fence();
     gemm_rs_nmajor<T, D, BM>(acc_dk, dsa, sQt);  // dK += dS^T Q
     wgmma_commit();
     if constexpr (kAtomicDq) {
-      constexpr int kCols = Tr::kDqCols;
-      const int col0 = (warp / 4) * kCols;
-      fence_proxy_async();
-      __syncthreads();  // both warpgroups' dS^T
-      float acc_dq[kCols / 8][4];  // dQ_tile columns col0.. = dS K over the block's keys
-      wgmma_fence();
-      gemm_ss_mnmajor<T, kCols, BN>(acc_dq, sdS, sK + (col0 / kPanel) * BN * kPanel + col0 % kPanel);
-      wgmma_commit();
-      wgmma_wait<0>();
+      wgmma_wait<1>();
       fence_accumulators(acc_dq);
-      const int h = hk * s.group + it / m_count;
-      float* accum = p.dq_accum + (static_cast<std::int64_t>(b * s.heads_q + h) * p.len_q_pad + m0) * D;
-      add_dq_tile<D>(accum, col0, acc_dq, warp, lane);
+      if (it > 0) add_dq_tile<D>(dq_rows(it - 1), dq_col0, acc_dq, warp, lane);
     }
     wgmma_wait<0>();
     fence_accumulators(acc_dv);
     fence_accumulators(acc_dk);
-    __syncthreads();  // this slot is refilled by the next iteration's prefetch
+  }
+  if constexpr (kAtomicDq) {
+    if (n_iters > 0) {
+      __syncthreads();  // both warpgroups' dS^T of the last step
+      float acc_dq[kDqCols / 8][4];
+      wgmma_fence();
+      issue_dq(n_iters - 1, acc_dq);
+      wgmma_wait<0>();
+      fence_accumulators(acc_dq);
+      add_dq_tile<D>(dq_rows(n_iters - 1), dq_col0, acc_dq, warp, lane);
+    }
   }
 
   cp_async_wait<0>();
@@ -276,10 +304,10 @@ __global__ void __launch_bounds__(BwdDqTraits<T, D>::kThreads, 1)
   float acc_dq[kNtQ][4] = {};
 
   for (int it = 0; it < n_iters; ++it) {
-    load_kv(it + kStages - 1);
-    cp_async_wait<kStages - 1>();
+    cp_async_wait<kStages - 2>();
     fence_proxy_async();
-    __syncthreads();
+    __syncthreads();  // tile it is in, and every warpgroup is done with step it - 1, whose slot refills now
+    load_kv(it + kStages - 1);
     const int slot = it % kStages;
     const T* sKt = sK + slot * BN * D;
     const T* sVt = sV + slot * BN * D;
@@ -304,7 +332,6 @@ __global__ void __launch_bounds__(BwdDqTraits<T, D>::kThreads, 1)
     wgmma_commit();
     wgmma_wait<0>();
     fence_accumulators(acc_dq);
-    __syncthreads();  // this slot is refilled by the next iteration's prefetch
   }
 
   cp_async_wait<0>();

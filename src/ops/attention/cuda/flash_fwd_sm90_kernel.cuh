@@ -1,9 +1,9 @@
 // flash_fwd_sm90_kernel.cuh — internal (CUDA builds only): the Hopper (sm_90a) FlashAttention forward
 // kernel, 16-bit inputs, head dims 64 and 128. One block per (batch x query head, query tile); each
 // warpgroup owns 64 query rows. Q, K and V tiles are copied with cp.async into 128-byte-swizzled shared
-// memory (K/V through a ring of kStages buffers); S = Q K^T runs as wgmma with both operands in shared
-// memory, P is rounded to the input dtype in registers and O += P V runs as wgmma with P from registers
-// and V read N-major. Masking, the online softmax on exp2 and the final normalisation with sink logits
+// memory (K/V through a ring of kStages buffers, one barrier per key tile); S = Q K^T runs as wgmma with
+// both operands in shared memory, P is rounded to the input dtype in registers and O += P V runs as wgmma
+// with P from registers and V read N-major. Masking, the online softmax on exp2 and the final normalisation with sink logits
 // are the sm80 kernel's own steps (flash_fwd_kernel.cuh), so both paths compute the same function.
 #pragma once
 
@@ -48,7 +48,7 @@ struct FwdTraits {
   // sQ (kBlockM, D) | sK (kStages, kBlockN, D) | sV (kStages, kBlockN, D), swizzled; after the loop O is
   // staged in sK's space as a padded (kBlockM, kLd) tile.
   static constexpr int kSmemBytes = (kBlockM + 2 * kStages * kBlockN) * D * static_cast<int>(sizeof(T)) + kSmemSlack;
-  static_assert(D % kPanel == 0 && kBlockN % 16 == 0, "bad sm90 forward tiles");
+  static_assert(D % kPanel == 0 && kBlockN % 16 == 0 && kStages >= 2, "bad sm90 forward tiles");
   static_assert(kBlockM * kLd<T, D> <= 2 * kStages * kBlockN * D, "output staging does not fit the K/V buffers");
 };
 
@@ -86,14 +86,13 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
   const float sl = fmaxf(fabsf(s.scale_log2), 1e-30f);  // as the sm80 kernel: a negative scale moves into Q
 
   auto load_kv = [&](int it) {
-    prefetch_kv_sw128<T, BN, D, kStages, kThreads>(sK, sV, k, p.k.row_stride, v, p.v.row_stride, tiles, it, s.len_k,
-                                                   tid);
+    prefetch_kv_sw128<T, BN, D, kStages, kThreads>(sK, sV, k, p.k.row_stride, v, p.v.row_stride, tiles, it,
+                                                      s.len_k, tid);
   };
 
   load_tile_sw128<T, BM, D, kThreads>(sQ, q, p.q.row_stride, rows_valid, tid);
-  cp_async_commit();
 #pragma unroll
-  for (int st = 0; st < kStages - 1; ++st) load_kv(st);
+  for (int st = 0; st < kStages - 1; ++st) load_kv(st);  // Q joins the first group
   if (s.scale_log2 < 0.f) {  // S = |scale| (-Q) K^T; the loop's first fence and barrier order these writes
     cp_async_wait<0>();
     __syncthreads();
@@ -104,10 +103,10 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
 
   for (int it = 0; it < n_iters; ++it) {
-    load_kv(it + kStages - 1);
-    cp_async_wait<kStages - 1>();
+    cp_async_wait<kStages - 2>();
     fence_proxy_async();
-    __syncthreads();
+    __syncthreads();  // tile it is in, and every warpgroup is done with step it - 1, whose slot refills now
+    load_kv(it + kStages - 1);
     const int slot = it % kStages;
     const T* sKt = sK + slot * BN * D;
     const T* sVt = sV + slot * BN * D;
@@ -131,7 +130,6 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
     wgmma_commit();
     wgmma_wait<0>();
     fence_accumulators(acc_o);
-    __syncthreads();  // this slot is refilled by the next iteration's prefetch
   }
 
   float factor[2], lse[2];

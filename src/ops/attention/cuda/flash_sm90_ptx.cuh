@@ -102,95 +102,102 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[NT][4]) {
 }
 
 #define FT_WGMMA_D32_REGS "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
-#define FT_WGMMA_D32_OPERANDS \
-    "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), \
-    "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), \
-    "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), \
-    "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3])
+#define FT_WGMMA_D32_OPERANDS(C) \
+    C(d[0][0]), C(d[0][1]), C(d[0][2]), C(d[0][3]), \
+    C(d[1][0]), C(d[1][1]), C(d[1][2]), C(d[1][3]), \
+    C(d[2][0]), C(d[2][1]), C(d[2][2]), C(d[2][3]), \
+    C(d[3][0]), C(d[3][1]), C(d[3][2]), C(d[3][3])
 #define FT_WGMMA_D64_REGS "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
-#define FT_WGMMA_D64_OPERANDS \
-    "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), \
-    "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), \
-    "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), \
-    "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), \
-    "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), \
-    "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
-    "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), \
-    "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+#define FT_WGMMA_D64_OPERANDS(C) \
+    C(d[0][0]), C(d[0][1]), C(d[0][2]), C(d[0][3]), \
+    C(d[1][0]), C(d[1][1]), C(d[1][2]), C(d[1][3]), \
+    C(d[2][0]), C(d[2][1]), C(d[2][2]), C(d[2][3]), \
+    C(d[3][0]), C(d[3][1]), C(d[3][2]), C(d[3][3]), \
+    C(d[4][0]), C(d[4][1]), C(d[4][2]), C(d[4][3]), \
+    C(d[5][0]), C(d[5][1]), C(d[5][2]), C(d[5][3]), \
+    C(d[6][0]), C(d[6][1]), C(d[6][2]), C(d[6][3]), \
+    C(d[7][0]), C(d[7][1]), C(d[7][2]), C(d[7][3])
 #define FT_WGMMA_D128_REGS "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
-#define FT_WGMMA_D128_OPERANDS \
-    "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), \
-    "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), \
-    "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), \
-    "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), \
-    "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), \
-    "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), \
-    "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), \
-    "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3]), \
-    "+f"(d[8][0]), "+f"(d[8][1]), "+f"(d[8][2]), "+f"(d[8][3]), \
-    "+f"(d[9][0]), "+f"(d[9][1]), "+f"(d[9][2]), "+f"(d[9][3]), \
-    "+f"(d[10][0]), "+f"(d[10][1]), "+f"(d[10][2]), "+f"(d[10][3]), \
-    "+f"(d[11][0]), "+f"(d[11][1]), "+f"(d[11][2]), "+f"(d[11][3]), \
-    "+f"(d[12][0]), "+f"(d[12][1]), "+f"(d[12][2]), "+f"(d[12][3]), \
-    "+f"(d[13][0]), "+f"(d[13][1]), "+f"(d[13][2]), "+f"(d[13][3]), \
-    "+f"(d[14][0]), "+f"(d[14][1]), "+f"(d[14][2]), "+f"(d[14][3]), \
-    "+f"(d[15][0]), "+f"(d[15][1]), "+f"(d[15][2]), "+f"(d[15][3])
+#define FT_WGMMA_D128_OPERANDS(C) \
+    C(d[0][0]), C(d[0][1]), C(d[0][2]), C(d[0][3]), \
+    C(d[1][0]), C(d[1][1]), C(d[1][2]), C(d[1][3]), \
+    C(d[2][0]), C(d[2][1]), C(d[2][2]), C(d[2][3]), \
+    C(d[3][0]), C(d[3][1]), C(d[3][2]), C(d[3][3]), \
+    C(d[4][0]), C(d[4][1]), C(d[4][2]), C(d[4][3]), \
+    C(d[5][0]), C(d[5][1]), C(d[5][2]), C(d[5][3]), \
+    C(d[6][0]), C(d[6][1]), C(d[6][2]), C(d[6][3]), \
+    C(d[7][0]), C(d[7][1]), C(d[7][2]), C(d[7][3]), \
+    C(d[8][0]), C(d[8][1]), C(d[8][2]), C(d[8][3]), \
+    C(d[9][0]), C(d[9][1]), C(d[9][2]), C(d[9][3]), \
+    C(d[10][0]), C(d[10][1]), C(d[10][2]), C(d[10][3]), \
+    C(d[11][0]), C(d[11][1]), C(d[11][2]), C(d[11][3]), \
+    C(d[12][0]), C(d[12][1]), C(d[12][2]), C(d[12][3]), \
+    C(d[13][0]), C(d[13][1]), C(d[13][2]), C(d[13][3]), \
+    C(d[14][0]), C(d[14][1]), C(d[14][2]), C(d[14][3]), \
+    C(d[15][0]), C(d[15][1]), C(d[15][2]), C(d[15][3])
 
 #define FT_WGMMA_SS_ASM(SHAPE, TY, REGS, OPERANDS, I_A, I_B, I_P, I_TA, I_TB)                                \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" I_P ", 0;\nwgmma.mma_async.sync.aligned." SHAPE ".f32." TY \
                "." TY " " REGS ", %" I_A ", %" I_B ", p, 1, 1, %" I_TA ", %" I_TB ";\n}\n"                     \
                : OPERANDS                                                                                      \
-               : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransA), "n"(kTransB))
+               : "l"(desc_a), "l"(desc_b), "n"(kAccumulate ? 1 : 0), "n"(kTransA), "n"(kTransB))
 #define FT_WGMMA_RS_ASM(SHAPE, TY, REGS, OPERANDS, I_A0, I_A1, I_A2, I_A3, I_B, I_P, I_TB)                    \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" I_P ", 0;\nwgmma.mma_async.sync.aligned." SHAPE ".f32." TY \
                "." TY " " REGS ", {%" I_A0 ", %" I_A1 ", %" I_A2 ", %" I_A3 "}, %" I_B ", p, 1, 1, %" I_TB      \
                ";\n}\n"                                                                                        \
                : OPERANDS                                                                                      \
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB))
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "n"(1), "n"(kTransB))
 
-// d (64 x N) = A B (+ d when accumulate != 0), A (64 x 16) and B (16 x N) from shared memory; kTransA /
-// kTransB = 1 read A M-major / B N-major instead of K-major.
-template <class T, int N, int kTransA, int kTransB>
-__device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], std::uint64_t desc_a, std::uint64_t desc_b,
-                                         int accumulate) {
+// d (64 x N) = A B (+ d when kAccumulate), A (64 x 16) and B (16 x N) from shared memory; kTransA /
+// kTransB = 1 read A M-major / B N-major instead of K-major. Without kAccumulate d is output only, so no
+// instruction has to define it first (ptxas serialises wgmma when one does while products are in flight).
+template <class T, int N, int kTransA, int kTransB, bool kAccumulate>
+__device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], std::uint64_t desc_a, std::uint64_t desc_b) {
   static_assert(N == 32 || N == 64 || N == 128, "wgmma_ss: N must be 32, 64 or 128");
 #if FT_SM90_DEVICE
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
-  if constexpr (N == 32 && kBf16)
-    FT_WGMMA_SS_ASM("m64n32k16", "bf16", FT_WGMMA_D32_REGS, FT_WGMMA_D32_OPERANDS, "16", "17", "18", "19", "20");
-  else if constexpr (N == 32)
-    FT_WGMMA_SS_ASM("m64n32k16", "f16", FT_WGMMA_D32_REGS, FT_WGMMA_D32_OPERANDS, "16", "17", "18", "19", "20");
-  else if constexpr (N == 64 && kBf16)
-    FT_WGMMA_SS_ASM("m64n64k16", "bf16", FT_WGMMA_D64_REGS, FT_WGMMA_D64_OPERANDS, "32", "33", "34", "35", "36");
-  else if constexpr (N == 64)
-    FT_WGMMA_SS_ASM("m64n64k16", "f16", FT_WGMMA_D64_REGS, FT_WGMMA_D64_OPERANDS, "32", "33", "34", "35", "36");
-  else if constexpr (kBf16)
-    FT_WGMMA_SS_ASM("m64n128k16", "bf16", FT_WGMMA_D128_REGS, FT_WGMMA_D128_OPERANDS, "64", "65", "66", "67", "68");
-  else
-    FT_WGMMA_SS_ASM("m64n128k16", "f16", FT_WGMMA_D128_REGS, FT_WGMMA_D128_OPERANDS, "64", "65", "66", "67", "68");
+#define FT_WGMMA_SS_CASES(C)                                                                                         \
+  if constexpr (N == 32 && kBf16)                                                                                    \
+    FT_WGMMA_SS_ASM("m64n32k16", "bf16", FT_WGMMA_D32_REGS, FT_WGMMA_D32_OPERANDS(C), "16", "17", "18", "19", "20"); \
+  else if constexpr (N == 32)                                                                                        \
+    FT_WGMMA_SS_ASM("m64n32k16", "f16", FT_WGMMA_D32_REGS, FT_WGMMA_D32_OPERANDS(C), "16", "17", "18", "19", "20");  \
+  else if constexpr (N == 64 && kBf16)                                                                               \
+    FT_WGMMA_SS_ASM("m64n64k16", "bf16", FT_WGMMA_D64_REGS, FT_WGMMA_D64_OPERANDS(C), "32", "33", "34", "35", "36"); \
+  else if constexpr (N == 64)                                                                                        \
+    FT_WGMMA_SS_ASM("m64n64k16", "f16", FT_WGMMA_D64_REGS, FT_WGMMA_D64_OPERANDS(C), "32", "33", "34", "35", "36");  \
+  else if constexpr (kBf16)                                                                                          \
+    FT_WGMMA_SS_ASM("m64n128k16", "bf16", FT_WGMMA_D128_REGS, FT_WGMMA_D128_OPERANDS(C), "64", "65", "66", "67",     \
+                    "68");                                                                                           \
+  else                                                                                                               \
+    FT_WGMMA_SS_ASM("m64n128k16", "f16", FT_WGMMA_D128_REGS, FT_WGMMA_D128_OPERANDS(C), "64", "65", "66", "67", "68");
+  if constexpr (kAccumulate) {
+    FT_WGMMA_SS_CASES("+f")
+  } else {
+    FT_WGMMA_SS_CASES("=f")
+  }
+#undef FT_WGMMA_SS_CASES
 #endif
 }
 
-// d (64 x N) = A B (+ d when accumulate != 0), A (64 x 16) from this warpgroup's registers (the mma.sync
-// A fragment of each warp's 16 rows), B (16 x N) from shared memory, N-major when kTransB = 1.
+// d (64 x N) += A B, A (64 x 16) from this warpgroup's registers (the mma.sync A fragment of each warp's
+// 16 rows), B (16 x N) from shared memory, N-major when kTransB = 1.
 template <class T, int N, int kTransB>
-__device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const std::uint32_t (&a)[4], std::uint64_t desc_b,
-                                         int accumulate) {
+__device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const std::uint32_t (&a)[4], std::uint64_t desc_b) {
   static_assert(N == 64 || N == 128, "wgmma_rs: N must be 64 or 128");
 #if FT_SM90_DEVICE
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
   if constexpr (N == 64 && kBf16)
-    FT_WGMMA_RS_ASM("m64n64k16", "bf16", FT_WGMMA_D64_REGS, FT_WGMMA_D64_OPERANDS, "32", "33", "34", "35", "36",
+    FT_WGMMA_RS_ASM("m64n64k16", "bf16", FT_WGMMA_D64_REGS, FT_WGMMA_D64_OPERANDS("+f"), "32", "33", "34", "35", "36",
                     "37", "38");
   else if constexpr (N == 64)
-    FT_WGMMA_RS_ASM("m64n64k16", "f16", FT_WGMMA_D64_REGS, FT_WGMMA_D64_OPERANDS, "32", "33", "34", "35", "36", "37",
-                    "38");
+    FT_WGMMA_RS_ASM("m64n64k16", "f16", FT_WGMMA_D64_REGS, FT_WGMMA_D64_OPERANDS("+f"), "32", "33", "34", "35", "36",
+                    "37", "38");
   else if constexpr (kBf16)
-    FT_WGMMA_RS_ASM("m64n128k16", "bf16", FT_WGMMA_D128_REGS, FT_WGMMA_D128_OPERANDS, "64", "65", "66", "67", "68",
-                    "69", "70");
+    FT_WGMMA_RS_ASM("m64n128k16", "bf16", FT_WGMMA_D128_REGS, FT_WGMMA_D128_OPERANDS("+f"), "64", "65", "66", "67",
+                    "68", "69", "70");
   else
-    FT_WGMMA_RS_ASM("m64n128k16", "f16", FT_WGMMA_D128_REGS, FT_WGMMA_D128_OPERANDS, "64", "65", "66", "67", "68",
-                    "69", "70");
+    FT_WGMMA_RS_ASM("m64n128k16", "f16", FT_WGMMA_D128_REGS, FT_WGMMA_D128_OPERANDS("+f"), "64", "65", "66", "67",
+                    "68", "69", "70");
 #endif
 }
 
@@ -203,12 +210,11 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const std::uint32
 // sw128 tile (N, K) — both K-major, K = D running over the panels.
 template <class T, int N, int K>
 __device__ __forceinline__ void gemm_ss_kmajor(float (&d)[N / 8][4], const T* a, int a_rows, int a_row0, const T* b) {
+  auto desc_a = [&](int kk) { return sw128_desc(a + (kk / 4) * a_rows * kPanel + a_row0 * kPanel + (kk % 4) * 16); };
+  auto desc_b = [&](int kk) { return sw128_desc(b + (kk / 4) * N * kPanel + (kk % 4) * 16); };
+  wgmma_ss<T, N, 0, 0, false>(d, desc_a(0), desc_b(0));
 #pragma unroll
-  for (int kk = 0; kk < K / 16; ++kk) {
-    const int panel = kk / 4, within = (kk % 4) * 16;
-    wgmma_ss<T, N, 0, 0>(d, sw128_desc(a + panel * a_rows * kPanel + a_row0 * kPanel + within),
-                         sw128_desc(b + panel * N * kPanel + within), kk > 0 ? 1 : 0);
-  }
+  for (int kk = 1; kk < K / 16; ++kk) wgmma_ss<T, N, 0, 0, true>(d, desc_a(kk), desc_b(kk));
 }
 
 // d (64 x N) += A B with A = K_ROWS / 16 register fragments (k steps over B's rows) and B the sw128 tile
@@ -218,7 +224,7 @@ __device__ __forceinline__ void gemm_rs_nmajor(float (&d)[N / 8][4], const std::
                                                const T* b) {
 #pragma unroll
   for (int kk = 0; kk < K_ROWS / 16; ++kk)
-    wgmma_rs<T, N, 1>(d, a[kk], sw128_desc(b + kk * 16 * kPanel, K_ROWS * kPanelRowBytes), 1);
+    wgmma_rs<T, N, 1>(d, a[kk], sw128_desc(b + kk * 16 * kPanel, K_ROWS * kPanelRowBytes));
 }
 
 // d (64 x N) = A B with A = `a`^T, `a` a one-panel sw128 tile (K_ROWS, 64) read M-major (K runs over its
@@ -227,10 +233,10 @@ __device__ __forceinline__ void gemm_rs_nmajor(float (&d)[N / 8][4], const std::
 template <class T, int N, int K_ROWS>
 __device__ __forceinline__ void gemm_ss_mnmajor(float (&d)[N / 8][4], const T* a, const T* b) {
   static_assert(N <= kPanel, "gemm_ss_mnmajor: B must lie within one panel");
+  auto desc = [&](const T* tile, int kk) { return sw128_desc(tile + kk * 16 * kPanel, K_ROWS * kPanelRowBytes); };
+  wgmma_ss<T, N, 1, 1, false>(d, desc(a, 0), desc(b, 0));
 #pragma unroll
-  for (int kk = 0; kk < K_ROWS / 16; ++kk)
-    wgmma_ss<T, N, 1, 1>(d, sw128_desc(a + kk * 16 * kPanel, K_ROWS * kPanelRowBytes),
-                         sw128_desc(b + kk * 16 * kPanel, K_ROWS * kPanelRowBytes), kk > 0 ? 1 : 0);
+  for (int kk = 1; kk < K_ROWS / 16; ++kk) wgmma_ss<T, N, 1, 1, true>(d, desc(a, kk), desc(b, kk));
 }
 
 }  // namespace ft::flash::sm90
