@@ -102,39 +102,16 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[NT][4]) {
 }
 
 #define FT_WGMMA_D32_REGS "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
-#define FT_WGMMA_D32_OPERANDS(C) \
-    C(d[0][0]), C(d[0][1]), C(d[0][2]), C(d[0][3]), \
-    C(d[1][0]), C(d[1][1]), C(d[1][2]), C(d[1][3]), \
-    C(d[2][0]), C(d[2][1]), C(d[2][2]), C(d[2][3]), \
-    C(d[3][0]), C(d[3][1]), C(d[3][2]), C(d[3][3])
-#define FT_WGMMA_D64_REGS "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+// Accumulator operands of one asm statement, constraint C ("+f" to accumulate, "=f" to overwrite).
+#define FT_WGMMA_ROW(C, j) C(d[j][0]), C(d[j][1]), C(d[j][2]), C(d[j][3])
+#define FT_WGMMA_D32_OPERANDS(C) FT_WGMMA_ROW(C, 0), FT_WGMMA_ROW(C, 1), FT_WGMMA_ROW(C, 2), FT_WGMMA_ROW(C, 3)
 #define FT_WGMMA_D64_OPERANDS(C) \
-    C(d[0][0]), C(d[0][1]), C(d[0][2]), C(d[0][3]), \
-    C(d[1][0]), C(d[1][1]), C(d[1][2]), C(d[1][3]), \
-    C(d[2][0]), C(d[2][1]), C(d[2][2]), C(d[2][3]), \
-    C(d[3][0]), C(d[3][1]), C(d[3][2]), C(d[3][3]), \
-    C(d[4][0]), C(d[4][1]), C(d[4][2]), C(d[4][3]), \
-    C(d[5][0]), C(d[5][1]), C(d[5][2]), C(d[5][3]), \
-    C(d[6][0]), C(d[6][1]), C(d[6][2]), C(d[6][3]), \
-    C(d[7][0]), C(d[7][1]), C(d[7][2]), C(d[7][3])
+  FT_WGMMA_D32_OPERANDS(C), FT_WGMMA_ROW(C, 4), FT_WGMMA_ROW(C, 5), FT_WGMMA_ROW(C, 6), FT_WGMMA_ROW(C, 7)
+#define FT_WGMMA_D128_OPERANDS(C)                                                                          \
+  FT_WGMMA_D64_OPERANDS(C), FT_WGMMA_ROW(C, 8), FT_WGMMA_ROW(C, 9), FT_WGMMA_ROW(C, 10), FT_WGMMA_ROW(C, 11), \
+      FT_WGMMA_ROW(C, 12), FT_WGMMA_ROW(C, 13), FT_WGMMA_ROW(C, 14), FT_WGMMA_ROW(C, 15)
+#define FT_WGMMA_D64_REGS "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
 #define FT_WGMMA_D128_REGS "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
-#define FT_WGMMA_D128_OPERANDS(C) \
-    C(d[0][0]), C(d[0][1]), C(d[0][2]), C(d[0][3]), \
-    C(d[1][0]), C(d[1][1]), C(d[1][2]), C(d[1][3]), \
-    C(d[2][0]), C(d[2][1]), C(d[2][2]), C(d[2][3]), \
-    C(d[3][0]), C(d[3][1]), C(d[3][2]), C(d[3][3]), \
-    C(d[4][0]), C(d[4][1]), C(d[4][2]), C(d[4][3]), \
-    C(d[5][0]), C(d[5][1]), C(d[5][2]), C(d[5][3]), \
-    C(d[6][0]), C(d[6][1]), C(d[6][2]), C(d[6][3]), \
-    C(d[7][0]), C(d[7][1]), C(d[7][2]), C(d[7][3]), \
-    C(d[8][0]), C(d[8][1]), C(d[8][2]), C(d[8][3]), \
-    C(d[9][0]), C(d[9][1]), C(d[9][2]), C(d[9][3]), \
-    C(d[10][0]), C(d[10][1]), C(d[10][2]), C(d[10][3]), \
-    C(d[11][0]), C(d[11][1]), C(d[11][2]), C(d[11][3]), \
-    C(d[12][0]), C(d[12][1]), C(d[12][2]), C(d[12][3]), \
-    C(d[13][0]), C(d[13][1]), C(d[13][2]), C(d[13][3]), \
-    C(d[14][0]), C(d[14][1]), C(d[14][2]), C(d[14][3]), \
-    C(d[15][0]), C(d[15][1]), C(d[15][2]), C(d[15][3])
 
 #define FT_WGMMA_SS_ASM(SHAPE, TY, REGS, OPERANDS, I_A, I_B, I_P, I_TA, I_TB)                                \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" I_P ", 0;\nwgmma.mma_async.sync.aligned." SHAPE ".f32." TY \
