@@ -185,11 +185,11 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
     float acc_dq[kDqCols / 8][4];           // atomic mode: columns dq_col0.. of step it - 1's dS K
     wgmma_fence();
     gemm_ss_kmajor<T, BM, D>(acc_s, sK, BN, wg_row, sQt);
+    wgmma_commit();
     gemm_ss_kmajor<T, BM, D>(acc_dp, sV, BN, wg_row, sdOt);
     wgmma_commit();
-    wgmma_wait<0>();
+    wgmma_wait<1>();  // P^T is computed while dP^T runs
     fence_accumulators(acc_s);
-    fence_accumulators(acc_dp);
 
     const bool full = tile_full(row_keys<kHasMask>(m0, s), row_keys<kHasMask>(min(m0 + BM, s.len_q) - 1, s), n0, BN,
                                 s.len_k);
@@ -201,6 +201,8 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
     gemm_rs_nmajor<T, D, BM>(acc_dv, pa, sdOt);  // dV += P^T dO, running while dS^T is computed
     wgmma_commit();
     if constexpr (kAtomicDq) issue_dq(it + 1, acc_dq);  // buffer (it - 1) % 2
+    wgmma_wait<kAtomicDq ? 2 : 1>();  // dP^T
+    fence_accumulators(acc_dp);
     dscores_t(acc_dp, acc_s, sD + slot * BM, t);
 #pragma unroll
     for (int kk = 0; kk < BM / 16; ++kk) a_from_acc<T>(dsa[kk], acc_dp, kk);
@@ -316,13 +318,14 @@ __global__ void __launch_bounds__(BwdDqTraits<T, D>::kThreads, 1)
     float acc_s[kNtS][4], acc_dp[kNtS][4];  // S = Q K^T, dP = dO V^T (the first k step overwrites)
     wgmma_fence();
     gemm_ss_kmajor<T, BN, D>(acc_s, sQ, BM, wg_row, sKt);
+    wgmma_commit();
     gemm_ss_kmajor<T, BN, D>(acc_dp, sdO, BM, wg_row, sVt);
     wgmma_commit();
-    wgmma_wait<0>();
+    wgmma_wait<1>();  // P is computed while dP runs
     fence_accumulators(acc_s);
-    fence_accumulators(acc_dp);
-
     probs(acc_s, lse, keys, tile_full(tile_first, tile_last, n0, BN, s.len_k), n0, t, s.scale_log2);
+    wgmma_wait<0>();
+    fence_accumulators(acc_dp);
     dscores(acc_dp, acc_s, dsum);
     std::uint32_t dsa[BN / 16][4];  // dS rounded to T, k steps over the keys
 #pragma unroll
