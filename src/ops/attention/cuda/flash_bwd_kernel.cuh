@@ -254,9 +254,7 @@ __device__ __forceinline__ void bwd_dkdv_block(const FlashBwdParams& p) {
   float acc_dv[MT][kNtD][4] = {};
 
   for (int it = 0; it < n_iters; ++it) {
-    load_q(it + kStages - 1);
-    cp_async_wait<kStages - 1>();
-    __syncthreads();
+    ring_step_begin<kStages>(it, load_q);
     const int slot = it % kStages;
     const T* sQt = sQ + slot * BM * kLdS;
     const T* sdOt = sdO + slot * BM * kLdS;
@@ -290,11 +288,13 @@ __device__ __forceinline__ void bwd_dkdv_block(const FlashBwdParams& p) {
       }
     }
     gemm_rs<T, MT, kNtS, kNtD>(acc_dk, acc_dp, sQt, kLdS, warp_col, lane);
-    __syncthreads();  // this slot is refilled by the next iteration's prefetch; sdS is complete
     if constexpr (kAtomicDq) {  // dQ += dS K (the next iteration's first barrier precedes its sdS writes)
+      __syncthreads();          // sdS is complete
       const int h = hk * s.group + it / m_count;
       float* dq_accum = p.dq_accum + (static_cast<std::int64_t>(b * s.heads_q + h) * p.len_q_pad + m0) * D;
       accumulate_dq_tile<T, D, Tr>(dq_accum, s.len_q - m0, sdS, sK, warp, lane);
+    } else {
+      ring_step_end<kStages>();
     }
   }
 
@@ -387,9 +387,7 @@ __global__ void __launch_bounds__(BwdDqTraits<T, D>::kThreads)
   float acc_dq[MT][kNtQ][4] = {};
 
   for (int it = 0; it < n_iters; ++it) {
-    load_kv(it + kStages - 1);
-    cp_async_wait<kStages - 1>();
-    __syncthreads();
+    ring_step_begin<kStages>(it, load_kv);
     const int slot = it % kStages;
     const T* sKt = sK + slot * BN * kLdS;
     const T* sVt = sV + slot * BN * kLdS;
@@ -405,7 +403,7 @@ __global__ void __launch_bounds__(BwdDqTraits<T, D>::kThreads)
 #pragma unroll
     for (int m = 0; m < MT; ++m) dscores(acc_dp[m], acc_s[m], dsum[m]);
     gemm_rs<T, MT, kNtS, kNtQ>(acc_dq, acc_dp, sKt, kLdS, 0, lane);  // dQ += dS K
-    __syncthreads();
+    ring_step_end<kStages>();
   }
 
   cp_async_wait<0>();

@@ -172,10 +172,7 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
   float acc_dv[kNtD][4] = {};
 
   for (int it = 0; it < n_iters; ++it) {
-    cp_async_wait<kStages - 2>();
-    fence_proxy_async();
-    __syncthreads();  // tile it is in, and every warpgroup is done with step it - 1, whose slot refills now
-    load_q(it + kStages - 1);
+    ring_step_begin<kStages, true>(it, load_q);
     const int slot = it % kStages;
     const T* sQt = sQ + slot * BM * D;
     const T* sdOt = sdO + slot * BM * D;
@@ -306,10 +303,7 @@ __global__ void __launch_bounds__(BwdDqTraits<T, D>::kThreads, 1)
   float acc_dq[kNtQ][4] = {};
 
   for (int it = 0; it < n_iters; ++it) {
-    cp_async_wait<kStages - 2>();
-    fence_proxy_async();
-    __syncthreads();  // tile it is in, and every warpgroup is done with step it - 1, whose slot refills now
-    load_kv(it + kStages - 1);
+    ring_step_begin<kStages, true>(it, load_kv);
     const int slot = it % kStages;
     const T* sKt = sK + slot * BN * D;
     const T* sVt = sV + slot * BN * D;

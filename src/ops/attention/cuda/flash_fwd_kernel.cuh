@@ -196,9 +196,7 @@ __global__ void __launch_bounds__(FwdKernelTraits<T, D>::kThreads, 2)
   }
 
   for (int it = 0; it < n_iters; ++it) {
-    load_kv(it + kStages - 1);
-    cp_async_wait<kStages - 1>();
-    __syncthreads();
+    ring_step_begin<kStages>(it, load_kv);
     const int slot = it % kStages;
     const T* sKt = sK + slot * BN * kLdS;
     const T* sVt = sV + slot * BN * kLdS;
@@ -215,7 +213,7 @@ __global__ void __launch_bounds__(FwdKernelTraits<T, D>::kThreads, 2)
     }
 
     gemm_rs<T, MT, kNtS, kNtO>(acc_o, acc_s, sVt, kLdS, 0, lane);
-    __syncthreads();  // this slot is refilled by the next iteration's prefetch
+    ring_step_end<kStages>();
   }
 
   float factor[MT][2], lse[MT][2];

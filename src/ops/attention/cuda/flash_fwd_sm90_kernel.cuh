@@ -103,10 +103,7 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
 
   for (int it = 0; it < n_iters; ++it) {
-    cp_async_wait<kStages - 2>();
-    fence_proxy_async();
-    __syncthreads();  // tile it is in, and every warpgroup is done with step it - 1, whose slot refills now
-    load_kv(it + kStages - 1);
+    ring_step_begin<kStages, true>(it, load_kv);
     const int slot = it % kStages;
     const T* sKt = sK + slot * BN * D;
     const T* sVt = sV + slot * BN * D;

@@ -28,6 +28,38 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+// Generic-proxy writes to shared memory (cp.async, st.shared) made visible to the async proxy (wgmma);
+// each writing thread issues it before the barrier that precedes the reads. sm_90 and newer.
+__device__ __forceinline__ void fence_proxy_async() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+#endif
+}
+
+// The head of step `it` of a tile loop over a ring of STAGES shared-memory buffers that prefetch(i)
+// fills with step i's tiles by cp.async (one commit group per call; the prologue issued steps 0 ..
+// STAGES - 2). With STAGES >= 2: wait for step it's group, then the barrier after which every thread is
+// done with step it - 1, then refill that step's slot with step it + STAGES - 1 — one barrier per step.
+// With one buffer: load step it, wait, barrier; ring_step_end then adds the barrier before the refill.
+// kAsyncProxy: the tiles are read by wgmma (fence_proxy_async before the barrier).
+template <int STAGES, bool kAsyncProxy = false, class Prefetch>
+__device__ __forceinline__ void ring_step_begin(int it, Prefetch&& prefetch) {
+  if constexpr (STAGES >= 2) {
+    cp_async_wait<STAGES - 2>();
+  } else {
+    prefetch(it);
+    cp_async_wait<0>();
+  }
+  if constexpr (kAsyncProxy) fence_proxy_async();
+  __syncthreads();
+  if constexpr (STAGES >= 2) prefetch(it + STAGES - 1);
+}
+
+template <int STAGES>
+__device__ __forceinline__ void ring_step_end() {
+  if constexpr (STAGES == 1) __syncthreads();  // the single buffer is refilled at the next head
+}
+
 // Four 8x8 b16 matrices; lanes 8m..8m+7 give the row addresses of matrix m.
 __device__ __forceinline__ void ldmatrix_x4(std::uint32_t (&r)[4], const void* smem) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"

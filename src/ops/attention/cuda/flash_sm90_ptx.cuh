@@ -66,14 +66,6 @@ __device__ __forceinline__ std::uint64_t sw128_desc(const void* smem, std::uint3
          (static_cast<std::uint64_t>((sbo_bytes >> 4) & 0x3FFF) << 32) | (std::uint64_t{1} << 62);
 }
 
-// Generic-proxy writes to shared memory (cp.async, st.shared) made visible to wgmma's async proxy; each
-// writing thread issues it before the barrier that precedes the wgmma.
-__device__ __forceinline__ void fence_proxy_async() {
-#if FT_SM90_DEVICE
-  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
-#endif
-}
-
 __device__ __forceinline__ void wgmma_fence() {
 #if FT_SM90_DEVICE
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
