@@ -516,11 +516,17 @@ std::vector<FlashCase> head_dim_cases() {
   return cases;
 }
 
+// The variant cases, then the head-dim cases.
+std::vector<FlashCase> variant_and_head_dim_cases() {
+  std::vector<FlashCase> cases = variant_cases();
+  for (const FlashCase& c : head_dim_cases()) cases.push_back(c);
+  return cases;
+}
+
 // The variant and head-dim cases on the portable sm80 kernels: with the default (auto) choice a Hopper GPU
 // runs the sm90 kernels for bf16/fp16 at d = 64 and 128, so these keep the sm80 ones tested there too.
 std::vector<FlashCase> sm80_cases() {
-  std::vector<FlashCase> cases = variant_cases();
-  for (const FlashCase& c : head_dim_cases()) cases.push_back(c);
+  std::vector<FlashCase> cases = variant_and_head_dim_cases();
   for (FlashCase& c : cases) {
     c.kernels = FlashKernels::sm80;
     c.name += "_sm80";
@@ -531,8 +537,7 @@ std::vector<FlashCase> sm80_cases() {
 // The variant and head-dim cases with the atomic dQ accumulation (deterministic = false), on the default
 // choice (the sm90 kernels where they run) and forced to sm80.
 std::vector<FlashCase> atomic_cases() {
-  std::vector<FlashCase> cases = variant_cases();
-  for (const FlashCase& c : head_dim_cases()) cases.push_back(c);
+  std::vector<FlashCase> cases = variant_and_head_dim_cases();
   for (const FlashCase& c : sm80_cases()) cases.push_back(c);
   for (FlashCase& c : cases) {
     c.deterministic = false;

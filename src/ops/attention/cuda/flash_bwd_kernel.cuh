@@ -289,7 +289,7 @@ __device__ __forceinline__ void bwd_dkdv_block(const FlashBwdParams& p) {
     }
     gemm_rs<T, MT, kNtS, kNtD>(acc_dk, acc_dp, sQt, kLdS, warp_col, lane);
     if constexpr (kAtomicDq) {  // dQ += dS K (the next iteration's first barrier precedes its sdS writes)
-      __syncthreads();          // sdS is complete
+      __syncthreads();  // sdS is complete
       const int h = hk * s.group + it / m_count;
       float* dq_accum = p.dq_accum + (static_cast<std::int64_t>(b * s.heads_q + h) * p.len_q_pad + m0) * D;
       accumulate_dq_tile<T, D, Tr>(dq_accum, s.len_q - m0, sdS, sK, warp, lane);

@@ -35,12 +35,13 @@ struct BwdKvTraits {
   // sK, sV (kBlockN, D) | sQ, sdO (kStages, kBlockM, D) | atomic mode: sdS (2, kBlockN, kBlockM), all
   // swizzled | sL, sD (kStages, kBlockM) fp32. dK and dV are staged as padded (kBlockN, kLd) tiles over
   // the 16-bit part after the loop.
-  static constexpr int kTileBytes = ((2 * kBlockN + 2 * kStages * kBlockM) * D + (kAtomicDq ? 2 * kBlockN * kBlockM : 0)) *
-                                    static_cast<int>(sizeof(T));
+  static constexpr int kDsElems = kAtomicDq ? 2 * kBlockN * kBlockM : 0;  // sdS
+  static constexpr int kTileBytes =
+      ((2 * kBlockN + 2 * kStages * kBlockM) * D + kDsElems) * static_cast<int>(sizeof(T));
   static constexpr int kSmemBytes = kTileBytes + 2 * kStages * kBlockM * static_cast<int>(sizeof(float)) + kSmemSlack;
   static_assert(D % kPanel == 0 && kBlockM % 64 == 0 && kQueryPad % kBlockM == 0 && kStages >= 2,
                 "bad sm90 dK/dV tiles");
-  static_assert(!kAtomicDq || (kBlockM == kPanel && kDqCols % 16 == 0 && (kDqCols <= kPanel)),
+  static_assert(!kAtomicDq || (kBlockM == kPanel && kDqCols % 16 == 0 && kDqCols <= kPanel),
                 "atomic dQ needs a 64-query tile and warpgroup column slices of 16 to 64");
   static_assert(2 * kBlockN * kLd<T, D> * static_cast<int>(sizeof(T)) <= kTileBytes, "dK/dV staging does not fit");
 };
@@ -102,7 +103,7 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
   T* sQ = sV + BN * D;                // (kStages, BM, D) swizzled
   T* sdO = sQ + kStages * BM * D;     // (kStages, BM, D) swizzled
   T* sdS = sdO + kStages * BM * D;    // atomic mode: (2, BN, BM) swizzled dS^T, alternate steps
-  float* sL = reinterpret_cast<float*>(sdS + (kAtomicDq ? 2 * BN * BM : 0));  // (kStages, BM) L * log2(e)
+  float* sL = reinterpret_cast<float*>(sdS + Tr::kDsElems);  // (kStages, BM) L * log2(e)
   float* sD = sL + kStages * BM;                                 // (kStages, BM) D
 
   const int n_block = blockIdx.y;
@@ -128,10 +129,13 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
   const KeyQueries queries[2] = {KeyQueries(key_queries<kHasMask>(n0 + warp_row + g, s)),
                                  KeyQueries(key_queries<kHasMask>(n0 + warp_row + g + 8, s))};
 
+  // Step it's query head and first query row: the steps run over the group's heads, each over the tiles.
+  auto step_head = [&](int it) { return hk * s.group + it / m_count; };
+  auto step_row0 = [&](int it) { return (m_first + it % m_count) * BM; };
   auto load_q = [&](int it) {
     if (it < n_iters) {
-      const int h = hk * s.group + it / m_count;
-      const int m0 = (m_first + it % m_count) * BM;
+      const int h = step_head(it);
+      const int m0 = step_row0(it);
       const int slot = it % kStages;
       const T* q = p.q.at<const T>(b, h, m0);
       const T* d_o = p.d_o.at<const T>(b, h, m0);
@@ -145,10 +149,10 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
   };
   // dq_accum rows of step `it`'s query tile (atomic mode).
   auto dq_rows = [&](int it) {
-    const int h = hk * s.group + it / m_count;
-    const int m0 = (m_first + it % m_count) * BM;
+    const int h = step_head(it), m0 = step_row0(it);
     return p.dq_accum + (static_cast<std::int64_t>(b * s.heads_q + h) * p.len_q_pad + m0) * D;
   };
+  auto sds_of = [&](int it) { return sdS + (it % 2) * BN * BM; };  // atomic mode: step it's dS^T buffer
   constexpr int kDqCols = Tr::kDqCols;
   const int dq_col0 = (warp / 4) * kDqCols;  // atomic mode: this warpgroup's dQ columns
 
@@ -157,15 +161,14 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
   // step's dQ follows the loop. Step 0 issues one from the zeroed buffer 1 and adds nothing: a branch
   // around the issue makes ptxas serialise every wgmma of the kernel.
   auto issue_dq = [&](int it, float (&acc_dq)[kDqCols / 8][4]) {
-    gemm_ss_mnmajor<T, kDqCols, BN>(acc_dq, sdS + (it % 2) * BN * BM,
-                                    sK + (dq_col0 / kPanel) * BN * kPanel + dq_col0 % kPanel);
+    gemm_ss_mnmajor<T, kDqCols, BN>(acc_dq, sds_of(it), sK + (dq_col0 / kPanel) * BN * kPanel + dq_col0 % kPanel);
     wgmma_commit();
   };
 
 #pragma unroll
   for (int st = 0; st < kStages - 1; ++st) load_q(st);
   if constexpr (kAtomicDq) {  // ordered before step 0's dQ by the loop's first fence and barrier
-    for (int i = tid; i < BN * BM / 8; i += kThreads) reinterpret_cast<uint4*>(sdS + BN * BM)[i] = uint4{};
+    for (int i = tid; i < BN * BM / 8; i += kThreads) reinterpret_cast<uint4*>(sds_of(1))[i] = uint4{};
   }
 
   float acc_dk[kNtD][4] = {};  // dK of this thread's key rows
@@ -176,7 +179,7 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
     const int slot = it % kStages;
     const T* sQt = sQ + slot * BM * D;
     const T* sdOt = sdO + slot * BM * D;
-    const int m0 = (m_first + it % m_count) * BM;
+    const int m0 = step_row0(it);
 
     float acc_s[kNtS][4], acc_dp[kNtS][4];  // S^T = K Q^T, dP^T = V dO^T (the first k step overwrites)
     float acc_dq[kDqCols / 8][4];           // atomic mode: columns dq_col0.. of step it - 1's dS K
@@ -197,14 +200,14 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
     wgmma_fence();
     gemm_rs_nmajor<T, D, BM>(acc_dv, pa, sdOt);  // dV += P^T dO, running while dS^T is computed
     wgmma_commit();
-    if constexpr (kAtomicDq) issue_dq(it + 1, acc_dq);  // buffer (it - 1) % 2
+    if constexpr (kAtomicDq) issue_dq(it + 1, acc_dq);  // step it - 1's buffer, (it + 1) % 2 = (it - 1) % 2
     wgmma_wait<kAtomicDq ? 2 : 1>();  // dP^T
     fence_accumulators(acc_dp);
     dscores_t(acc_dp, acc_s, sD + slot * BM, t);
 #pragma unroll
     for (int kk = 0; kk < BM / 16; ++kk) a_from_acc<T>(dsa[kk], acc_dp, kk);
     if constexpr (kAtomicDq) {
-      store_ds_t<T, BN, BM>(sdS + (it % 2) * BN * BM, dsa, warp_row, lane);  // the other buffer feeds dQ(it - 1)
+      store_ds_t<T, BN, BM>(sds_of(it), dsa, warp_row, lane);  // the other buffer feeds dQ(it - 1)
       fence_proxy_async();
     }
     wgmma_fence();

@@ -3,8 +3,9 @@
 // warpgroup owns 64 query rows. Q, K and V tiles are copied with cp.async into 128-byte-swizzled shared
 // memory (K/V through a ring of kStages buffers, one barrier per key tile); S = Q K^T runs as wgmma with
 // both operands in shared memory, P is rounded to the input dtype in registers and O += P V runs as wgmma
-// with P from registers and V read N-major. Masking, the online softmax on exp2 and the final normalisation with sink logits
-// are the sm80 kernel's own steps (flash_fwd_kernel.cuh), so both paths compute the same function.
+// with P from registers and V read N-major. Masking, the online softmax on exp2 and the final
+// normalisation with sink logits are the sm80 kernel's own steps (flash_fwd_kernel.cuh), so both paths
+// compute the same function.
 #pragma once
 
 #include <cstdint>
@@ -86,8 +87,8 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
   const float sl = fmaxf(fabsf(s.scale_log2), 1e-30f);  // as the sm80 kernel: a negative scale moves into Q
 
   auto load_kv = [&](int it) {
-    prefetch_kv_sw128<T, BN, D, kStages, kThreads>(sK, sV, k, p.k.row_stride, v, p.v.row_stride, tiles, it,
-                                                      s.len_k, tid);
+    prefetch_kv_sw128<T, BN, D, kStages, kThreads>(sK, sV, k, p.k.row_stride, v, p.v.row_stride, tiles, it, s.len_k,
+                                                   tid);
   };
 
   load_tile_sw128<T, BM, D, kThreads>(sQ, q, p.q.row_stride, rows_valid, tid);

@@ -1,7 +1,8 @@
 // flash_sm90_ptx.cuh — internal (CUDA builds only): the Hopper (sm_90a) instructions the FlashAttention
 // sm90 kernels are built from: warpgroup MMA (wgmma.mma_async, m64nNk16, fp32 accumulation, bf16/fp16
 // operands) with its fence / commit / wait, shared-memory matrix descriptors for 128-byte-swizzled
-// tiles, the async-proxy fence, and cp.async loads that write tiles in that swizzled layout.
+// tiles, and cp.async loads that write tiles in that swizzled layout (the async-proxy fence the tiles
+// need before wgmma reads them is fence_proxy_async in flash_ptx.cuh).
 //
 // Swizzled tiles ("sw128"): a (rows, D) 16-bit tile is stored as D / 64 panels of (rows, 64); a panel
 // row is 128 bytes, and 16-byte chunk c of row r sits at chunk position c ^ (r % 8). Panels start
@@ -94,6 +95,8 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[NT][4]) {
 }
 
 #define FT_WGMMA_D32_REGS "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
+#define FT_WGMMA_D64_REGS "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define FT_WGMMA_D128_REGS "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 // Accumulator operands of one asm statement, constraint C ("+f" to accumulate, "=f" to overwrite).
 #define FT_WGMMA_ROW(C, j) C(d[j][0]), C(d[j][1]), C(d[j][2]), C(d[j][3])
 #define FT_WGMMA_D32_OPERANDS(C) FT_WGMMA_ROW(C, 0), FT_WGMMA_ROW(C, 1), FT_WGMMA_ROW(C, 2), FT_WGMMA_ROW(C, 3)
@@ -102,8 +105,6 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[NT][4]) {
 #define FT_WGMMA_D128_OPERANDS(C)                                                                          \
   FT_WGMMA_D64_OPERANDS(C), FT_WGMMA_ROW(C, 8), FT_WGMMA_ROW(C, 9), FT_WGMMA_ROW(C, 10), FT_WGMMA_ROW(C, 11), \
       FT_WGMMA_ROW(C, 12), FT_WGMMA_ROW(C, 13), FT_WGMMA_ROW(C, 14), FT_WGMMA_ROW(C, 15)
-#define FT_WGMMA_D64_REGS "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
-#define FT_WGMMA_D128_REGS "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 
 #define FT_WGMMA_SS_ASM(SHAPE, TY, REGS, OPERANDS, I_A, I_B, I_P, I_TA, I_TB)                                \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" I_P ", 0;\nwgmma.mma_async.sync.aligned." SHAPE ".f32." TY \
