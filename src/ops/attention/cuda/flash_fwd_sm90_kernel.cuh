@@ -1,16 +1,20 @@
 // flash_fwd_sm90_kernel.cuh — internal (CUDA builds only): the Hopper (sm_90a) FlashAttention forward
-// kernel, 16-bit inputs, head dims 64 and 128. One block per (batch x query head, query tile); each
-// warpgroup owns 64 query rows. Q, K and V tiles are copied with cp.async into 128-byte-swizzled shared
-// memory (K/V through a ring of kStages buffers, one barrier per key tile); S = Q K^T runs as wgmma with
-// both operands in shared memory, P is rounded to the input dtype in registers and O += P V runs as wgmma
-// with P from registers and V read N-major. Masking, the online softmax on exp2 and the final
-// normalisation with sink logits are the sm80 kernel's own steps (flash_fwd_kernel.cuh), so both paths
-// compute the same function.
+// kernel, 16-bit inputs, head dims 64 and 128, warp-specialised. One block per (batch x query head, query
+// tile): warpgroup 0 is the producer — one thread issues TMA copies of the Q tile and of every visited
+// K and V tile into a ring of kStages 128-byte-swizzled buffers, after the consumers free a slot — and
+// keeps 24 registers; each consumer warpgroup owns 64 query rows and takes the freed registers. A
+// consumer waits on a slot's mbarriers, runs S = Q K^T as wgmma with both operands in shared memory,
+// rounds P to the input dtype in registers, runs O += P V with P from registers and V read N-major,
+// then frees the slot; warpgroups never wait for each other, so one's softmax overlaps another's
+// products. Masking, the online softmax on exp2 and the final normalisation with sink logits are the
+// sm80 kernel's own steps (flash_fwd_kernel.cuh), so both paths compute the same function. The output
+// tile goes back through the warpgroup's own Q rows and a TMA store.
 #pragma once
 
 #include <cstdint>
 
 #include "ops/attention/cuda/flash_fwd_kernel.cuh"
+#include "ops/attention/cuda/flash_sm90_pipeline.cuh"
 #include "ops/attention/cuda/flash_sm90_ptx.cuh"
 
 namespace ft::flash::sm90 {
@@ -40,25 +44,38 @@ __device__ __forceinline__ void prefetch_kv_sw128(T* sK, T* sV, const T* k, std:
   cp_async_commit();
 }
 
+// The TMA maps of the forward's operands (flash_tma.h), passed beside FlashFwdParams.
+struct FwdTmaMaps {
+  TmaTensor q, k, v, o;  // boxes of (64 rows of a consumer, or kBlockN rows) x 64 columns
+};
+
 template <class T, int D>
 struct FwdTraits {
   static constexpr FlashSm90Tiles kTiles = flash_sm90_tiles(D);
-  static constexpr int kWarpGroups = kTiles.fwd_wg, kBlockM = 64 * kWarpGroups;
+  static constexpr int kConsumers = kTiles.fwd_wg, kBlockM = 64 * kConsumers;
   static constexpr int kBlockN = kTiles.fwd_n, kStages = kTiles.fwd_st;
-  static constexpr int kThreads = 128 * kWarpGroups;
-  // sQ (kBlockM, D) | sK (kStages, kBlockN, D) | sV (kStages, kBlockN, D), swizzled; after the loop O is
-  // staged in sK's space as a padded (kBlockM, kLd) tile.
-  static constexpr int kSmemBytes = (kBlockM + 2 * kStages * kBlockN) * D * static_cast<int>(sizeof(T)) + kSmemSlack;
-  static_assert(D % kPanel == 0 && kBlockN % 16 == 0 && kStages >= 2, "bad sm90 forward tiles");
-  static_assert(kBlockM * kLd<T, D> <= 2 * kStages * kBlockN * D, "output staging does not fit the K/V buffers");
+  static constexpr int kConsumerThreads = 128 * kConsumers;
+  static constexpr int kThreads = 128 + kConsumerThreads;  // producer warpgroup first
+  // Registers per thread after reallocation (multiples of 8): the producer keeps 24, the consumers
+  // share the rest of the 64K register file.
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegs = (65536 / 128 - kProducerRegs) / kConsumers / 8 * 8;
+  static constexpr int kPanels = D / kPanel;
+  static constexpr int kTileBytes = kBlockN * D * static_cast<int>(sizeof(T));  // one K or V tile
+  // sQ (kBlockM, D) | sK (kStages, kBlockN, D) | sV (kStages, kBlockN, D), swizzled, then the mbarriers:
+  // Q landed, K and V of each slot landed, each slot free. O is staged in each consumer's own Q rows.
+  static constexpr int kBarriers = 1 + 3 * kStages;
+  static constexpr int kSmemBytes =
+      (kBlockM + 2 * kStages * kBlockN) * D * static_cast<int>(sizeof(T)) + kBarriers * 8 + kSmemSlack;
+  static_assert(D % kPanel == 0 && kBlockN % 16 == 0 && kBlockN <= 256 && kStages >= 2, "bad sm90 forward tiles");
 };
 
 template <class T, int D, bool kHasMask>
 __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
-    flash_fwd_sm90_kernel(const __grid_constant__ FlashFwdParams p) {
+    flash_fwd_sm90_kernel(const __grid_constant__ FlashFwdParams p, const __grid_constant__ FwdTmaMaps maps) {
 #if FT_SM90_DEVICE
   using Tr = FwdTraits<T, D>;
-  constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, kStages = Tr::kStages, kThreads = Tr::kThreads;
+  constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, kStages = Tr::kStages;
   constexpr int kNtS = BN / 8;  // score tiles of a warp's 16 rows
   constexpr int kNtO = D / 8;   // output tiles
   const FlashShape& s = p.shape;
@@ -67,50 +84,93 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
   T* sQ = aligned_smem<T>(smem_raw);  // (BM, D) swizzled
   T* sK = sQ + BM * D;                // (kStages, BN, D) swizzled
   T* sV = sK + kStages * BN * D;      // (kStages, BN, D) swizzled
+  std::uint64_t* q_full = reinterpret_cast<std::uint64_t*>(sV + kStages * BN * D);
+  std::uint64_t* k_full = q_full + 1;          // (kStages)
+  std::uint64_t* v_full = k_full + kStages;    // (kStages)
+  std::uint64_t* slot_free = v_full + kStages;  // (kStages)
 
   const int m_block = gridDim.y - 1 - blockIdx.y;  // longest (causal) tiles of every head first
   const int b = blockIdx.x / s.heads_q, h = blockIdx.x % s.heads_q, hk = h / s.group;
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, t = lane & 3;
-  const int wg_row = (warp / 4) * 64;  // first tile row of this warpgroup
-  const int warp_row = warp * 16;      // first tile row of this warp
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int m0 = m_block * BM;
-  const int rows_valid = s.len_q - m0;
-
-  const T* q = p.q.at<const T>(b, h, m0);
-  const T* k = p.k.at<const T>(b, hk);
-  const T* v = p.v.at<const T>(b, hk);
 
   const KeyRange tile_first = row_keys<kHasMask>(m0, s);
   const KeyRange tile_last = row_keys<kHasMask>(min(m0 + BM, s.len_q) - 1, s);
   const KeyTiles tiles = key_tiles(tile_first, tile_last, BN);
   const int n_iters = tiles.count();
+
+  if (tid == 0) {
+    mbar_init(q_full, 1);
+    for (int i = 0; i < kStages; ++i) {
+      mbar_init(&k_full[i], 1);
+      mbar_init(&v_full[i], 1);
+      mbar_init(&slot_free[i], Tr::kConsumerThreads);
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+
+  if (warp < 4) {  // ---- producer warpgroup: one thread issues every copy ----
+    setmaxnreg_dec<Tr::kProducerRegs>();
+    if (tid != 0) return;
+    tma_prefetch_map(maps.k);
+    tma_prefetch_map(maps.v);
+    mbar_arrive_expect_tx(q_full, BM * D * sizeof(T));
+#pragma unroll
+    for (int pn = 0; pn < Tr::kPanels; ++pn)
+      tma_load(sQ + pn * BM * kPanel, maps.q, tma_coords(maps.q, pn * kPanel, m0, h, b), q_full);
+    RingPosition<kStages> pos;
+    for (int it = 0; it < n_iters; ++it, pos.advance()) {
+      const int n0 = tiles.tile(it) * BN;
+      mbar_wait(&slot_free[pos.slot], pos.phase ^ 1);
+      T* sKt = sK + pos.slot * BN * D;
+      T* sVt = sV + pos.slot * BN * D;
+      mbar_arrive_expect_tx(&k_full[pos.slot], Tr::kTileBytes);
+#pragma unroll
+      for (int pn = 0; pn < Tr::kPanels; ++pn)
+        tma_load(sKt + pn * BN * kPanel, maps.k, tma_coords(maps.k, pn * kPanel, n0, hk, b), &k_full[pos.slot]);
+      mbar_arrive_expect_tx(&v_full[pos.slot], Tr::kTileBytes);
+#pragma unroll
+      for (int pn = 0; pn < Tr::kPanels; ++pn)
+        tma_load(sVt + pn * BN * kPanel, maps.v, tma_coords(maps.v, pn * kPanel, n0, hk, b), &v_full[pos.slot]);
+    }
+    return;
+  }
+
+  // ---- consumer warpgroups ----
+  setmaxnreg_inc<Tr::kConsumerRegs>();
+  const int ctid = tid - 128, cwarp = warp - 4, wg = cwarp / 4;
+  const int g = lane >> 2, t = lane & 3;
+  const int wg_row = wg * 64;        // first tile row of this warpgroup
+  const int warp_row = cwarp * 16;   // first tile row of this warp
   const float sl = fmaxf(fabsf(s.scale_log2), 1e-30f);  // as the sm80 kernel: a negative scale moves into Q
 
-  auto load_kv = [&](int it) {
-    prefetch_kv_sw128<T, BN, D, kStages, kThreads>(sK, sV, k, p.k.row_stride, v, p.v.row_stride, tiles, it, s.len_k,
-                                                   tid);
-  };
-
-  load_tile_sw128<T, BM, D, kThreads>(sQ, q, p.q.row_stride, rows_valid, tid);
+  mbar_wait(q_full, 0);
+  if (s.scale_log2 < 0.f) {  // S = |scale| (-Q) K^T: flip the sign bits of this warpgroup's rows
 #pragma unroll
-  for (int st = 0; st < kStages - 1; ++st) load_kv(st);  // Q joins the first group
-  if (s.scale_log2 < 0.f) {  // S = |scale| (-Q) K^T; the loop's first fence and barrier order these writes
-    cp_async_wait<0>();
-    __syncthreads();
-    for (int i = tid; i < BM * D; i += kThreads) sQ[i] = -sQ[i];
+    for (int pn = 0; pn < Tr::kPanels; ++pn) {
+      uint4* rows = reinterpret_cast<uint4*>(sQ + pn * BM * kPanel + wg_row * kPanel);  // 64 rows x 128 bytes
+      for (int i = ctid % 128; i < 64 * kPanelRowBytes / 16; i += 128) {
+        uint4 x = rows[i];
+        x.x ^= 0x80008000u, x.y ^= 0x80008000u, x.z ^= 0x80008000u, x.w ^= 0x80008000u;
+        rows[i] = x;
+      }
+    }
+    fence_proxy_async();
+    named_barrier_sync(1 + wg, 128);
   }
 
   float acc_o[kNtO][4] = {};  // O of this thread's rows (unnormalised)
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
 
-  for (int it = 0; it < n_iters; ++it) {
-    ring_step_begin<kStages, true>(it, load_kv);
-    const int slot = it % kStages;
-    const T* sKt = sK + slot * BN * D;
-    const T* sVt = sV + slot * BN * D;
+  RingPosition<kStages> pos;
+  for (int it = 0; it < n_iters; ++it, pos.advance()) {
+    const T* sKt = sK + pos.slot * BN * D;
+    const T* sVt = sV + pos.slot * BN * D;
     const int n0 = tiles.tile(it) * BN;
 
     float acc_s[kNtS][4];  // S = Q K^T, unscaled (the first k step overwrites)
+    mbar_wait(&k_full[pos.slot], pos.phase);
     wgmma_fence();
     gemm_ss_kmajor<T, BN, D>(acc_s, sQ, BM, wg_row, sKt);
     wgmma_commit();
@@ -123,23 +183,39 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
     std::uint32_t pa[BN / 16][4];  // P rounded to T, as A fragments of the k steps over this tile's keys
 #pragma unroll
     for (int kk = 0; kk < BN / 16; ++kk) a_from_acc<T>(pa[kk], acc_s, kk);
+    mbar_wait(&v_full[pos.slot], pos.phase);
     wgmma_fence();
     gemm_rs_nmajor<T, D, BN>(acc_o, pa, sVt);
     wgmma_commit();
     wgmma_wait<0>();
     fence_accumulators(acc_o);
+    mbar_arrive(&slot_free[pos.slot]);
   }
 
   float factor[2], lse[2];
   finish_rows(row_max, row_sum, p.sinks, h, factor, lse);
 
-  cp_async_wait<0>();
-  __syncthreads();
-  T* sO = sK;  // (BM, kLd) padded staging of the output tile
-  store_acc<T, kNtO>(sO, kLd<T, D>, warp_row, 0, acc_o, factor[0], factor[1], lane);
-  __syncthreads();
-  T* o = p.o.at<T>(b, h, m0);
-  store_tile<T, BM, D, kThreads>(o, p.o.row_stride, sO, rows_valid, true, tid);
+  // O -> this warpgroup's Q rows (no longer read), swizzled as the O map's boxes, then one TMA store.
+  T* sO = sQ + wg_row * kPanel;  // panel pn of the staged rows at sO + pn * BM * kPanel
+#pragma unroll
+  for (int j = 0; j < kNtO; ++j) {
+    const int col = 8 * j + 2 * t;
+    T* panel = sO + (col / kPanel) * BM * kPanel;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = warp_row - wg_row + g + 8 * r;  // within the warpgroup's 64 rows
+      *reinterpret_cast<std::uint32_t*>(panel + sw128_offset(64, row, col % kPanel)) =
+          Mma<T>::pack(acc_o[j][2 * r] * factor[r], acc_o[j][2 * r + 1] * factor[r]);
+    }
+  }
+  fence_proxy_async();
+  named_barrier_sync(1 + wg, 128);
+  if (ctid % 128 == 0 && m0 + wg_row < s.len_q) {
+#pragma unroll
+    for (int pn = 0; pn < Tr::kPanels; ++pn)
+      tma_store(maps.o, tma_coords(maps.o, pn * kPanel, m0 + wg_row, h, b), sO + pn * BM * kPanel);
+    tma_store_wait_all();
+  }
   float* lse_out = p.lse.at<float>(b, h);
   write_lse(lse_out, p.lse.row_stride, m0 + warp_row + g, s.len_q, lse, t);
 #endif

@@ -5,22 +5,25 @@
 // Included only by the per-head-dim instantiation files.
 #pragma once
 
+#include <type_traits>
+
 #include "core/cuda_check.h"
 #include "core/error.h"
 #include "ops/attention/cuda/flash_bwd_kernel.cuh"
 #include "ops/attention/cuda/flash_bwd_sm90_kernel.cuh"
 #include "ops/attention/cuda/flash_fwd_kernel.cuh"
 #include "ops/attention/cuda/flash_launch.h"
+#include "ops/attention/cuda/flash_tma.h"
 
 namespace ft::flash {
 
 namespace detail {
 
-template <class Kernel, class Params>
-void launch(Kernel kernel, dim3 grid, int threads, int smem_bytes, cudaStream_t stream, const Params& p) {
+template <class Kernel, class... Params>
+void launch(Kernel kernel, dim3 grid, int threads, int smem_bytes, cudaStream_t stream, const Params&... p) {
   if (smem_bytes > 48 * 1024)
     FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes));
-  kernel<<<grid, threads, smem_bytes, stream>>>(p);
+  kernel<<<grid, threads, smem_bytes, stream>>>(p...);
   FT_CUDA_CHECK_LAUNCH();
 }
 
@@ -59,10 +62,16 @@ void run_flash_fwd(const FlashFwdParams& p, cudaStream_t stream) {
     if (s.sm90) {
       using Tr = sm90::FwdTraits<T, D>;
       const dim3 grid = detail::tile_grid(s.batch * s.heads_q, s.len_q, Tr::kBlockM);
+      constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
+      sm90::FwdTmaMaps maps;
+      maps.q = make_tma_tensor(p.q, kBf16, s.batch, s.heads_q, s.len_q, D, Tr::kBlockM);
+      maps.k = make_tma_tensor(p.k, kBf16, s.batch, s.heads_kv, s.len_k, D, Tr::kBlockN);
+      maps.v = make_tma_tensor(p.v, kBf16, s.batch, s.heads_kv, s.len_k, D, Tr::kBlockN);
+      maps.o = make_tma_tensor(p.o, kBf16, s.batch, s.heads_q, s.len_q, D, 64);
       if (s.has_mask)
-        detail::launch(sm90::flash_fwd_sm90_kernel<T, D, true>, grid, Tr::kThreads, Tr::kSmemBytes, stream, p);
+        detail::launch(sm90::flash_fwd_sm90_kernel<T, D, true>, grid, Tr::kThreads, Tr::kSmemBytes, stream, p, maps);
       else
-        detail::launch(sm90::flash_fwd_sm90_kernel<T, D, false>, grid, Tr::kThreads, Tr::kSmemBytes, stream, p);
+        detail::launch(sm90::flash_fwd_sm90_kernel<T, D, false>, grid, Tr::kThreads, Tr::kSmemBytes, stream, p, maps);
       return;
     }
   }

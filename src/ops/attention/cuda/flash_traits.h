@@ -52,7 +52,8 @@ inline constexpr FlashTiles kTiles32[] = {
 
 // Hopper (sm_90a) kernels, 16-bit inputs, head dims 64 and 128 (flash_*_sm90_kernel.cuh). Each
 // warpgroup (4 warps) owns 64 rows of its kernel's row tile, so the row tile is 64 * warpgroups:
-//   forward : fwd_wg warpgroups x 64 queries, key tile fwd_n, fwd_st K/V buffers
+//   forward : fwd_wg consumer warpgroups x 64 queries (plus one TMA producer warpgroup), key tile
+//             fwd_n, fwd_st K/V buffers
 //   dK/dV   : kv_wg warpgroups x 64 keys, query tile kv_m, kv_st Q/dO buffers
 //   dQ      : dq_wg warpgroups x 64 queries, key tile dq_n, dq_st K/V buffers
 // Tiles are 128-byte-swizzled (no padding). Registers bound the tiles: an accumulator of 64 x n takes
