@@ -13,8 +13,11 @@
 // (AttentionOptions::deterministic = false, flash_bwd_atomic.cuh) runs the dK/dV kernel with kAtomicDq:
 // it also writes dS^T to shared memory and computes dQ_tile = dS K (M-major dS, N-major K; warpgroup w
 // takes the w-th half of dQ's columns over all the block's keys) and adds it into the fp32 dq_accum.
-// Tiles are 128-byte-swizzled and streamed with cp.async (flash_sm90_ptx.cuh); tile sizes come from
-// kSm90Tiles (flash_traits.h).
+// Both kernels are warp-specialised as the forward (flash_fwd_sm90_kernel.cuh): warpgroup 0 is the
+// producer — one thread issues the TMA copies of the resident tiles and of every step's tiles (plus, for
+// dK/dV, bulk copies of the step's L and D rows) into a ring of 128-byte-swizzled buffers guarded by
+// mbarriers — and the consumer warpgroups do the products. Only the atomic mode's shared dS^T makes the
+// consumers meet once per step (a named barrier). Tile sizes come from kSm90Tiles (flash_traits.h).
 #pragma once
 
 #include <cstdint>
@@ -22,23 +25,36 @@
 #include "ops/attention/cuda/flash_bwd_atomic.cuh"
 #include "ops/attention/cuda/flash_bwd_kernel.cuh"
 #include "ops/attention/cuda/flash_fwd_sm90_kernel.cuh"
+#include "ops/attention/cuda/flash_sm90_pipeline.cuh"
 
 namespace ft::flash::sm90 {
+
+// The TMA maps of the backward's operands (flash_tma.h), passed beside FlashBwdParams; boxes are the
+// kernel's query and key tiles (dq: 64 rows, dQ kernel only).
+struct BwdTmaMaps {
+  TmaTensor q, d_o, k, v, dq;
+};
 
 template <class T, int D, bool kAtomicDq>
 struct BwdKvTraits {
   static constexpr FlashSm90Tiles kTiles = flash_sm90_tiles(D);
-  static constexpr int kWarpGroups = kTiles.kv_wg, kBlockN = 64 * kWarpGroups;  // keys
-  static constexpr int kBlockM = kTiles.kv_m, kStages = kTiles.kv_st;          // queries
-  static constexpr int kThreads = 128 * kWarpGroups;
-  static constexpr int kDqCols = D / kWarpGroups;  // atomic mode: dQ columns per warpgroup
+  static constexpr int kConsumers = kTiles.kv_wg, kBlockN = 64 * kConsumers;  // keys
+  static constexpr int kBlockM = kTiles.kv_m, kStages = kTiles.kv_st;        // queries
+  static constexpr int kConsumerThreads = 128 * kConsumers;
+  static constexpr int kThreads = 128 + kConsumerThreads;  // producer warpgroup first
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegs = (65536 / 128 - kProducerRegs) / kConsumers / 8 * 8;
+  static constexpr int kDqCols = D / kConsumers;  // atomic mode: dQ columns per warpgroup
   // sK, sV (kBlockN, D) | sQ, sdO (kStages, kBlockM, D) | atomic mode: sdS (2, kBlockN, kBlockM), all
-  // swizzled | sL, sD (kStages, kBlockM) fp32. dK and dV are staged as padded (kBlockN, kLd) tiles over
-  // the 16-bit part after the loop.
+  // swizzled | sL, sD (kStages, kBlockM) fp32 | mbarriers: K and V landed, each step's tiles landed, each
+  // slot free. dK and dV are staged as padded (kBlockN, kLd) tiles over the 16-bit part after the loop.
   static constexpr int kDsElems = kAtomicDq ? 2 * kBlockN * kBlockM : 0;  // sdS
   static constexpr int kTileBytes =
       ((2 * kBlockN + 2 * kStages * kBlockM) * D + kDsElems) * static_cast<int>(sizeof(T));
-  static constexpr int kSmemBytes = kTileBytes + 2 * kStages * kBlockM * static_cast<int>(sizeof(float)) + kSmemSlack;
+  static constexpr int kStepBytes = 2 * kBlockM * (D * static_cast<int>(sizeof(T)) + static_cast<int>(sizeof(float)));
+  static constexpr int kBarriers = 1 + 2 * kStages;
+  static constexpr int kSmemBytes =
+      kTileBytes + 2 * kStages * kBlockM * static_cast<int>(sizeof(float)) + kBarriers * 8 + kSmemSlack;
   static_assert(D % kPanel == 0 && kBlockM % 64 == 0 && kQueryPad % kBlockM == 0 && kStages >= 2,
                 "bad sm90 dK/dV tiles");
   static_assert(!kAtomicDq || (kBlockM == kPanel && kDqCols % 16 == 0 && kDqCols <= kPanel),
@@ -49,15 +65,20 @@ struct BwdKvTraits {
 template <class T, int D>
 struct BwdDqTraits {
   static constexpr FlashSm90Tiles kTiles = flash_sm90_tiles(D);
-  static constexpr int kWarpGroups = kTiles.dq_wg, kBlockM = 64 * kWarpGroups;  // queries
-  static constexpr int kBlockN = kTiles.dq_n, kStages = kTiles.dq_st;           // keys
-  static constexpr int kThreads = 128 * kWarpGroups;
-  // sQ, sdO (kBlockM, D) | sK, sV (kStages, kBlockN, D), all swizzled; dQ is staged padded in sK's space.
+  static constexpr int kConsumers = kTiles.dq_wg, kBlockM = 64 * kConsumers;  // queries
+  static constexpr int kBlockN = kTiles.dq_n, kStages = kTiles.dq_st;        // keys
+  static constexpr int kConsumerThreads = 128 * kConsumers;
+  static constexpr int kThreads = 128 + kConsumerThreads;
+  static constexpr int kProducerRegs = 24;
+  static constexpr int kConsumerRegs = (65536 / 128 - kProducerRegs) / kConsumers / 8 * 8;
+  static constexpr int kTileBytes = kBlockN * D * static_cast<int>(sizeof(T));  // one K or V tile
+  // sQ, sdO (kBlockM, D) | sK, sV (kStages, kBlockN, D), all swizzled | mbarriers: Q and dO landed, K and
+  // V of each slot landed, each slot free. dQ leaves through each consumer's own Q rows.
+  static constexpr int kBarriers = 1 + 3 * kStages;
   static constexpr int kSmemBytes =
-      (2 * kBlockM + 2 * kStages * kBlockN) * D * static_cast<int>(sizeof(T)) + kSmemSlack;
+      (2 * kBlockM + 2 * kStages * kBlockN) * D * static_cast<int>(sizeof(T)) + kBarriers * 8 + kSmemSlack;
   static_assert(D % kPanel == 0 && kBlockN % 64 == 0 && kQueryPad % kBlockM == 0 && kStages >= 2,
                 "bad sm90 dQ tiles");
-  static_assert(kBlockM * kLd<T, D> <= 2 * kStages * kBlockN * D, "dQ staging does not fit");
 };
 
 // Stores this warp's rows of dS^T (the register A fragments of dK += dS^T Q, rows warp_row.., BM query
@@ -89,10 +110,10 @@ __device__ __forceinline__ void add_dq_tile(float* accum, int col0, const float 
 
 template <class T, int D, bool kHasMask, bool kAtomicDq>
 __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
-    flash_bwd_dkdv_sm90_kernel(const __grid_constant__ FlashBwdParams p) {
+    flash_bwd_dkdv_sm90_kernel(const __grid_constant__ FlashBwdParams p, const __grid_constant__ BwdTmaMaps maps) {
 #if FT_SM90_DEVICE
   using Tr = BwdKvTraits<T, D, kAtomicDq>;
-  constexpr int BN = Tr::kBlockN, BM = Tr::kBlockM, kStages = Tr::kStages, kThreads = Tr::kThreads;
+  constexpr int BN = Tr::kBlockN, BM = Tr::kBlockM, kStages = Tr::kStages, kConsumerThreads = Tr::kConsumerThreads;
   constexpr int kNtS = BM / 8;  // transposed score tiles (columns = queries)
   constexpr int kNtD = D / 8;   // dK/dV tiles
   const FlashShape& s = p.shape;
@@ -105,19 +126,15 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
   T* sdS = sdO + kStages * BM * D;    // atomic mode: (2, BN, BM) swizzled dS^T, alternate steps
   float* sL = reinterpret_cast<float*>(sdS + Tr::kDsElems);  // (kStages, BM) L * log2(e)
   float* sD = sL + kStages * BM;                                 // (kStages, BM) D
+  std::uint64_t* kv_full = reinterpret_cast<std::uint64_t*>(sD + kStages * BM);
+  std::uint64_t* step_full = kv_full + 1;        // (kStages)
+  std::uint64_t* slot_free = step_full + kStages;  // (kStages)
 
   const int n_block = blockIdx.y;
   const int b = blockIdx.x / s.heads_kv, hk = blockIdx.x % s.heads_kv;
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, t = lane & 3;
-  const int wg_row = (warp / 4) * 64, warp_row = warp * 16;  // first key row of this warpgroup / warp
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int n0 = n_block * BN;
   const int keys_valid = s.len_k - n0;
-
-  const T* k = p.k.at<const T>(b, hk, n0);
-  const T* v = p.v.at<const T>(b, hk, n0);
-  load_tile_sw128<T, BN, D, kThreads>(sK, k, p.k.row_stride, keys_valid, tid);
-  load_tile_sw128<T, BN, D, kThreads>(sV, v, p.v.row_stride, keys_valid, tid);
-  cp_async_commit();
 
   // Query tiles that see some key of this tile (as the sm80 kernel).
   const int key_last = min(n0 + BN, s.len_k) - 1;
@@ -126,27 +143,51 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
   const int m_first = static_cast<int>(q_begin / BM);
   const int m_count = q_end > q_begin ? static_cast<int>((q_end + BM - 1) / BM) - m_first : 0;
   const int n_iters = m_count * s.group;
-  const KeyQueries queries[2] = {KeyQueries(key_queries<kHasMask>(n0 + warp_row + g, s)),
-                                 KeyQueries(key_queries<kHasMask>(n0 + warp_row + g + 8, s))};
-
   // Step it's query head and first query row: the steps run over the group's heads, each over the tiles.
   auto step_head = [&](int it) { return hk * s.group + it / m_count; };
   auto step_row0 = [&](int it) { return (m_first + it % m_count) * BM; };
-  auto load_q = [&](int it) {
-    if (it < n_iters) {
-      const int h = step_head(it);
-      const int m0 = step_row0(it);
-      const int slot = it % kStages;
-      const T* q = p.q.at<const T>(b, h, m0);
-      const T* d_o = p.d_o.at<const T>(b, h, m0);
-      load_tile_sw128<T, BM, D, kThreads>(sQ + slot * BM * D, q, p.q.row_stride, s.len_q - m0, tid);
-      load_tile_sw128<T, BM, D, kThreads>(sdO + slot * BM * D, d_o, p.d_o.row_stride, s.len_q - m0, tid);
-      const std::int64_t row = static_cast<std::int64_t>(b * s.heads_q + h) * p.len_q_pad + m0;
-      load_row_values<BM, kThreads>(sL + slot * BM, p.lse_log2 + row, tid);
-      load_row_values<BM, kThreads>(sD + slot * BM, p.dsum + row, tid);
+
+  if (tid == 0) {
+    mbar_init(kv_full, 1);
+    for (int i = 0; i < kStages; ++i) {
+      mbar_init(&step_full[i], 1);
+      mbar_init(&slot_free[i], kConsumerThreads);
     }
-    cp_async_commit();
-  };
+    mbar_init_fence();
+  }
+  __syncthreads();
+
+  if (warp < 4) {  // ---- producer warpgroup: one thread issues every copy ----
+    setmaxnreg_dec<Tr::kProducerRegs>();
+    if (tid != 0) return;
+    tma_prefetch_map(maps.q);
+    tma_prefetch_map(maps.d_o);
+    mbar_arrive_expect_tx(kv_full, 2 * BN * D * sizeof(T));
+    tma_load_tile<T, BN, D>(sK, maps.k, n0, hk, b, kv_full);
+    tma_load_tile<T, BN, D>(sV, maps.v, n0, hk, b, kv_full);
+    RingPosition<kStages> pos;
+    for (int it = 0; it < n_iters; ++it, pos.advance()) {
+      const int h = step_head(it), m0 = step_row0(it);
+      const std::int64_t row = static_cast<std::int64_t>(b * s.heads_q + h) * p.len_q_pad + m0;
+      std::uint64_t* full = &step_full[pos.slot];
+      mbar_wait(&slot_free[pos.slot], pos.phase ^ 1);
+      mbar_arrive_expect_tx(full, Tr::kStepBytes);
+      tma_load_tile<T, BM, D>(sQ + pos.slot * BM * D, maps.q, m0, h, b, full);
+      tma_load_tile<T, BM, D>(sdO + pos.slot * BM * D, maps.d_o, m0, h, b, full);
+      bulk_load(sL + pos.slot * BM, p.lse_log2 + row, BM * sizeof(float), full);
+      bulk_load(sD + pos.slot * BM, p.dsum + row, BM * sizeof(float), full);
+    }
+    return;
+  }
+
+  // ---- consumer warpgroups ----
+  setmaxnreg_inc<Tr::kConsumerRegs>();
+  const int ctid = tid - 128, cwarp = warp - 4;
+  const int g = lane >> 2, t = lane & 3;
+  const int wg_row = (cwarp / 4) * 64, warp_row = cwarp * 16;  // first key row of this warpgroup / warp
+  const KeyQueries queries[2] = {KeyQueries(key_queries<kHasMask>(n0 + warp_row + g, s)),
+                                 KeyQueries(key_queries<kHasMask>(n0 + warp_row + g + 8, s))};
+
   // dq_accum rows of step `it`'s query tile (atomic mode).
   auto dq_rows = [&](int it) {
     const int h = step_head(it), m0 = step_row0(it);
@@ -154,32 +195,33 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
   };
   auto sds_of = [&](int it) { return sdS + (it % 2) * BN * BM; };  // atomic mode: step it's dS^T buffer
   constexpr int kDqCols = Tr::kDqCols;
-  const int dq_col0 = (warp / 4) * kDqCols;  // atomic mode: this warpgroup's dQ columns
+  const int dq_col0 = (cwarp / 4) * kDqCols;  // atomic mode: this warpgroup's dQ columns
 
   // Atomic mode: step it issues dQ of step it - 1 (its dS^T, in sdS buffer (it - 1) % 2, is complete for
-  // both warpgroups after step it's barrier) behind dV, and adds it into dq_accum while dK runs; the last
-  // step's dQ follows the loop. Step 0 issues one from the zeroed buffer 1 and adds nothing: a branch
-  // around the issue makes ptxas serialise every wgmma of the kernel.
+  // both warpgroups after step it's consumer barrier) behind dV, and adds it into dq_accum while dK runs;
+  // the last step's dQ follows the loop. Step 0 issues one from the zeroed buffer 1 and adds nothing: a
+  // branch around the issue makes ptxas serialise every wgmma of the kernel.
   auto issue_dq = [&](int it, float (&acc_dq)[kDqCols / 8][4]) {
     gemm_ss_mnmajor<T, kDqCols, BN>(acc_dq, sds_of(it), sK + (dq_col0 / kPanel) * BN * kPanel + dq_col0 % kPanel);
     wgmma_commit();
   };
-
-#pragma unroll
-  for (int st = 0; st < kStages - 1; ++st) load_q(st);
-  if constexpr (kAtomicDq) {  // ordered before step 0's dQ by the loop's first fence and barrier
-    for (int i = tid; i < BN * BM / 8; i += kThreads) reinterpret_cast<uint4*>(sds_of(1))[i] = uint4{};
+  if constexpr (kAtomicDq) {  // ordered before step 0's dQ by its fence and consumer barrier
+    for (int i = ctid; i < BN * BM / 8; i += kConsumerThreads) reinterpret_cast<uint4*>(sds_of(1))[i] = uint4{};
+    fence_proxy_async();
   }
 
   float acc_dk[kNtD][4] = {};  // dK of this thread's key rows
   float acc_dv[kNtD][4] = {};
 
-  for (int it = 0; it < n_iters; ++it) {
-    ring_step_begin<kStages, true>(it, load_q);
-    const int slot = it % kStages;
+  mbar_wait(kv_full, 0);
+  RingPosition<kStages> pos;
+  for (int it = 0; it < n_iters; ++it, pos.advance()) {
+    const int slot = pos.slot;
     const T* sQt = sQ + slot * BM * D;
     const T* sdOt = sdO + slot * BM * D;
     const int m0 = step_row0(it);
+    mbar_wait(&step_full[slot], pos.phase);
+    if constexpr (kAtomicDq) named_barrier_sync(1, kConsumerThreads);
 
     float acc_s[kNtS][4], acc_dp[kNtS][4];  // S^T = K Q^T, dP^T = V dO^T (the first k step overwrites)
     float acc_dq[kDqCols / 8][4];           // atomic mode: columns dq_col0.. of step it - 1's dS K
@@ -216,44 +258,44 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
     if constexpr (kAtomicDq) {
       wgmma_wait<1>();
       fence_accumulators(acc_dq);
-      if (it > 0) add_dq_tile<D>(dq_rows(it - 1), dq_col0, acc_dq, warp, lane);
+      if (it > 0) add_dq_tile<D>(dq_rows(it - 1), dq_col0, acc_dq, cwarp, lane);
     }
     wgmma_wait<0>();
     fence_accumulators(acc_dv);
     fence_accumulators(acc_dk);
+    mbar_arrive(&slot_free[slot]);
   }
   if constexpr (kAtomicDq) {
     if (n_iters > 0) {
-      __syncthreads();  // both warpgroups' dS^T of the last step
+      named_barrier_sync(1, kConsumerThreads);  // both warpgroups' dS^T of the last step
       float acc_dq[kDqCols / 8][4];
       wgmma_fence();
       issue_dq(n_iters - 1, acc_dq);
       wgmma_wait<0>();
       fence_accumulators(acc_dq);
-      add_dq_tile<D>(dq_rows(n_iters - 1), dq_col0, acc_dq, warp, lane);
+      add_dq_tile<D>(dq_rows(n_iters - 1), dq_col0, acc_dq, cwarp, lane);
     }
   }
 
-  cp_async_wait<0>();
-  __syncthreads();
+  named_barrier_sync(1, kConsumerThreads);  // every product is done with sK, sV, sQ and sdO
   T* sdK = sK;                     // (BN, kLd) padded staging
   T* sdV = sdK + BN * kLd<T, D>;   // (BN, kLd)
   store_acc<T, kNtD>(sdK, kLd<T, D>, warp_row, 0, acc_dk, s.scale, s.scale, lane);
   store_acc<T, kNtD>(sdV, kLd<T, D>, warp_row, 0, acc_dv, 1.f, 1.f, lane);
-  __syncthreads();
+  named_barrier_sync(1, kConsumerThreads);
   T* dk = p.dk.at<T>(b, hk, n0);
   T* dv = p.dv.at<T>(b, hk, n0);
-  store_tile<T, BN, D, kThreads>(dk, p.dk.row_stride, sdK, keys_valid, true, tid);
-  store_tile<T, BN, D, kThreads>(dv, p.dv.row_stride, sdV, keys_valid, true, tid);
+  store_tile<T, BN, D, kConsumerThreads>(dk, p.dk.row_stride, sdK, keys_valid, true, ctid);
+  store_tile<T, BN, D, kConsumerThreads>(dv, p.dv.row_stride, sdV, keys_valid, true, ctid);
 #endif
 }
 
 template <class T, int D, bool kHasMask>
 __global__ void __launch_bounds__(BwdDqTraits<T, D>::kThreads, 1)
-    flash_bwd_dq_sm90_kernel(const __grid_constant__ FlashBwdParams p) {
+    flash_bwd_dq_sm90_kernel(const __grid_constant__ FlashBwdParams p, const __grid_constant__ BwdTmaMaps maps) {
 #if FT_SM90_DEVICE
   using Tr = BwdDqTraits<T, D>;
-  constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, kStages = Tr::kStages, kThreads = Tr::kThreads;
+  constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, kStages = Tr::kStages;
   constexpr int kNtS = BN / 8;
   constexpr int kNtQ = D / 8;
   const FlashShape& s = p.shape;
@@ -263,23 +305,57 @@ __global__ void __launch_bounds__(BwdDqTraits<T, D>::kThreads, 1)
   T* sdO = sQ + BM * D;               // (BM, D) swizzled
   T* sK = sdO + BM * D;               // (kStages, BN, D) swizzled
   T* sV = sK + kStages * BN * D;      // (kStages, BN, D) swizzled
+  std::uint64_t* qdo_full = reinterpret_cast<std::uint64_t*>(sV + kStages * BN * D);
+  std::uint64_t* k_full = qdo_full + 1;         // (kStages)
+  std::uint64_t* v_full = k_full + kStages;     // (kStages)
+  std::uint64_t* slot_free = v_full + kStages;  // (kStages)
 
   const int m_block = gridDim.y - 1 - blockIdx.y;  // longest (causal) tiles of every head first
   const int bh = blockIdx.x, b = bh / s.heads_q, h = bh % s.heads_q, hk = h / s.group;
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, t = lane & 3;
-  const int wg_row = (warp / 4) * 64, warp_row = warp * 16;  // first query row of this warpgroup / warp
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int m0 = m_block * BM;
-  const int rows_valid = s.len_q - m0;
-
-  const T* q = p.q.at<const T>(b, h, m0);
-  const T* d_o = p.d_o.at<const T>(b, h, m0);
-  const T* k = p.k.at<const T>(b, hk);
-  const T* v = p.v.at<const T>(b, hk);
 
   const KeyRange tile_first = row_keys<kHasMask>(m0, s);
   const KeyRange tile_last = row_keys<kHasMask>(min(m0 + BM, s.len_q) - 1, s);
   const KeyTiles tiles = key_tiles(tile_first, tile_last, BN);
   const int n_iters = tiles.count();
+
+  if (tid == 0) {
+    mbar_init(qdo_full, 1);
+    for (int i = 0; i < kStages; ++i) {
+      mbar_init(&k_full[i], 1);
+      mbar_init(&v_full[i], 1);
+      mbar_init(&slot_free[i], Tr::kConsumerThreads);
+    }
+    mbar_init_fence();
+  }
+  __syncthreads();
+
+  if (warp < 4) {  // ---- producer warpgroup: one thread issues every copy ----
+    setmaxnreg_dec<Tr::kProducerRegs>();
+    if (tid != 0) return;
+    tma_prefetch_map(maps.k);
+    tma_prefetch_map(maps.v);
+    mbar_arrive_expect_tx(qdo_full, 2 * BM * D * sizeof(T));
+    tma_load_tile<T, BM, D>(sQ, maps.q, m0, h, b, qdo_full);
+    tma_load_tile<T, BM, D>(sdO, maps.d_o, m0, h, b, qdo_full);
+    RingPosition<kStages> pos;
+    for (int it = 0; it < n_iters; ++it, pos.advance()) {
+      const int n0 = tiles.tile(it) * BN;
+      mbar_wait(&slot_free[pos.slot], pos.phase ^ 1);
+      mbar_arrive_expect_tx(&k_full[pos.slot], Tr::kTileBytes);
+      tma_load_tile<T, BN, D>(sK + pos.slot * BN * D, maps.k, n0, hk, b, &k_full[pos.slot]);
+      mbar_arrive_expect_tx(&v_full[pos.slot], Tr::kTileBytes);
+      tma_load_tile<T, BN, D>(sV + pos.slot * BN * D, maps.v, n0, hk, b, &v_full[pos.slot]);
+    }
+    return;
+  }
+
+  // ---- consumer warpgroups ----
+  setmaxnreg_inc<Tr::kConsumerRegs>();
+  const int ctid = tid - 128, cwarp = warp - 4, wg = cwarp / 4;
+  const int g = lane >> 2, t = lane & 3;
+  const int wg_row = wg * 64, warp_row = cwarp * 16;  // first query row of this warpgroup / warp
   // This thread's rows m0 + warp_row + g (+ 8): visible keys, L log2(e) and D (padded scratch).
   RowKeys keys[2];
   float lse[2], dsum[2];
@@ -292,30 +368,21 @@ __global__ void __launch_bounds__(BwdDqTraits<T, D>::kThreads, 1)
     dsum[r] = p.dsum[scratch + row];
   }
 
-  auto load_kv = [&](int it) {
-    prefetch_kv_sw128<T, BN, D, kStages, kThreads>(sK, sV, k, p.k.row_stride, v, p.v.row_stride, tiles, it, s.len_k,
-                                                   tid);
-  };
-
-  load_tile_sw128<T, BM, D, kThreads>(sQ, q, p.q.row_stride, rows_valid, tid);
-  load_tile_sw128<T, BM, D, kThreads>(sdO, d_o, p.d_o.row_stride, rows_valid, tid);
-  cp_async_commit();
-#pragma unroll
-  for (int st = 0; st < kStages - 1; ++st) load_kv(st);
-
   float acc_dq[kNtQ][4] = {};
 
-  for (int it = 0; it < n_iters; ++it) {
-    ring_step_begin<kStages, true>(it, load_kv);
-    const int slot = it % kStages;
-    const T* sKt = sK + slot * BN * D;
-    const T* sVt = sV + slot * BN * D;
+  mbar_wait(qdo_full, 0);
+  RingPosition<kStages> pos;
+  for (int it = 0; it < n_iters; ++it, pos.advance()) {
+    const T* sKt = sK + pos.slot * BN * D;
+    const T* sVt = sV + pos.slot * BN * D;
     const int n0 = tiles.tile(it) * BN;
 
     float acc_s[kNtS][4], acc_dp[kNtS][4];  // S = Q K^T, dP = dO V^T (the first k step overwrites)
+    mbar_wait(&k_full[pos.slot], pos.phase);
     wgmma_fence();
     gemm_ss_kmajor<T, BN, D>(acc_s, sQ, BM, wg_row, sKt);
     wgmma_commit();
+    mbar_wait(&v_full[pos.slot], pos.phase);
     gemm_ss_kmajor<T, BN, D>(acc_dp, sdO, BM, wg_row, sVt);
     wgmma_commit();
     wgmma_wait<1>();  // P is computed while dP runs
@@ -332,15 +399,12 @@ __global__ void __launch_bounds__(BwdDqTraits<T, D>::kThreads, 1)
     wgmma_commit();
     wgmma_wait<0>();
     fence_accumulators(acc_dq);
+    mbar_arrive(&slot_free[pos.slot]);
   }
 
-  cp_async_wait<0>();
-  __syncthreads();
-  T* sdQ = sK;  // (BM, kLd) padded staging
-  store_acc<T, kNtQ>(sdQ, kLd<T, D>, warp_row, 0, acc_dq, s.scale, s.scale, lane);
-  __syncthreads();
-  T* dq = p.dq.at<T>(b, h, m0);
-  store_tile<T, BM, D, kThreads>(dq, p.dq.row_stride, sdQ, rows_valid, true, tid);
+  // dQ -> this warpgroup's Q rows (no longer read) -> global.
+  store_rows_tma<T, BM, D>(sQ, wg_row, warp_row, acc_dq, s.scale, s.scale, maps.dq, m0, h, b, s.len_q, 1 + wg,
+                           ctid % 128 == 0, lane);
 #endif
 }
 

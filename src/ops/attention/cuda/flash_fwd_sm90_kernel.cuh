@@ -60,7 +60,6 @@ struct FwdTraits {
   // share the rest of the 64K register file.
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = (65536 / 128 - kProducerRegs) / kConsumers / 8 * 8;
-  static constexpr int kPanels = D / kPanel;
   static constexpr int kTileBytes = kBlockN * D * static_cast<int>(sizeof(T));  // one K or V tile
   // sQ (kBlockM, D) | sK (kStages, kBlockN, D) | sV (kStages, kBlockN, D), swizzled, then the mbarriers:
   // Q landed, K and V of each slot landed, each slot free. O is staged in each consumer's own Q rows.
@@ -116,23 +115,15 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
     tma_prefetch_map(maps.k);
     tma_prefetch_map(maps.v);
     mbar_arrive_expect_tx(q_full, BM * D * sizeof(T));
-#pragma unroll
-    for (int pn = 0; pn < Tr::kPanels; ++pn)
-      tma_load(sQ + pn * BM * kPanel, maps.q, tma_coords(maps.q, pn * kPanel, m0, h, b), q_full);
+    tma_load_tile<T, BM, D>(sQ, maps.q, m0, h, b, q_full);
     RingPosition<kStages> pos;
     for (int it = 0; it < n_iters; ++it, pos.advance()) {
       const int n0 = tiles.tile(it) * BN;
       mbar_wait(&slot_free[pos.slot], pos.phase ^ 1);
-      T* sKt = sK + pos.slot * BN * D;
-      T* sVt = sV + pos.slot * BN * D;
       mbar_arrive_expect_tx(&k_full[pos.slot], Tr::kTileBytes);
-#pragma unroll
-      for (int pn = 0; pn < Tr::kPanels; ++pn)
-        tma_load(sKt + pn * BN * kPanel, maps.k, tma_coords(maps.k, pn * kPanel, n0, hk, b), &k_full[pos.slot]);
+      tma_load_tile<T, BN, D>(sK + pos.slot * BN * D, maps.k, n0, hk, b, &k_full[pos.slot]);
       mbar_arrive_expect_tx(&v_full[pos.slot], Tr::kTileBytes);
-#pragma unroll
-      for (int pn = 0; pn < Tr::kPanels; ++pn)
-        tma_load(sVt + pn * BN * kPanel, maps.v, tma_coords(maps.v, pn * kPanel, n0, hk, b), &v_full[pos.slot]);
+      tma_load_tile<T, BN, D>(sV + pos.slot * BN * D, maps.v, n0, hk, b, &v_full[pos.slot]);
     }
     return;
   }
@@ -148,7 +139,7 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
   mbar_wait(q_full, 0);
   if (s.scale_log2 < 0.f) {  // S = |scale| (-Q) K^T: flip the sign bits of this warpgroup's rows
 #pragma unroll
-    for (int pn = 0; pn < Tr::kPanels; ++pn) {
+    for (int pn = 0; pn < D / kPanel; ++pn) {
       uint4* rows = reinterpret_cast<uint4*>(sQ + pn * BM * kPanel + wg_row * kPanel);  // 64 rows x 128 bytes
       for (int i = ctid % 128; i < 64 * kPanelRowBytes / 16; i += 128) {
         uint4 x = rows[i];
@@ -195,27 +186,9 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
   float factor[2], lse[2];
   finish_rows(row_max, row_sum, p.sinks, h, factor, lse);
 
-  // O -> this warpgroup's Q rows (no longer read), swizzled as the O map's boxes, then one TMA store.
-  T* sO = sQ + wg_row * kPanel;  // panel pn of the staged rows at sO + pn * BM * kPanel
-#pragma unroll
-  for (int j = 0; j < kNtO; ++j) {
-    const int col = 8 * j + 2 * t;
-    T* panel = sO + (col / kPanel) * BM * kPanel;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = warp_row - wg_row + g + 8 * r;  // within the warpgroup's 64 rows
-      *reinterpret_cast<std::uint32_t*>(panel + sw128_offset(64, row, col % kPanel)) =
-          Mma<T>::pack(acc_o[j][2 * r] * factor[r], acc_o[j][2 * r + 1] * factor[r]);
-    }
-  }
-  fence_proxy_async();
-  named_barrier_sync(1 + wg, 128);
-  if (ctid % 128 == 0 && m0 + wg_row < s.len_q) {
-#pragma unroll
-    for (int pn = 0; pn < Tr::kPanels; ++pn)
-      tma_store(maps.o, tma_coords(maps.o, pn * kPanel, m0 + wg_row, h, b), sO + pn * BM * kPanel);
-    tma_store_wait_all();
-  }
+  // O -> this warpgroup's Q rows (no longer read) -> global.
+  store_rows_tma<T, BM, D>(sQ, wg_row, warp_row, acc_o, factor[0], factor[1], maps.o, m0, h, b, s.len_q, 1 + wg,
+                           ctid % 128 == 0, lane);
   float* lse_out = p.lse.at<float>(b, h);
   write_lse(lse_out, p.lse.row_stride, m0 + warp_row + g, s.len_q, lse, t);
 #endif

@@ -27,6 +27,16 @@ void launch(Kernel kernel, dim3 grid, int threads, int smem_bytes, cudaStream_t 
   FT_CUDA_CHECK_LAUNCH();
 }
 
+// TMA maps of a query-shaped (q, o, d_o, dq) or key-shaped (k, v) operand for boxes of box_rows rows.
+template <class T, int D>
+TmaTensor query_map(const TensorRef& t, const FlashShape& s, int box_rows) {
+  return make_tma_tensor(t, std::is_same_v<T, __nv_bfloat16>, s.batch, s.heads_q, s.len_q, D, box_rows);
+}
+template <class T, int D>
+TmaTensor key_map(const TensorRef& t, const FlashShape& s, int box_rows) {
+  return make_tma_tensor(t, std::is_same_v<T, __nv_bfloat16>, s.batch, s.heads_kv, s.len_k, D, box_rows);
+}
+
 inline unsigned ceil_div(int a, int b) { return static_cast<unsigned>((a + b - 1) / b); }
 
 // Grids are (batch x heads, tiles): tiles go in the y dimension, limited to 65535 blocks.
@@ -62,12 +72,11 @@ void run_flash_fwd(const FlashFwdParams& p, cudaStream_t stream) {
     if (s.sm90) {
       using Tr = sm90::FwdTraits<T, D>;
       const dim3 grid = detail::tile_grid(s.batch * s.heads_q, s.len_q, Tr::kBlockM);
-      constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
       sm90::FwdTmaMaps maps;
-      maps.q = make_tma_tensor(p.q, kBf16, s.batch, s.heads_q, s.len_q, D, Tr::kBlockM);
-      maps.k = make_tma_tensor(p.k, kBf16, s.batch, s.heads_kv, s.len_k, D, Tr::kBlockN);
-      maps.v = make_tma_tensor(p.v, kBf16, s.batch, s.heads_kv, s.len_k, D, Tr::kBlockN);
-      maps.o = make_tma_tensor(p.o, kBf16, s.batch, s.heads_q, s.len_q, D, 64);
+      maps.q = detail::query_map<T, D>(p.q, s, Tr::kBlockM);
+      maps.k = detail::key_map<T, D>(p.k, s, Tr::kBlockN);
+      maps.v = detail::key_map<T, D>(p.v, s, Tr::kBlockN);
+      maps.o = detail::query_map<T, D>(p.o, s, 64);
       if (s.has_mask)
         detail::launch(sm90::flash_fwd_sm90_kernel<T, D, true>, grid, Tr::kThreads, Tr::kSmemBytes, stream, p, maps);
       else
@@ -83,6 +92,47 @@ void run_flash_fwd(const FlashFwdParams& p, cudaStream_t stream) {
     detail::launch(flash_fwd_kernel<T, D, false>, grid, Tr::kThreads, Tr::kSmemBytes, stream, p);
 }
 
+// The Hopper backward after the pre-pass: the dK/dV kernel with atomic dQ and the convert kernel, or the
+// deterministic dK/dV and dQ kernels.
+template <class T, int D>
+void run_flash_bwd_sm90(const FlashBwdParams& p, cudaStream_t stream) {
+  const FlashShape& s = p.shape;
+  auto run_dkdv = [&](auto atomic) {
+    using Tr = sm90::BwdKvTraits<T, D, decltype(atomic)::value>;
+    sm90::BwdTmaMaps maps;
+    maps.q = detail::query_map<T, D>(p.q, s, Tr::kBlockM);
+    maps.d_o = detail::query_map<T, D>(p.d_o, s, Tr::kBlockM);
+    maps.k = detail::key_map<T, D>(p.k, s, Tr::kBlockN);
+    maps.v = detail::key_map<T, D>(p.v, s, Tr::kBlockN);
+    const dim3 grid = detail::tile_grid(s.batch * s.heads_kv, s.len_k, Tr::kBlockN);
+    if (s.has_mask)
+      detail::launch(sm90::flash_bwd_dkdv_sm90_kernel<T, D, true, decltype(atomic)::value>, grid, Tr::kThreads,
+                     Tr::kSmemBytes, stream, p, maps);
+    else
+      detail::launch(sm90::flash_bwd_dkdv_sm90_kernel<T, D, false, decltype(atomic)::value>, grid, Tr::kThreads,
+                     Tr::kSmemBytes, stream, p, maps);
+  };
+  if (!p.deterministic) {
+    zero_dq_accum<D>(p, stream);
+    run_dkdv(std::true_type{});
+    convert_dq_accum<T, D>(p, stream);
+    return;
+  }
+  run_dkdv(std::false_type{});
+  using Tr = sm90::BwdDqTraits<T, D>;
+  sm90::BwdTmaMaps maps;
+  maps.q = detail::query_map<T, D>(p.q, s, Tr::kBlockM);
+  maps.d_o = detail::query_map<T, D>(p.d_o, s, Tr::kBlockM);
+  maps.k = detail::key_map<T, D>(p.k, s, Tr::kBlockN);
+  maps.v = detail::key_map<T, D>(p.v, s, Tr::kBlockN);
+  maps.dq = detail::query_map<T, D>(p.dq, s, 64);
+  const dim3 grid = detail::tile_grid(s.batch * s.heads_q, s.len_q, Tr::kBlockM);
+  if (s.has_mask)
+    detail::launch(sm90::flash_bwd_dq_sm90_kernel<T, D, true>, grid, Tr::kThreads, Tr::kSmemBytes, stream, p, maps);
+  else
+    detail::launch(sm90::flash_bwd_dq_sm90_kernel<T, D, false>, grid, Tr::kThreads, Tr::kSmemBytes, stream, p, maps);
+}
+
 template <class T, int D>
 void run_flash_bwd(const FlashBwdParams& p, cudaStream_t stream) {
   const FlashShape& s = p.shape;
@@ -92,33 +142,7 @@ void run_flash_bwd(const FlashBwdParams& p, cudaStream_t stream) {
 
   if constexpr (has_sm90_kernels(sizeof(T), D)) {
     if (s.sm90) {
-      if (!p.deterministic) {
-        using Tr = sm90::BwdKvTraits<T, D, true>;
-        zero_dq_accum<D>(p, stream);
-        const dim3 kv_grid = detail::tile_grid(s.batch * s.heads_kv, s.len_k, Tr::kBlockN);
-        if (s.has_mask)
-          detail::launch(sm90::flash_bwd_dkdv_sm90_kernel<T, D, true, true>, kv_grid, Tr::kThreads, Tr::kSmemBytes,
-                         stream, p);
-        else
-          detail::launch(sm90::flash_bwd_dkdv_sm90_kernel<T, D, false, true>, kv_grid, Tr::kThreads, Tr::kSmemBytes,
-                         stream, p);
-        convert_dq_accum<T, D>(p, stream);
-        return;
-      }
-      using KvTr = sm90::BwdKvTraits<T, D, false>;
-      using DqTr = sm90::BwdDqTraits<T, D>;
-      const dim3 kv_grid = detail::tile_grid(s.batch * s.heads_kv, s.len_k, KvTr::kBlockN);
-      const dim3 dq_grid = detail::tile_grid(s.batch * s.heads_q, s.len_q, DqTr::kBlockM);
-      if (s.has_mask) {
-        detail::launch(sm90::flash_bwd_dkdv_sm90_kernel<T, D, true, false>, kv_grid, KvTr::kThreads, KvTr::kSmemBytes,
-                       stream, p);
-        detail::launch(sm90::flash_bwd_dq_sm90_kernel<T, D, true>, dq_grid, DqTr::kThreads, DqTr::kSmemBytes, stream, p);
-      } else {
-        detail::launch(sm90::flash_bwd_dkdv_sm90_kernel<T, D, false, false>, kv_grid, KvTr::kThreads,
-                       KvTr::kSmemBytes, stream, p);
-        detail::launch(sm90::flash_bwd_dq_sm90_kernel<T, D, false>, dq_grid, DqTr::kThreads, DqTr::kSmemBytes, stream,
-                       p);
-      }
+      run_flash_bwd_sm90<T, D>(p, stream);
       return;
     }
   }

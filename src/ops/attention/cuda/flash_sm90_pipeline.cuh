@@ -95,6 +95,26 @@ __device__ __forceinline__ void tma_load(void* smem, const TmaTensor& t, const T
 #endif
 }
 
+// A (ROWS, D) 16-bit tile at (row0, head, batch) -> the sw128 tile `smem` (D / 64 panels of ROWS rows),
+// one box per panel; the map's boxes are (ROWS, 64).
+template <class T, int ROWS, int D>
+__device__ __forceinline__ void tma_load_tile(T* smem, const TmaTensor& t, int row0, int head, int batch,
+                                              std::uint64_t* bar) {
+#pragma unroll
+  for (int pn = 0; pn < D / kPanel; ++pn) tma_load(smem + pn * ROWS * kPanel, t, tma_coords(t, pn * kPanel, row0, head, batch), bar);
+}
+
+// `bytes` (a multiple of 16) of contiguous global memory -> shared memory, both 16-byte aligned;
+// completes `bytes` of the phase of `bar`.
+__device__ __forceinline__ void bulk_load(void* smem, const void* gmem, int bytes, std::uint64_t* bar) {
+#if FT_SM90_DEVICE
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(
+                   smem_u32(smem)),
+               "l"(gmem), "r"(bytes), "r"(smem_u32(bar))
+               : "memory");
+#endif
+}
+
 // Shared memory `smem` -> the box at `at`; rows outside the tensor are not written. The writes of
 // `smem` must be fenced (fence_proxy_async) and synchronised before; tma_store_wait before reuse.
 __device__ __forceinline__ void tma_store(const TmaTensor& t, const TmaCoords& at, const void* smem) {
@@ -114,6 +134,43 @@ __device__ __forceinline__ void tma_store_wait_all() {
 
 // ---- warpgroups ----
 
+// Barrier `id` (1..15; 0 is __syncthreads) over `threads` threads.
+__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
+
+// One warpgroup's 64 rows of a (BM, D) 16-bit output tile leave through TMA: its accumulator (rows
+// warp_row + g and + 8 of the tile, scaled by f0 and f1) -> rows wg_row.. of the sw128 tile `tile`
+// (panels of BM rows; no wgmma of the warpgroup may still read them) -> global rows row0 + wg_row.. of
+// (head, batch) in `map` (boxes of 64 rows); rows at or past `len` are not written. Every thread of the
+// warpgroup calls it; `barrier` is the warpgroup's named barrier and `leader` one of its threads.
+template <class T, int BM, int D>
+__device__ __forceinline__ void store_rows_tma(T* tile, int wg_row, int warp_row, const float (&acc)[D / 8][4],
+                                               float f0, float f1, const TmaTensor& map, int row0, int head,
+                                               int batch, int len, int barrier, bool leader, int lane) {
+  const int g = lane >> 2, t = lane & 3;
+  T* rows = tile + wg_row * kPanel;  // panel pn of the warpgroup's rows at rows + pn * BM * kPanel
+#pragma unroll
+  for (int j = 0; j < D / 8; ++j) {
+    const int col = 8 * j + 2 * t;
+    T* panel = rows + (col / kPanel) * BM * kPanel;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = warp_row - wg_row + g + 8 * r;
+      *reinterpret_cast<std::uint32_t*>(panel + sw128_offset(64, row, col % kPanel)) =
+          Mma<T>::pack(acc[j][2 * r] * (r ? f1 : f0), acc[j][2 * r + 1] * (r ? f1 : f0));
+    }
+  }
+  fence_proxy_async();
+  named_barrier_sync(barrier, 128);
+  if (leader && row0 + wg_row < len) {
+#pragma unroll
+    for (int pn = 0; pn < D / kPanel; ++pn)
+      tma_store(map, tma_coords(map, pn * kPanel, row0 + wg_row, head, batch), rows + pn * BM * kPanel);
+    tma_store_wait_all();
+  }
+}
+
 // Every warp of a warpgroup executes these: the warpgroup's per-thread register limit becomes N.
 template <int N>
 __device__ __forceinline__ void setmaxnreg_dec() {
@@ -126,11 +183,6 @@ __device__ __forceinline__ void setmaxnreg_inc() {
 #if FT_SM90_DEVICE
   asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(N));
 #endif
-}
-
-// Barrier `id` (1..15; 0 is __syncthreads) over `threads` threads.
-__device__ __forceinline__ void named_barrier_sync(int id, int threads) {
-  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
 }  // namespace ft::flash::sm90
