@@ -604,6 +604,41 @@ TEST(FlashAttention, Sm90KernelsRefuseWhatTheyCannotRun) {
   }
 }
 
+// K and V broadcast over the query heads (head stride 0): the Hopper kernels' TMA maps cannot describe
+// them, so auto runs the sm80 kernels (the same output, bit for bit, as grouped-query attention reading
+// the one stored head) and a forced sm90 is refused by name.
+TEST(FlashAttention, BroadcastOperandsRunOnSm80) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  ChoiceCase c({.name = "broadcast", .dtype = DType::bf16, .heads_q = 2, .heads_kv = 2, .len_q = 64, .len_k = 64});
+  std::mt19937_64 rng(7);
+  for (const Tensor* x : {&c.q.view, &c.k.view, &c.v.view})
+    write_from_double(*x, random_values(static_cast<std::size_t>(x->numel()), rng, c.c.dtype, 1.0));
+  const Tensor& k = c.k.view;
+  const Tensor& v = c.v.view;
+  const Tensor k_bcast(k.data(), k.dtype(), k.device(), {1, 2, 64, 64}, {k.stride(0), 0, k.stride(2), 1});
+  const Tensor v_bcast(v.data(), v.dtype(), v.device(), {1, 2, 64, 64}, {v.stride(0), 0, v.stride(2), 1});
+  const Tensor k_one = k.narrow(1, 0, 1), v_one = v.narrow(1, 0, 1);
+
+  AttentionOptions options = options_of(c.c, AttentionImpl::flash);
+  const AttentionTensors bcast{c.q.view, k_bcast, v_bcast, Tensor(), c.o.view, c.lse.view};
+  EXPECT_EQ(flash_kernels_for(bcast, options), FlashKernels::sm80);
+  attention_forward(bcast, options);
+  const std::vector<double> o_bcast = read_as_double(c.o.view);
+  options.kernels = FlashKernels::sm80;
+  attention_forward({c.q.view, k_one, v_one, Tensor(), c.o.view, c.lse.view}, options);
+  EXPECT_TRUE(same_bits(o_bcast, read_as_double(c.o.view)));
+
+  if (!hopper_gpu()) return;
+  options.kernels = FlashKernels::sm90;
+  try {
+    attention_forward(bcast, options);
+    FAIL() << "kernels sm90 accepted broadcast K and V";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::unsupported);
+    EXPECT_NE(e.message().find("broadcast"), std::string::npos) << e.message();
+  }
+}
+
 TEST(FlashAttention, UnsupportedHeadDimNamesTheSupportedSet) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   const FlashCase c{.name = "d48", .dtype = DType::bf16, .len_q = 8, .len_k = 8, .head_dim = 48};
