@@ -39,7 +39,7 @@ template <class T, int D, bool kAtomicDq>
 struct BwdKvTraits {
   static constexpr FlashSm90Tiles kTiles = flash_sm90_tiles(D);
   static constexpr int kConsumers = kTiles.kv_wg, kBlockN = 64 * kConsumers;  // keys
-  static constexpr int kBlockM = kTiles.kv_m, kStages = kTiles.kv_st;        // queries
+  static constexpr int kBlockM = kAtomicDq ? 64 : kTiles.kv_m, kStages = kTiles.kv_st;  // queries
   static constexpr int kConsumerThreads = 128 * kConsumers;
   static constexpr int kThreads = 128 + kConsumerThreads;  // producer warpgroup first
   static constexpr int kProducerRegs = 24;
