@@ -29,21 +29,6 @@ __device__ __forceinline__ T* aligned_smem(unsigned char* raw) {
   return reinterpret_cast<T*>(raw + (misalign ? kGroupBytes - misalign : 0));
 }
 
-// Step `it` of a K/V prefetch ring over the visited key tiles: K and V rows from key tiles.tile(it) * BN
-// -> ring slot it % STAGES of sK, sV (swizzled; rows past len_k zero); nothing past the last tile. One
-// cp.async commit group either way.
-template <class T, int BN, int D, int STAGES, int THREADS>
-__device__ __forceinline__ void prefetch_kv_sw128(T* sK, T* sV, const T* k, std::int64_t k_ld, const T* v,
-                                                  std::int64_t v_ld, const KeyTiles& tiles, int it, int len_k, int tid) {
-  if (it < tiles.count()) {
-    const int n0 = tiles.tile(it) * BN;
-    const int slot = (it % STAGES) * BN * D;
-    load_tile_sw128<T, BN, D, THREADS>(sK + slot, k + n0 * k_ld, k_ld, len_k - n0, tid);
-    load_tile_sw128<T, BN, D, THREADS>(sV + slot, v + n0 * v_ld, v_ld, len_k - n0, tid);
-  }
-  cp_async_commit();
-}
-
 // The TMA maps of the forward's operands (flash_tma.h), passed beside FlashFwdParams.
 struct FwdTmaMaps {
   TmaTensor q, k, v, o;  // boxes of (64 rows of a consumer, or kBlockN rows) x 64 columns

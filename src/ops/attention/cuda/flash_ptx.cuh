@@ -41,8 +41,7 @@ __device__ __forceinline__ void fence_proxy_async() {
 // STAGES - 2). With STAGES >= 2: wait for step it's group, then the barrier after which every thread is
 // done with step it - 1, then refill that step's slot with step it + STAGES - 1 — one barrier per step.
 // With one buffer: load step it, wait, barrier; ring_step_end then adds the barrier before the refill.
-// kAsyncProxy: the tiles are read by wgmma (fence_proxy_async before the barrier).
-template <int STAGES, bool kAsyncProxy = false, class Prefetch>
+template <int STAGES, class Prefetch>
 __device__ __forceinline__ void ring_step_begin(int it, Prefetch&& prefetch) {
   if constexpr (STAGES >= 2) {
     cp_async_wait<STAGES - 2>();
@@ -50,7 +49,6 @@ __device__ __forceinline__ void ring_step_begin(int it, Prefetch&& prefetch) {
     prefetch(it);
     cp_async_wait<0>();
   }
-  if constexpr (kAsyncProxy) fence_proxy_async();
   __syncthreads();
   if constexpr (STAGES >= 2) prefetch(it + STAGES - 1);
 }

@@ -1,8 +1,8 @@
 // flash_sm90_ptx.cuh — internal (CUDA builds only): the Hopper (sm_90a) instructions the FlashAttention
 // sm90 kernels are built from: warpgroup MMA (wgmma.mma_async, m64nNk16, fp32 accumulation, bf16/fp16
-// operands) with its fence / commit / wait, shared-memory matrix descriptors for 128-byte-swizzled
-// tiles, and cp.async loads that write tiles in that swizzled layout (the async-proxy fence the tiles
-// need before wgmma reads them is fence_proxy_async in flash_ptx.cuh).
+// operands) with its fence / commit / wait and shared-memory matrix descriptors for 128-byte-swizzled
+// tiles (TMA writes them: flash_sm90_pipeline.cuh; generic-proxy writes need fence_proxy_async from
+// flash_ptx.cuh before wgmma reads them).
 //
 // Swizzled tiles ("sw128"): a (rows, D) 16-bit tile is stored as D / 64 panels of (rows, 64); a panel
 // row is 128 bytes, and 16-byte chunk c of row r sits at chunk position c ^ (r % 8). Panels start
@@ -42,19 +42,6 @@ inline constexpr int kGroupBytes = 1024;      // 8 swizzled rows: the stride bet
 // Element offset of (row, col) in a sw128 tile of `rows` rows.
 __device__ __forceinline__ int sw128_offset(int rows, int row, int col) {
   return (col / kPanel) * rows * kPanel + row * kPanel + ((((col % kPanel) >> 3) ^ (row & 7)) << 3) + (col & 7);
-}
-
-// Rows [0, ROWS) of a (rows, D) global matrix (row stride ld_g elements, 16-byte aligned rows) -> sw128
-// tile; rows >= valid_rows become zeros. Asynchronous: commit and wait are the caller's.
-template <class T, int ROWS, int D, int THREADS>
-__device__ __forceinline__ void load_tile_sw128(T* smem, const T* gmem, std::int64_t ld_g, int valid_rows, int tid) {
-  constexpr int kChunks = D / 8;  // 16-byte chunks per row
-#pragma unroll
-  for (int idx = tid; idx < ROWS * kChunks; idx += THREADS) {
-    const int r = idx / kChunks, c = idx % kChunks;
-    const bool valid = r < valid_rows;
-    cp_async_16(smem + sw128_offset(ROWS, r, c * 8), valid ? gmem + r * ld_g + c * 8 : gmem, valid);
-  }
 }
 
 // Shared-memory matrix descriptor of a 128-byte-swizzled operand starting at `smem`. K-major operands
