@@ -22,10 +22,11 @@ enum class AttentionImpl { naive, flash };
 const char* name_of(AttentionImpl impl);
 AttentionImpl parse_attention_impl(std::string_view text);  // "naive" | "flash"
 
-// Which CUDA flash kernels run. auto_select: the Hopper (sm_90a: wgmma) kernels on a compute capability
-// 9.0 GPU (H100, H200) for bf16/fp16 at head dims 64 and 128 with 16-byte aligned operands, the portable
-// sm80 (mma.sync) kernels otherwise; sm80: always the portable ones; sm90: the Hopper ones, or an error
-// saying why they cannot run. Both compute the same function, to rounding.
+// Which CUDA flash kernels run. auto_select: the Hopper (sm_90a: TMA, wgmma, warp-specialised) kernels on
+// a compute capability 9.0 GPU (H100, H200) for bf16/fp16 at head dims 64 and 128 with 16-byte aligned
+// base pointers and positive strides (no broadcast dims), the portable sm80 (mma.sync) kernels
+// otherwise; sm80: always the portable ones; sm90: the Hopper ones, or an error saying why they cannot
+// run. Both compute the same function, to rounding.
 enum class FlashKernels { auto_select, sm80, sm90 };
 const char* name_of(FlashKernels kernels);        // "auto" | "sm80" | "sm90"
 FlashKernels parse_flash_kernels(std::string_view text);
@@ -41,8 +42,8 @@ struct AttentionOptions {
   int block_k = 64;                // CPU tiled implementation only: key tile (>= 16)
   // CUDA flash backward only. true (the default): every sum runs in a fixed order, so repeated runs give
   // bit-identical gradients. false: FA2's scheme, dQ accumulated with fp32 atomics by the dK/dV kernel
-  // (faster; dQ may differ between runs in its last bits). The CPU and naive implementations are
-  // deterministic either way and ignore it.
+  // (faster on the sm80 kernels, slower on the Hopper ones; dQ may differ between runs in its last bits).
+  // The CPU and naive implementations are deterministic either way and ignore it.
   bool deterministic = true;
   FlashKernels kernels = FlashKernels::auto_select;  // CUDA flash only
   Stream stream;                   // CUDA work is ordered on this stream
