@@ -94,28 +94,29 @@ bool operands_aligned16(const AttentionTensors& t, const AttentionGrads* g) {
   return inputs && aligned16(g->d_o) && aligned16(g->dq) && aligned16(g->dk) && aligned16(g->dv);
 }
 
-// The Hopper kernels' condition on the operand layouts: 16-byte accesses and forward strides.
-bool operands_fit_sm90(const AttentionTensors& t, const AttentionGrads* g) {
+// The operands of a call as operands_aligned16 lists them step forward in every non-trivial dim.
+bool operands_forward_strides(const AttentionTensors& t, const AttentionGrads* g) {
   const bool inputs = forward_strides(t.q) && forward_strides(t.k) && forward_strides(t.v);
-  const bool outputs = g ? forward_strides(g->d_o) && forward_strides(g->dq) && forward_strides(g->dk) &&
-                               forward_strides(g->dv)
-                         : forward_strides(t.o);
-  return inputs && outputs && operands_aligned16(t, g);
+  if (!g) return inputs && forward_strides(t.o);
+  return inputs && forward_strides(g->d_o) && forward_strides(g->dq) && forward_strides(g->dk) &&
+         forward_strides(g->dv);
 }
 
-// The family a call runs (AttentionOptions::kernels), given whether its operands' layouts fit the Hopper
-// kernels (operands_fit_sm90).
-FlashKernels choose_kernels(const AttentionTensors& t, const AttentionShape& s, bool aligned, FlashKernels kernels) {
+// The family a call runs (AttentionOptions::kernels), given whether its operands (those of a forward when g
+// is null) allow 16-byte accesses; the Hopper kernels also need forward strides (their TMA maps).
+FlashKernels choose_kernels(const AttentionTensors& t, const AttentionGrads* g, const AttentionShape& s,
+                            bool aligned16, FlashKernels kernels) {
   if (kernels == FlashKernels::sm80) return FlashKernels::sm80;
+  const bool layout = aligned16 && operands_forward_strides(t, g);
   const bool fits =
-      t.q.dtype() != DType::f32 && flash::has_sm90_kernels(2, static_cast<int>(s.head_dim)) && aligned;
+      t.q.dtype() != DType::f32 && flash::has_sm90_kernels(2, static_cast<int>(s.head_dim)) && layout;
   const bool device = sm90_device(t.q.device().index);
   if (kernels == FlashKernels::sm90) {
     FT_CHECK_KIND(unsupported, device, "flash attention: kernels sm90 need a compute capability 9.0 GPU (H100, H200) ",
                   "and a build for sm_90a (CMAKE_CUDA_ARCHITECTURES with 90a); given ", describe_device(t.q.device()));
     FT_CHECK_KIND(unsupported, fits, "flash attention: kernels sm90 run bf16 or fp16 at head dims 64 and 128 with ",
                   "16-byte aligned base pointers and positive 16-byte-multiple strides; given ", name_of(t.q.dtype()),
-                  " at head dim ", s.head_dim, aligned ? "" : " with unaligned or broadcast operands");
+                  " at head dim ", s.head_dim, layout ? "" : " with unaligned or broadcast operands");
   }
   return fits && device ? FlashKernels::sm90 : FlashKernels::sm80;
 }
@@ -147,7 +148,7 @@ void dispatch(DType dtype, std::int64_t head_dim, Fn&& fn) {
 
 FlashKernels cuda_flash_kernels(const AttentionTensors& t, const AttentionGrads* g, const AttentionShape& s,
                                 FlashKernels kernels) {
-  return choose_kernels(t, s, operands_fit_sm90(t, g), kernels);
+  return choose_kernels(t, g, s, operands_aligned16(t, g), kernels);
 }
 
 void cuda_flash_forward(const AttentionTensors& t, const AttentionShape& s, const Stream& stream,
@@ -155,8 +156,9 @@ void cuda_flash_forward(const AttentionTensors& t, const AttentionShape& s, cons
   check_supported(s);
   CudaDeviceGuard device(t.q.device().index);
   flash::FlashFwdParams p;
-  p.shape = flash_shape(s, operands_aligned16(t, nullptr));
-  p.shape.sm90 = choose_kernels(t, s, operands_fit_sm90(t, nullptr), kernels) == FlashKernels::sm90;
+  const bool aligned = operands_aligned16(t, nullptr);
+  p.shape = flash_shape(s, aligned);
+  p.shape.sm90 = choose_kernels(t, nullptr, s, aligned, kernels) == FlashKernels::sm90;
   p.q = tensor_ref(t.q);
   p.k = tensor_ref(t.k);
   p.v = tensor_ref(t.v);
@@ -174,8 +176,9 @@ void cuda_flash_backward(const AttentionTensors& t, const AttentionGrads& g, con
   check_supported(s);
   CudaDeviceGuard device(t.q.device().index);
   flash::FlashBwdParams p;
-  p.shape = flash_shape(s, operands_aligned16(t, &g));
-  p.shape.sm90 = choose_kernels(t, s, operands_fit_sm90(t, &g), kernels) == FlashKernels::sm90;
+  const bool aligned = operands_aligned16(t, &g);
+  p.shape = flash_shape(s, aligned);
+  p.shape.sm90 = choose_kernels(t, &g, s, aligned, kernels) == FlashKernels::sm90;
   p.q = tensor_ref(t.q);
   p.k = tensor_ref(t.k);
   p.v = tensor_ref(t.v);

@@ -322,11 +322,7 @@ __global__ void __launch_bounds__(BwdDqTraits<T, D>::kThreads, 1)
 
   if (tid == 0) {
     mbar_init(qdo_full, 1);
-    for (int i = 0; i < kStages; ++i) {
-      mbar_init(&k_full[i], 1);
-      mbar_init(&v_full[i], 1);
-      mbar_init(&slot_free[i], Tr::kConsumerThreads);
-    }
+    init_kv_ring<kStages>(k_full, v_full, slot_free, Tr::kConsumerThreads);
     mbar_init_fence();
   }
   __syncthreads();

@@ -29,6 +29,19 @@ __device__ __forceinline__ T* aligned_smem(unsigned char* raw) {
   return reinterpret_cast<T*>(raw + (misalign ? kGroupBytes - misalign : 0));
 }
 
+// The mbarriers of the K/V ring of the forward and dQ kernels (STAGES slots of K and V tiles): K and V of
+// a slot land on their own (k_full, v_full), so QK^T can start before V arrives, and every consumer
+// thread frees the slot (slot_free). One thread, before the block barrier.
+template <int STAGES>
+__device__ __forceinline__ void init_kv_ring(std::uint64_t* k_full, std::uint64_t* v_full, std::uint64_t* slot_free,
+                                             int consumer_threads) {
+  for (int i = 0; i < STAGES; ++i) {
+    mbar_init(&k_full[i], 1);
+    mbar_init(&v_full[i], 1);
+    mbar_init(&slot_free[i], consumer_threads);
+  }
+}
+
 // The TMA maps of the forward's operands (flash_tma.h), passed beside FlashFwdParams.
 struct FwdTmaMaps {
   TmaTensor q, k, v, o;  // boxes of (64 rows of a consumer, or kBlockN rows) x 64 columns
@@ -85,11 +98,7 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
 
   if (tid == 0) {
     mbar_init(q_full, 1);
-    for (int i = 0; i < kStages; ++i) {
-      mbar_init(&k_full[i], 1);
-      mbar_init(&v_full[i], 1);
-      mbar_init(&slot_free[i], Tr::kConsumerThreads);
-    }
+    init_kv_ring<kStages>(k_full, v_full, slot_free, Tr::kConsumerThreads);
     mbar_init_fence();
   }
   __syncthreads();

@@ -92,18 +92,25 @@ void run_flash_fwd(const FlashFwdParams& p, cudaStream_t stream) {
     detail::launch(flash_fwd_kernel<T, D, false>, grid, Tr::kThreads, Tr::kSmemBytes, stream, p);
 }
 
+// The Hopper backward's TMA maps of q, d_o (boxes of query_box rows), k and v (key_box rows).
+template <class T, int D>
+sm90::BwdTmaMaps bwd_tma_maps(const FlashBwdParams& p, int query_box, int key_box) {
+  sm90::BwdTmaMaps maps;
+  maps.q = detail::query_map<T, D>(p.q, p.shape, query_box);
+  maps.d_o = detail::query_map<T, D>(p.d_o, p.shape, query_box);
+  maps.k = detail::key_map<T, D>(p.k, p.shape, key_box);
+  maps.v = detail::key_map<T, D>(p.v, p.shape, key_box);
+  return maps;
+}
+
 // The Hopper backward after the pre-pass: the dK/dV kernel with atomic dQ and the convert kernel, or the
-// deterministic dK/dV and dQ kernels.
+// deterministic dK/dV and dQ kernels (the dQ kernel reuses the dK/dV kernel's maps where its tiles match).
 template <class T, int D>
 void run_flash_bwd_sm90(const FlashBwdParams& p, cudaStream_t stream) {
   const FlashShape& s = p.shape;
   auto run_dkdv = [&](auto atomic) {
     using Tr = sm90::BwdKvTraits<T, D, decltype(atomic)::value>;
-    sm90::BwdTmaMaps maps;
-    maps.q = detail::query_map<T, D>(p.q, s, Tr::kBlockM);
-    maps.d_o = detail::query_map<T, D>(p.d_o, s, Tr::kBlockM);
-    maps.k = detail::key_map<T, D>(p.k, s, Tr::kBlockN);
-    maps.v = detail::key_map<T, D>(p.v, s, Tr::kBlockN);
+    const sm90::BwdTmaMaps maps = bwd_tma_maps<T, D>(p, Tr::kBlockM, Tr::kBlockN);
     const dim3 grid = detail::tile_grid(s.batch * s.heads_kv, s.len_k, Tr::kBlockN);
     if (s.has_mask)
       detail::launch(sm90::flash_bwd_dkdv_sm90_kernel<T, D, true, decltype(atomic)::value>, grid, Tr::kThreads,
@@ -111,6 +118,7 @@ void run_flash_bwd_sm90(const FlashBwdParams& p, cudaStream_t stream) {
     else
       detail::launch(sm90::flash_bwd_dkdv_sm90_kernel<T, D, false, decltype(atomic)::value>, grid, Tr::kThreads,
                      Tr::kSmemBytes, stream, p, maps);
+    return maps;
   };
   if (!p.deterministic) {
     zero_dq_accum<D>(p, stream);
@@ -118,13 +126,11 @@ void run_flash_bwd_sm90(const FlashBwdParams& p, cudaStream_t stream) {
     convert_dq_accum<T, D>(p, stream);
     return;
   }
-  run_dkdv(std::false_type{});
+  const sm90::BwdTmaMaps kv_maps = run_dkdv(std::false_type{});
+  using KvTr = sm90::BwdKvTraits<T, D, false>;
   using Tr = sm90::BwdDqTraits<T, D>;
-  sm90::BwdTmaMaps maps;
-  maps.q = detail::query_map<T, D>(p.q, s, Tr::kBlockM);
-  maps.d_o = detail::query_map<T, D>(p.d_o, s, Tr::kBlockM);
-  maps.k = detail::key_map<T, D>(p.k, s, Tr::kBlockN);
-  maps.v = detail::key_map<T, D>(p.v, s, Tr::kBlockN);
+  constexpr bool kSameBoxes = Tr::kBlockM == KvTr::kBlockM && Tr::kBlockN == KvTr::kBlockN;
+  sm90::BwdTmaMaps maps = kSameBoxes ? kv_maps : bwd_tma_maps<T, D>(p, Tr::kBlockM, Tr::kBlockN);
   maps.dq = detail::query_map<T, D>(p.dq, s, 64);
   const dim3 grid = detail::tile_grid(s.batch * s.heads_q, s.len_q, Tr::kBlockM);
   if (s.has_mask)

@@ -82,8 +82,8 @@ __device__ __forceinline__ void tma_prefetch_map(const TmaTensor& t) {
 #endif
 }
 
-// Box at `at` -> shared memory `smem` (1024-byte aligned, swizzled as the map says); completes `bytes`
-// of the phase of `bar`. Rows outside the tensor arrive as zeros.
+// Box at `at` -> shared memory `smem` (1024-byte aligned, swizzled as the map says); its bytes count
+// towards the phase of `bar`. Rows outside the tensor arrive as zeros.
 __device__ __forceinline__ void tma_load(void* smem, const TmaTensor& t, const TmaCoords& at, std::uint64_t* bar) {
 #if FT_SM90_DEVICE
   asm volatile(
@@ -101,7 +101,8 @@ template <class T, int ROWS, int D>
 __device__ __forceinline__ void tma_load_tile(T* smem, const TmaTensor& t, int row0, int head, int batch,
                                               std::uint64_t* bar) {
 #pragma unroll
-  for (int pn = 0; pn < D / kPanel; ++pn) tma_load(smem + pn * ROWS * kPanel, t, tma_coords(t, pn * kPanel, row0, head, batch), bar);
+  for (int pn = 0; pn < D / kPanel; ++pn)
+    tma_load(smem + pn * ROWS * kPanel, t, tma_coords(t, pn * kPanel, row0, head, batch), bar);
 }
 
 // `bytes` (a multiple of 16) of contiguous global memory -> shared memory, both 16-byte aligned;
@@ -116,7 +117,7 @@ __device__ __forceinline__ void bulk_load(void* smem, const void* gmem, int byte
 }
 
 // Shared memory `smem` -> the box at `at`; rows outside the tensor are not written. The writes of
-// `smem` must be fenced (fence_proxy_async) and synchronised before; tma_store_wait before reuse.
+// `smem` must be fenced (fence_proxy_async) and synchronised before; tma_store_wait_all before reuse.
 __device__ __forceinline__ void tma_store(const TmaTensor& t, const TmaCoords& at, const void* smem) {
 #if FT_SM90_DEVICE
   asm volatile("cp.async.bulk.tensor.4d.global.shared::cta.tile.bulk_group [%0, {%1, %2, %3, %4}], [%5];\n" ::"l"(

@@ -37,9 +37,10 @@ TmaTensor make_tma_tensor(const TensorRef& t, bool bf16, int batch, int heads, i
     int logical;  // 0 rows, 1 heads, 2 batch
     std::uint64_t size, stride_bytes;
   };
-  std::array<Axis, 3> axes{{{0, static_cast<std::uint64_t>(rows), static_cast<std::uint64_t>(t.row_stride) * kElem},
-                            {1, static_cast<std::uint64_t>(heads), static_cast<std::uint64_t>(t.head_stride) * kElem},
-                            {2, static_cast<std::uint64_t>(batch), static_cast<std::uint64_t>(t.batch_stride) * kElem}}};
+  auto axis = [](int logical, int size, std::int64_t stride) {
+    return Axis{logical, static_cast<std::uint64_t>(size), static_cast<std::uint64_t>(stride) * kElem};
+  };
+  std::array<Axis, 3> axes{axis(0, rows, t.row_stride), axis(1, heads, t.head_stride), axis(2, batch, t.batch_stride)};
   // Dims of size 1 are never stepped over: give them a valid stride past every other dim's extent.
   std::uint64_t extent = static_cast<std::uint64_t>(cols) * kElem;
   for (const Axis& a : axes)
@@ -47,7 +48,8 @@ TmaTensor make_tma_tensor(const TensorRef& t, bool bf16, int batch, int heads, i
   extent = (extent + 15) / 16 * 16;
   for (Axis& a : axes)
     if (a.size <= 1) a.stride_bytes = extent;
-  std::stable_sort(axes.begin(), axes.end(), [](const Axis& x, const Axis& y) { return x.stride_bytes < y.stride_bytes; });
+  std::stable_sort(axes.begin(), axes.end(),
+                   [](const Axis& x, const Axis& y) { return x.stride_bytes < y.stride_bytes; });
 
   TmaTensor out{};
   cuuint64_t dims[4] = {static_cast<cuuint64_t>(cols), 0, 0, 0};
@@ -63,14 +65,12 @@ TmaTensor make_tma_tensor(const TensorRef& t, bool bf16, int batch, int heads, i
       out.dim_of_row = d;
     } else if (a.logical == 1) {
       out.dim_of_head = d;
-    } else {
-      out.dim_of_batch = d;
     }
   }
-  const CUresult res = encode_tiled()(&out.map, bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16,
-                                      4, t.ptr, dims, strides, box, element_strides, CU_TENSOR_MAP_INTERLEAVE_NONE,
-                                      CU_TENSOR_MAP_SWIZZLE_128B, CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
-                                      CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+  const CUtensorMapDataType type = bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const CUresult res = encode_tiled()(&out.map, type, 4, t.ptr, dims, strides, box, element_strides,
+                                      CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
+                                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
   FT_CHECK_KIND(device, res == CUDA_SUCCESS, "flash attention: cuTensorMapEncodeTiled refused a (", batch, ", ",
                 heads, ", ", rows, ", ", cols, ") operand with element strides (", t.batch_stride, ", ",
                 t.head_stride, ", ", t.row_stride, ") and ", box_rows, "-row boxes (CUresult ", static_cast<int>(res),

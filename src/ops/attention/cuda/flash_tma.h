@@ -12,7 +12,7 @@ namespace ft::flash {
 
 struct TmaTensor {
   CUtensorMap map;  // 4 dims: D first, then rows, heads and batch in stride order
-  int dim_of_row = 1, dim_of_head = 2, dim_of_batch = 3;
+  int dim_of_row = 1, dim_of_head = 2;  // batch takes the remaining one of dims 1..3
 };
 
 // The map of `t` (`batch` x `heads` x `rows` x `cols` elements of 2 bytes, bf16 when `bf16` else fp16)
