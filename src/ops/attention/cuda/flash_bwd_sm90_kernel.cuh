@@ -11,13 +11,14 @@
 //           from registers and K read N-major.
 // Deterministic (the default) runs both; repeated runs give bit-identical gradients. The atomic mode
 // (AttentionOptions::deterministic = false, flash_bwd_atomic.cuh) runs the dK/dV kernel with kAtomicDq:
-// it also writes dS^T to shared memory and computes dQ_tile = dS K (M-major dS, N-major K; warpgroup w
-// takes the w-th half of dQ's columns over all the block's keys) and adds it into the fp32 dq_accum.
+// each warpgroup also writes its dS^T to shared memory and computes its part of dQ_tile over its own
+// 64 keys, dS K (M-major dS, N-major K), stages it as fp32 tiles and adds them into dq_accum with TMA
+// reductions — the warpgroups never wait for each other.
 // Both kernels are warp-specialised as the forward (flash_fwd_sm90_kernel.cuh): warpgroup 0 is the
 // producer — one thread issues the TMA copies of the resident tiles and of every step's tiles (plus, for
 // dK/dV, bulk copies of the step's L and D rows) into a ring of 128-byte-swizzled buffers guarded by
-// mbarriers — and the consumer warpgroups do the products. Only the atomic mode's shared dS^T makes the
-// consumers meet once per step (a named barrier). Tile sizes come from kSm90Tiles (flash_traits.h).
+// mbarriers — and the consumer warpgroups do the products. Tile sizes come from kSm90Tiles
+// (flash_traits.h).
 #pragma once
 
 #include <cstdint>
@@ -30,35 +31,43 @@
 namespace ft::flash::sm90 {
 
 // The TMA maps of the backward's operands (flash_tma.h), passed beside FlashBwdParams; boxes are the
-// kernel's query and key tiles (dq: 64 rows, dQ kernel only).
+// kernel's query and key tiles (dq: 64 rows, dQ kernel only; dq_accum: fp32 boxes of 64 rows x 32
+// columns, atomic mode only).
 struct BwdTmaMaps {
-  TmaTensor q, d_o, k, v, dq;
+  TmaTensor q, d_o, k, v, dq, dq_accum;
 };
 
 template <class T, int D, bool kAtomicDq>
 struct BwdKvTraits {
   static constexpr FlashSm90Tiles kTiles = flash_sm90_tiles(D);
   static constexpr int kConsumers = kTiles.kv_wg, kBlockN = 64 * kConsumers;  // keys
-  static constexpr int kBlockM = kAtomicDq ? 64 : kTiles.kv_m, kStages = kTiles.kv_st;  // queries
+  static constexpr int kBlockM = kTiles.kv_m, kStages = kAtomicDq ? kTiles.at_st : kTiles.kv_st;  // queries
   static constexpr int kConsumerThreads = 128 * kConsumers;
   static constexpr int kThreads = 128 + kConsumerThreads;  // producer warpgroup first
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = (65536 / 128 - kProducerRegs) / kConsumers / 8 * 8;
-  static constexpr int kDqCols = D / kConsumers;  // atomic mode: dQ columns per warpgroup
-  // sK, sV (kBlockN, D) | sQ, sdO (kStages, kBlockM, D) | atomic mode: sdS (2, kBlockN, kBlockM), all
-  // swizzled | sL, sD (kStages, kBlockM) fp32 | mbarriers: K and V landed, each step's tiles landed, each
-  // slot free. dK and dV are staged as padded (kBlockN, kLd) tiles over the 16-bit part after the loop.
-  static constexpr int kDsElems = kAtomicDq ? 2 * kBlockN * kBlockM : 0;  // sdS
+  // Atomic mode: a warpgroup's dQ part (kBlockM, D) is kDqPieces products of 64 queries x 64 columns,
+  // staged as fp32 boxes of 64 rows x 32 columns (128-byte swizzled, as dq_accum's TMA map says).
+  static constexpr int kDqPieces = kAtomicDq ? kBlockM / 64 * (D / kPanel) : 0;
+  static constexpr int kDqBoxFloats = 64 * 32;
+  // Pieces in flight together: their accumulators share the registers with dK and dV's (64 x D each).
+  static constexpr int kDqPiecesAtOnce = 1;
+  // sK, sV (kBlockN, D) | sQ, sdO (kStages, kBlockM, D) | atomic mode: sdS (kConsumers, 64, kBlockM),
+  // all swizzled, then sdQ (kConsumers, kBlockM x D) fp32 boxes | sL, sD (kStages, kBlockM) fp32 |
+  // mbarriers: K and V landed, each step's tiles landed, each slot free. dK and dV are staged as padded
+  // (kBlockN, kLd) tiles over the 16-bit part after the loop.
+  static constexpr int kDsElems = kAtomicDq ? kBlockN * kBlockM : 0;  // sdS
   static constexpr int kTileBytes =
       ((2 * kBlockN + 2 * kStages * kBlockM) * D + kDsElems) * static_cast<int>(sizeof(T));
+  static constexpr int kDqStageFloats = kAtomicDq ? kConsumers * kBlockM * D : 0;  // sdQ
   static constexpr int kStepBytes = 2 * kBlockM * (D * static_cast<int>(sizeof(T)) + static_cast<int>(sizeof(float)));
   static constexpr int kBarriers = 1 + 2 * kStages;
-  static constexpr int kSmemBytes =
-      kTileBytes + 2 * kStages * kBlockM * static_cast<int>(sizeof(float)) + kBarriers * 8 + kSmemSlack;
+  static constexpr int kSmemBytes = kTileBytes + (kDqStageFloats + 2 * kStages * kBlockM) * static_cast<int>(sizeof(float)) +
+                                    kBarriers * 8 + kSmemSlack;
   static_assert(D % kPanel == 0 && kBlockM % 64 == 0 && kQueryPad % kBlockM == 0 && kStages >= 2,
                 "bad sm90 dK/dV tiles");
-  static_assert(!kAtomicDq || (kBlockM == kPanel && kDqCols % 16 == 0 && kDqCols <= kPanel),
-                "atomic dQ needs a 64-query tile and warpgroup column slices of 16 to 64");
+  static_assert(kTileBytes % kGroupBytes == 0, "sdQ must start 1024-byte aligned");
+  static_assert(kSmemBytes <= 227 * 1024, "sm90 dK/dV kernel: shared memory over the 227 KB of a block");
   static_assert(2 * kBlockN * kLd<T, D> * static_cast<int>(sizeof(T)) <= kTileBytes, "dK/dV staging does not fit");
 };
 
@@ -95,17 +104,19 @@ __device__ __forceinline__ void store_ds_t(T* sdS, const std::uint32_t (&dsa)[BM
     }
 }
 
-// dq_accum rows (64 from `accum`, D floats each) += this warpgroup's accumulator: columns col0 + 8 j +
-// 2 t (+ 1) of rows 16 (warp % 4) + g (+ 8). Rows up to the padded length exist, so no row is skipped.
-template <int D, int NT>
-__device__ __forceinline__ void add_dq_tile(float* accum, int col0, const float (&acc)[NT][4], int warp, int lane) {
+// Stores a 64 x 64 fp32 accumulator (rows 16 (warp % 4) + g (+ 8), columns 8 j + 2 t (+ 1)) as two
+// 128-byte-swizzled boxes of 64 rows x 32 columns at `boxes` (the layout TMA reads for dq_accum's map).
+__device__ __forceinline__ void store_dq_boxes(float* boxes, const float (&acc)[8][4], int warp, int lane) {
   const int g = lane >> 2, t = lane & 3;
-  float* row = accum + ((warp % 4) * 16 + g) * D + col0 + 2 * t;
 #pragma unroll
-  for (int j = 0; j < NT; ++j) {
-    atomic_add2(row + 8 * j, acc[j][0], acc[j][1]);
-    atomic_add2(row + 8 * D + 8 * j, acc[j][2], acc[j][3]);
-  }
+  for (int j = 0; j < 8; ++j)
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      const int row = (warp % 4) * 16 + g + 8 * r;
+      const int chunk = (2 * (j % 4) + t / 2) ^ (row % 8);  // 16-byte chunk of the 128-byte box row
+      *reinterpret_cast<float2*>(boxes + (j / 4) * 64 * 32 + row * 32 + chunk * 4 + 2 * (t % 2)) =
+          make_float2(acc[j][2 * r], acc[j][2 * r + 1]);
+    }
 }
 
 template <class T, int D, bool kHasMask, bool kAtomicDq>
@@ -123,8 +134,9 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
   T* sV = sK + BN * D;                // (BN, D) swizzled
   T* sQ = sV + BN * D;                // (kStages, BM, D) swizzled
   T* sdO = sQ + kStages * BM * D;     // (kStages, BM, D) swizzled
-  T* sdS = sdO + kStages * BM * D;    // atomic mode: (2, BN, BM) swizzled dS^T, alternate steps
-  float* sL = reinterpret_cast<float*>(sdS + Tr::kDsElems);  // (kStages, BM) L * log2(e)
+  T* sdS = sdO + kStages * BM * D;    // atomic mode: (kConsumers, 64, BM) swizzled dS^T of each warpgroup
+  float* sdQ = reinterpret_cast<float*>(sdS + Tr::kDsElems);  // atomic mode: (kConsumers, BM x D) fp32 boxes
+  float* sL = sdQ + Tr::kDqStageFloats;                        // (kStages, BM) L * log2(e)
   float* sD = sL + kStages * BM;                                 // (kStages, BM) D
   std::uint64_t* kv_full = reinterpret_cast<std::uint64_t*>(sD + kStages * BM);
   std::uint64_t* step_full = kv_full + 1;        // (kStages)
@@ -162,6 +174,7 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
     if (tid != 0) return;
     tma_prefetch_map(maps.q);
     tma_prefetch_map(maps.d_o);
+    if constexpr (kAtomicDq) tma_prefetch_map(maps.dq_accum);
     mbar_arrive_expect_tx(kv_full, 2 * BN * D * sizeof(T));
     tma_load_tile<T, BN, D>(sK, maps.k, n0, hk, b, kv_full);
     tma_load_tile<T, BN, D>(sV, maps.v, n0, hk, b, kv_full);
@@ -188,27 +201,19 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
   const KeyQueries queries[2] = {KeyQueries(key_queries<kHasMask>(n0 + warp_row + g, s)),
                                  KeyQueries(key_queries<kHasMask>(n0 + warp_row + g + 8, s))};
 
-  // dq_accum rows of step `it`'s query tile (atomic mode).
-  auto dq_rows = [&](int it) {
-    const int h = step_head(it), m0 = step_row0(it);
-    return p.dq_accum + (static_cast<std::int64_t>(b * s.heads_q + h) * p.len_q_pad + m0) * D;
-  };
-  auto sds_of = [&](int it) { return sdS + (it % 2) * BN * BM; };  // atomic mode: step it's dS^T buffer
-  constexpr int kDqCols = Tr::kDqCols;
-  const int dq_col0 = (cwarp / 4) * kDqCols;  // atomic mode: this warpgroup's dQ columns
-
-  // Atomic mode: step it issues dQ of step it - 1 (its dS^T, in sdS buffer (it - 1) % 2, is complete for
-  // both warpgroups after step it's consumer barrier) behind dV, and adds it into dq_accum while dK runs;
-  // the last step's dQ follows the loop. Step 0 issues one from the zeroed buffer 1 and adds nothing: a
-  // branch around the issue makes ptxas serialise every wgmma of the kernel.
-  auto issue_dq = [&](int it, float (&acc_dq)[kDqCols / 8][4]) {
-    gemm_ss_mnmajor<T, kDqCols, BN>(acc_dq, sds_of(it), sK + (dq_col0 / kPanel) * BN * kPanel + dq_col0 % kPanel);
-    wgmma_commit();
-  };
-  if constexpr (kAtomicDq) {  // ordered before step 0's dQ by its fence and consumer barrier
-    for (int i = ctid; i < BN * BM / 8; i += kConsumerThreads) reinterpret_cast<uint4*>(sds_of(1))[i] = uint4{};
-    fence_proxy_async();
-  }
+  // Atomic mode: after dK is issued, the warpgroup's dS^T (its 64 keys x BM queries, in its own sdS
+  // tile) and its 64 rows of sK give its part of the step's dQ tile, dS K over its keys, as kDqPieces
+  // products of 64 queries x 64 columns; they land in the warpgroup's sdQ boxes, from which its leader
+  // adds them into dq_accum by TMA (the other warpgroup adds its own part to the same rows). The
+  // leader waits for the previous step's reductions to have read sdQ before the warpgroup's barrier
+  // that precedes every write of it.
+  const int wg = cwarp / 4;
+  const bool wg_leader = ctid % 128 == 0;
+  T* sdS_wg = sdS + wg * 64 * BM;                   // (64, BM): BM / 64 panels of 64 x 64
+  float* sdQ_wg = sdQ + wg * BM * D;                 // piece pc's boxes at pc * 2 kDqBoxFloats
+  constexpr int kPieces = Tr::kDqPieces > 0 ? Tr::kDqPieces : 1;
+  constexpr int kColPanels = D / kPanel;             // pieces run over (query panel, column panel)
+  constexpr int kPiecesAtOnce = Tr::kDqPiecesAtOnce;
 
   float acc_dk[kNtD][4] = {};  // dK of this thread's key rows
   float acc_dv[kNtD][4] = {};
@@ -221,10 +226,8 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
     const T* sdOt = sdO + slot * BM * D;
     const int m0 = step_row0(it);
     mbar_wait(&step_full[slot], pos.phase);
-    if constexpr (kAtomicDq) named_barrier_sync(1, kConsumerThreads);
 
     float acc_s[kNtS][4], acc_dp[kNtS][4];  // S^T = K Q^T, dP^T = V dO^T (the first k step overwrites)
-    float acc_dq[kDqCols / 8][4];           // atomic mode: columns dq_col0.. of step it - 1's dS K
     wgmma_fence();
     gemm_ss_kmajor<T, BM, D>(acc_s, sK, BN, wg_row, sQt);
     wgmma_commit();
@@ -242,39 +245,67 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
     wgmma_fence();
     gemm_rs_nmajor<T, D, BM>(acc_dv, pa, sdOt);  // dV += P^T dO, running while dS^T is computed
     wgmma_commit();
-    if constexpr (kAtomicDq) issue_dq(it + 1, acc_dq);  // step it - 1's buffer, (it + 1) % 2 = (it - 1) % 2
-    wgmma_wait<kAtomicDq ? 2 : 1>();  // dP^T
+    wgmma_wait<1>();  // dP^T
     fence_accumulators(acc_dp);
     dscores_t(acc_dp, acc_s, sD + slot * BM, t);
 #pragma unroll
     for (int kk = 0; kk < BM / 16; ++kk) a_from_acc<T>(dsa[kk], acc_dp, kk);
     if constexpr (kAtomicDq) {
-      store_ds_t<T, BN, BM>(sds_of(it), dsa, warp_row, lane);  // the other buffer feeds dQ(it - 1)
+      store_ds_t<T, 64, BM>(sdS_wg, dsa, warp_row - wg_row, lane);
       fence_proxy_async();
+      if (wg_leader) bulk_wait_read<0>();
+      named_barrier_sync(2 + wg, 128);  // the warpgroup's dS^T is complete; sdQ is free
     }
     wgmma_fence();
     gemm_rs_nmajor<T, D, BM>(acc_dk, dsa, sQt);  // dK += dS^T Q
     wgmma_commit();
     if constexpr (kAtomicDq) {
-      wgmma_wait<1>();
-      fence_accumulators(acc_dq);
-      if (it > 0) add_dq_tile<D>(dq_rows(it - 1), dq_col0, acc_dq, cwarp, lane);
+      wgmma_wait<1>();  // dV: P^T's registers are free for dQ's accumulators
+      fence_accumulators(acc_dv);
+#pragma unroll
+      for (int pc0 = 0; pc0 < kPieces; pc0 += kPiecesAtOnce) {
+        float acc_dq[kPiecesAtOnce][8][4];  // piece pc: queries 64 (pc / kColPanels).., columns 64 (pc % kColPanels)..
+#pragma unroll
+        for (int i = 0; i < kPiecesAtOnce; ++i) {
+          const int pc = pc0 + i;
+          gemm_ss_mnmajor<T, 64, 64>(acc_dq[i], sdS_wg + (pc / kColPanels) * 64 * kPanel,
+                                     sK + (pc % kColPanels) * BN * kPanel + wg_row * kPanel);
+        }
+        wgmma_commit();
+        wgmma_wait<0>();
+        if (pc0 == 0) {
+          fence_accumulators(acc_dk);
+          mbar_arrive(&slot_free[slot]);
+        }
+#pragma unroll
+        for (int i = 0; i < kPiecesAtOnce; ++i) {
+          fence_accumulators(acc_dq[i]);
+          store_dq_boxes(sdQ_wg + (pc0 + i) * 2 * Tr::kDqBoxFloats, acc_dq[i], cwarp, lane);
+        }
+      }
+      fence_proxy_async();
+      named_barrier_sync(2 + wg, 128);  // the warpgroup's sdQ boxes are complete
+      if (wg_leader) {
+        const int h = step_head(it);
+#pragma unroll
+        for (int pc = 0; pc < kPieces; ++pc)
+#pragma unroll
+          for (int half = 0; half < 2; ++half)
+            tma_reduce_add(maps.dq_accum,
+                           tma_coords(maps.dq_accum, (pc % kColPanels) * kPanel + 32 * half, m0 + (pc / kColPanels) * 64,
+                                      h, b),
+                           sdQ_wg + (2 * pc + half) * Tr::kDqBoxFloats);
+        bulk_commit();
+      }
+    } else {
+      wgmma_wait<0>();
+      fence_accumulators(acc_dv);
+      fence_accumulators(acc_dk);
+      mbar_arrive(&slot_free[slot]);
     }
-    wgmma_wait<0>();
-    fence_accumulators(acc_dv);
-    fence_accumulators(acc_dk);
-    mbar_arrive(&slot_free[slot]);
   }
   if constexpr (kAtomicDq) {
-    if (n_iters > 0) {
-      named_barrier_sync(1, kConsumerThreads);  // both warpgroups' dS^T of the last step
-      float acc_dq[kDqCols / 8][4];
-      wgmma_fence();
-      issue_dq(n_iters - 1, acc_dq);
-      wgmma_wait<0>();
-      fence_accumulators(acc_dq);
-      add_dq_tile<D>(dq_rows(n_iters - 1), dq_col0, acc_dq, cwarp, lane);
-    }
+    if (wg_leader) tma_store_wait_all();  // the reductions have completed
   }
 
   named_barrier_sync(1, kConsumerThreads);  // every product is done with sK, sV, sQ and sdO

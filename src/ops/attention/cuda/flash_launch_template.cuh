@@ -28,13 +28,26 @@ void launch(Kernel kernel, dim3 grid, int threads, int smem_bytes, cudaStream_t 
 }
 
 // TMA maps of a query-shaped (q, o, d_o, dq) or key-shaped (k, v) operand for boxes of box_rows rows.
+template <class T>
+constexpr TmaElem tma_elem() {
+  return std::is_same_v<T, __nv_bfloat16> ? TmaElem::bf16 : TmaElem::fp16;
+}
 template <class T, int D>
 TmaTensor query_map(const TensorRef& t, const FlashShape& s, int box_rows) {
-  return make_tma_tensor(t, std::is_same_v<T, __nv_bfloat16>, s.batch, s.heads_q, s.len_q, D, box_rows);
+  return make_tma_tensor(t, tma_elem<T>(), s.batch, s.heads_q, s.len_q, D, box_rows);
 }
 template <class T, int D>
 TmaTensor key_map(const TensorRef& t, const FlashShape& s, int box_rows) {
-  return make_tma_tensor(t, std::is_same_v<T, __nv_bfloat16>, s.batch, s.heads_kv, s.len_k, D, box_rows);
+  return make_tma_tensor(t, tma_elem<T>(), s.batch, s.heads_kv, s.len_k, D, box_rows);
+}
+// The fp32 dq_accum (B, Hq, len_q_pad, D) for reductions of (box_rows, 32) boxes; rows past len_q are
+// outside the map, so TMA never adds into them.
+template <int D>
+TmaTensor dq_accum_map(const FlashBwdParams& p, int box_rows) {
+  const FlashShape& s = p.shape;
+  const std::int64_t head_stride = static_cast<std::int64_t>(p.len_q_pad) * D;
+  const TensorRef accum{p.dq_accum, head_stride * s.heads_q, head_stride, D};
+  return make_tma_tensor(accum, TmaElem::fp32, s.batch, s.heads_q, s.len_q, D, box_rows);
 }
 
 inline unsigned ceil_div(int a, int b) { return static_cast<unsigned>((a + b - 1) / b); }
@@ -110,7 +123,8 @@ void run_flash_bwd_sm90(const FlashBwdParams& p, cudaStream_t stream) {
   const FlashShape& s = p.shape;
   auto run_dkdv = [&](auto atomic) {
     using Tr = sm90::BwdKvTraits<T, D, decltype(atomic)::value>;
-    const sm90::BwdTmaMaps maps = bwd_tma_maps<T, D>(p, Tr::kBlockM, Tr::kBlockN);
+    sm90::BwdTmaMaps maps = bwd_tma_maps<T, D>(p, Tr::kBlockM, Tr::kBlockN);
+    if constexpr (decltype(atomic)::value) maps.dq_accum = detail::dq_accum_map<D>(p, 64);
     const dim3 grid = detail::tile_grid(s.batch * s.heads_kv, s.len_k, Tr::kBlockN);
     if (s.has_mask)
       detail::launch(sm90::flash_bwd_dkdv_sm90_kernel<T, D, true, decltype(atomic)::value>, grid, Tr::kThreads,

@@ -126,7 +126,32 @@ __device__ __forceinline__ void tma_store(const TmaTensor& t, const TmaCoords& a
                : "memory");
 #endif
 }
-// Waits until every TMA store this thread issued has completed.
+// Shared memory `smem` (fp32, laid out as the map's boxes) is added into the box at `at`, element by
+// element in L2 (other blocks may add into the same box); rows outside the tensor are skipped. Fenced
+// and synchronised as tma_store; bulk_commit closes the group, and bulk_wait_read<0> must pass before
+// `smem` is written again.
+__device__ __forceinline__ void tma_reduce_add(const TmaTensor& t, const TmaCoords& at, const void* smem) {
+#if FT_SM90_DEVICE
+  asm volatile(
+      "cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group [%0, {%1, %2, %3, %4}], [%5];\n" ::"l"(
+          reinterpret_cast<std::uint64_t>(&t.map)),
+      "r"(at.c[0]), "r"(at.c[1]), "r"(at.c[2]), "r"(at.c[3]), "r"(smem_u32(smem))
+      : "memory");
+#endif
+}
+__device__ __forceinline__ void bulk_commit() {
+#if FT_SM90_DEVICE
+  asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+#endif
+}
+// Waits until at most N of this thread's committed bulk groups still read their shared memory.
+template <int N>
+__device__ __forceinline__ void bulk_wait_read() {
+#if FT_SM90_DEVICE
+  asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+#endif
+}
+// Waits until every TMA store and reduction this thread issued has completed.
 __device__ __forceinline__ void tma_store_wait_all() {
 #if FT_SM90_DEVICE
   asm volatile("cp.async.bulk.commit_group;\ncp.async.bulk.wait_group 0;\n" ::: "memory");

@@ -31,18 +31,18 @@ PFN_cuTensorMapEncodeTiled_v12000 encode_tiled() {
 
 }  // namespace
 
-TmaTensor make_tma_tensor(const TensorRef& t, bool bf16, int batch, int heads, int rows, int cols, int box_rows) {
-  constexpr std::uint64_t kElem = 2;
+TmaTensor make_tma_tensor(const TensorRef& t, TmaElem elem, int batch, int heads, int rows, int cols, int box_rows) {
+  const std::uint64_t elem_bytes = elem == TmaElem::fp32 ? 4 : 2;
   struct Axis {
     int logical;  // 0 rows, 1 heads, 2 batch
     std::uint64_t size, stride_bytes;
   };
-  auto axis = [](int logical, int size, std::int64_t stride) {
-    return Axis{logical, static_cast<std::uint64_t>(size), static_cast<std::uint64_t>(stride) * kElem};
+  auto axis = [elem_bytes](int logical, int size, std::int64_t stride) {
+    return Axis{logical, static_cast<std::uint64_t>(size), static_cast<std::uint64_t>(stride) * elem_bytes};
   };
   std::array<Axis, 3> axes{axis(0, rows, t.row_stride), axis(1, heads, t.head_stride), axis(2, batch, t.batch_stride)};
   // Dims of size 1 are never stepped over: give them a valid stride past every other dim's extent.
-  std::uint64_t extent = static_cast<std::uint64_t>(cols) * kElem;
+  std::uint64_t extent = static_cast<std::uint64_t>(cols) * elem_bytes;
   for (const Axis& a : axes)
     if (a.size > 1) extent = std::max(extent, a.size * a.stride_bytes);
   extent = (extent + 15) / 16 * 16;
@@ -54,7 +54,7 @@ TmaTensor make_tma_tensor(const TensorRef& t, bool bf16, int batch, int heads, i
   TmaTensor out{};
   cuuint64_t dims[4] = {static_cast<cuuint64_t>(cols), 0, 0, 0};
   cuuint64_t strides[3] = {};
-  cuuint32_t box[4] = {64, 1, 1, 1};
+  cuuint32_t box[4] = {static_cast<cuuint32_t>(128 / elem_bytes), 1, 1, 1};
   const cuuint32_t element_strides[4] = {1, 1, 1, 1};
   for (int d = 1; d < 4; ++d) {
     const Axis& a = axes[d - 1];
@@ -67,7 +67,9 @@ TmaTensor make_tma_tensor(const TensorRef& t, bool bf16, int batch, int heads, i
       out.dim_of_head = d;
     }
   }
-  const CUtensorMapDataType type = bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16 : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
+  const CUtensorMapDataType type = elem == TmaElem::fp32   ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32
+                                   : elem == TmaElem::bf16 ? CU_TENSOR_MAP_DATA_TYPE_BFLOAT16
+                                                           : CU_TENSOR_MAP_DATA_TYPE_FLOAT16;
   const CUresult res = encode_tiled()(&out.map, type, 4, t.ptr, dims, strides, box, element_strides,
                                       CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_128B,
                                       CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);

@@ -54,7 +54,8 @@ inline constexpr FlashTiles kTiles32[] = {
 // warpgroup (4 warps) owns 64 rows of its kernel's row tile, so the row tile is 64 * warpgroups:
 //   forward : fwd_wg consumer warpgroups x 64 queries (plus one TMA producer warpgroup), key tile
 //             fwd_n, fwd_st K/V buffers
-//   dK/dV   : kv_wg warpgroups x 64 keys, query tile kv_m (64 in the atomic mode), kv_st Q/dO buffers
+//   dK/dV   : kv_wg warpgroups x 64 keys, query tile kv_m, kv_st Q/dO buffers (at_st in the atomic
+//             mode, whose fp32 dQ staging tiles take shared memory too)
 //   dQ      : dq_wg warpgroups x 64 queries, key tile dq_n, dq_st K/V buffers
 // Tiles are 128-byte-swizzled (no padding). Registers bound the tiles: an accumulator of 64 x n takes
 // n / 2 floats per thread, and 1 block per SM leaves 65536 / threads registers to each thread.
@@ -62,14 +63,15 @@ struct FlashSm90Tiles {
   int fwd_wg, fwd_n, fwd_st;
   int kv_wg, kv_m, kv_st;
   int dq_wg, dq_n, dq_st;
+  int at_st;
 };
 inline constexpr FlashSm90Tiles kSm90Tiles[] = {
-    // fwd: wg   n st | dkdv: wg  m st | dq: wg   n st
+    // fwd: wg   n st | dkdv: wg  m st | dq: wg   n st | atomic: st
     // d=64: 4 backward buffers (TMA rings) took the deterministic leaderboard bwd 4.17 -> 4.06 ms and a
-    // 128-query dK/dV step (the atomic mode keeps 64) 4.02 -> 3.51 ms (H100); deeper forward rings, and 3
+    // 128-query dK/dV step 4.02 -> 3.51 ms (H100); deeper forward rings, and 3
     // buffers at d=128, changed nothing measurable. d=128: 128-key dQ steps took the bwd 3.50 -> 3.33 ms
-    {3, 128, 2, 2, 128, 4, 2, 128, 4},  // d=64
-    {2, 128, 2, 2, 64, 2, 2, 128, 2},    // d=128
+    {3, 128, 2, 2, 128, 4, 2, 128, 4, 2},  // d=64
+    {2, 128, 2, 2, 64, 2, 2, 128, 2, 2},    // d=128
 };
 constexpr FlashSm90Tiles flash_sm90_tiles(int d) { return d == 64 ? kSm90Tiles[0] : kSm90Tiles[1]; }
 constexpr bool has_sm90_kernels(int elem_bytes, int d) { return elem_bytes == 2 && (d == 64 || d == 128); }
