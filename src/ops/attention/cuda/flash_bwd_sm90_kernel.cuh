@@ -11,9 +11,9 @@
 //           from registers and K read N-major.
 // Deterministic (the default) runs both; repeated runs give bit-identical gradients. The atomic mode
 // (AttentionOptions::deterministic = false, flash_bwd_atomic.cuh) runs the dK/dV kernel with kAtomicDq:
-// each warpgroup also writes its dS^T to shared memory and computes its part of dQ_tile over its own
-// 64 keys, dS K (M-major dS, N-major K), stages it as fp32 tiles and adds them into dq_accum with TMA
-// reductions — the warpgroups never wait for each other.
+// the warpgroups also write their dS^T to shared memory, and one step later each computes its half of
+// that step's dQ_tile = dS K over all the block's keys (M-major dS, N-major K), stages it as fp32 tiles
+// and adds them into dq_accum with TMA reductions.
 // Both kernels are warp-specialised as the forward (flash_fwd_sm90_kernel.cuh): warpgroup 0 is the
 // producer — one thread issues the TMA copies of the resident tiles and of every step's tiles (plus, for
 // dK/dV, bulk copies of the step's L and D rows) into a ring of 128-byte-swizzled buffers guarded by
@@ -46,20 +46,17 @@ struct BwdKvTraits {
   static constexpr int kThreads = 128 + kConsumerThreads;  // producer warpgroup first
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = (65536 / 128 - kProducerRegs) / kConsumers / 8 * 8;
-  // Atomic mode: a warpgroup's dQ part (kBlockM, D) is kDqPieces products of 64 queries x 64 columns,
-  // staged as fp32 boxes of 64 rows x 32 columns (128-byte swizzled, as dq_accum's TMA map says).
-  static constexpr int kDqPieces = kAtomicDq ? kBlockM / 64 * (D / kPanel) : 0;
+  // Atomic mode: the dQ tile (kBlockM, D) is one piece of 64 queries x 64 columns per warpgroup, staged
+  // as two fp32 boxes of 64 rows x 32 columns (128-byte swizzled, as dq_accum's TMA map says).
   static constexpr int kDqBoxFloats = 64 * 32;
-  // Pieces in flight together: their accumulators share the registers with dK and dV's (64 x D each).
-  static constexpr int kDqPiecesAtOnce = 1;
-  // sK, sV (kBlockN, D) | sQ, sdO (kStages, kBlockM, D) | atomic mode: sdS (kConsumers, 64, kBlockM),
-  // all swizzled, then sdQ (kConsumers, kBlockM x D) fp32 boxes | sL, sD (kStages, kBlockM) fp32 |
+  // sK, sV (kBlockN, D) | sQ, sdO (kStages, kBlockM, D) | atomic mode: sdS (2, kBlockN, kBlockM) for
+  // alternate steps, all swizzled, then sdQ (kConsumers, 2 boxes) fp32 | sL, sD (kStages, kBlockM) fp32 |
   // mbarriers: K and V landed, each step's tiles landed, each slot free. dK and dV are staged as padded
   // (kBlockN, kLd) tiles over the 16-bit part after the loop.
-  static constexpr int kDsElems = kAtomicDq ? kBlockN * kBlockM : 0;  // sdS
+  static constexpr int kDsElems = kAtomicDq ? 2 * kBlockN * kBlockM : 0;  // sdS
   static constexpr int kTileBytes =
       ((2 * kBlockN + 2 * kStages * kBlockM) * D + kDsElems) * static_cast<int>(sizeof(T));
-  static constexpr int kDqStageFloats = kAtomicDq ? kConsumers * kBlockM * D : 0;  // sdQ
+  static constexpr int kDqStageFloats = kAtomicDq ? kConsumers * 2 * kDqBoxFloats : 0;  // sdQ
   static constexpr int kStepBytes = 2 * kBlockM * (D * static_cast<int>(sizeof(T)) + static_cast<int>(sizeof(float)));
   static constexpr int kBarriers = 1 + 2 * kStages;
   static constexpr int kSmemBytes = kTileBytes + (kDqStageFloats + 2 * kStages * kBlockM) * static_cast<int>(sizeof(float)) +
@@ -67,6 +64,8 @@ struct BwdKvTraits {
   static_assert(D % kPanel == 0 && kBlockM % 64 == 0 && kQueryPad % kBlockM == 0 && kStages >= 2,
                 "bad sm90 dK/dV tiles");
   static_assert(kTileBytes % kGroupBytes == 0, "sdQ must start 1024-byte aligned");
+  static_assert(!kAtomicDq || (kConsumers == 2 && kBlockM / 64 * (D / kPanel) == kConsumers),
+                "atomic dQ: one 64 x 64 piece of the dQ tile per warpgroup, two warpgroups");
   static_assert(kSmemBytes <= 227 * 1024, "sm90 dK/dV kernel: shared memory over the 227 KB of a block");
   static_assert(2 * kBlockN * kLd<T, D> * static_cast<int>(sizeof(T)) <= kTileBytes, "dK/dV staging does not fit");
 };
@@ -134,8 +133,8 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
   T* sV = sK + BN * D;                // (BN, D) swizzled
   T* sQ = sV + BN * D;                // (kStages, BM, D) swizzled
   T* sdO = sQ + kStages * BM * D;     // (kStages, BM, D) swizzled
-  T* sdS = sdO + kStages * BM * D;    // atomic mode: (kConsumers, 64, BM) swizzled dS^T of each warpgroup
-  float* sdQ = reinterpret_cast<float*>(sdS + Tr::kDsElems);  // atomic mode: (kConsumers, BM x D) fp32 boxes
+  T* sdS = sdO + kStages * BM * D;    // atomic mode: (2, BN, BM) swizzled dS^T, alternate steps
+  float* sdQ = reinterpret_cast<float*>(sdS + Tr::kDsElems);  // atomic mode: (kConsumers, 2 boxes) fp32
   float* sL = sdQ + Tr::kDqStageFloats;                        // (kStages, BM) L * log2(e)
   float* sD = sL + kStages * BM;                                 // (kStages, BM) D
   std::uint64_t* kv_full = reinterpret_cast<std::uint64_t*>(sD + kStages * BM);
@@ -201,19 +200,44 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
   const KeyQueries queries[2] = {KeyQueries(key_queries<kHasMask>(n0 + warp_row + g, s)),
                                  KeyQueries(key_queries<kHasMask>(n0 + warp_row + g + 8, s))};
 
-  // Atomic mode: after dK is issued, the warpgroup's dS^T (its 64 keys x BM queries, in its own sdS
-  // tile) and its 64 rows of sK give its part of the step's dQ tile, dS K over its keys, as kDqPieces
-  // products of 64 queries x 64 columns; they land in the warpgroup's sdQ boxes, from which its leader
-  // adds them into dq_accum by TMA (the other warpgroup adds its own part to the same rows). The
-  // leader waits for the previous step's reductions to have read sdQ before the warpgroup's barrier
-  // that precedes every write of it.
+  // Atomic mode: step it stores the warpgroup's dS^T rows into sdS buffer it % 2 once its own products
+  // of step it - 1 have completed, and announces them on its barrier of parity it % 2 (bar.arrive). Step
+  // it + 1 waits there for the other warpgroup's rows (bar.sync) — which also means the other warpgroup
+  // is done reading buffer (it + 1) % 2 — and then issues this warpgroup's piece of step it's dQ tile
+  // (queries 64 qp.., columns 64 cp..; over all BN keys) behind dK, stages it in its sdQ boxes and adds
+  // them into dq_accum by TMA. Step 0 issues its piece from the zeroed buffer 1 and adds nothing: a
+  // branch around the issue makes ptxas serialise every wgmma of the kernel. The last step's piece
+  // follows the loop. The leader's wait for its previous reductions to have read sdQ precedes a barrier
+  // that every thread of the warpgroup passes before writing sdQ.
   const int wg = cwarp / 4;
   const bool wg_leader = ctid % 128 == 0;
-  T* sdS_wg = sdS + wg * 64 * BM;                   // (64, BM): BM / 64 panels of 64 x 64
-  float* sdQ_wg = sdQ + wg * BM * D;                 // piece pc's boxes at pc * 2 kDqBoxFloats
-  constexpr int kPieces = Tr::kDqPieces > 0 ? Tr::kDqPieces : 1;
-  constexpr int kColPanels = D / kPanel;             // pieces run over (query panel, column panel)
-  constexpr int kPiecesAtOnce = Tr::kDqPiecesAtOnce;
+  constexpr int kColPanels = D / kPanel;
+  const int qp = wg / kColPanels, cp = wg % kColPanels;  // this warpgroup's dQ piece
+  float* sdQ_wg = sdQ + wg * 2 * Tr::kDqBoxFloats;
+  auto sds_of = [&](int it) { return sdS + (it & 1) * BN * BM; };  // step it's dS^T buffer
+  auto ready_barrier = [&](int w, int it) { return 2 + 2 * w + (it & 1); };
+  auto issue_dq = [&](int it, float (&acc_dq)[8][4]) {
+    gemm_ss_mnmajor<T, 64, BN>(acc_dq, sds_of(it) + qp * BN * kPanel, sK + cp * BN * kPanel);
+    wgmma_commit();
+  };
+  // Stages the piece of step it's dQ tile and adds it into dq_accum (every thread of the warpgroup).
+  auto add_dq = [&](int it, const float (&acc_dq)[8][4]) {
+    store_dq_boxes(sdQ_wg, acc_dq, cwarp, lane);
+    fence_proxy_async();
+    named_barrier_sync(6 + wg, 128);  // the warpgroup's sdQ boxes are complete
+    if (wg_leader) {
+      const int row = step_row0(it) + 64 * qp, h = step_head(it);
+      tma_reduce_add(maps.dq_accum, tma_coords(maps.dq_accum, cp * kPanel, row, h, b), sdQ_wg);
+      tma_reduce_add(maps.dq_accum, tma_coords(maps.dq_accum, cp * kPanel + 32, row, h, b),
+                     sdQ_wg + Tr::kDqBoxFloats);
+      bulk_commit();
+    }
+  };
+  if constexpr (kAtomicDq) {  // ordered before step 0's dQ by the consumer barrier
+    for (int i = ctid; i < BN * BM / 8; i += kConsumerThreads) reinterpret_cast<uint4*>(sds_of(1))[i] = uint4{};
+    fence_proxy_async();
+    named_barrier_sync(1, kConsumerThreads);
+  }
 
   float acc_dk[kNtD][4] = {};  // dK of this thread's key rows
   float acc_dv[kNtD][4] = {};
@@ -250,53 +274,24 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
     dscores_t(acc_dp, acc_s, sD + slot * BM, t);
 #pragma unroll
     for (int kk = 0; kk < BM / 16; ++kk) a_from_acc<T>(dsa[kk], acc_dp, kk);
-    if constexpr (kAtomicDq) {
-      store_ds_t<T, 64, BM>(sdS_wg, dsa, warp_row - wg_row, lane);
-      fence_proxy_async();
-      if (wg_leader) bulk_wait_read<0>();
-      named_barrier_sync(2 + wg, 128);  // the warpgroup's dS^T is complete; sdQ is free
-    }
     wgmma_fence();
     gemm_rs_nmajor<T, D, BM>(acc_dk, dsa, sQt);  // dK += dS^T Q
     wgmma_commit();
     if constexpr (kAtomicDq) {
-      wgmma_wait<1>();  // dV: P^T's registers are free for dQ's accumulators
+      if (wg_leader) bulk_wait_read<0>();
+      if (it > 0) named_barrier_sync(ready_barrier(1 - wg, it - 1), kConsumerThreads);
+      float acc_dq[8][4];  // this warpgroup's piece of step it - 1's dQ tile
+      wgmma_fence();
+      issue_dq(it + 1, acc_dq);  // buffer (it + 1) % 2 = (it - 1) % 2
+      wgmma_wait<0>();
       fence_accumulators(acc_dv);
-#pragma unroll
-      for (int pc0 = 0; pc0 < kPieces; pc0 += kPiecesAtOnce) {
-        float acc_dq[kPiecesAtOnce][8][4];  // piece pc: queries 64 (pc / kColPanels).., columns 64 (pc % kColPanels)..
-#pragma unroll
-        for (int i = 0; i < kPiecesAtOnce; ++i) {
-          const int pc = pc0 + i;
-          gemm_ss_mnmajor<T, 64, 64>(acc_dq[i], sdS_wg + (pc / kColPanels) * 64 * kPanel,
-                                     sK + (pc % kColPanels) * BN * kPanel + wg_row * kPanel);
-        }
-        wgmma_commit();
-        wgmma_wait<0>();
-        if (pc0 == 0) {
-          fence_accumulators(acc_dk);
-          mbar_arrive(&slot_free[slot]);
-        }
-#pragma unroll
-        for (int i = 0; i < kPiecesAtOnce; ++i) {
-          fence_accumulators(acc_dq[i]);
-          store_dq_boxes(sdQ_wg + (pc0 + i) * 2 * Tr::kDqBoxFloats, acc_dq[i], cwarp, lane);
-        }
-      }
+      fence_accumulators(acc_dk);
+      fence_accumulators(acc_dq);
+      mbar_arrive(&slot_free[slot]);
+      store_ds_t<T, BN, BM>(sds_of(it), dsa, warp_row, lane);
       fence_proxy_async();
-      named_barrier_sync(2 + wg, 128);  // the warpgroup's sdQ boxes are complete
-      if (wg_leader) {
-        const int h = step_head(it);
-#pragma unroll
-        for (int pc = 0; pc < kPieces; ++pc)
-#pragma unroll
-          for (int half = 0; half < 2; ++half)
-            tma_reduce_add(maps.dq_accum,
-                           tma_coords(maps.dq_accum, (pc % kColPanels) * kPanel + 32 * half, m0 + (pc / kColPanels) * 64,
-                                      h, b),
-                           sdQ_wg + (2 * pc + half) * Tr::kDqBoxFloats);
-        bulk_commit();
-      }
+      named_barrier_arrive(ready_barrier(wg, it), kConsumerThreads);
+      if (it > 0) add_dq(it - 1, acc_dq);
     } else {
       wgmma_wait<0>();
       fence_accumulators(acc_dv);
@@ -305,7 +300,17 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
     }
   }
   if constexpr (kAtomicDq) {
-    if (wg_leader) tma_store_wait_all();  // the reductions have completed
+    if (n_iters > 0) {
+      if (wg_leader) bulk_wait_read<0>();
+      named_barrier_sync(ready_barrier(1 - wg, n_iters - 1), kConsumerThreads);
+      float acc_dq[8][4];
+      wgmma_fence();
+      issue_dq(n_iters - 1, acc_dq);
+      wgmma_wait<0>();
+      fence_accumulators(acc_dq);
+      add_dq(n_iters - 1, acc_dq);
+      if (wg_leader) tma_store_wait_all();  // the reductions have completed
+    }
   }
 
   named_barrier_sync(1, kConsumerThreads);  // every product is done with sK, sV, sQ and sdO

@@ -164,6 +164,10 @@ __device__ __forceinline__ void tma_store_wait_all() {
 __device__ __forceinline__ void named_barrier_sync(int id, int threads) {
   asm volatile("bar.sync %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
+// Arrives at barrier `id` without waiting: `threads` counts these arrivals and the waiting threads'.
+__device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
+}
 
 // One warpgroup's 64 rows of a (BM, D) 16-bit output tile leave through TMA: its accumulator (rows
 // warp_row + g and + 8 of the tile, scaled by f0 and f1) -> rows wg_row.. of the sw128 tile `tile`
