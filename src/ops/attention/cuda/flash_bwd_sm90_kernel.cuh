@@ -200,15 +200,16 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
   const KeyQueries queries[2] = {KeyQueries(key_queries<kHasMask>(n0 + warp_row + g, s)),
                                  KeyQueries(key_queries<kHasMask>(n0 + warp_row + g + 8, s))};
 
-  // Atomic mode: step it stores the warpgroup's dS^T rows into sdS buffer it % 2 once its own products
-  // of step it - 1 have completed, and announces them on its barrier of parity it % 2 (bar.arrive). Step
-  // it + 1 waits there for the other warpgroup's rows (bar.sync) — which also means the other warpgroup
-  // is done reading buffer (it + 1) % 2 — and then issues this warpgroup's piece of step it's dQ tile
-  // (queries 64 qp.., columns 64 cp..; over all BN keys) behind dK, stages it in its sdQ boxes and adds
-  // them into dq_accum by TMA. Step 0 issues its piece from the zeroed buffer 1 and adds nothing: a
-  // branch around the issue makes ptxas serialise every wgmma of the kernel. The last step's piece
-  // follows the loop. The leader's wait for its previous reductions to have read sdQ precedes a barrier
-  // that every thread of the warpgroup passes before writing sdQ.
+  // Atomic mode: dQ runs one step behind. Step it waits (bar.sync) for the other warpgroup to announce
+  // its dS^T rows of step it - 1 in sdS buffer (it - 1) % 2, then issues this warpgroup's piece of that
+  // step's dQ tile (queries 64 qp.., columns 64 cp..; over all BN keys) ahead of dK. Once the piece has
+  // landed, it stores its own dS^T rows of step it into buffer it % 2 — both warpgroups are done with
+  // it: the other announced step it - 1 only after its piece of step it - 2 had landed — and announces
+  // them (bar.arrive on its barrier of parity it % 2); then, while dK runs, it stages the piece in its
+  // sdQ boxes and adds them into dq_accum by TMA. Step 0 issues its piece from the zeroed buffer 1 and
+  // adds nothing: a branch around the issue makes ptxas serialise every wgmma of the kernel. The last
+  // step's piece follows the loop. The leader's wait for its previous reductions to have read sdQ
+  // precedes a barrier that every thread of the warpgroup passes before writing sdQ.
   const int wg = cwarp / 4;
   const bool wg_leader = ctid % 128 == 0;
   constexpr int kColPanels = D / kPanel;
@@ -274,25 +275,28 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
     dscores_t(acc_dp, acc_s, sD + slot * BM, t);
 #pragma unroll
     for (int kk = 0; kk < BM / 16; ++kk) a_from_acc<T>(dsa[kk], acc_dp, kk);
-    wgmma_fence();
-    gemm_rs_nmajor<T, D, BM>(acc_dk, dsa, sQt);  // dK += dS^T Q
-    wgmma_commit();
     if constexpr (kAtomicDq) {
       if (wg_leader) bulk_wait_read<0>();
       if (it > 0) named_barrier_sync(ready_barrier(1 - wg, it - 1), kConsumerThreads);
       float acc_dq[8][4];  // this warpgroup's piece of step it - 1's dQ tile
       wgmma_fence();
       issue_dq(it + 1, acc_dq);  // buffer (it + 1) % 2 = (it - 1) % 2
-      wgmma_wait<0>();
+      gemm_rs_nmajor<T, D, BM>(acc_dk, dsa, sQt);  // dK += dS^T Q
+      wgmma_commit();
+      wgmma_wait<1>();  // dQ: this warpgroup is done with buffer (it + 1) % 2
       fence_accumulators(acc_dv);
-      fence_accumulators(acc_dk);
       fence_accumulators(acc_dq);
-      mbar_arrive(&slot_free[slot]);
       store_ds_t<T, BN, BM>(sds_of(it), dsa, warp_row, lane);
       fence_proxy_async();
       named_barrier_arrive(ready_barrier(wg, it), kConsumerThreads);
-      if (it > 0) add_dq(it - 1, acc_dq);
+      if (it > 0) add_dq(it - 1, acc_dq);  // while dK runs
+      wgmma_wait<0>();
+      fence_accumulators(acc_dk);
+      mbar_arrive(&slot_free[slot]);
     } else {
+      wgmma_fence();
+      gemm_rs_nmajor<T, D, BM>(acc_dk, dsa, sQt);  // dK += dS^T Q
+      wgmma_commit();
       wgmma_wait<0>();
       fence_accumulators(acc_dv);
       fence_accumulators(acc_dk);
