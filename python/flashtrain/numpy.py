@@ -36,8 +36,8 @@ def attention_backward(d_o, q, k, v, o, lse, *, causal=False, window=None, sink_
                        impl="flash", deterministic=True):
     """(dq, dk, dv, dsinks) for the loss gradient d_o (like o), given the inputs and (o, lse) from attention()
     with the same options. dsinks is (Hq) float32 when sinks are given, else None. deterministic=False lets
-    the CUDA flash backward accumulate dq with fp32 atomics (faster on the sm80 kernels, not on the Hopper
-    ones; host arrays are unaffected)."""
+    the CUDA flash backward accumulate dq in fp32 from the dK/dV kernel (faster, dq not bitwise
+    reproducible; host arrays are unaffected)."""
     left, right = window_bounds(window)
     one_head = missing_head_axis(d_o=d_o, q=q, k=k, v=v, o=o)
     d_o, q, k, v, o, lse = (np.asarray(x) for x in (d_o, q, k, v, o, lse))

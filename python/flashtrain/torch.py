@@ -80,8 +80,8 @@ def attention_backward_op(d_o: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tenso
                           sink_tokens: int, scale: Optional[float], impl: str = "flash",
                           deterministic: bool = True) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     """dq, dk, dv (like q, k, v) and dsinks ((Hq) fp32; empty (0) without sinks) for the gradient d_o of o.
-    deterministic=False lets the CUDA flash backward accumulate dq with fp32 atomics (faster on the sm80
-    kernels, not on the Hopper ones; not bitwise reproducible)."""
+    deterministic=False lets the CUDA flash backward accumulate dq in fp32 from the dK/dV kernel (faster;
+    not bitwise reproducible)."""
     dq, dk, dv, dsinks = _backward_outputs(q, k, v, sinks)  # like q, k, v; (Hq) or (0)
     _C.attention_backward(_detached(q), _detached(k), _detached(v), _detached(o), _detached(lse), _detached(d_o),
                           dq, dk, dv, sinks=_detached(sinks), dsinks=None if sinks is None else dsinks,
@@ -125,7 +125,7 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, windo
     -1/None = unbounded. sink_tokens: keys j < sink_tokens bypass the left window bound (StreamingLLM).
     sinks: (Hq) sink logits (gpt-oss), differentiable. scale: default 1/sqrt(D). impl: 'flash' or 'naive'.
     deterministic: True gives bit-identical gradients run to run; False lets the CUDA flash backward
-    accumulate dq with fp32 atomics (faster on the sm80 kernels only)."""
+    accumulate dq in fp32 from the dK/dV kernel (faster; not bitwise reproducible)."""
     left, right = window_bounds(window)
     one_head = missing_head_axis(q=q, k=k, v=v)
     if one_head:

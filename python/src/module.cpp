@@ -129,6 +129,6 @@ NB_MODULE(_C, m) {
         "dq, dk, dv (like q, k, v) and dsinks ((Hq) fp32, exactly when sinks are given) <- the gradients of\n"
         "attention, given q, k, v, o and lse from attention_forward and d_o (B, Hq, Nq, D). Options as forward.\n"
         "deterministic: True (default) gives bit-identical gradients run to run; False lets the CUDA flash\n"
-        "backward accumulate dq with fp32 atomics (faster on the sm80 kernels, not on the Hopper ones;\n"
-        "last-bit differences; ignored elsewhere).");
+        "backward accumulate dq in fp32 from the dK/dV kernel (faster; last-bit differences; ignored\n"
+        "elsewhere).");
 }

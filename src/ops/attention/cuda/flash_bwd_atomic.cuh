@@ -2,8 +2,9 @@
 // (AttentionOptions::deterministic = false, FA2's own scheme). The dK/dV kernel (flash_bwd_kernel.cuh
 // and flash_bwd_sm90_kernel.cuh, kAtomicDq) also computes dQ_tile = dS K for every (query tile, key
 // tile) it visits and adds it into an fp32 accumulator dq_accum (B, Hq, len_q_pad, D), zeroed before the
-// kernel, with atomics (the sm80 kernel through accumulate_dq_tile below); a convert
-// kernel then writes dq = scale * dq_accum in q's dtype and layout. The order of the atomic additions
+// kernel — the sm80 kernel with atomics through accumulate_dq_tile below, the sm90 one with TMA
+// reductions of staged tiles; a convert kernel then writes dq = scale * dq_accum in q's dtype and
+// layout. The order of the additions
 // depends on scheduling, so dQ may differ between runs in its last bits (dK, dV and dsinks do not).
 #pragma once
 
