@@ -36,9 +36,10 @@ flashtrain holds after the forward, before the backward; peak_gib the peak over 
 (including the naive implementation's S and P). A case that runs out of memory is an OOM row.
 --deterministic picks the flash backward's scheme on a GPU: true (the default) sums every gradient in a
 fixed order (bit-identical runs); false accumulates dQ in fp32 inside the dK/dV kernel (atomics on
-the sm80 kernels, TMA reductions on the Hopper ones; faster on both, dQ not bitwise reproducible). --kernels picks the flash kernel
-family on a GPU: auto (the Hopper sm90 kernels on an H100/H200 for bf16/fp16 at head dims 64 and 128,
-else sm80), sm80 (the portable mma.sync kernels) or sm90 (wgmma; an error where they cannot run).
+the sm80 kernels, TMA reductions on the Hopper ones; faster on both, dQ not bitwise reproducible).
+--kernels picks the flash kernel family on a GPU: auto (the Hopper sm90 kernels on an H100/H200 for
+bf16/fp16 at head dims 64 and 128, else sm80), sm80 (the portable mma.sync kernels) or sm90 (wgmma; an
+error where they cannot run).
 Each row records the kernels and the mode that ran; a case that ran the same as an earlier one is
 dropped.
 Each measurement repeats --repeats times, or fewer (at least 5) when that would take longer than

@@ -4,8 +4,8 @@
 // tile) it visits and adds it into an fp32 accumulator dq_accum (B, Hq, len_q_pad, D), zeroed before the
 // kernel — the sm80 kernel with atomics through accumulate_dq_tile below, the sm90 one with TMA
 // reductions of staged tiles; a convert kernel then writes dq = scale * dq_accum in q's dtype and
-// layout. The order of the additions
-// depends on scheduling, so dQ may differ between runs in its last bits (dK, dV and dsinks do not).
+// layout. The order of the additions depends on scheduling, so dQ may differ between runs in its last
+// bits (dK, dV and dsinks do not).
 #pragma once
 
 #include <cstdint>

@@ -31,11 +31,14 @@
 namespace ft::flash::sm90 {
 
 // The TMA maps of the backward's operands (flash_tma.h), passed beside FlashBwdParams; boxes are the
-// kernel's query and key tiles (dq: 64 rows, dQ kernel only; dq_accum: fp32 boxes of 64 rows x 32
-// columns, atomic mode only).
+// kernel's query and key tiles (dq: 64 rows, dQ kernel only; dq_accum: fp32 boxes of kDqBoxRows rows,
+// atomic mode only).
 struct BwdTmaMaps {
   TmaTensor q, d_o, k, v, dq, dq_accum;
 };
+
+// Atomic mode: dQ pieces leave as fp32 boxes of 64 rows x one 128-byte swizzle row of columns.
+inline constexpr int kDqBoxRows = 64, kDqBoxCols = kPanelRowBytes / static_cast<int>(sizeof(float));
 
 template <class T, int D, bool kAtomicDq>
 struct BwdKvTraits {
@@ -47,16 +50,16 @@ struct BwdKvTraits {
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = (65536 / 128 - kProducerRegs) / kConsumers / 8 * 8;
   // Atomic mode: the dQ tile (kBlockM, D) is one piece of 64 queries x 64 columns per warpgroup, staged
-  // as two fp32 boxes of 64 rows x 32 columns (128-byte swizzled, as dq_accum's TMA map says).
-  static constexpr int kDqBoxFloats = 64 * 32;
+  // as kPanel / kDqBoxCols fp32 boxes (128-byte swizzled, as dq_accum's TMA map says).
+  static constexpr int kDqBoxFloats = kDqBoxRows * kDqBoxCols, kDqBoxesPerPiece = kPanel / kDqBoxCols;
   // sK, sV (kBlockN, D) | sQ, sdO (kStages, kBlockM, D) | atomic mode: sdS (2, kBlockN, kBlockM) for
-  // alternate steps, all swizzled, then sdQ (kConsumers, 2 boxes) fp32 | sL, sD (kStages, kBlockM) fp32 |
+  // alternate steps, all swizzled, then sdQ (kConsumers, kDqBoxesPerPiece boxes) fp32 | sL, sD (kStages, kBlockM) fp32 |
   // mbarriers: K and V landed, each step's tiles landed, each slot free. dK and dV are staged as padded
   // (kBlockN, kLd) tiles over the 16-bit part after the loop.
   static constexpr int kDsElems = kAtomicDq ? 2 * kBlockN * kBlockM : 0;  // sdS
   static constexpr int kTileBytes =
       ((2 * kBlockN + 2 * kStages * kBlockM) * D + kDsElems) * static_cast<int>(sizeof(T));
-  static constexpr int kDqStageFloats = kAtomicDq ? kConsumers * 2 * kDqBoxFloats : 0;  // sdQ
+  static constexpr int kDqStageFloats = kAtomicDq ? kConsumers * kDqBoxesPerPiece * kDqBoxFloats : 0;  // sdQ
   static constexpr int kStepBytes = 2 * kBlockM * (D * static_cast<int>(sizeof(T)) + static_cast<int>(sizeof(float)));
   static constexpr int kBarriers = 1 + 2 * kStages;
   static constexpr int kSmemBytes = kTileBytes + (kDqStageFloats + 2 * kStages * kBlockM) * static_cast<int>(sizeof(float)) +
@@ -103,18 +106,19 @@ __device__ __forceinline__ void store_ds_t(T* sdS, const std::uint32_t (&dsa)[BM
     }
 }
 
-// Stores a 64 x 64 fp32 accumulator (rows 16 (warp % 4) + g (+ 8), columns 8 j + 2 t (+ 1)) as two
-// 128-byte-swizzled boxes of 64 rows x 32 columns at `boxes` (the layout TMA reads for dq_accum's map).
+// Stores a 64 x 64 fp32 accumulator (rows 16 (warp % 4) + g (+ 8), columns 8 j + 2 t (+ 1)) as
+// 128-byte-swizzled boxes of kDqBoxRows x kDqBoxCols at `boxes` (the layout TMA reads for dq_accum's map).
 __device__ __forceinline__ void store_dq_boxes(float* boxes, const float (&acc)[8][4], int warp, int lane) {
+  constexpr int kTilesPerBox = kDqBoxCols / 8;  // accumulator column tiles (8 floats) per box row
   const int g = lane >> 2, t = lane & 3;
 #pragma unroll
   for (int j = 0; j < 8; ++j)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
       const int row = (warp % 4) * 16 + g + 8 * r;
-      const int chunk = (2 * (j % 4) + t / 2) ^ (row % 8);  // 16-byte chunk of the 128-byte box row
-      *reinterpret_cast<float2*>(boxes + (j / 4) * 64 * 32 + row * 32 + chunk * 4 + 2 * (t % 2)) =
-          make_float2(acc[j][2 * r], acc[j][2 * r + 1]);
+      const int chunk = (2 * (j % kTilesPerBox) + t / 2) ^ (row % 8);  // 16-byte chunk of the box row
+      *reinterpret_cast<float2*>(boxes + (j / kTilesPerBox) * kDqBoxRows * kDqBoxCols + row * kDqBoxCols + chunk * 4 +
+                                 2 * (t % 2)) = make_float2(acc[j][2 * r], acc[j][2 * r + 1]);
     }
 }
 
@@ -214,7 +218,7 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
   const bool wg_leader = ctid % 128 == 0;
   constexpr int kColPanels = D / kPanel;
   const int qp = wg / kColPanels, cp = wg % kColPanels;  // this warpgroup's dQ piece
-  float* sdQ_wg = sdQ + wg * 2 * Tr::kDqBoxFloats;
+  float* sdQ_wg = sdQ + wg * Tr::kDqBoxesPerPiece * Tr::kDqBoxFloats;
   auto sds_of = [&](int it) { return sdS + (it & 1) * BN * BM; };  // step it's dS^T buffer
   auto ready_barrier = [&](int w, int it) { return 2 + 2 * w + (it & 1); };
   auto issue_dq = [&](int it, float (&acc_dq)[8][4]) {
@@ -228,9 +232,10 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
     named_barrier_sync(6 + wg, 128);  // the warpgroup's sdQ boxes are complete
     if (wg_leader) {
       const int row = step_row0(it) + 64 * qp, h = step_head(it);
-      tma_reduce_add(maps.dq_accum, tma_coords(maps.dq_accum, cp * kPanel, row, h, b), sdQ_wg);
-      tma_reduce_add(maps.dq_accum, tma_coords(maps.dq_accum, cp * kPanel + 32, row, h, b),
-                     sdQ_wg + Tr::kDqBoxFloats);
+#pragma unroll
+      for (int i = 0; i < Tr::kDqBoxesPerPiece; ++i)
+        tma_reduce_add(maps.dq_accum, tma_coords(maps.dq_accum, cp * kPanel + i * kDqBoxCols, row, h, b),
+                       sdQ_wg + i * Tr::kDqBoxFloats);
       bulk_commit();
     }
   };
@@ -277,14 +282,16 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
     wgmma_commit();
 #pragma unroll
     for (int kk = 0; kk < BM / 16; ++kk) a_from_acc<T>(dsa[kk], acc_dp, kk);
+    float acc_dq[8][4];  // atomic mode: this warpgroup's piece of step it - 1's dQ tile
     if constexpr (kAtomicDq) {
       if (wg_leader) bulk_wait_read<0>();
       if (it > 0) named_barrier_sync(ready_barrier(1 - wg, it - 1), kConsumerThreads);
-      float acc_dq[8][4];  // this warpgroup's piece of step it - 1's dQ tile
-      wgmma_fence();
-      issue_dq(it + 1, acc_dq);  // buffer (it + 1) % 2 = (it - 1) % 2
-      gemm_rs_nmajor<T, D, BM>(acc_dk, dsa, sQt);  // dK += dS^T Q
-      wgmma_commit();
+    }
+    wgmma_fence();
+    if constexpr (kAtomicDq) issue_dq(it + 1, acc_dq);  // buffer (it + 1) % 2 = (it - 1) % 2
+    gemm_rs_nmajor<T, D, BM>(acc_dk, dsa, sQt);  // dK += dS^T Q
+    wgmma_commit();
+    if constexpr (kAtomicDq) {
       wgmma_wait<1>();  // dQ: this warpgroup is done with buffer (it + 1) % 2
       fence_accumulators(acc_dv);
       fence_accumulators(acc_dq);
@@ -292,18 +299,11 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
       fence_proxy_async();
       named_barrier_arrive(ready_barrier(wg, it), kConsumerThreads);
       if (it > 0) add_dq(it - 1, acc_dq);  // while dK runs
-      wgmma_wait<0>();
-      fence_accumulators(acc_dk);
-      mbar_arrive(&slot_free[slot]);
-    } else {
-      wgmma_fence();
-      gemm_rs_nmajor<T, D, BM>(acc_dk, dsa, sQt);  // dK += dS^T Q
-      wgmma_commit();
-      wgmma_wait<0>();
-      fence_accumulators(acc_dv);
-      fence_accumulators(acc_dk);
-      mbar_arrive(&slot_free[slot]);
     }
+    wgmma_wait<0>();
+    fence_accumulators(acc_dv);
+    fence_accumulators(acc_dk);
+    mbar_arrive(&slot_free[slot]);
   }
   if constexpr (kAtomicDq) {
     if (n_iters > 0) {

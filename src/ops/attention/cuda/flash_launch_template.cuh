@@ -40,7 +40,7 @@ template <class T, int D>
 TmaTensor key_map(const TensorRef& t, const FlashShape& s, int box_rows) {
   return make_tma_tensor(t, tma_elem<T>(), s.batch, s.heads_kv, s.len_k, D, box_rows);
 }
-// The fp32 dq_accum (B, Hq, len_q_pad, D) for reductions of (box_rows, 32) boxes; rows past len_q are
+// The fp32 dq_accum (B, Hq, len_q_pad, D) for reductions of (box_rows, 32-float) boxes; rows past len_q are
 // outside the map, so TMA never adds into them.
 template <int D>
 TmaTensor dq_accum_map(const FlashBwdParams& p, int box_rows) {
@@ -124,7 +124,7 @@ void run_flash_bwd_sm90(const FlashBwdParams& p, cudaStream_t stream) {
   auto run_dkdv = [&](auto atomic) {
     using Tr = sm90::BwdKvTraits<T, D, decltype(atomic)::value>;
     sm90::BwdTmaMaps maps = bwd_tma_maps<T, D>(p, Tr::kBlockM, Tr::kBlockN);
-    if constexpr (decltype(atomic)::value) maps.dq_accum = detail::dq_accum_map<D>(p, 64);
+    if constexpr (decltype(atomic)::value) maps.dq_accum = detail::dq_accum_map<D>(p, sm90::kDqBoxRows);
     const dim3 grid = detail::tile_grid(s.batch * s.heads_kv, s.len_k, Tr::kBlockN);
     if (s.has_mask)
       detail::launch(sm90::flash_bwd_dkdv_sm90_kernel<T, D, true, decltype(atomic)::value>, grid, Tr::kThreads,

@@ -68,8 +68,9 @@ struct FlashSm90Tiles {
 inline constexpr FlashSm90Tiles kSm90Tiles[] = {
     // fwd: wg   n st | dkdv: wg  m st | dq: wg   n st | atomic: st
     // d=64: 4 backward buffers (TMA rings) took the deterministic leaderboard bwd 4.17 -> 4.06 ms and a
-    // 128-query dK/dV step 4.02 -> 3.51 ms (H100); deeper forward rings, and 3
-    // buffers at d=128, changed nothing measurable. d=128: 128-key dQ steps took the bwd 3.50 -> 3.33 ms
+    // 128-query dK/dV step 4.02 -> 3.51 ms (H100); deeper forward rings, and 3 buffers at d=128 (also in
+    // the atomic mode), changed nothing measurable. d=128: 128-key dQ steps took the bwd 3.50 -> 3.33 ms.
+    // The atomic mode's third buffer at d=64 does not fit (its dS^T and dQ staging take 96 KB)
     {3, 128, 2, 2, 128, 4, 2, 128, 4, 2},  // d=64
     {2, 128, 2, 2, 64, 2, 2, 128, 2, 2},    // d=128
 };
