@@ -1,7 +1,8 @@
 """flashtrain.torch — flashtrain's attention for PyTorch (>= 2.4; this module imports torch, the rest of
 the package does not).
 
-  flash_attention(q, k, v, causal=..., window=..., sink_tokens=..., sinks=..., scale=..., deterministic=...)
+  flash_attention(q, k, v, causal=..., window=..., sink_tokens=..., sinks=..., scale=..., deterministic=...,
+                  kernels=...)
       differentiable in q, k, v and sinks; runs under torch.compile(fullgraph=True) without a graph
       break, through the custom ops flashtrain::attention_forward and flashtrain::attention_backward
       (registered with register_fake and register_autograd).
@@ -59,18 +60,20 @@ def _detached(t: Optional[Tensor]) -> Optional[Tensor]:
 @torch.library.custom_op("flashtrain::attention_forward", mutates_args=())
 def attention_forward_op(q: Tensor, k: Tensor, v: Tensor, sinks: Optional[Tensor], causal: bool, window_left: int,
                          window_right: int, sink_tokens: int, scale: Optional[float],
-                         impl: str = "flash", deterministic: bool = True) -> Tuple[Tensor, Tensor]:
+                         impl: str = "flash", deterministic: bool = True,
+                         kernels: str = "auto") -> Tuple[Tensor, Tensor]:
     """o (B, Hq, Nq, D), lse (B, Hq, Nq) fp32 = attention(q (B, Hq, Nq, D), k, v (B, Hkv, Nk, D)).
-    deterministic only travels to the backward (register_autograd)."""
+    deterministic only travels to the backward (register_autograd); kernels to both."""
     o, lse = _forward_outputs(q)  # (B, Hq, Nq, D), (B, Hq, Nq)
     _C.attention_forward(_detached(q), _detached(k), _detached(v), o, lse, sinks=_detached(sinks), causal=causal,
                          window_left=window_left, window_right=window_right, sink_tokens=sink_tokens, scale=scale,
-                         impl=impl, stream=_stream(q))
+                         impl=impl, kernels=kernels, stream=_stream(q))
     return o, lse
 
 
 @attention_forward_op.register_fake
-def _(q, k, v, sinks, causal, window_left, window_right, sink_tokens, scale, impl="flash", deterministic=True):
+def _(q, k, v, sinks, causal, window_left, window_right, sink_tokens, scale, impl="flash", deterministic=True,
+      kernels="auto"):
     return _forward_outputs(q)
 
 
@@ -78,7 +81,7 @@ def _(q, k, v, sinks, causal, window_left, window_right, sink_tokens, scale, imp
 def attention_backward_op(d_o: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor,
                           sinks: Optional[Tensor], causal: bool, window_left: int, window_right: int,
                           sink_tokens: int, scale: Optional[float], impl: str = "flash",
-                          deterministic: bool = True) -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+                          deterministic: bool = True, kernels: str = "auto") -> Tuple[Tensor, Tensor, Tensor, Tensor]:
     """dq, dk, dv (like q, k, v) and dsinks ((Hq) fp32; empty (0) without sinks) for the gradient d_o of o.
     deterministic=False lets the CUDA flash backward accumulate dq in fp32 from the dK/dV kernel (faster;
     not bitwise reproducible)."""
@@ -86,29 +89,29 @@ def attention_backward_op(d_o: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tenso
     _C.attention_backward(_detached(q), _detached(k), _detached(v), _detached(o), _detached(lse), _detached(d_o),
                           dq, dk, dv, sinks=_detached(sinks), dsinks=None if sinks is None else dsinks,
                           causal=causal, window_left=window_left, window_right=window_right,
-                          sink_tokens=sink_tokens, scale=scale, impl=impl, deterministic=deterministic,
-                          stream=_stream(q))
+                          sink_tokens=sink_tokens, scale=scale, impl=impl, kernels=kernels,
+                          deterministic=deterministic, stream=_stream(q))
     return dq, dk, dv, dsinks
 
 
 @attention_backward_op.register_fake
 def _(d_o, q, k, v, o, lse, sinks, causal, window_left, window_right, sink_tokens, scale, impl="flash",
-      deterministic=True):
+      deterministic=True, kernels="auto"):
     return _backward_outputs(q, k, v, sinks)
 
 
 def _setup_context(ctx, inputs, output):
-    q, k, v, sinks, causal, window_left, window_right, sink_tokens, scale, impl, deterministic = inputs
+    q, k, v, sinks, causal, window_left, window_right, sink_tokens, scale, impl, deterministic, kernels = inputs
     o, lse = output
     ctx.save_for_backward(q, k, v, o, lse, sinks)
-    ctx.variant = (causal, window_left, window_right, sink_tokens, scale, impl, deterministic)
+    ctx.variant = (causal, window_left, window_right, sink_tokens, scale, impl, deterministic, kernels)
 
 
 def _backward(ctx, grad_o, grad_lse):
     # grad_lse is not used: L is an output for inspection and for the backward, not a differentiable one.
     q, k, v, o, lse, sinks = ctx.saved_tensors
     dq, dk, dv, dsinks = attention_backward_op(_last_dim_contiguous(grad_o), q, k, v, o, lse, sinks, *ctx.variant)
-    return dq, dk, dv, None if sinks is None else dsinks, None, None, None, None, None, None, None
+    return dq, dk, dv, None if sinks is None else dsinks, None, None, None, None, None, None, None, None
 
 
 attention_forward_op.register_autograd(_backward, setup_context=_setup_context)
@@ -118,21 +121,24 @@ attention_forward_op.register_autograd(_backward, setup_context=_setup_context)
 
 def flash_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, window=None, sink_tokens: int = 0,
                     sinks: Optional[Tensor] = None, scale: Optional[float] = None, impl: str = "flash",
-                    deterministic: bool = True) -> Tensor:
+                    deterministic: bool = True, kernels: str = "auto") -> Tensor:
     """o = attention(q, k, v): q (B, Hq, Nq, D) and k, v (B, Hkv, Nk, D), or all (B, N, D); o is shaped like q.
 
     causal: key j visible to query i when j <= i + Nk - Nq (bottom-right aligned). window: (left, right),
     -1/None = unbounded. sink_tokens: keys j < sink_tokens bypass the left window bound (StreamingLLM).
     sinks: (Hq) sink logits (gpt-oss), differentiable. scale: default 1/sqrt(D). impl: 'flash' or 'naive'.
     deterministic: True gives bit-identical gradients run to run; False lets the CUDA flash backward
-    accumulate dq in fp32 from the dK/dV kernel (faster; not bitwise reproducible)."""
+    accumulate dq in fp32 from the dK/dV kernel (faster; not bitwise reproducible). kernels: the CUDA
+    flash kernel family, 'auto' (the Hopper sm90 kernels on an H100/H200 for bf16/fp16 at head dims 64
+    and 128 with 16-byte aligned operands, the portable sm80 ones otherwise), 'sm80' or 'sm90' (an error
+    where they cannot run); ignored on the CPU and by impl='naive'."""
     left, right = window_bounds(window)
     one_head = missing_head_axis(q=q, k=k, v=v)
     if one_head:
         q, k, v = q.unsqueeze(1), k.unsqueeze(1), v.unsqueeze(1)
     q, k, v = _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v)
     o, _ = attention_forward_op(q, k, v, _sinks_f32(sinks), causal, left, right, sink_tokens,
-                                None if scale is None else float(scale), impl, bool(deterministic))
+                                None if scale is None else float(scale), impl, bool(deterministic), kernels)
     return o.squeeze(1) if one_head else o
 
 

@@ -36,7 +36,8 @@ struct Variant {
   std::optional<double> scale;
   std::string impl = "flash";
   std::uintptr_t stream = 0;
-  bool deterministic = true;  // backward only (AttentionOptions::deterministic)
+  std::string kernels = "auto";  // AttentionOptions::kernels: auto, sm80 or sm90 (CUDA flash only)
+  bool deterministic = true;     // backward only (AttentionOptions::deterministic)
 };
 
 AttentionOptions options_for(const Variant& variant, Device device) {
@@ -47,6 +48,7 @@ AttentionOptions options_for(const Variant& variant, Device device) {
   options.sink_tokens = variant.sink_tokens;
   options.scale = variant.scale;
   options.impl = parse_attention_impl(variant.impl);
+  options.kernels = parse_flash_kernels(variant.kernels);
   options.deterministic = variant.deterministic;
   if (device.is_cuda()) options.stream = Stream::wrap(reinterpret_cast<void*>(variant.stream), device);
   return options;
@@ -71,10 +73,10 @@ AttentionTensors tensors_of(const InputArray& q, const InputArray& k, const Inpu
 void forward(const InputArray& q, const InputArray& k, const InputArray& v, const OutputArray& o,
              const OutputArray& lse, const std::optional<InputArray>& sinks, bool causal, std::int64_t window_left,
              std::int64_t window_right, std::int64_t sink_tokens, std::optional<double> scale,
-             const std::string& impl, std::uintptr_t stream) {
+             const std::string& impl, const std::string& kernels, std::uintptr_t stream) {
   const AttentionTensors t = tensors_of(q, k, v, o, lse, sinks);
   const AttentionOptions options =
-      options_for({causal, window_left, window_right, sink_tokens, scale, impl, stream}, t.q.device());
+      options_for({causal, window_left, window_right, sink_tokens, scale, impl, stream, kernels}, t.q.device());
   nb::gil_scoped_release unlocked;
   attention_forward(t, options);
 }
@@ -86,7 +88,7 @@ void backward(const InputArray& q, const InputArray& k, const InputArray& v, con
               const OutputArray& dv, const std::optional<InputArray>& sinks,
               const std::optional<OutputArray>& dsinks, bool causal, std::int64_t window_left,
               std::int64_t window_right, std::int64_t sink_tokens, std::optional<double> scale,
-              const std::string& impl, bool deterministic, std::uintptr_t stream) {
+              const std::string& impl, const std::string& kernels, bool deterministic, std::uintptr_t stream) {
   const AttentionTensors t = tensors_of(q, k, v, o, lse, sinks);
   AttentionGrads g;
   g.d_o = tensor_view(d_o, "d_o");
@@ -95,7 +97,7 @@ void backward(const InputArray& q, const InputArray& k, const InputArray& v, con
   g.dv = tensor_view(dv, "dv");
   if (dsinks) g.dsinks = tensor_view(*dsinks, "dsinks");
   const AttentionOptions options = options_for(
-      {causal, window_left, window_right, sink_tokens, scale, impl, stream, deterministic}, t.q.device());
+      {causal, window_left, window_right, sink_tokens, scale, impl, stream, kernels, deterministic}, t.q.device());
   nb::gil_scoped_release unlocked;
   attention_backward(t, g, options);
 }
@@ -117,15 +119,18 @@ NB_MODULE(_C, m) {
 
   m.def("attention_forward", &forward, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a, nb::kw_only(),
         "sinks"_a = nb::none(), "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1,
-        "sink_tokens"_a = 0, "scale"_a = nb::none(), "impl"_a = "flash", "stream"_a = 0,
+        "sink_tokens"_a = 0, "scale"_a = nb::none(), "impl"_a = "flash", "kernels"_a = "auto", "stream"_a = 0,
         "o (B, Hq, Nq, D), lse (B, Hq, Nq) fp32 <- attention(q (B, Hq, Nq, D), k, v (B, Hkv, Nk, D)).\n"
         "Any strides with a contiguous last dim; float32, float16 or bfloat16; host or CUDA memory.\n"
         "sinks: (Hq) fp32 sink logits or None. window_left/right: -1 = unbounded. scale: None = 1/sqrt(D).\n"
-        "impl: 'flash' or 'naive'. stream: the cudaStream_t to run on, as an int (0 = legacy default).");
+        "impl: 'flash' or 'naive'. kernels: the CUDA flash kernel family, 'auto' (the Hopper sm90 kernels\n"
+        "where they run: H100/H200, bf16/fp16, head dims 64 and 128, 16-byte aligned operands), 'sm80' (the\n"
+        "portable ones) or 'sm90' (an error where they cannot run); ignored elsewhere.\n"
+        "stream: the cudaStream_t to run on, as an int (0 = legacy default).");
   m.def("attention_backward", &backward, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a, "d_o"_a, "dq"_a, "dk"_a, "dv"_a,
         nb::kw_only(), "sinks"_a = nb::none(), "dsinks"_a = nb::none(), "causal"_a = false, "window_left"_a = -1,
         "window_right"_a = -1, "sink_tokens"_a = 0, "scale"_a = nb::none(), "impl"_a = "flash",
-        "deterministic"_a = true, "stream"_a = 0,
+        "kernels"_a = "auto", "deterministic"_a = true, "stream"_a = 0,
         "dq, dk, dv (like q, k, v) and dsinks ((Hq) fp32, exactly when sinks are given) <- the gradients of\n"
         "attention, given q, k, v, o and lse from attention_forward and d_o (B, Hq, Nq, D). Options as forward.\n"
         "deterministic: True (default) gives bit-identical gradients run to run; False lets the CUDA flash\n"

@@ -56,6 +56,15 @@ def test_unknown_implementation_is_a_value_error():
         attention(q, k, v, impl="fast")
 
 
+def test_unknown_kernel_family_is_a_value_error():
+    q, k, v = arrays()
+    o, lse = np.empty_like(q), np.empty(q.shape[:-1], dtype=np.float32)  # (B, Hq, Nq, D), (B, Hq, Nq)
+    with pytest.raises(ValueError, match=r"^unknown flash kernels 'hopper': expected auto, sm80 or sm90"):
+        flashtrain.attention_forward(q, k, v, o, lse, kernels="hopper")
+    flashtrain.attention_forward(q, k, v, o, lse, kernels="sm90")  # a valid family: ignored on the host
+    np.testing.assert_allclose(o, attention(q, k, v)[0], rtol=0, atol=0)
+
+
 def test_python_side_argument_errors_are_value_errors():
     q, k, v = arrays()
     with pytest.raises(ValueError, match=r"window must be None or a pair"):

@@ -1,8 +1,8 @@
 """test_torch_attention.py — flashtrain.torch against PyTorch's own math attention (on the device machine
 with CUDA; on the host wherever torch is installed; skipped without torch): values, L and gradients of
-every variant in fp32, bf16 and fp16, the autograd.Function's saved tensors, the custom ops' registrations
-(torch.library.opcheck), torch.compile(fullgraph=True) of a GQA module, the caller's CUDA stream, cupy
-arrays, and errors raised on the GPU. Measured errors go into the JUnit XML (record_property)."""
+every variant in fp32, bf16 and fp16, each CUDA kernel family (kernels=), the autograd.Function's saved
+tensors, the custom ops' registrations (torch.library.opcheck), torch.compile(fullgraph=True) of a GQA
+module, the caller's CUDA stream, cupy arrays, and errors raised on the GPU. Measured errors go into the JUnit XML (record_property)."""
 import numpy as np
 import pytest
 
@@ -127,6 +127,34 @@ def test_non_deterministic_backward_matches_math_attention(name, device, record_
     errors = {what: relative_error(got, want) for what, got, want in zip(names, grads, grads_ref)}
     record_property("errors", errors)
     assert all(err <= TOLERANCE[torch.bfloat16] for err in errors.values()), errors
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("kernels", ["auto", "sm80"])
+@pytest.mark.parametrize("name", ["causal", "gqa_sink_logits", "sink_tokens"])
+def test_each_kernel_family_matches_math_attention(name, kernels, device, record_property):
+    # kernels picks the CUDA flash family (the host ignores it): 'auto' runs the sm90 kernels on a Hopper GPU
+    # for these bf16 cases at head dims 64 and 128, 'sm80' the portable ones; both in both backward modes.
+    q, k, v, sinks, options = make(name, torch.bfloat16, device, seed=7)
+    inputs = (q, k, v) + (() if sinks is None else (sinks,))
+    exact = [x.detach().double().requires_grad_() for x in inputs]
+    o_ref, _ = math_attention(*exact[:3], exact[3] if sinks is not None else None, **options)
+    d_o = torch.randn(o_ref.shape, generator=torch.Generator().manual_seed(seed_of(name))).to(device)
+    grads_ref = torch.autograd.grad(o_ref, exact, d_o.double())
+    for deterministic in (True, False):
+        o = flash_attention(q, k, v, sinks=sinks, deterministic=deterministic, kernels=kernels, **options)
+        grads = torch.autograd.grad(o, inputs, d_o.to(o))
+        errors = {"o": relative_error(o, o_ref)}
+        errors.update({what: relative_error(got, want)
+                       for what, got, want in zip(("dq", "dk", "dv", "dsinks"), grads, grads_ref)})
+        record_property(f"errors_deterministic_{deterministic}", errors)
+        assert all(err <= TOLERANCE[torch.bfloat16] for err in errors.values()), (deterministic, errors)
+
+
+def test_unknown_kernel_family_is_a_value_error():
+    q = torch.randn(1, 2, 16, 64)
+    with pytest.raises(ValueError, match=r"unknown flash kernels 'hopper': expected auto, sm80 or sm90"):
+        flash_attention(q, q, q, kernels="hopper")
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -280,6 +308,10 @@ def test_gpu_errors():
         flash_attention(q, q, q)
     with pytest.raises(ValueError, match=r"k must be on the device of q: expected cuda:0, given cpu"):
         flash_attention(q, q.cpu(), q)
+    if torch.cuda.get_device_capability() == (9, 0):  # a Hopper GPU: fp32 is not an sm90 kernel's dtype
+        x = torch.randn(1, 2, 16, 64, device="cuda")
+        with pytest.raises(NotImplementedError, match=r"kernels sm90 run bf16 or fp16 at head dims 64 and 128"):
+            flash_attention(x, x, x, kernels="sm90")
     huge = torch.zeros(1, 1, 1 << 19, 16, device="cuda", dtype=torch.bfloat16)  # S would take 1 TiB
     with pytest.raises(MemoryError, match=r"naive CUDA attention \(forward\) materialises S"):
         flash_attention(huge, huge, huge, impl="naive")
