@@ -2,7 +2,8 @@
 with CUDA; on the host wherever torch is installed; skipped without torch): values, L and gradients of
 every variant in fp32, bf16 and fp16, each CUDA kernel family (kernels=), the autograd.Function's saved
 tensors, the custom ops' registrations (torch.library.opcheck), torch.compile(fullgraph=True) of a GQA
-module, the caller's CUDA stream, cupy arrays, and errors raised on the GPU. Measured errors go into the JUnit XML (record_property)."""
+module, the caller's CUDA stream, cupy arrays, and errors raised on the GPU. Measured errors go into the
+JUnit XML (record_property)."""
 import numpy as np
 import pytest
 
@@ -308,10 +309,12 @@ def test_gpu_errors():
         flash_attention(q, q, q)
     with pytest.raises(ValueError, match=r"k must be on the device of q: expected cuda:0, given cpu"):
         flash_attention(q, q.cpu(), q)
-    if torch.cuda.get_device_capability() == (9, 0):  # a Hopper GPU: fp32 is not an sm90 kernel's dtype
-        x = torch.randn(1, 2, 16, 64, device="cuda")
-        with pytest.raises(NotImplementedError, match=r"kernels sm90 run bf16 or fp16 at head dims 64 and 128"):
-            flash_attention(x, x, x, kernels="sm90")
+    # kernels="sm90" where they cannot run says why: fp32 inputs on a Hopper GPU, the GPU itself elsewhere.
+    x = torch.randn(1, 2, 16, 64, device="cuda")
+    why = (r"run bf16 or fp16 at head dims 64 and 128" if torch.cuda.get_device_capability() == (9, 0)
+           else r"need a compute capability 9\.0 GPU")
+    with pytest.raises(NotImplementedError, match=r"flash attention: kernels sm90 " + why):
+        flash_attention(x, x, x, kernels="sm90")
     huge = torch.zeros(1, 1, 1 << 19, 16, device="cuda", dtype=torch.bfloat16)  # S would take 1 TiB
     with pytest.raises(MemoryError, match=r"naive CUDA attention \(forward\) materialises S"):
         flash_attention(huge, huge, huge, impl="naive")

@@ -53,17 +53,17 @@ struct BwdKvTraits {
   // as kPanel / kDqBoxCols fp32 boxes (128-byte swizzled, as dq_accum's TMA map says).
   static constexpr int kDqBoxFloats = kDqBoxRows * kDqBoxCols, kDqBoxesPerPiece = kPanel / kDqBoxCols;
   // sK, sV (kBlockN, D) | sQ, sdO (kStages, kBlockM, D) | atomic mode: sdS (2, kBlockN, kBlockM) for
-  // alternate steps, all swizzled, then sdQ (kConsumers, kDqBoxesPerPiece boxes) fp32 | sL, sD (kStages, kBlockM) fp32 |
-  // mbarriers: K and V landed, each step's tiles landed, each slot free. dK and dV are staged as padded
-  // (kBlockN, kLd) tiles over the 16-bit part after the loop.
+  // alternate steps, all swizzled, then sdQ (kConsumers, kDqBoxesPerPiece boxes) fp32 | sL, sD (kStages,
+  // kBlockM) fp32 | mbarriers: K and V landed, each step's tiles landed, each slot free. dK and dV are
+  // staged as padded (kBlockN, kLd) tiles over the 16-bit part after the loop.
   static constexpr int kDsElems = kAtomicDq ? 2 * kBlockN * kBlockM : 0;  // sdS
   static constexpr int kTileBytes =
       ((2 * kBlockN + 2 * kStages * kBlockM) * D + kDsElems) * static_cast<int>(sizeof(T));
   static constexpr int kDqStageFloats = kAtomicDq ? kConsumers * kDqBoxesPerPiece * kDqBoxFloats : 0;  // sdQ
   static constexpr int kStepBytes = 2 * kBlockM * (D * static_cast<int>(sizeof(T)) + static_cast<int>(sizeof(float)));
   static constexpr int kBarriers = 1 + 2 * kStages;
-  static constexpr int kSmemBytes = kTileBytes + (kDqStageFloats + 2 * kStages * kBlockM) * static_cast<int>(sizeof(float)) +
-                                    kBarriers * 8 + kSmemSlack;
+  static constexpr int kFloatBytes = (kDqStageFloats + 2 * kStages * kBlockM) * static_cast<int>(sizeof(float));
+  static constexpr int kSmemBytes = kTileBytes + kFloatBytes + kBarriers * 8 + kSmemSlack;
   static_assert(D % kPanel == 0 && kBlockM % 64 == 0 && kQueryPad % kBlockM == 0 && kStages >= 2,
                 "bad sm90 dK/dV tiles");
   static_assert(kTileBytes % kGroupBytes == 0, "sdQ must start 1024-byte aligned");
