@@ -66,14 +66,13 @@ StepResult Trainer::optimizer_step() {
     return result;
   }
   const Stream& stream = model_.options().stream;
-  if (config_.max_grad_norm > 0)
-    result.grad_norm = clip_grad_norm({model_.gradients().flat()}, config_.max_grad_norm, stream);
-  else
-    result.grad_norm = std::sqrt(grad_sum_squares({model_.gradients().flat()}, stream));
+  result.grad_norm = std::sqrt(grad_sum_squares({model_.gradients().flat()}, stream));
+  GradScale clip;  // clipping folded into the update: the gradients stay as backward left them
+  if (config_.max_grad_norm > 0) clip.factor = clip_factor(result.grad_norm, config_.max_grad_norm);
   AdamWConfig adamw = config_.adamw;
   adamw.lr = result.lr;
   adamw_step(model_.parameters().flat(), model_.gradients().flat(), exp_avg_.flat(), exp_avg_sq_.flat(), adamw,
-             step_ + 1, stream);
+             step_ + 1, stream, clip);
   ++step_;
   result.step = step_;
   return result;
@@ -114,9 +113,10 @@ void Trainer::enqueue_step(const TokenIds& inputs, const TokenIds& targets, Step
   const Stream& stream = model_.options().stream;
   const std::vector<Tensor> grads = {model_.gradients().flat()};
   grad_sum_squares_to(&slots->grad_sum_squares, grads, stream);
-  if (config_.max_grad_norm > 0) clip_grad_norm_from(grads, &slots->grad_sum_squares, config_.max_grad_norm, stream);
+  const GradScale clip =
+      config_.max_grad_norm > 0 ? clip_grad_scale(&slots->grad_sum_squares, config_.max_grad_norm) : GradScale{};
   adamw_step_from(model_.parameters().flat(), grads.front(), exp_avg_.flat(), exp_avg_sq_.flat(), &slots->adamw,
-                  stream);
+                  stream, clip);
 }
 
 void Trainer::set_optimizer_step(TrainerOptimizerStep step, std::function<std::size_t()> state_bytes) {

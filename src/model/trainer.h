@@ -2,7 +2,10 @@
 //   forward_backward(inputs, targets)  one micro-batch: gradients of loss / accumulation_steps are written
 //                                      (first micro-batch after zero_grads) or added (the others)
 //   optimizer_step()                   optional global-norm clipping, then AdamW (ops/adamw.h) with the
-//                                      learning rate of the cosine schedule at this step; step += 1
+//                                      learning rate of the cosine schedule at this step; step += 1. The
+//                                      clipping is folded into the update (GradScale): the parameters and
+//                                      state are clip-then-AdamW's bit for bit, while the gradients are
+//                                      left unclipped (one pass over them fewer)
 //   zero_grads()                       the next micro-batch overwrites the gradients instead of adding
 //                                      (no pass over memory, like torch's zero_grad(set_to_none=True))
 // A gradient-ready hook (set_gradient_ready_hook) is called during every backward as each parameter's

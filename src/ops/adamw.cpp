@@ -32,18 +32,41 @@ void check_adamw_tensors(const char* op, const Tensor& params, const Tensor& gra
   like_params(op, exp_avg_sq, "exp_avg_sq", params);
 }
 
+void check_grad_scale(const char* op, const GradScale& s) {
+  if (s.sum_squares == nullptr) {
+    FT_CHECK(std::isfinite(s.factor) && s.factor > 0, op, ": the gradient scale factor must be finite and > 0, given ",
+             s.factor);
+    return;
+  }
+  FT_CHECK(s.factor == 1.0, op, ": a gradient scale takes a factor or a sum of squares to clip by, given both (factor ",
+           s.factor, ")");
+  FT_CHECK(std::isfinite(s.max_norm) && s.max_norm > 0, op, ": clipping by a sum of squares needs max_norm > 0, given ",
+           s.max_norm);
+  FT_CHECK(std::isfinite(s.eps) && s.eps >= 0, op, ": the clipping's eps must be finite and >= 0, given ", s.eps);
+}
+
+// The CPU's gradient factor: GradScale's, with the sum of squares read now (the update runs now).
+float cpu_grad_factor(const GradScale& s) {
+  if (s.sum_squares == nullptr) return static_cast<float>(s.factor);
+  const double norm = std::sqrt(*s.sum_squares);
+  return norm > s.max_norm ? static_cast<float>(s.max_norm / (norm + s.eps)) : 1.0f;
+}
+
 // The update with factors given by value (factors) or read when it runs (from, when not null).
-void run_adamw(const Tensor& params, const Tensor& grads, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-               const AdamWFactors& factors, const AdamWFactors* from, [[maybe_unused]] const Stream& stream) {
+void run_adamw(const char* op, const Tensor& params, const Tensor& grads, const Tensor& exp_avg,
+               const Tensor& exp_avg_sq, const AdamWFactors& factors, const AdamWFactors* from,
+               const GradScale& grad_scale, [[maybe_unused]] const Stream& stream) {
+  check_grad_scale(op, grad_scale);
 #if FT_HAS_CUDA
   if (params.device().is_cuda())
     return gpu::adamw_step(params.data_as<float>(), grads.data_as<float>(), exp_avg.data_as<float>(),
-                           exp_avg_sq.data_as<float>(), params.numel(), factors, from, params.device(), stream);
+                           exp_avg_sq.data_as<float>(), params.numel(), factors, from, grad_scale, params.device(),
+                           stream);
 #else
-  if (params.device().is_cuda()) ops::no_cuda_build("adamw_step", params.device());
+  if (params.device().is_cuda()) ops::no_cuda_build(op, params.device());
 #endif
   cpu::adamw_step(params.data_as<float>(), grads.data_as<float>(), exp_avg.data_as<float>(),
-                  exp_avg_sq.data_as<float>(), params.numel(), from ? *from : factors);
+                  exp_avg_sq.data_as<float>(), params.numel(), from ? *from : factors, cpu_grad_factor(grad_scale));
 }
 
 }  // namespace
@@ -71,19 +94,20 @@ AdamWFactors adamw_factors(const AdamWConfig& c, std::int64_t step) {
 }
 
 void adamw_step(const Tensor& params, const Tensor& grads, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                const AdamWConfig& c, std::int64_t step, const Stream& stream) {
-  NvtxRange range("adamw_step");
-  check_adamw_tensors("adamw_step", params, grads, exp_avg, exp_avg_sq);
-  run_adamw(params, grads, exp_avg, exp_avg_sq, adamw_factors(c, step), nullptr, stream);
+                const AdamWConfig& c, std::int64_t step, const Stream& stream, const GradScale& grad_scale) {
+  constexpr const char* op = "adamw_step";
+  NvtxRange range(op);
+  check_adamw_tensors(op, params, grads, exp_avg, exp_avg_sq);
+  run_adamw(op, params, grads, exp_avg, exp_avg_sq, adamw_factors(c, step), nullptr, grad_scale, stream);
 }
 
 void adamw_step_from(const Tensor& params, const Tensor& grads, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                     const AdamWFactors* factors, const Stream& stream) {
+                     const AdamWFactors* factors, const Stream& stream, const GradScale& grad_scale) {
   constexpr const char* op = "adamw_step_from";
   NvtxRange range(op);
   check_adamw_tensors(op, params, grads, exp_avg, exp_avg_sq);
   FT_CHECK(factors != nullptr, op, ": factors must point to the step's AdamWFactors, given null");
-  run_adamw(params, grads, exp_avg, exp_avg_sq, AdamWFactors{}, factors, stream);
+  run_adamw(op, params, grads, exp_avg, exp_avg_sq, AdamWFactors{}, factors, grad_scale, stream);
 }
 
 void sgd_step(const Tensor& params, const Tensor& grads, double lr, [[maybe_unused]] const Stream& stream) {

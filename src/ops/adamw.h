@@ -9,6 +9,9 @@
 // The per-step factors (AdamWFactors) are computed once on the host in double and rounded to fp32, as torch
 // does; adamw_step_from reads them from memory when the update runs instead of taking them at the call, so
 // a captured CUDA graph can replay one step for every t (the host rewrites the factors between launches).
+// Global-norm clipping can be folded into the update (GradScale): each gradient is read as g * factor, in
+// fp32 as scaling it in place rounds, so the update is bit for bit clip-then-step's, while the gradients
+// themselves are left unscaled and the pass over memory that scaling in place costs is saved.
 // Dispatches on the device: CPU or CUDA (one fused kernel; the CPU's float operations in the CPU's order,
 // without FMA contraction).
 #pragma once
@@ -39,19 +42,32 @@ struct AdamWFactors {
   float eps = 0;
 };
 
+// What the update multiplies each gradient by before using it: `factor`, or, when sum_squares is set, the
+// clipping factor of the global norm sqrt(*sum_squares) (optim/grad_clip.h's grad_sum_squares_to total,
+// read when the update runs): max_norm / (norm + eps), rounded to fp32, when norm > max_norm, else 1 (also
+// for a NaN norm, as clip_grad_norm_from leaves the gradients). The default changes nothing.
+struct GradScale {
+  double factor = 1.0;                  // finite and > 0; with sum_squares set, left at 1
+  const double* sum_squares = nullptr;  // one double in the parameters' device memory (host memory on the CPU)
+  double max_norm = 0;                  // > 0 with sum_squares
+  double eps = 0;                       // >= 0: the clipping's guard in max_norm / (norm + eps)
+};
+
 // The factors of step `step` (>= 1, counting this one); ft::Error for a malformed config or step.
 AdamWFactors adamw_factors(const AdamWConfig& config, std::int64_t step);
 
 // One AdamW step; `step` counts steps including this one (>= 1). params, grads, exp_avg (m) and
 // exp_avg_sq (v): fp32, contiguous, one shape.
+// grad_scale: see GradScale.
 void adamw_step(const Tensor& params, const Tensor& grads, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                const AdamWConfig& config, std::int64_t step, const Stream& stream = {});
+                const AdamWConfig& config, std::int64_t step, const Stream& stream = {},
+                const GradScale& grad_scale = {});
 
 // adamw_step with its factors read when the update runs: `factors` points to one AdamWFactors in the
 // parameters' device memory (host memory for CPU tensors). Given adamw_factors(config, step), the result is
 // adamw_step's bit for bit.
 void adamw_step_from(const Tensor& params, const Tensor& grads, const Tensor& exp_avg, const Tensor& exp_avg_sq,
-                     const AdamWFactors* factors, const Stream& stream = {});
+                     const AdamWFactors* factors, const Stream& stream = {}, const GradScale& grad_scale = {});
 
 // One plain SGD step: params, grads fp32, contiguous, one shape.
 void sgd_step(const Tensor& params, const Tensor& grads, double lr, const Stream& stream = {});

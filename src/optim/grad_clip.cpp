@@ -109,4 +109,15 @@ void clip_grad_norm_from(const std::vector<Tensor>& grads, const double* sum_squ
   if (norm > max_norm) scale_tensors(grads, clip_factor(norm, max_norm), stream);
 }
 
+GradScale clip_grad_scale(const double* sum_squares, double max_norm) {
+  constexpr const char* op = "clip_grad_scale";
+  FT_CHECK(sum_squares != nullptr, op, ": sum_squares must point to one double on the gradients' device, given null");
+  FT_CHECK(max_norm > 0, op, ": max_norm must be > 0, given ", max_norm);
+  GradScale scale;
+  scale.sum_squares = sum_squares;
+  scale.max_norm = max_norm;
+  scale.eps = kClipEps;
+  return scale;
+}
+
 }  // namespace ft

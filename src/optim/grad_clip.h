@@ -6,13 +6,15 @@
 // share a device. Dispatches on it: CPU or CUDA (the sum of squares synchronises the stream).
 // The *_to / *_from forms keep the sum of squares where the gradients live instead of reading it back —
 // nothing waits for the device, so a CUDA graph can capture a whole clipped step; they give the same
-// gradients bit for bit.
+// gradients bit for bit. clip_grad_scale folds the clipping into AdamW instead (ops/adamw.h GradScale):
+// the update reads each gradient scaled as clip_grad_norm_from would leave it, without a pass over memory.
 #pragma once
 
 #include <vector>
 
 #include "core/stream.h"
 #include "core/tensor.h"
+#include "ops/adamw.h"
 
 namespace ft {
 
@@ -33,5 +35,8 @@ void grad_sum_squares_to(double* total, const std::vector<Tensor>& grads, const 
 // (the device cannot raise an error; the loss shows it). grads: at least one tensor; max_norm > 0.
 void clip_grad_norm_from(const std::vector<Tensor>& grads, const double* sum_squares, double max_norm,
                          const Stream& stream = {});
+// The GradScale of clip_grad_norm_from's clipping: sum_squares (not null) read when the update runs,
+// max_norm > 0.
+GradScale clip_grad_scale(const double* sum_squares, double max_norm);
 
 }  // namespace ft

@@ -1,6 +1,7 @@
 // test_model_training.cpp — the training-step API on the tiny model: gradient accumulation over two
 // micro-batches equals one batch of both, the loss falls on a learnable task under AdamW, bf16 mixed
-// precision stays close to fp32, runs are bit-identical, the schedule and clipping drive the step, the
+// precision stays close to fp32, runs are bit-identical, the schedule and clipping drive the step (the
+// clipping folded into AdamW: clip-then-step bit for bit, the gradients left unclipped), the
 // trainer's hook sees micro-batch positions, and misuse gives clear errors.
 #include <gtest/gtest.h>
 
@@ -9,6 +10,9 @@
 
 #include "core/tensor_io.h"
 #include "model/trainer.h"
+#include "ops/adamw.h"
+#include "optim/grad_clip.h"
+#include "optim/lr_schedule.h"
 #include "test_model_util.h"
 #include "test_ops_util.h"
 
@@ -155,12 +159,27 @@ TEST(Trainer, ScheduleClippingAndStepCount) {
     trainer.forward_backward(batch.input_ids(), batch.target_ids());
     const auto g = read_as_double(model.gradients().flat());
     const double norm = std::sqrt(test::dot(g, g));
+    const Shape shape = model.parameters().flat().shape();
+    // The step by hand: clip a copy of the gradients in place, then AdamW on copies of the state.
+    auto p = test::tensor_of(shape, DType::f32, read_as_double(model.parameters().flat()));
+    auto m = test::tensor_of(shape, DType::f32, read_as_double(trainer.exp_avg().flat()));
+    auto v = test::tensor_of(shape, DType::f32, read_as_double(trainer.exp_avg_sq().flat()));
+    auto clipped = test::tensor_of(shape, DType::f32, g);
+    EXPECT_NEAR(clip_grad_norm({clipped}, config.max_grad_norm), norm, 1e-6 * norm);
+    EXPECT_NEAR(std::sqrt(grad_sum_squares({clipped})), 1e-3, 1e-8);
+    AdamWConfig adamw = config.adamw;
+    adamw.lr = learning_rate(*config.schedule, step);
+    adamw_step(p, clipped, m, v, adamw, step + 1);
+
     const StepResult r = trainer.optimizer_step();
     EXPECT_EQ(r.step, step + 1);
     EXPECT_DOUBLE_EQ(r.lr, learning_rate(*config.schedule, step));
     EXPECT_NEAR(r.grad_norm, norm, 1e-6 * norm);
-    const auto clipped = read_as_double(model.gradients().flat());
-    EXPECT_NEAR(std::sqrt(test::dot(clipped, clipped)), 1e-3, 1e-8);
+    // The clipping is folded into the update: clip-then-step's parameters and state, gradients unclipped.
+    EXPECT_EQ(read_as_double(model.parameters().flat()), read_as_double(p));
+    EXPECT_EQ(read_as_double(trainer.exp_avg().flat()), read_as_double(m));
+    EXPECT_EQ(read_as_double(trainer.exp_avg_sq().flat()), read_as_double(v));
+    EXPECT_EQ(read_as_double(model.gradients().flat()), g);
   }
   EXPECT_EQ(trainer.step(), 3);
   const MemoryReport m = trainer.memory();

@@ -1,8 +1,10 @@
 // test_ops_optimizer.cpp — AdamW against a 3-step trajectory of torch.optim.AdamW's formulas written
 // here in double, SGD, global-norm clipping (sum of squares across chunks and tensors, clipping and not
-// clipping), the cosine schedule at its key iterations, and malformed calls.
+// clipping), clipping folded into AdamW against clip-then-step, the cosine schedule at its key iterations,
+// and malformed calls.
 #include <gtest/gtest.h>
 
+#include <limits>
 #include <numbers>
 
 #include "ops/adamw.h"
@@ -94,6 +96,69 @@ TEST(GradClip, NormAcrossTensorsAndClipping) {
   test::expect_error([&] { grad_sum_squares({at, strided->transpose(0, 1)}); }, ErrorKind::invalid_argument,
                      {"tensor 1", "contiguous"});
   test::expect_error([&] { clip_grad_norm({at}, 0.0); }, ErrorKind::invalid_argument, {"max_norm", "given 0"});
+}
+
+// Two AdamW steps with the clipping folded in (GradScale by factor, or by a sum of squares read when the
+// update runs) against clip_grad_norm then adamw_step: parameters and state bit for bit, the gradients
+// left as they were. max_norm below the norm clips; above it, or a NaN sum of squares, scales nothing.
+TEST(AdamW, FoldedClippingMatchesClipThenStep) {
+  const std::int64_t n = 3001;
+  const auto p0 = normals(n, 20), g0 = normals(n, 21, 0.5);
+  AdamWConfig config;
+  config.lr = 0.01, config.weight_decay = 0.1;
+  const auto g_ref = tensor_of({n}, DType::f32, g0);
+  const double ss = grad_sum_squares({g_ref}), norm = std::sqrt(ss);
+  auto p_plain = tensor_of({n}, DType::f32, p0), m_plain = test::zeros({n}), v_plain = test::zeros({n});
+  for (int t = 1; t <= 2; ++t) adamw_step(p_plain, g_ref, m_plain, v_plain, config, t);  // unclipped
+  for (const double max_norm : {0.5 * norm, 2 * norm}) {
+    for (const bool by_sum : {false, true}) {
+      const std::string tag = std::string(by_sum ? "sum of squares" : "factor") + ", max_norm " +
+                              (max_norm < norm ? "below" : "above") + " the norm";
+      auto p_ref = tensor_of({n}, DType::f32, p0), m_ref = test::zeros({n}), v_ref = test::zeros({n});
+      auto p = tensor_of({n}, DType::f32, p0), m = test::zeros({n}), v = test::zeros({n});
+      const auto g = tensor_of({n}, DType::f32, g0);
+      for (int t = 1; t <= 2; ++t) {
+        auto clipped = tensor_of({n}, DType::f32, g0);
+        clip_grad_norm({clipped}, max_norm);
+        adamw_step(p_ref, clipped, m_ref, v_ref, config, t);
+        const GradScale scale = by_sum ? clip_grad_scale(&ss, max_norm) : GradScale{clip_factor(norm, max_norm)};
+        adamw_step(p, g, m, v, config, t, {}, scale);
+      }
+      EXPECT_EQ(read_as_double(p), read_as_double(p_ref)) << tag;
+      EXPECT_EQ(read_as_double(m), read_as_double(m_ref)) << tag;
+      EXPECT_EQ(read_as_double(v), read_as_double(v_ref)) << tag;
+      EXPECT_EQ(read_as_double(g), read_as_double(g_ref)) << tag << ": the gradients must stay unscaled";
+      if (max_norm < norm)
+        EXPECT_NE(read_as_double(p), read_as_double(p_plain)) << tag << ": the clipping must have acted";
+      else
+        EXPECT_EQ(read_as_double(p), read_as_double(p_plain)) << tag;
+    }
+  }
+  // A NaN norm scales nothing (as clip_grad_norm_from leaves the gradients): the plain step.
+  const double nan = std::nan("");
+  auto p = tensor_of({n}, DType::f32, p0), m = test::zeros({n}), v = test::zeros({n});
+  for (int t = 1; t <= 2; ++t) adamw_step(p, g_ref, m, v, config, t, {}, clip_grad_scale(&nan, 1.0));
+  EXPECT_EQ(read_as_double(p), read_as_double(p_plain));
+
+  test::expect_error([&] { adamw_step(p, g_ref, m, v, config, 1, {}, GradScale{0.0}); },
+                     ErrorKind::invalid_argument, {"adamw_step", "gradient scale factor", "> 0", "given 0"});
+  test::expect_error([&] { adamw_step(p, g_ref, m, v, config, 1, {}, GradScale{std::numeric_limits<double>::infinity()}); },
+                     ErrorKind::invalid_argument, {"adamw_step", "finite", "given inf"});
+  GradScale both = clip_grad_scale(&ss, 1.0);
+  both.factor = 0.5;
+  test::expect_error([&] { adamw_step(p, g_ref, m, v, config, 1, {}, both); }, ErrorKind::invalid_argument,
+                     {"adamw_step", "given both"});
+  GradScale no_max = clip_grad_scale(&ss, 1.0);
+  no_max.max_norm = 0;
+  test::expect_error([&] { adamw_step_from(p, g_ref, m, v, nullptr, {}, no_max); }, ErrorKind::invalid_argument,
+                     {"adamw_step_from", "factors", "null"});
+  const AdamWFactors factors = adamw_factors(config, 1);
+  test::expect_error([&] { adamw_step_from(p, g_ref, m, v, &factors, {}, no_max); }, ErrorKind::invalid_argument,
+                     {"adamw_step_from", "max_norm > 0", "given 0"});
+  test::expect_error([&] { clip_grad_scale(nullptr, 1.0); }, ErrorKind::invalid_argument,
+                     {"clip_grad_scale", "sum_squares", "null"});
+  test::expect_error([&] { clip_grad_scale(&ss, 0.0); }, ErrorKind::invalid_argument,
+                     {"clip_grad_scale", "max_norm must be > 0", "given 0"});
 }
 
 TEST(LrSchedule, KeyIterations) {

@@ -2,7 +2,7 @@
 // inputs: linear (fp32 with TF32 off, bf16 operands with fp32 / bf16 outputs, strided rows, accumulation),
 // embedding (bit-identical forward and backward, repeated ids), RMSNorm, RoPE (both memory layouts, offset),
 // SwiGLU (in place), cross-entropy (vocab 97 to 50257, in-place / bf16 / no dlogits), residual add,
-// AdamW, SGD, casts and fills, gradient clipping; vectorised and scalar paths (aligned and unaligned
+// AdamW (clipping folded in too), SGD, casts and fills, gradient clipping; vectorised and scalar paths (aligned and unaligned
 // shapes); determinism (two runs bit-identical); ids out of range raise before anything is written.
 // Run on a GPU machine: ./build/bin/gpu_test_ops_cuda
 #include <gtest/gtest.h>
@@ -381,6 +381,48 @@ TEST(AdamWCuda, ThreeStepsMatchCpu) {
     expect_close(p.gpu, p.cpu, 1e-6, "params" + tag);
     expect_close(m.gpu, m.cpu, 1e-6, "exp_avg" + tag);
     expect_close(v.gpu, v.cpu, 1e-6, "exp_avg_sq" + tag);
+  }
+}
+
+// Clipping folded into the GPU update (GradScale by factor, and by a sum of squares in device memory read
+// when the kernel runs) against the GPU's clip-then-step, bit for bit, the gradients left unscaled; and
+// against the CPU's folded step. Aligned and unaligned views; a clipping and a non-clipping bound.
+TEST(AdamWCuda, FoldedClippingMatchesClipThenStep) {
+  for (std::int64_t offset : {0, 1}) {
+    const std::int64_t n = 4099;
+    auto view = [&](const OwnedTensor& t) { return t->narrow(0, offset, n); };
+    const Pair g = pair({n + offset}, DType::f32, 120);
+    const double ss = grad_sum_squares({view(g.cpu)}), norm = std::sqrt(ss);
+    Buffer ss_gpu(sizeof(double), kGpu, "test sum of squares");
+    ASSERT_EQ(cudaMemcpy(ss_gpu.data(), &ss, sizeof(double), cudaMemcpyHostToDevice), cudaSuccess);
+    const auto* ss_device = static_cast<const double*>(ss_gpu.data());
+    AdamWConfig config;
+    config.lr = 1e-2;
+    for (const double max_norm : {0.25 * norm, 4 * norm}) {
+      for (const bool by_sum : {false, true}) {
+        const std::string tag = std::string(by_sum ? "sum of squares" : "factor") + ", max_norm " +
+                                (max_norm < norm ? "below" : "above") + " the norm, offset " + std::to_string(offset);
+        const Pair p = pair({n + offset}, DType::f32, 121), m = pair({n + offset}, DType::f32, 122, 0.01);
+        const Pair p_ref = pair({n + offset}, DType::f32, 121), m_ref = pair({n + offset}, DType::f32, 122, 0.01);
+        const Pair v = pair({n + offset}, DType::f32, 123), v_ref = pair({n + offset}, DType::f32, 123);
+        for (const Pair* zeroed : {&v, &v_ref}) fill(zeroed->cpu, 0.0), fill(zeroed->gpu, 0.0);  // exp_avg_sq >= 0
+        for (std::int64_t step = 1; step <= 2; ++step) {
+          const Pair clipped = pair({n + offset}, DType::f32, 120);
+          clip_grad_norm({view(clipped.gpu)}, max_norm);
+          adamw_step(view(p_ref.gpu), view(clipped.gpu), view(m_ref.gpu), view(v_ref.gpu), config, step);
+          const GradScale gpu_scale =
+              by_sum ? clip_grad_scale(ss_device, max_norm) : GradScale{clip_factor(norm, max_norm)};
+          const GradScale cpu_scale = by_sum ? clip_grad_scale(&ss, max_norm) : gpu_scale;
+          adamw_step(view(p.gpu), view(g.gpu), view(m.gpu), view(v.gpu), config, step, {}, gpu_scale);
+          adamw_step(view(p.cpu), view(g.cpu), view(m.cpu), view(v.cpu), config, step, {}, cpu_scale);
+        }
+        expect_equal(p.gpu, p_ref.gpu, "params, " + tag);
+        expect_equal(m.gpu, m_ref.gpu, "exp_avg, " + tag);
+        expect_equal(v.gpu, v_ref.gpu, "exp_avg_sq, " + tag);
+        expect_equal(g.gpu, g.cpu, "gradients (unscaled), " + tag);
+        expect_close(p.gpu, p.cpu, 1e-6, "params against the CPU, " + tag);
+      }
+    }
   }
 }
 

@@ -34,9 +34,9 @@ void swiglu_backward(const ops::RowView& da, const ops::RowView& db, const ops::
 double cross_entropy(const ops::RowView& logits, const std::int32_t* targets, const ops::RowView& dlogits,
                      double grad_scale);
 
-// optimizer.cpp — flat fp32 buffers of n elements.
+// optimizer.cpp — flat fp32 buffers of n elements. adamw_step reads each gradient as g * grad_factor.
 void adamw_step(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, std::int64_t n,
-                const AdamWFactors& factors);
+                const AdamWFactors& factors, float grad_factor);
 void sgd_step(float* params, const float* grads, std::int64_t n, double lr);
 double sum_squares(const float* x, std::int64_t n);
 void scale(float* x, std::int64_t n, double factor);

@@ -13,13 +13,14 @@ namespace {
 constexpr std::int64_t kSumChunk = 1 << 14;  // elements per partial sum (fixed: the order never changes)
 }
 
-void adamw_step(float* p, const float* g, float* m, float* v, std::int64_t n, const AdamWFactors& f) {
+void adamw_step(float* p, const float* g, float* m, float* v, std::int64_t n, const AdamWFactors& f,
+                float grad_factor) {
   const float decay = f.decay, beta2 = f.beta2, one_minus_beta1 = f.one_minus_beta1,
               one_minus_beta2 = f.one_minus_beta2, step_size = f.step_size,
               bias_correction2_sqrt = f.bias_correction2_sqrt, eps = f.eps;
   FT_OMP_PARALLEL_FOR
   for (std::int64_t i = 0; i < n; ++i) {
-    const float gi = g[i];
+    const float gi = g[i] * grad_factor;
     const float mi = m[i] + one_minus_beta1 * (gi - m[i]);
     const float vi = beta2 * v[i] + one_minus_beta2 * gi * gi;
     const float denom = std::sqrt(vi) / bias_correction2_sqrt + eps;

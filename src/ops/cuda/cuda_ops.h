@@ -64,13 +64,15 @@ void cross_entropy_to(double* mean, const ops::RowView& logits, const std::int32
                       const ops::RowView& dlogits, double grad_scale, Device device, const Stream& stream);
 
 // optimizer.cu — flat fp32 buffers of n elements. adamw_step uses `factors`, or reads *from (device memory)
-// when the kernel runs if from is not null. sum_squares over every tensor (fp32, contiguous, one device) in
-// fixed chunks reduced in a fixed order: returned (synchronises) or left in *total (one double, device
+// when the kernel runs if from is not null, and reads each gradient as g * grad_scale's factor (its sum of
+// squares, if any, read when the kernel runs). sum_squares over every tensor (fp32, contiguous, one device)
+// in fixed chunks reduced in a fixed order: returned (synchronises) or left in *total (one double, device
 // memory; no synchronisation). clip_scale multiplies every tensor by the clipping factor of the global
 // norm sqrt(*sum_squares) (device memory, read when the kernels run): by max_norm / (norm + eps) when norm
 // > max_norm, else leaves them.
 void adamw_step(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, std::int64_t n,
-                const AdamWFactors& factors, const AdamWFactors* from, Device device, const Stream& stream);
+                const AdamWFactors& factors, const AdamWFactors* from, const GradScale& grad_scale, Device device,
+                const Stream& stream);
 void sgd_step(float* params, const float* grads, std::int64_t n, double lr, Device device, const Stream& stream);
 double sum_squares(const std::vector<Tensor>& tensors, const Stream& stream);
 void sum_squares_to(double* total, const std::vector<Tensor>& tensors, const Stream& stream);

@@ -1,7 +1,7 @@
 // optimizer.cu — CUDA optimiser updates and the reductions behind gradient clipping, over flat fp32
 // buffers: AdamW fused into one pass (the CPU's formula, operation for operation, correctly rounded fp32
 // without FMA contraction, as the CPU build computes it; its factors passed by value or read from device
-// memory when the kernel runs), SGD, scaling, clipping by a sum of squares held in device memory, and the
+// memory when the kernel runs; clipping folded in as a gradient factor), SGD, scaling, clipping by a sum of squares held in device memory, and the
 // sum of squares — per tensor in fixed chunks of kSumChunk elements (one block each, double), then one
 // block adds every chunk in order (deterministic); the host reads the total back (this synchronises the
 // stream) or it stays in device memory for kernels that follow.
@@ -19,20 +19,29 @@ constexpr int kThreads = 256;
 constexpr std::int64_t kSumChunk = 1 << 14;  // elements per partial sum
 constexpr int kFinishThreads = 1024;
 
+// The factor GradScale multiplies gradients by, with its sum of squares read now: in double and rounded
+// once, as the host's clip_factor and clip_kernel compute it.
+__device__ float grad_factor(const GradScale& s) {
+  if (s.sum_squares == nullptr) return static_cast<float>(s.factor);
+  const double norm = sqrt(*s.sum_squares);
+  return norm > s.max_norm ? static_cast<float>(s.max_norm / (norm + s.eps)) : 1.0f;
+}
+
 // One AdamW step over p, g, m, v (n) with the factors `given`, or *from when from is not null (the same
-// arithmetic either way).
+// arithmetic either way), each gradient read as g * grad_factor(scale).
 template <int N>
 __global__ void adamw_kernel(float* __restrict__ p, const float* __restrict__ g, float* __restrict__ m,
                              float* __restrict__ v, std::int64_t n /* multiple of N */, AdamWFactors given,
-                             const AdamWFactors* __restrict__ from) {
+                             const AdamWFactors* __restrict__ from, GradScale scale) {
   const AdamWFactors a = from ? *from : given;
+  const float factor = grad_factor(scale);
   for (std::int64_t e = (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) * N; e < n;
        e += static_cast<std::int64_t>(gridDim.x) * blockDim.x * N) {
     const Pack<float, N> gv = load_pack<N>(g + e);
     Pack<float, N> pv = load_pack<N>(p + e), mv = load_pack<N>(m + e), vv = load_pack<N>(v + e);
 #pragma unroll
     for (int i = 0; i < N; ++i) {
-      const float gi = gv.v[i];
+      const float gi = __fmul_rn(gv.v[i], factor);
       const float mi = __fadd_rn(mv.v[i], __fmul_rn(a.one_minus_beta1, __fsub_rn(gi, mv.v[i])));
       const float vi = __fadd_rn(__fmul_rn(a.beta2, vv.v[i]), __fmul_rn(__fmul_rn(a.one_minus_beta2, gi), gi));
       const float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), a.bias_correction2_sqrt), a.eps);
@@ -141,7 +150,8 @@ void enqueue_sum_squares(const std::vector<Tensor>& tensors, double* partial, do
 }  // namespace
 
 void adamw_step(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, std::int64_t n,
-                const AdamWFactors& factors, const AdamWFactors* from, Device device, const Stream& stream) {
+                const AdamWFactors& factors, const AdamWFactors* from, const GradScale& grad_scale, Device device,
+                const Stream& stream) {
   if (n == 0) return;
   CudaDeviceGuard guard(device.index);
   const cudaStream_t s = cuda_stream(stream);
@@ -149,7 +159,8 @@ void adamw_step(float* params, const float* grads, float* exp_avg, float* exp_av
   launch_flat(n, packs, [&](auto pack, std::int64_t first, std::int64_t count) {
     constexpr int N = decltype(pack)::value;
     adamw_kernel<N><<<grid_for(count / N, kThreads), kThreads, 0, s>>>(params + first, grads + first, exp_avg + first,
-                                                                       exp_avg_sq + first, count, factors, from);
+                                                                       exp_avg_sq + first, count, factors, from,
+                                                                       grad_scale);
     FT_CUDA_CHECK_LAUNCH();
   });
 }
