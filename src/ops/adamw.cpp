@@ -34,8 +34,8 @@ void check_adamw_tensors(const char* op, const Tensor& params, const Tensor& gra
 
 void check_grad_scale(const char* op, const GradScale& s) {
   if (s.sum_squares == nullptr) {
-    FT_CHECK(std::isfinite(s.factor) && s.factor > 0, op, ": the gradient scale factor must be finite and > 0, given ",
-             s.factor);
+    FT_CHECK(std::isfinite(s.factor) && s.factor >= 0, op,
+             ": the gradient scale factor must be finite and >= 0, given ", s.factor);
     return;
   }
   FT_CHECK(s.factor == 1.0, op, ": a gradient scale takes a factor or a sum of squares to clip by, given both (factor ",

@@ -47,7 +47,7 @@ struct AdamWFactors {
 // read when the update runs): max_norm / (norm + eps), rounded to fp32, when norm > max_norm, else 1 (also
 // for a NaN norm, as clip_grad_norm_from leaves the gradients). The default changes nothing.
 struct GradScale {
-  double factor = 1.0;                  // finite and > 0; with sum_squares set, left at 1
+  double factor = 1.0;                  // finite and >= 0 (0: an infinite norm's clipping); with sum_squares, 1
   const double* sum_squares = nullptr;  // one double in the parameters' device memory (host memory on the CPU)
   double max_norm = 0;                  // > 0 with sum_squares
   double eps = 0;                       // >= 0: the clipping's guard in max_norm / (norm + eps)

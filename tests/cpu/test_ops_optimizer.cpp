@@ -139,10 +139,22 @@ TEST(AdamW, FoldedClippingMatchesClipThenStep) {
   auto p = tensor_of({n}, DType::f32, p0), m = test::zeros({n}), v = test::zeros({n});
   for (int t = 1; t <= 2; ++t) adamw_step(p, g_ref, m, v, config, t, {}, clip_grad_scale(&nan, 1.0));
   EXPECT_EQ(read_as_double(p), read_as_double(p_plain));
+  // An infinite norm clips by 0 (clip_factor's max_norm / inf), as scaling the gradients by 0 would: the
+  // step of zero gradients, by a sum of squares or by the factor itself.
+  const double inf = std::numeric_limits<double>::infinity();
+  const auto zero_g = test::zeros({n});
+  auto p_zero = tensor_of({n}, DType::f32, p0), m_zero = test::zeros({n}), v_zero = test::zeros({n});
+  adamw_step(p_zero, zero_g, m_zero, v_zero, config, 1);
+  for (const GradScale& scale : {clip_grad_scale(&inf, 1.0), GradScale{clip_factor(inf, 1.0)}}) {
+    auto pz = tensor_of({n}, DType::f32, p0), mz = test::zeros({n}), vz = test::zeros({n});
+    adamw_step(pz, g_ref, mz, vz, config, 1, {}, scale);
+    EXPECT_EQ(read_as_double(pz), read_as_double(p_zero));
+    EXPECT_EQ(read_as_double(mz), read_as_double(m_zero));
+  }
 
-  test::expect_error([&] { adamw_step(p, g_ref, m, v, config, 1, {}, GradScale{0.0}); },
-                     ErrorKind::invalid_argument, {"adamw_step", "gradient scale factor", "> 0", "given 0"});
-  test::expect_error([&] { adamw_step(p, g_ref, m, v, config, 1, {}, GradScale{std::numeric_limits<double>::infinity()}); },
+  test::expect_error([&] { adamw_step(p, g_ref, m, v, config, 1, {}, GradScale{-0.5}); },
+                     ErrorKind::invalid_argument, {"adamw_step", "gradient scale factor", ">= 0", "given -0.5"});
+  test::expect_error([&] { adamw_step(p, g_ref, m, v, config, 1, {}, GradScale{inf}); },
                      ErrorKind::invalid_argument, {"adamw_step", "finite", "given inf"});
   GradScale both = clip_grad_scale(&ss, 1.0);
   both.factor = 0.5;
