@@ -1,10 +1,10 @@
 // optimizer.cu — CUDA optimiser updates and the reductions behind gradient clipping, over flat fp32
 // buffers: AdamW fused into one pass (the CPU's formula, operation for operation, correctly rounded fp32
 // without FMA contraction, as the CPU build computes it; its factors passed by value or read from device
-// memory when the kernel runs; clipping folded in as a gradient factor), SGD, scaling, clipping by a sum of squares held in device memory, and the
-// sum of squares — per tensor in fixed chunks of kSumChunk elements (one block each, double), then one
-// block adds every chunk in order (deterministic); the host reads the total back (this synchronises the
-// stream) or it stays in device memory for kernels that follow.
+// memory when the kernel runs; clipping folded in as a gradient factor), SGD, scaling, clipping by a sum of
+// squares held in device memory, and the sum of squares — per tensor in fixed chunks of kSumChunk elements
+// (one block each, double), then one block adds every chunk in order (deterministic); the host reads the
+// total back (this synchronises the stream) or it stays in device memory for kernels that follow.
 #include <cstdint>
 
 #include "core/buffer.h"
