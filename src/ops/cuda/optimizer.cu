@@ -19,12 +19,33 @@ constexpr int kThreads = 256;
 constexpr std::int64_t kSumChunk = 1 << 14;  // elements per partial sum
 constexpr int kFinishThreads = 1024;
 
-// The factor GradScale multiplies gradients by, with its sum of squares read now: in double and rounded
-// once, as the host's clip_factor and clip_kernel compute it.
+// Whether the global norm sqrt(*sum_squares), read now, exceeds max_norm (not for a NaN norm); if so,
+// factor = max_norm / (norm + eps) in double, rounded once as the host's clip_factor is.
+__device__ bool clips(const double* sum_squares, double max_norm, double eps, float& factor) {
+  const double norm = sqrt(*sum_squares);
+  if (!(norm > max_norm)) return false;
+  factor = static_cast<float>(max_norm / (norm + eps));
+  return true;
+}
+
+// The factor GradScale multiplies gradients by: its own, or the clipping factor (1 when nothing clips).
 __device__ float grad_factor(const GradScale& s) {
   if (s.sum_squares == nullptr) return static_cast<float>(s.factor);
-  const double norm = sqrt(*s.sum_squares);
-  return norm > s.max_norm ? static_cast<float>(s.max_norm / (norm + s.eps)) : 1.0f;
+  float factor = 1.0f;
+  clips(s.sum_squares, s.max_norm, s.eps, factor);
+  return factor;
+}
+
+// x (n) *= factor, one thread's share of a grid-stride loop; N divides n.
+template <int N>
+__device__ void scale_elements(float* __restrict__ x, std::int64_t n, float factor) {
+  for (std::int64_t e = (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) * N; e < n;
+       e += static_cast<std::int64_t>(gridDim.x) * blockDim.x * N) {
+    Pack<float, N> xv = load_pack<N>(x + e);
+#pragma unroll
+    for (int i = 0; i < N; ++i) xv.v[i] *= factor;
+    store_pack<N>(x + e, xv);
+  }
 }
 
 // One AdamW step over p, g, m, v (n) with the factors `given`, or *from when from is not null (the same
@@ -69,30 +90,15 @@ __global__ void sgd_kernel(float* __restrict__ p, const float* __restrict__ g, s
 
 template <int N>
 __global__ void scale_kernel(float* __restrict__ x, std::int64_t n, float factor) {
-  for (std::int64_t e = (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) * N; e < n;
-       e += static_cast<std::int64_t>(gridDim.x) * blockDim.x * N) {
-    Pack<float, N> xv = load_pack<N>(x + e);
-#pragma unroll
-    for (int i = 0; i < N; ++i) xv.v[i] *= factor;
-    store_pack<N>(x + e, xv);
-  }
+  scale_elements<N>(x, n, factor);
 }
 
-// x (n) *= max_norm / (norm + eps) with norm = sqrt(*sum_squares), in double and rounded once as the host's
-// clip_factor does, when norm > max_norm; otherwise (or for a NaN norm) x stays as it is.
+// x (n) *= the clipping factor when the norm clips (clips()); otherwise x stays as it is.
 template <int N>
 __global__ void clip_kernel(float* __restrict__ x, std::int64_t n, const double* __restrict__ sum_squares,
                             double max_norm, double eps) {
-  const double norm = sqrt(*sum_squares);
-  if (!(norm > max_norm)) return;
-  const auto factor = static_cast<float>(max_norm / (norm + eps));
-  for (std::int64_t e = (blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x) * N; e < n;
-       e += static_cast<std::int64_t>(gridDim.x) * blockDim.x * N) {
-    Pack<float, N> xv = load_pack<N>(x + e);
-#pragma unroll
-    for (int i = 0; i < N; ++i) xv.v[i] *= factor;
-    store_pack<N>(x + e, xv);
-  }
+  float factor;
+  if (clips(sum_squares, max_norm, eps, factor)) scale_elements<N>(x, n, factor);
 }
 
 // partial (chunks) <- per chunk c of x (n), sum of x^2 in double; N divides n when N > 1.
