@@ -122,7 +122,7 @@ void ZeroOptimizer::reduce_gradients() {
          model_.stream);
 }
 
-double ZeroOptimizer::clip_owned_gradients() {
+double ZeroOptimizer::global_grad_norm() {
   std::vector<Tensor> owned;  // this rank's averaged gradients of every group's runs
   for (std::size_t g = 0; g < groups_.size(); ++g)
     for (const ShardRun& run : plan_.runs(comm_.rank(), g)) owned.push_back(owned_gradient(run));
@@ -139,15 +139,10 @@ double ZeroOptimizer::clip_owned_gradients() {
   double total = 0;
   const std::vector<double> gathered = read_as_double(sums);
   for (int r = 0; r < world; ++r) total += gathered[2 * r] + gathered[2 * r + 1];
-  const double norm = std::sqrt(total);
-  if (options_.max_grad_norm > 0) {
-    const double factor = clip_factor(norm, options_.max_grad_norm);
-    if (factor < 1) scale_tensors(owned, factor, model_.stream);
-  }
-  return norm;
+  return std::sqrt(total);
 }
 
-void ZeroOptimizer::update_owned_parameters() {
+void ZeroOptimizer::update_owned_parameters(double clip) {
   for (std::size_t g = 0; g < groups_.size(); ++g) {
     Group& group = groups_[g];
     ++group.step;  // on every rank, owner of runs of this group or not: steps agree
@@ -155,11 +150,13 @@ void ZeroOptimizer::update_owned_parameters() {
       const Tensor params = model_.parameters.narrow(0, run.offset, run.numel);  // (run) fp32, in place
       const Tensor grads = owned_gradient(run);                                   // (run) fp32
       if (options_.optimizer == OptimizerKind::sgd) {
+        if (clip < 1) scale_tensors({grads}, clip, model_.stream);
         sgd_step(params, grads, group.config.lr, model_.stream);
         continue;
       }
       adamw_step(params, grads, group.exp_avg->narrow(0, run.state_offset, run.numel),
-                 group.exp_avg_sq->narrow(0, run.state_offset, run.numel), group.config, group.step, model_.stream);
+                 group.exp_avg_sq->narrow(0, run.state_offset, run.numel), group.config, group.step, model_.stream,
+                 GradScale{.factor = clip});
     }
   }
 }
@@ -187,8 +184,8 @@ ZeroStepResult ZeroOptimizer::step() {
   NvtxRange range("zero optimizer step");
   if (options_.mode == ZeroMode::reduce_scatter) reduce_gradients();
   ZeroStepResult result;
-  result.grad_norm = clip_owned_gradients();
-  update_owned_parameters();
+  result.grad_norm = global_grad_norm();
+  update_owned_parameters(options_.max_grad_norm > 0 ? clip_factor(result.grad_norm, options_.max_grad_norm) : 1.0);
   share_parameters();
   return result;
 }

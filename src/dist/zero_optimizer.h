@@ -15,15 +15,17 @@
 //                    and one broadcast. No more bytes than DDP's all-reduce (docs/zero.md).
 // Global-norm clipping (max_grad_norm > 0): every rank sums the squares of its owned, grouped, averaged
 // gradients, the partial sums are all-gathered (a double sent as two floats: hi + lo, so the sum keeps
-// double precision), and each rank scales its owned gradients by clip_factor(norm). The norm covers the
-// grouped parameters (those the optimizer updates), as torch's clip_grad_norm_ over them.
+// double precision), and the rank's update applies clip_factor(norm): AdamW reads each owned gradient as
+// g * factor (GradScale, ops/adamw.h: the parameters and state are clip-then-step's bit for bit, and no
+// pass over the gradients scales them), SGD scales its owned gradients in place first. The norm covers
+// the grouped parameters (those the optimizer updates), as torch's clip_grad_norm_ over them.
 // Devices: as DDP's (dist/ddp.h), the flat buffers live on the CPU (host communicator) or a CUDA device
 // (NCCL); gradients, parameters and state never go through the host. The host sees only the norm's
 // scalars: this rank's sum of squares (the device reduction's result), written into a device buffer by
 // a fill kernel, and the 2 x world gathered floats it reads back to form the clip factor (one host
 // synchronisation per step, as the single-process Trainer's clipping has).
 // Parameters in no group are never updated. After step(): in owner_broadcast mode the model's gradient
-// buffer holds the averaged gradients, scaled by the clip factor in this rank's range only; in
+// buffer holds the averaged gradients (with SGD, scaled by the clip factor in this rank's range only); in
 // reduce_scatter mode it holds this rank's local gradients (tail averaged).
 // Use:
 //   ZeroOptimizer zero(comm, model_view, options);        // broadcasts rank 0's parameters
@@ -97,8 +99,10 @@ class ZeroOptimizer {
 
   Tensor owned_gradient(const ShardRun& run) const;  // (run.numel) fp32: the averaged gradient of a run
   void reduce_gradients();
-  double clip_owned_gradients();
-  void update_owned_parameters();
+  // The global norm of the owned, grouped, averaged gradients (every rank's partial sums gathered).
+  double global_grad_norm();
+  // Updates this rank's runs, each gradient read as g * clip (SGD: scaled in place first).
+  void update_owned_parameters(double clip);
   void share_parameters();
 
   Communicator& comm_;

@@ -120,6 +120,7 @@ struct Outcome {
   std::int64_t allocated = 0;       // allocator bytes the groups' state took on this rank
   std::size_t state_bytes = 0;      // ZeroOptimizer::state_bytes()
   std::int64_t reduce_scatters = 0, all_reduces = 0, broadcasts = 0;
+  std::vector<double> buffer_norms;  // (kSteps) owner_broadcast: norm of the grouped gradients left in the buffer
 };
 
 // Drives a model through kSteps: `backward(step, half, ready)` writes the gradients of one half of the
@@ -158,6 +159,14 @@ Outcome run_sharded(const RunSetup& s, const DdpModel& view, const std::vector<G
     });
     if (ddp) ddp->synchronize();
     out.norms.push_back(zero.step().grad_norm);
+    if (ddp) {
+      std::vector<Tensor> grouped;  // every grouped parameter's gradient, as step() left the buffer
+      for (const GroupSpec& g : groups)
+        if (g.added_at <= step)
+          for (std::size_t i : g.parameters)
+            grouped.push_back(view.gradients.narrow(0, view.tensors[i].offset, view.tensors[i].numel));
+      out.buffer_norms.push_back(std::sqrt(grad_sum_squares(grouped)));
+    }
   }
   out.params.resize(static_cast<std::size_t>(view.parameters.numel()));
   copy(Tensor(out.params.data(), DType::f32, cpu, {view.parameters.numel()}), view.parameters);
@@ -290,6 +299,29 @@ TEST(ZeroToy, SgdAveragesGradientsAndHoldsNoState) {
     expect_matches(run, toy_reference(s), 0);
     EXPECT_EQ(run.state_bytes, 0u);
     EXPECT_EQ(run.allocated, 0);
+  }
+}
+
+// Clipping that acts: AdamW folds the factor into its update, so the averaged gradients stay in the
+// buffer as DDP left them (their norm is the reported one); SGD scales this rank's range in place first.
+// Both still match the unsharded clip-then-step.
+TEST(ZeroToy, ClippingLeavesAdamWGradientsUnscaledAndScalesSgdsOwnRange) {
+  for (OptimizerKind optimizer : {OptimizerKind::adamw, OptimizerKind::sgd}) {
+    RunSetup s;
+    s.mode = ZeroMode::owner_broadcast;
+    s.optimizer = optimizer;
+    s.max_norm = 0.3;
+    SCOPED_TRACE(s.describe());
+    const Outcome run = toy_sharded(s);
+    expect_matches(run, toy_reference(s), s.max_norm);
+    ASSERT_EQ(run.buffer_norms.size(), run.norms.size());
+    for (std::size_t step = 0; step < run.norms.size(); ++step) {
+      SCOPED_TRACE("step " + std::to_string(step));
+      if (optimizer == OptimizerKind::adamw || run.norms[step] <= s.max_norm)
+        EXPECT_NEAR(run.buffer_norms[step], run.norms[step], 1e-9 * run.norms[step]);
+      else
+        EXPECT_LT(run.buffer_norms[step], run.norms[step] * (1 - 1e-3));
+    }
   }
 }
 
