@@ -1,7 +1,11 @@
-// communicator.cpp — the argument checks shared by the Communicator backends.
+// communicator.cpp — the argument checks shared by the Communicator backends, and the default
+// all_reduce_widened (widening when the completion is observed).
 #include "dist/communicator.h"
 
+#include <utility>
+
 #include "core/error.h"
+#include "ops/cast.h"
 
 namespace ft {
 
@@ -42,6 +46,55 @@ void check_all_gather(const Tensor& output, const Tensor& input, int world_size)
   FT_CHECK(input.dtype() == output.dtype() && input.device() == output.device(),
            "all_gather: input and output must share a dtype and device, given ", input.describe(), " and ",
            output.describe());
+}
+
+namespace {
+
+// An all_reduce whose result is widened into fp32 once its completion is first observed.
+class WidenedWork final : public Work {
+ public:
+  WidenedWork(WorkHandle reduce, Tensor data, Tensor widened, Stream stream)
+      : reduce_(std::move(reduce)), data_(std::move(data)), widened_(std::move(widened)), stream_(std::move(stream)) {}
+  bool is_completed() override {
+    if (!widened_done_ && reduce_->is_completed()) widen();
+    return widened_done_;
+  }
+  void wait() override {
+    reduce_->wait();
+    if (!widened_done_) widen();
+  }
+  std::optional<double> elapsed_ms() override { return reduce_->elapsed_ms(); }
+
+ private:
+  void widen() {
+    cast(widened_, data_, stream_);
+    widened_done_ = true;
+  }
+  WorkHandle reduce_;
+  Tensor data_, widened_;
+  Stream stream_;
+  bool widened_done_ = false;
+};
+
+}  // namespace
+
+WorkHandle Communicator::all_reduce_widened(const Tensor& data, ReduceOp op, const Tensor& widened) {
+  check_collective_buffer("all_reduce", "data", data, true);
+  check_widened(data, widened);
+  WorkHandle reduce = all_reduce(data, op);
+  return std::make_unique<WidenedWork>(std::move(reduce), data, widened, compute_stream().value_or(Stream{}));
+}
+
+void check_widened(const Tensor& data, const Tensor& widened) {
+  check_collective_buffer("all_reduce", "widened", widened, false);
+  FT_CHECK(widened.numel() == data.numel() && widened.device() == data.device(),
+           "all_reduce: the widened tensor must hold data's ", data.numel(), " elements on ", data.device().to_string(),
+           ", given ", widened.describe());
+  const char* a = static_cast<const char*>(data.data());
+  const char* w = static_cast<const char*>(widened.data());
+  FT_CHECK(w + widened.span_bytes() <= a || a + data.span_bytes() <= w || data.numel() == 0,
+           "all_reduce: the widened tensor must not overlap the data, given ", data.describe(), " and ",
+           widened.describe());
 }
 
 void check_root(const char* op, int root, int world_size) {

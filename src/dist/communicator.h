@@ -64,6 +64,12 @@ class Communicator {
 
   // data (n) <- the reduction of every rank's data, in place.
   virtual WorkHandle all_reduce(const Tensor& data, ReduceOp op) = 0;
+  // all_reduce of data (n, bf16 or fp32), then widened (n, fp32, on data's device, not overlapping it) <-
+  // the result: the Work completes once widened holds it (bf16 gradient communication with fp32
+  // gradients). NCCL widens on its communication stream right after the reduction, beside the compute
+  // stream's work; this default widens when the completion is first observed (is_completed() or wait()),
+  // on the compute stream for device buffers.
+  virtual WorkHandle all_reduce_widened(const Tensor& data, ReduceOp op, const Tensor& widened);
   // output (n) <- the reduction over ranks of input[rank * n, (rank + 1) * n); input (world * n).
   // input and output must not overlap.
   virtual WorkHandle reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) = 0;
@@ -91,6 +97,8 @@ class CompletedWork final : public Work {
 void check_collective_buffer(const char* op, const char* role, const Tensor& t, bool allow_bf16);
 void check_reduce_scatter(const Tensor& output, const Tensor& input, int world_size);
 void check_all_gather(const Tensor& output, const Tensor& input, int world_size);
+// all_reduce_widened's `widened`: fp32, contiguous, data's numel and device, disjoint from data.
+void check_widened(const Tensor& data, const Tensor& widened);
 void check_root(const char* op, int root, int world_size);
 // "<what> on rank R of W did not complete within the T s timeout: ..." — the timeout error's message.
 std::string timeout_message(const std::string& what, int rank, int world_size, double timeout_seconds);

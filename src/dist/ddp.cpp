@@ -108,13 +108,15 @@ void DistributedDataParallel::reset_step() {
 void DistributedDataParallel::launch(std::size_t bucket) {
   const Bucket& b = plan_.buckets[bucket];
   const Tensor grads = model_.gradients.narrow(0, b.offset, b.numel);  // (numel) fp32, in place
-  Tensor data = grads;
-  if (options_.bf16_communication) {
-    data = staging_->narrow(0, b.offset, b.numel);  // (numel) bf16
-    cast(data, grads, model_.stream);  // a device communicator orders itself after it (check_stream_order)
+  if (!options_.bf16_communication) {
+    issued_ms_[bucket] = host_now_ms();
+    works_[bucket] = comm_.all_reduce(grads, ReduceOp::average);
+    return;
   }
+  const Tensor data = staging_->narrow(0, b.offset, b.numel);  // (numel) bf16
+  cast(data, grads, model_.stream);  // a device communicator orders itself after it (check_stream_order)
   issued_ms_[bucket] = host_now_ms();
-  works_[bucket] = comm_.all_reduce(data, ReduceOp::average);
+  works_[bucket] = comm_.all_reduce_widened(data, ReduceOp::average, grads);
 }
 
 void DistributedDataParallel::observe_completion(std::size_t bucket) {
@@ -182,11 +184,6 @@ void DistributedDataParallel::synchronize() {
   for (std::size_t b = 0; b < n; ++b) {
     works_[b]->wait();
     observe_completion(b);
-    if (options_.bf16_communication) {
-      const Bucket& bucket = plan_.buckets[b];
-      cast(model_.gradients.narrow(0, bucket.offset, bucket.numel), staging_->narrow(0, bucket.offset, bucket.numel),
-           model_.stream);
-    }
   }
   comm_ms_ = step_comm_ms();
   reset_step();

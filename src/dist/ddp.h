@@ -16,15 +16,18 @@
 // skip them); with gradient accumulation only the last micro-batch communicates (gradient_ready with
 // last_micro_batch false does nothing).
 // bf16 communication (DdpOptions::bf16_communication): each bucket is rounded to bf16 into a staging copy
-// (one bf16 buffer of the parameter count, bucket slices at the gradients' offsets), all-reduced in bf16
-// (summed by the backend with a rounding to bf16 per addition) and written back to the fp32 gradients.
+// (one bf16 buffer of the parameter count, bucket slices at the gradients' offsets) on the model's stream,
+// all-reduced in bf16 (summed by the backend with a rounding to bf16 per addition) and written back to the
+// fp32 gradients by the communicator (Communicator::all_reduce_widened: NCCL widens each bucket on its
+// communication stream as soon as its reduction is done, while backward goes on; host backends when the
+// completion is observed).
 // Half the bytes on the wire; the cost is precision: each gradient carries a relative error of up to 2^-9
 // from the rounding, plus one such rounding per reduction step (log2(world) to world - 1 of them by
 // algorithm), so averaged gradients agree with fp32 communication to about 3 significant digits.
 //
 // Devices: the flat buffers may live on the CPU (a host communicator: MPI, single process) or on a CUDA
 // device (the NCCL communicator of DistributedContext::communicator_for). Nothing goes through the host:
-// collectives move the buffers where they are, the bf16 casts run on the model's stream, and the
+// collectives move the buffers where they are, the rounding to bf16 runs on the model's stream, and the
 // communicator orders its collectives after that stream (and the stream after them on wait()).
 // Communication time (comm_ms(), after synchronize()): the sum over the step's collectives of each one's
 // duration, in milliseconds —
@@ -39,7 +42,8 @@
 //   a device communicator that does not time its collectives gives no figure (nullopt).
 // It is communication time, not the time the step spends waiting for it: with the overlapped and
 // bucketed strategies most of it runs while backward computes, and the step pays only what is left at
-// synchronize(). The bf16 casts are compute-stream work and are not included.
+// synchronize(). With bf16 communication a NCCL collective's duration includes widening its result back
+// to fp32 (on the communication stream); the rounding to bf16 is compute-stream work and is not included.
 // Use (Trainer: see ddp_transformer.h for attach()):
 //   DistributedDataParallel ddp(comm, model_view, options);   // broadcasts parameters
 //   per step: backward calls ddp.gradient_ready(i, last) per parameter; then ddp.synchronize();

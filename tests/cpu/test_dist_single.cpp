@@ -40,6 +40,13 @@ TEST(DistSingle, CollectivesAreTheIdentity) {
   std::vector<float> four(4);
   EXPECT_THROW(comm.all_gather(view(four), view(a)), Error);
   EXPECT_THROW(comm.reduce_scatter(view(a), view(a), ReduceOp::sum), Error);  // overlapping
+  // Widened: the identity's result, in fp32.
+  std::vector<bf16> halves = {to_bf16(1.5f), to_bf16(-2.25f), to_bf16(1e-3f)};
+  std::vector<float> widened(3, 0.0f);
+  WorkHandle wide = comm.all_reduce_widened(Tensor(halves.data(), DType::bf16, Device::cpu(), {3}), ReduceOp::average,
+                                            view(widened));
+  EXPECT_TRUE(wide->is_completed());
+  EXPECT_EQ(widened, (std::vector<float>{1.5f, -2.25f, to_float(to_bf16(1e-3f))}));
 }
 
 TEST(DistSingle, ContextWithoutLauncherIsAWorldOfOne) {

@@ -3,7 +3,8 @@
 // (its unique id never broadcast) whose collectives are identities or copies — all_reduce (sum, average;
 // fp32, bf16), reduce_scatter and all_gather (out of place: copies; in place), broadcast from rank 0, barrier
 // — and which refuses host buffers, buffers on another GPU and ranks that do not exist; a copy it makes
-// runs after the work queued on the compute stream. In a CUDA build without NCCL, communicator_for(cuda)
+// runs after the work queued on the compute stream, and an all_reduce widened into fp32 has landed before
+// the compute stream goes on past wait(). In a CUDA build without NCCL, communicator_for(cuda)
 // must refuse with an error naming the missing library instead.
 // Run on a GPU machine: ./build/bin/gpu_test_nccl_single
 #include <gtest/gtest.h>
@@ -151,6 +152,35 @@ TEST(NcclSingle, CopyRunsAfterTheComputeStream) {
   compute.synchronize();
   context.set_compute_stream(Stream());  // before `compute` is destroyed
   EXPECT_EQ(to_host<float>(output), std::vector<float>(n, bits_float(0x3f3f3f3fu)));
+}
+
+// all_reduce_widened widens on the communication stream after the reduction, which waits for the compute
+// stream; wait() orders the compute stream after the widening: a copy of the widened values queued on the
+// compute stream right after wait() sees them all (had the Work completed before the widening, it would
+// copy the -1 still there).
+TEST(NcclSingle, AllReduceWidenedLandsBeforeTheComputeStreamGoesOn) {
+  DistributedContext context(single());
+  Communicator& comm = context.communicator_for(Device::cuda(0));
+  const Stream compute = Stream::create(Device::cuda(0));
+  context.set_compute_stream(compute);
+  const auto stream = static_cast<cudaStream_t>(compute.handle());
+  const std::int64_t n = std::int64_t{1} << 24;
+  std::vector<bf16> values16(static_cast<std::size_t>(n));  // (n)
+  for (std::int64_t i = 0; i < n; ++i) values16[i] = to_bf16(static_cast<float>(i % 1000) * 0.125f - 3.0f);
+  OwnedTensor data = to_gpu(values16, DType::bf16);
+  OwnedTensor widened = to_gpu(std::vector<float>(n, -1.0f), DType::f32);
+  OwnedTensor seen({n}, DType::f32, Device::cuda(0), "seen");
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  for (int k = 0; k < 20; ++k) ASSERT_EQ(cudaMemsetAsync(seen->data(), k, n * sizeof(float), stream), cudaSuccess);
+  comm.all_reduce_widened(data, ReduceOp::average, widened)->wait();
+  ASSERT_EQ(cudaMemcpyAsync(seen->data(), widened->data(), n * sizeof(float), cudaMemcpyDeviceToDevice, stream),
+            cudaSuccess);
+  compute.synchronize();
+  context.set_compute_stream(Stream());  // before `compute` is destroyed
+  const std::vector<float> got = to_host<float>(seen);
+  for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], to_float(values16[i])) << i;
+  EXPECT_EQ(to_host<bf16>(data)[12345].bits, values16[12345].bits);
+  EXPECT_THROW(comm.all_reduce_widened(data, ReduceOp::sum, data), Error);  // widened must be fp32
 }
 
 #else  // a CUDA build without NCCL

@@ -1,5 +1,5 @@
 // test_communicator.cpp — the MPI communicator's collectives on 2 ranks (run under mpirun -np 2):
-// all_reduce (sum, average; fp32 and bf16), reduce_scatter, all_gather (also in place), broadcast from a
+// all_reduce (sum, average; fp32 and bf16; widened into fp32), reduce_scatter, all_gather (also in place), broadcast from a
 // non-zero root, barrier, and the bootstrap (rank, world, local rank) of DistributedContext.
 #include <gtest/gtest.h>
 
@@ -53,6 +53,39 @@ TEST(MpiCommunicator, AllReduceBf16) {
     ASSERT_EQ(to_float(a[i]), sum) << i;
     ASSERT_EQ(to_float(b[i]), to_float(to_bf16(sum / 2))) << i;
   }
+}
+
+// all_reduce_widened: the bf16 result stays in data and its fp32 value lands in widened once the Work is
+// complete (the default widening: when is_completed() or wait() first sees the completion).
+TEST(MpiCommunicator, AllReduceWidenedIntoFp32) {
+  const int r = world().rank();
+  std::vector<bf16> a(64);  // (64)
+  std::vector<float> widened(64, -1.0f), b(64), wide_b(64, -1.0f);  // (64) each
+  for (int i = 0; i < 64; ++i) {
+    a[i] = to_bf16(static_cast<float>(i) * 1.5f + static_cast<float>(r) * 256.0f);
+    b[i] = static_cast<float>(i) + 0.5f * static_cast<float>(r);
+  }
+  WorkHandle w16 = world().all_reduce_widened(Tensor(a.data(), DType::bf16, Device::cpu(), {64}), ReduceOp::average,
+                                              view(widened));
+  WorkHandle w32 = world().all_reduce_widened(view(b), ReduceOp::sum, view(wide_b));
+  while (!w16->is_completed()) {
+  }
+  w32->wait();
+  for (int i = 0; i < 64; ++i) {
+    const float x0 = to_float(to_bf16(static_cast<float>(i) * 1.5f)), x1 = to_float(to_bf16(i * 1.5f + 256.0f));
+    const float average = to_float(to_bf16(to_float(to_bf16(x0 + x1)) / 2));
+    ASSERT_EQ(to_float(a[i]), average) << i;
+    ASSERT_EQ(widened[i], average) << i;
+    ASSERT_EQ(wide_b[i], b[i]) << i;
+    ASSERT_EQ(b[i], static_cast<float>(2 * i) + 0.5f) << i;
+  }
+  std::vector<float> short_out(63);
+  std::vector<bf16> wide16(64);
+  const Tensor data(a.data(), DType::bf16, Device::cpu(), {64});
+  EXPECT_THROW(world().all_reduce_widened(data, ReduceOp::sum, view(short_out)), Error);
+  EXPECT_THROW(world().all_reduce_widened(data, ReduceOp::sum, Tensor(wide16.data(), DType::bf16, Device::cpu(), {64})),
+               Error);
+  EXPECT_THROW(world().all_reduce_widened(view(b), ReduceOp::sum, view(b)), Error);  // overlaps the data
 }
 
 TEST(MpiCommunicator, ReduceScatterAndAllGather) {

@@ -10,12 +10,14 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
 #include <string>
 #include <thread>
 #include <utility>
 
 #include "core/cuda_check.h"
 #include "core/error.h"
+#include "ops/cast.h"
 #if FT_HAS_MPI
 #include <mpi.h>
 #endif
@@ -265,8 +267,11 @@ class Launch {
   void check(ncclResult_t result, const char* call, const char* file, int line) {
     state_.check_call(result, work_->what(), call, file, line);
   }
-  WorkHandle finish() {
+  // `after` (optional) enqueues more work on the communication stream once NCCL's enqueue has settled;
+  // the Work completes after it.
+  WorkHandle finish(const std::function<void(const Stream&)>& after = {}) {
     state_.settle(work_->what());
+    if (after) after(Stream::wrap(state_.stream, Device::cuda(state_.device)));
     FT_CUDA_CHECK(cudaEventRecord(work_->done(), state_.stream));
     return std::move(work_);
   }
@@ -357,6 +362,17 @@ WorkHandle NcclCommunicator::all_reduce(const Tensor& data, ReduceOp op) {
   FT_NCCL_ENQUEUE(launch, ncclAllReduce(data.data(), data.data(), static_cast<std::size_t>(data.numel()),
                                         nccl_type(data.dtype()), nccl_op(op), launch.comm(), launch.stream()));
   return launch.finish();
+}
+
+WorkHandle NcclCommunicator::all_reduce_widened(const Tensor& data, ReduceOp op, const Tensor& widened) {
+  check_collective_buffer("all_reduce", "data", data, true);
+  check_widened(data, widened);
+  check_on_gpu("all_reduce", "data", data, gpu_);
+  if (data.numel() == 0) return std::make_unique<CompletedWork>();
+  Launch launch(state_, describe("all_reduce", data, str(name_of(op), ", widened to fp32")));
+  FT_NCCL_ENQUEUE(launch, ncclAllReduce(data.data(), data.data(), static_cast<std::size_t>(data.numel()),
+                                        nccl_type(data.dtype()), nccl_op(op), launch.comm(), launch.stream()));
+  return launch.finish([&](const Stream& stream) { cast(widened, data, stream); });
 }
 
 WorkHandle NcclCommunicator::reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) {
