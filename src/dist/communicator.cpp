@@ -78,11 +78,12 @@ class WidenedWork final : public Work {
 
 }  // namespace
 
-WorkHandle Communicator::all_reduce_widened(const Tensor& data, ReduceOp op, const Tensor& widened) {
+WorkHandle Communicator::all_reduce_widened(const Tensor& data, ReduceOp op, const Tensor& widened,
+                                            const Stream& stream) {
   check_collective_buffer("all_reduce", "data", data, true);
   check_widened(data, widened);
   WorkHandle reduce = all_reduce(data, op);
-  return std::make_unique<WidenedWork>(std::move(reduce), data, widened, compute_stream().value_or(Stream{}));
+  return std::make_unique<WidenedWork>(std::move(reduce), data, widened, stream);
 }
 
 void check_widened(const Tensor& data, const Tensor& widened) {

@@ -68,8 +68,10 @@ class Communicator {
   // the result: the Work completes once widened holds it (bf16 gradient communication with fp32
   // gradients). NCCL widens on its communication stream right after the reduction, beside the compute
   // stream's work; this default widens when the completion is first observed (is_completed() or wait()),
-  // on the compute stream for device buffers.
-  virtual WorkHandle all_reduce_widened(const Tensor& data, ReduceOp op, const Tensor& widened);
+  // for device buffers on `stream`: the stream data was written on (the single-process identity is given
+  // device buffers in a world of one).
+  virtual WorkHandle all_reduce_widened(const Tensor& data, ReduceOp op, const Tensor& widened,
+                                        const Stream& stream = {});
   // output (n) <- the reduction over ranks of input[rank * n, (rank + 1) * n); input (world * n).
   // input and output must not overlap.
   virtual WorkHandle reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) = 0;

@@ -116,7 +116,7 @@ void DistributedDataParallel::launch(std::size_t bucket) {
   const Tensor data = staging_->narrow(0, b.offset, b.numel);  // (numel) bf16
   cast(data, grads, model_.stream);  // a device communicator orders itself after it (check_stream_order)
   issued_ms_[bucket] = host_now_ms();
-  works_[bucket] = comm_.all_reduce_widened(data, ReduceOp::average, grads);
+  works_[bucket] = comm_.all_reduce_widened(data, ReduceOp::average, grads, model_.stream);
 }
 
 void DistributedDataParallel::observe_completion(std::size_t bucket) {

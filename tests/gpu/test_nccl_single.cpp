@@ -4,7 +4,8 @@
 // fp32, bf16), reduce_scatter and all_gather (out of place: copies; in place), broadcast from rank 0, barrier
 // — and which refuses host buffers, buffers on another GPU and ranks that do not exist; a copy it makes
 // runs after the work queued on the compute stream, and an all_reduce widened into fp32 has landed before
-// the compute stream goes on past wait(). In a CUDA build without NCCL, communicator_for(cuda)
+// the compute stream goes on past wait() (and, from the single-process identity DDP gets in a world of
+// one, after the work queued on the stream it is given). In a CUDA build without NCCL, communicator_for(cuda)
 // must refuse with an error naming the missing library instead.
 // Run on a GPU machine: ./build/bin/gpu_test_nccl_single
 #include <gtest/gtest.h>
@@ -181,6 +182,28 @@ TEST(NcclSingle, AllReduceWidenedLandsBeforeTheComputeStreamGoesOn) {
   for (std::int64_t i = 0; i < n; ++i) ASSERT_EQ(got[i], to_float(values16[i])) << i;
   EXPECT_EQ(to_host<bf16>(data)[12345].bits, values16[12345].bits);
   EXPECT_THROW(comm.all_reduce_widened(data, ReduceOp::sum, data), Error);  // widened must be fp32
+}
+
+// In a world of one DDP gets the single-process identity, which widens device buffers on the stream it is
+// given, right away: the widening must follow the work queued there before (the bytes 0x3f of data, after
+// 100 x 256 MiB of memsets), not run on another stream ahead of it.
+TEST(NcclSingle, IdentityWidensDeviceBuffersOnTheGivenStream) {
+  DistributedContext context(single());
+  Communicator& identity = context.data_parallel_communicator(Device::cuda(0));
+  EXPECT_STREQ(identity.backend(), "single");
+  const Stream stream = Stream::create(Device::cuda(0));
+  const auto handle = static_cast<cudaStream_t>(stream.handle());
+  const std::int64_t n = 1 << 20;
+  const std::size_t scratch_bytes = std::size_t{256} << 20;
+  OwnedTensor data = to_gpu(std::vector<bf16>(n, to_bf16(0.0f)), DType::bf16);
+  OwnedTensor widened = to_gpu(std::vector<float>(n, -1.0f), DType::f32);
+  Buffer scratch(scratch_bytes, Device::cuda(0), "scratch");
+  ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+  for (int k = 0; k < 100; ++k) ASSERT_EQ(cudaMemsetAsync(scratch.data(), k, scratch_bytes, handle), cudaSuccess);
+  ASSERT_EQ(cudaMemsetAsync(data->data(), 0x3f, n * sizeof(bf16), handle), cudaSuccess);
+  identity.all_reduce_widened(data, ReduceOp::average, widened, stream)->wait();
+  stream.synchronize();
+  EXPECT_EQ(to_host<float>(widened), std::vector<float>(n, to_float(bf16{0x3f3f})));
 }
 
 #else  // a CUDA build without NCCL

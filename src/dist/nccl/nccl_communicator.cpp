@@ -364,7 +364,8 @@ WorkHandle NcclCommunicator::all_reduce(const Tensor& data, ReduceOp op) {
   return launch.finish();
 }
 
-WorkHandle NcclCommunicator::all_reduce_widened(const Tensor& data, ReduceOp op, const Tensor& widened) {
+WorkHandle NcclCommunicator::all_reduce_widened(const Tensor& data, ReduceOp op, const Tensor& widened,
+                                                const Stream&) {
   check_collective_buffer("all_reduce", "data", data, true);
   check_widened(data, widened);
   check_on_gpu("all_reduce", "data", data, gpu_);

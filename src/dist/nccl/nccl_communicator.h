@@ -58,8 +58,10 @@ class NcclCommunicator final : public Communicator {
   std::optional<Stream> compute_stream() const override;
 
   WorkHandle all_reduce(const Tensor& data, ReduceOp op) override;
-  // The widening runs on the communication stream right after the reduction (see Communicator).
-  WorkHandle all_reduce_widened(const Tensor& data, ReduceOp op, const Tensor& widened) override;
+  // The widening runs on the communication stream right after the reduction (see Communicator), which
+  // is ordered after the compute stream: `stream` is not used.
+  WorkHandle all_reduce_widened(const Tensor& data, ReduceOp op, const Tensor& widened,
+                                const Stream& stream = {}) override;
   WorkHandle reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) override;
   WorkHandle all_gather(const Tensor& output, const Tensor& input) override;
   WorkHandle broadcast(const Tensor& data, int root) override;
