@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # run_multigpu_benchmarks.sh — records the data-parallel benchmarks of bench/results on a machine with
 # at least 2 GPUs: the all-reduce benchmark (NCCL over the GPUs at 2 ranks; MPI over host buffers at
-# 2, 4 and 6 ranks), the DDP strategies and the ZeRO-1 accounting for xl, ctx 512, local batch 2, bf16.
+# 2, 4 and 6 ranks), the DDP strategies (fp32 and bf16 gradient communication) and the ZeRO-1 accounting
+# for xl, ctx 512, local batch 2, bf16.
 # One results JSON each, named after the GPU and the world (e.g. ddp-xl-h200x2.json).
 #   bash bench/run_multigpu_benchmarks.sh [BUILD_DIR=build] [OUT_DIR=bench/results] [WORLD=2]
 set -euo pipefail
@@ -22,5 +23,7 @@ for ranks in 2 4 6; do
 done
 "${launch[@]}" -np "$world" "$flashtrain" bench ddp --size xl --context 512 --batch 2 --precision bf16 \
   --strategy single,naive,flat,overlapped,bucketed --bucket-mb 1,10,100,1000 --json "$out/ddp-xl-${gpu}x${world}.json"
+"${launch[@]}" -np "$world" "$flashtrain" bench ddp --size xl --context 512 --batch 2 --precision bf16 \
+  --strategy single,overlapped,bucketed --bucket-mb 25,100,1000 --bf16-comm --json "$out/ddp-xl-bf16comm-${gpu}x${world}.json"
 "${launch[@]}" -np "$world" "$flashtrain" bench zero --size xl --context 512 --batch 2 --precision bf16 \
   --json "$out/zero-xl-${gpu}x${world}.json"
