@@ -108,15 +108,12 @@ void DistributedDataParallel::reset_step() {
 void DistributedDataParallel::launch(std::size_t bucket) {
   const Bucket& b = plan_.buckets[bucket];
   const Tensor grads = model_.gradients.narrow(0, b.offset, b.numel);  // (numel) fp32, in place
-  if (!options_.bf16_communication) {
-    issued_ms_[bucket] = host_now_ms();
-    works_[bucket] = comm_.all_reduce(grads, ReduceOp::average);
-    return;
-  }
-  const Tensor data = staging_->narrow(0, b.offset, b.numel);  // (numel) bf16
-  cast(data, grads, model_.stream);  // a device communicator orders itself after it (check_stream_order)
+  const bool bf16 = options_.bf16_communication;
+  const Tensor staged = bf16 ? staging_->narrow(0, b.offset, b.numel) : Tensor();  // (numel) bf16
+  if (bf16) cast(staged, grads, model_.stream);  // a device communicator orders itself after it (check_stream_order)
   issued_ms_[bucket] = host_now_ms();
-  works_[bucket] = comm_.all_reduce_widened(data, ReduceOp::average, grads, model_.stream);
+  works_[bucket] = bf16 ? comm_.all_reduce_widened(staged, ReduceOp::average, grads, model_.stream)
+                        : comm_.all_reduce(grads, ReduceOp::average);
 }
 
 void DistributedDataParallel::observe_completion(std::size_t bucket) {

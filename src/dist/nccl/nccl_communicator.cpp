@@ -285,6 +285,20 @@ class Launch {
 // An NCCL call issuing a collective, checked with the call's text, file and line.
 #define FT_NCCL_ENQUEUE(launch, call) (launch).check((call), #call, __FILE__, __LINE__)
 
+// The in-place all_reduce of data (checked against gpu), then, when widened is given (checked by the
+// caller), its result widened into it on the communication stream before the Work completes.
+WorkHandle enqueue_all_reduce(const std::shared_ptr<NcclState>& state, Device gpu, const Tensor& data, ReduceOp op,
+                              const Tensor* widened) {
+  check_collective_buffer("all_reduce", "data", data, true);
+  check_on_gpu("all_reduce", "data", data, gpu);
+  if (data.numel() == 0) return std::make_unique<CompletedWork>();
+  Launch launch(state, describe("all_reduce", data, widened ? str(name_of(op), ", widened to fp32") : name_of(op)));
+  FT_NCCL_ENQUEUE(launch, ncclAllReduce(data.data(), data.data(), static_cast<std::size_t>(data.numel()),
+                                        nccl_type(data.dtype()), nccl_op(op), launch.comm(), launch.stream()));
+  if (!widened) return launch.finish();
+  return launch.finish([&](const Stream& stream) { cast(*widened, data, stream); });
+}
+
 }  // namespace
 
 NcclCommunicator::NcclCommunicator(Communicator& bootstrap, Device gpu, const CommunicatorOptions& options,
@@ -355,25 +369,14 @@ void NcclCommunicator::abort() { state_->abort_nccl("NcclCommunicator::abort() w
 bool NcclCommunicator::aborted() const { return !state_->abort_reason.empty(); }
 
 WorkHandle NcclCommunicator::all_reduce(const Tensor& data, ReduceOp op) {
-  check_collective_buffer("all_reduce", "data", data, true);
-  check_on_gpu("all_reduce", "data", data, gpu_);
-  if (data.numel() == 0) return std::make_unique<CompletedWork>();
-  Launch launch(state_, describe("all_reduce", data, name_of(op)));
-  FT_NCCL_ENQUEUE(launch, ncclAllReduce(data.data(), data.data(), static_cast<std::size_t>(data.numel()),
-                                        nccl_type(data.dtype()), nccl_op(op), launch.comm(), launch.stream()));
-  return launch.finish();
+  return enqueue_all_reduce(state_, gpu_, data, op, nullptr);
 }
 
 WorkHandle NcclCommunicator::all_reduce_widened(const Tensor& data, ReduceOp op, const Tensor& widened,
                                                 const Stream&) {
   check_collective_buffer("all_reduce", "data", data, true);
   check_widened(data, widened);
-  check_on_gpu("all_reduce", "data", data, gpu_);
-  if (data.numel() == 0) return std::make_unique<CompletedWork>();
-  Launch launch(state_, describe("all_reduce", data, str(name_of(op), ", widened to fp32")));
-  FT_NCCL_ENQUEUE(launch, ncclAllReduce(data.data(), data.data(), static_cast<std::size_t>(data.numel()),
-                                        nccl_type(data.dtype()), nccl_op(op), launch.comm(), launch.stream()));
-  return launch.finish([&](const Stream& stream) { cast(widened, data, stream); });
+  return enqueue_all_reduce(state_, gpu_, data, op, &widened);
 }
 
 WorkHandle NcclCommunicator::reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) {
