@@ -1,5 +1,6 @@
 // allocator.h — the process-wide allocator: host memory and CUDA's stream-ordered pool
-// (cudaMallocAsync), with current/peak bytes per device and an optional timeline of every
+// (cudaMallocAsync; the pool keeps freed memory for reuse and hands it back only when an allocation
+// would otherwise fail, as PyTorch's caching allocator), with current/peak bytes per device and an optional timeline of every
 // allocation and free (tag, bytes, phase, time) for memory profiles.
 #pragma once
 
@@ -58,6 +59,7 @@ class Allocator {
   bool recording_ = false;
   double recording_start_ms_ = 0;
   std::vector<AllocationEvent> events_;
+  std::vector<int> retaining_pools_;  // CUDA devices whose pool keeps freed memory (allocator.cpp)
 };
 
 }  // namespace ft
