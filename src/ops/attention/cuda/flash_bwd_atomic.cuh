@@ -1,9 +1,9 @@
 // flash_bwd_atomic.cuh — internal (CUDA builds only): the pieces of the non-deterministic backward
 // (AttentionOptions::deterministic = false, FA2's own scheme). The dK/dV kernel (flash_bwd_kernel.cuh
 // and flash_bwd_sm90_kernel.cuh, kAtomicDq) also computes dQ_tile = dS K for every (query tile, key
-// tile) it visits and adds it into an fp32 accumulator dq_accum (B, Hq, len_q_pad, D), zeroed before the
-// kernel — the sm80 kernel with atomics through accumulate_dq_tile below, the sm90 one with TMA
-// reductions of staged tiles; a convert kernel then writes dq = scale * dq_accum in q's dtype and
+// tile) it visits and adds it into an fp32 accumulator dq_accum (B, Hq, len_q_pad, D), zeroed by the
+// pre-pass (flash_bwd_kernel.cuh) — the sm80 kernel with atomics through accumulate_dq_tile below, the
+// sm90 one with TMA reductions of staged tiles; a convert kernel then writes dq = scale * dq_accum in q's dtype and
 // layout. The order of the additions depends on scheduling, so dQ may differ between runs in its last
 // bits (dK, dV and dsinks do not).
 #pragma once
@@ -49,25 +49,33 @@ inline constexpr int kConvertRows = 64;      // dQ convert kernel: rows per bloc
 inline constexpr int kConvertThreads = 256;  // each thread converts 4 consecutive values at a time
 
 // dq (B, Hq, Nq, D) in T <- scale * dq_accum (B, Hq, len_q_pad, D) fp32, rows [64 y, 64 y + 64) of one
-// (batch x query head) x.
+// (batch x query head) x. The 4 values of a thread leave in one store where dq's rows allow it.
 template <class T, int D>
 __global__ void __launch_bounds__(kConvertThreads)
     flash_bwd_dq_convert_kernel(const __grid_constant__ FlashBwdParams p) {
+  struct alignas(4 * sizeof(T)) Quad {
+    T v[4];
+  };
   const FlashShape& s = p.shape;
   const int bh = blockIdx.x, b = bh / s.heads_q, h = bh % s.heads_q;
   const int row_begin = blockIdx.y * kConvertRows;
   const float* accum = p.dq_accum + (static_cast<std::int64_t>(bh) * p.len_q_pad + row_begin) * D;  // (64, D)
   T* dq = p.dq.at<T>(b, h, row_begin);
+  const bool packed = reinterpret_cast<std::uintptr_t>(dq) % sizeof(Quad) == 0 && p.dq.row_stride % 4 == 0;
   constexpr int kQuads = D / 4;  // per row
   const int rows = min(kConvertRows, s.len_q - row_begin);
   for (int idx = threadIdx.x; idx < rows * kQuads; idx += kConvertThreads) {
     const int r = idx / kQuads, c = (idx % kQuads) * 4;
     const float4 x = *reinterpret_cast<const float4*>(accum + r * D + c);
-    T* out = dq + r * p.dq.row_stride + c;
-    out[0] = static_cast<T>(x.x * s.scale);
-    out[1] = static_cast<T>(x.y * s.scale);
-    out[2] = static_cast<T>(x.z * s.scale);
-    out[3] = static_cast<T>(x.w * s.scale);
+    const Quad q{{static_cast<T>(x.x * s.scale), static_cast<T>(x.y * s.scale), static_cast<T>(x.z * s.scale),
+                  static_cast<T>(x.w * s.scale)}};
+    T* out = dq + static_cast<std::int64_t>(r) * p.dq.row_stride + c;
+    if (packed) {
+      *reinterpret_cast<Quad*>(out) = q;
+    } else {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) out[e] = q.v[e];
+    }
   }
 }
 

@@ -1,7 +1,8 @@
 // flash_bwd_kernel.cuh — internal (CUDA builds only): the FlashAttention-2 backward kernels. The
 // default scheme is deterministic, without atomics:
 //   1. pre-pass  : D_i = dO_i . O_i (fp32), L_i * log2(e) padded for the tile kernels, and per-block
-//                  partial sums of exp(s_h - L_i) D_i for the sink-logit gradient;
+//                  partial sums of exp(s_h - L_i) D_i for the sink-logit gradient (and, in the
+//                  non-deterministic scheme, zeros in the dQ accumulator);
 //   2. sink sum  : d s_h = -(fixed-order sum of the partials over batch and blocks), flash_bwd_sink.cu;
 //   3. dK/dV     : one block per (batch x kv head, key tile) loops over the query heads of its group
 //                  and the query tiles that see the key tile, accumulating dK and dV in registers.
@@ -86,6 +87,20 @@ __device__ __forceinline__ void dscores(float (&acc_dp)[NS][4], const float (&p)
   }
 }
 
+// The pre-pass's lanes per query row: enough for the row's 16-byte chunks (the element count when the
+// rows are not 16-byte aligned), at least 32 / (rows per warp) so a warp's rows fill one pass, at most 32.
+template <class T, int D>
+constexpr int pre_lanes_per_row() {
+  constexpr int chunks = D * static_cast<int>(sizeof(T)) / 16, floor = 32 / (kPreRows / (kPreThreads / 32));
+  int lanes = floor;
+  while (lanes < chunks && lanes < 32) lanes *= 2;
+  return lanes;
+}
+
+// Pre-pass, one block per (batch x query head, kPreRows padded rows): D_i, L_i log2(e) and the sink
+// partials; in the non-deterministic mode (dq_accum set) it also zeroes the block's rows of dq_accum.
+// Each row's dot product is spread over pre_lanes_per_row lanes reading 16-byte chunks of O and dO where
+// both allow it (else elements), and summed over those lanes in a fixed order.
 template <class T, int D>
 __global__ void __launch_bounds__(kPreThreads) flash_bwd_pre_kernel(const __grid_constant__ FlashBwdParams p) {
   const FlashShape& s = p.shape;
@@ -98,28 +113,55 @@ __global__ void __launch_bounds__(kPreThreads) flash_bwd_pre_kernel(const __grid
   const float* lse = p.lse.at<const float>(b, h);
   const float sink = p.sinks ? p.sinks[h] : 0.f;
 
-  float sink_part = 0.f;
+  if (p.dq_accum) {  // (kPreRows, D) fp32, contiguous and 16-byte aligned (D is a multiple of 16)
+    float4* rows = reinterpret_cast<float4*>(p.dq_accum + (static_cast<std::int64_t>(bh) * p.len_q_pad +
+                                                           static_cast<std::int64_t>(block) * kPreRows) * D);
+    for (int i = threadIdx.x; i < kPreRows * D / 4; i += kPreThreads) rows[i] = float4{};
+  }
+
+  constexpr int kVec = 16 / static_cast<int>(sizeof(T));  // elements of a 16-byte chunk
+  constexpr int kLanes = pre_lanes_per_row<T, D>(), kRowsPerPass = 32 / kLanes;
   constexpr int kRowsPerWarp = kPreRows / (kPreThreads / 32);
-  for (int r = 0; r < kRowsPerWarp; ++r) {
+  const bool vec = reinterpret_cast<std::uintptr_t>(o) % 16 == 0 && reinterpret_cast<std::uintptr_t>(d_o) % 16 == 0 &&
+                   p.o.row_stride % kVec == 0 && p.d_o.row_stride % kVec == 0;
+  const int part = lane % kLanes;  // this lane's share of its row
+  float sink_part = 0.f;
+  for (int r = lane / kLanes; r < kRowsPerWarp; r += kRowsPerPass) {
     const int i = block * kPreRows + warp * kRowsPerWarp + r;
-    float dot = 0.f, l2 = INFINITY;
+    float dot = 0.f;
     if (i < s.len_q) {
-      for (int c = lane; c < D; c += 32)
-        dot += static_cast<float>(o[i * p.o.row_stride + c]) * static_cast<float>(d_o[i * p.d_o.row_stride + c]);
+      const T* o_row = o + static_cast<std::int64_t>(i) * p.o.row_stride;
+      const T* d_o_row = d_o + static_cast<std::int64_t>(i) * p.d_o.row_stride;
+      if (vec) {
+        for (int c = part * kVec; c < D; c += kLanes * kVec) {
+          alignas(16) T x[kVec], y[kVec];
+          *reinterpret_cast<uint4*>(x) = *reinterpret_cast<const uint4*>(o_row + c);
+          *reinterpret_cast<uint4*>(y) = *reinterpret_cast<const uint4*>(d_o_row + c);
 #pragma unroll
-      for (int w = 16; w >= 1; w /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, w);
-      const float L = lse[i * p.lse.row_stride];
-      if (L != -INFINITY) {
-        l2 = L * kLog2e;
-        if (p.sinks) sink_part += expf(sink - L) * dot;
+          for (int e = 0; e < kVec; ++e) dot += static_cast<float>(x[e]) * static_cast<float>(y[e]);
+        }
+      } else {
+        for (int c = part; c < D; c += kLanes) dot += static_cast<float>(o_row[c]) * static_cast<float>(d_o_row[c]);
       }
     }
-    if (lane == 0 && i < p.len_q_pad) {
+#pragma unroll
+    for (int w = kLanes / 2; w >= 1; w /= 2) dot += __shfl_xor_sync(0xffffffffu, dot, w);
+    float l2 = INFINITY;
+    if (i < s.len_q) {
+      const float L = lse[static_cast<std::int64_t>(i) * p.lse.row_stride];
+      if (L != -INFINITY) {
+        l2 = L * kLog2e;
+        if (p.sinks && part == 0) sink_part += expf(sink - L) * dot;
+      }
+    }
+    if (part == 0 && i < p.len_q_pad) {
       p.dsum[static_cast<std::int64_t>(bh) * p.len_q_pad + i] = dot;
       p.lse_log2[static_cast<std::int64_t>(bh) * p.len_q_pad + i] = l2;
     }
   }
   if (p.sinks) {
+#pragma unroll
+    for (int w = 16; w >= kLanes; w /= 2) sink_part += __shfl_xor_sync(0xffffffffu, sink_part, w);
     if (lane == 0) warp_sink[warp] = sink_part;
     __syncthreads();
     if (threadIdx.x == 0) {

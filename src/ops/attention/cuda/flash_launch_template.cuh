@@ -62,15 +62,8 @@ inline dim3 tile_grid(int heads, int len, int tile) {
 
 }  // namespace detail
 
-// The atomic backward's fp32 dQ accumulator: zeroed before the kernel that adds into it, converted to dq
-// after it (flash_bwd_atomic.cuh).
-template <int D>
-void zero_dq_accum(const FlashBwdParams& p, cudaStream_t stream) {
-  const FlashShape& s = p.shape;
-  const std::size_t bytes = static_cast<std::size_t>(s.batch) * s.heads_q * p.len_q_pad * D * sizeof(float);
-  FT_CUDA_CHECK(cudaMemsetAsync(p.dq_accum, 0, bytes, stream));
-}
-
+// The atomic backward's fp32 dQ accumulator, zeroed by the pre-pass, converted to dq after the kernel that
+// adds into it (flash_bwd_atomic.cuh).
 template <class T, int D>
 void convert_dq_accum(const FlashBwdParams& p, cudaStream_t stream) {
   const FlashShape& s = p.shape;
@@ -135,7 +128,6 @@ void run_flash_bwd_sm90(const FlashBwdParams& p, cudaStream_t stream) {
     return maps;
   };
   if (!p.deterministic) {
-    zero_dq_accum<D>(p, stream);
     run_dkdv(std::true_type{});
     convert_dq_accum<T, D>(p, stream);
     return;
@@ -168,7 +160,6 @@ void run_flash_bwd(const FlashBwdParams& p, cudaStream_t stream) {
   }
   if (!p.deterministic) {
     using Tr = BwdKvTraits<T, D, true>;
-    zero_dq_accum<D>(p, stream);
     const dim3 kv_grid = detail::tile_grid(s.batch * s.heads_kv, s.len_k, Tr::kN);
     if (s.has_mask)
       detail::launch(flash_bwd_dkdv_dq_atomic_kernel<T, D, true>, kv_grid, Tr::kThreads, Tr::kSmemBytes, stream, p);

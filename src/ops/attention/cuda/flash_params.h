@@ -52,7 +52,7 @@ struct FlashBwdParams {
   int pre_blocks = 0;
   // false: the dK/dV kernel adds dS K into dq_accum with atomics (no dQ kernel; dQ's rounding varies).
   bool deterministic = true;
-  float* dq_accum = nullptr;  // (B, Hq, len_q_pad, D) fp32 when !deterministic, zeroed by run_flash_bwd
+  float* dq_accum = nullptr;  // (B, Hq, len_q_pad, D) fp32 when !deterministic, zeroed by the pre-pass
 };
 
 }  // namespace ft::flash
