@@ -5,12 +5,15 @@
 // layouts and unaligned strides, in both backward modes: the default deterministic one and the atomic
 // dQ accumulation (AttentionOptions::deterministic = false). Outputs are poisoned with NaN before every
 // run; the backward runs twice and must give bit-identical gradients, except dQ in the atomic mode (its
-// fp32 atomic sums may round differently; dK, dV and dsinks stay bit-identical there too).
+// fp32 atomic sums may round differently; dK, dV and dsinks stay bit-identical there too). On a Hopper GPU
+// the forward's L2-sized head sections are checked against per-head runs, bit for bit.
 //   fp32 (TF32 tensor cores): |flash - ref| <= 1e-2 + 1e-2 |ref| element-wise.
 //   bf16/fp16: max |flash - ref| <= 2 max |lp - ref| + slack, where lp is the same naive computation
 //   carried out in the low dtype (inputs, P, dS and outputs rounded to it; low_precision_attention).
 // Run: ./build/bin/gpu_test_attention_flash   (needs a CUDA device; skips otherwise)
 #include <gtest/gtest.h>
+
+#include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
@@ -636,6 +639,56 @@ TEST(FlashAttention, BroadcastOperandsRunOnSm80) {
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::unsupported);
     EXPECT_NE(e.message().find("broadcast"), std::string::npos) << e.message();
+  }
+}
+
+// The Hopper forward launches its heads in sections whose K and V fit half the L2 (flash_api.cu): at sizes
+// past that, with a partial last section and sections that cross batches or split a GQA group, every
+// head's O and L equal, bit for bit, a forward of that head alone (one head: a single section).
+TEST(FlashAttention, HopperForwardInL2SectionsEqualsPerHeadRuns) {
+  if (!cuda_available() || !hopper_gpu()) GTEST_SKIP() << "needs a Hopper GPU";
+  int l2_bytes = 0;
+  ASSERT_EQ(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, 0), cudaSuccess);
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  const FlashCase cases[] = {
+      {.name = "d128 B2 H5 (sections of 3 heads)", .batch = 2, .heads_q = 5, .heads_kv = 5, .len_q = 16384,
+       .len_k = 16384, .head_dim = 128, .causal = true},
+      {.name = "d64 GQA 8/2 (sections of 6 heads)", .batch = 1, .heads_q = 8, .heads_kv = 2, .len_q = 65536,
+       .len_k = 65536, .head_dim = 64, .causal = true},
+  };
+  for (const FlashCase& c : cases) {
+    SCOPED_TRACE(c.name);
+    const std::int64_t kv_bytes_per_head = 2 * c.len_k * c.head_dim * 2 / (c.heads_q / c.heads_kv);
+    ASSERT_LT(l2_bytes / 2 / kv_bytes_per_head, c.batch * c.heads_q) << "this GPU's L2 holds every head";
+    const Stream stream;
+    DeviceTensor q = device_tensor(c.batch, c.heads_q, c.len_q, c.head_dim, c, stream, "test.q");
+    DeviceTensor k = device_tensor(c.batch, c.heads_kv, c.len_k, c.head_dim, c, stream, "test.k");
+    DeviceTensor v = device_tensor(c.batch, c.heads_kv, c.len_k, c.head_dim, c, stream, "test.v");
+    DeviceTensor o = device_tensor(c.batch, c.heads_q, c.len_q, c.head_dim, c, stream, "test.o");
+    DeviceTensor lse = device_lse(c, stream);
+    DeviceTensor o_one = device_tensor(1, 1, c.len_q, c.head_dim, c, stream, "test.o_one");
+    const FlashCase one{.batch = 1, .heads_q = 1, .len_q = c.len_q};
+    DeviceTensor lse_one = device_lse(one, stream);
+    std::mt19937_64 rng(11);
+    for (const Tensor* x : {&q.view, &k.view, &v.view})
+      write_from_double(*x, random_values(static_cast<std::size_t>(x->numel()), rng, c.dtype, 1.0));
+    const AttentionOptions options = options_of(c, AttentionImpl::flash);
+    ASSERT_EQ(flash_kernels_for({q.view, k.view, v.view, Tensor(), o.view, lse.view}, options), FlashKernels::sm90);
+    fill_constant(o.view, nan);
+    fill_constant(lse.view, nan);
+    attention_forward({q.view, k.view, v.view, Tensor(), o.view, lse.view}, options);
+    const std::int64_t group = c.heads_q / c.heads_kv;
+    for (std::int64_t b = 0; b < c.batch; ++b)
+      for (std::int64_t h = 0; h < c.heads_q; ++h) {
+        auto head = [&](const Tensor& x, std::int64_t hh) { return x.narrow(0, b, 1).narrow(1, hh, 1); };
+        fill_constant(o_one.view, nan);
+        fill_constant(lse_one.view, nan);
+        attention_forward({head(q.view, h), head(k.view, h / group), head(v.view, h / group), Tensor(), o_one.view,
+                           lse_one.view},
+                          options);
+        EXPECT_TRUE(same_bits(read_as_double(head(o.view, h)), read_as_double(o_one.view))) << "b " << b << " h " << h;
+        EXPECT_TRUE(same_bits(read_as_double(head(lse.view, h)), read_as_double(lse_one.view))) << "b " << b << " h " << h;
+      }
   }
 }
 

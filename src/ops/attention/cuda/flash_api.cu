@@ -3,6 +3,7 @@
 // allocate the backward scratch on the caller's stream (with the fp32 dQ accumulator of the
 // non-deterministic backward), and dispatch on head dim and dtype to the per-head-dim launchers
 // (flash_{fwd,bwd}_hdim*.cu).
+#include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
@@ -61,6 +62,21 @@ FlashShape flash_shape(const AttentionShape& s, bool vec16) {
   f.scale_log2 = static_cast<float>(s.scale * 1.4426950408889634);
   f.vec16 = vec16;
   return f;
+}
+
+// The Hopper forward launches the query tiles of this many (batch x query head)s together (section_tile in
+// flash_fwd_sm90_kernel.cuh): as many as half the L2 holds the K and V of. Launching every head's longest
+// tiles first instead streams the K and V of all heads at once, and past the L2 they come from memory:
+// d = 128, causal, B 2, H 16, N 8192 (128 MB of K and V) took its forward 488 -> 527 TFLOP/s on an H200
+// (sections of 4 or 8 heads, means of 4 interleaved runs), the L2 hit rate 65% -> 92% on an H100.
+int forward_section_heads(const AttentionShape& s, DType dtype, int device) {
+  int l2_bytes = 0;
+  FT_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
+  const std::int64_t kv_bytes_per_head =
+      std::max<std::int64_t>(1, 2 * s.len_k * s.head_dim * static_cast<std::int64_t>(size_of(dtype)) /
+                                    (s.heads_q / s.heads_kv));
+  const std::int64_t heads = std::clamp<std::int64_t>(l2_bytes / 2 / kv_bytes_per_head, 1, s.batch * s.heads_q);
+  return static_cast<int>(heads);
 }
 
 void check_supported(const AttentionShape& s) {
@@ -165,6 +181,7 @@ void cuda_flash_forward(const AttentionTensors& t, const AttentionShape& s, cons
   p.o = tensor_ref(t.o);
   p.lse = TensorRef{t.lse.data(), t.lse.stride(0), t.lse.stride(1), t.lse.stride(2)};
   p.sinks = s.has_sinks ? t.sinks.data_as<const float>() : nullptr;
+  if (p.shape.sm90) p.section_heads = forward_section_heads(s, t.q.dtype(), t.q.device().index);
   auto cuda_stream = static_cast<cudaStream_t>(stream.handle());
   dispatch(t.q.dtype(), s.head_dim, [&](auto type_tag, auto dim) {
     flash::run_flash_fwd<decltype(type_tag), decltype(dim)::value>(p, cuda_stream);

@@ -1,13 +1,13 @@
-// flash_fwd_sm90_kernel.cuh — internal (CUDA builds only): the Hopper (sm_90a) FlashAttention forward
-// kernel, 16-bit inputs, head dims 64 and 128, warp-specialised. One block per (batch x query head, query
-// tile): warpgroup 0 is the producer — one thread issues TMA copies of the Q tile and of every visited
-// K and V tile into a ring of kStages 128-byte-swizzled buffers, after the consumers free a slot — and
-// keeps 24 registers; each consumer warpgroup owns 64 query rows and takes the freed registers. A
-// consumer waits on a slot's mbarriers, runs S = Q K^T as wgmma with both operands in shared memory,
-// rounds P to the input dtype in registers, runs O += P V with P from registers and V read N-major,
-// then frees the slot; warpgroups never wait for each other, so one's softmax overlaps another's
-// products. Masking, the online softmax on exp2 and the final normalisation with sink logits are the
-// sm80 kernel's own steps (flash_fwd_kernel.cuh), so both paths compute the same function. The output
+// flash_fwd_sm90_kernel.cuh — internal (CUDA builds only): the Hopper (sm_90a) FlashAttention forward kernel,
+// 16-bit inputs, head dims 64 and 128, warp-specialised. One block per (batch x query head, query tile), the
+// heads launched in L2-sized sections (section_tile): warpgroup 0 is the producer — one thread issues TMA
+// copies of the Q tile and of every visited K and V tile into a ring of kStages 128-byte-swizzled buffers,
+// after the consumers free a slot — and keeps 24 registers; each consumer warpgroup owns 64 query rows and
+// takes the freed registers. A consumer waits on a slot's mbarriers, runs S = Q K^T as wgmma with both
+// operands in shared memory, rounds P to the input dtype in registers, runs O += P V with P from registers
+// and V read N-major, then frees the slot; warpgroups never wait for each other, so one's softmax overlaps
+// another's products. Masking, the online softmax on exp2 and the final normalisation with sink logits are
+// the sm80 kernel's own steps (flash_fwd_kernel.cuh), so both paths compute the same function. The output
 // tile goes back through the warpgroup's own Q rows and a TMA store.
 #pragma once
 
@@ -46,6 +46,22 @@ __device__ __forceinline__ void init_kv_ring(std::uint64_t* k_full, std::uint64_
 struct FwdTmaMaps {
   TmaTensor q, k, v, o;  // boxes of (64 rows of a consumer, or kBlockN rows) x 64 columns
 };
+
+// The (batch x query head, query tile) of a block of a (B Hq, tiles) grid whose heads run in sections of
+// `heads` (the last one may hold fewer): blocks go in launch order through one section after another, and
+// within a section through its tiles longest first (the last query tile first: causal rows see the most
+// keys), over the section's heads — so the K and V that the running blocks stream belong to few heads.
+struct SectionTile {
+  int bh, tile;
+};
+__device__ __forceinline__ SectionTile section_tile(int heads) {
+  const int all_heads = gridDim.x, tiles = gridDim.y;
+  const int linear = blockIdx.y * all_heads + blockIdx.x;
+  const int section = linear / (heads * tiles), first = section * heads;
+  const int in_section = min(heads, all_heads - first);
+  const int r = linear - section * heads * tiles;
+  return {first + r % in_section, tiles - 1 - r / in_section};
+}
 
 template <class T, int D>
 struct FwdTraits {
@@ -86,8 +102,8 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
   std::uint64_t* v_full = k_full + kStages;    // (kStages)
   std::uint64_t* slot_free = v_full + kStages;  // (kStages)
 
-  const int m_block = gridDim.y - 1 - blockIdx.y;  // longest (causal) tiles of every head first
-  const int b = blockIdx.x / s.heads_q, h = blockIdx.x % s.heads_q, hk = h / s.group;
+  const SectionTile st = section_tile(p.section_heads);
+  const int m_block = st.tile, b = st.bh / s.heads_q, h = st.bh % s.heads_q, hk = h / s.group;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int m0 = m_block * BM;
 

@@ -35,6 +35,8 @@ struct FlashFwdParams {
   TensorRef o;        // (B, Hq, Nq, D) output
   TensorRef lse;      // (B, Hq, Nq) fp32 output (row_stride is the Nq stride)
   const float* sinks = nullptr;  // (Hq) fp32 sink logits, or null
+  // Hopper kernel: the (batch x query head)s whose query tiles are launched together (flash_api.cu).
+  int section_heads = 1;
 };
 
 struct FlashBwdParams {
