@@ -6,14 +6,12 @@
 // dQ accumulation (AttentionOptions::deterministic = false). Outputs are poisoned with NaN before every
 // run; the backward runs twice and must give bit-identical gradients, except dQ in the atomic mode (its
 // fp32 atomic sums may round differently; dK, dV and dsinks stay bit-identical there too). On a Hopper GPU
-// the forward's L2-sized head sections are checked against per-head runs, bit for bit.
+// the kernels' head sections (forced small) must leave every output unchanged, bit for bit.
 //   fp32 (TF32 tensor cores): |flash - ref| <= 1e-2 + 1e-2 |ref| element-wise.
 //   bf16/fp16: max |flash - ref| <= 2 max |lp - ref| + slack, where lp is the same naive computation
 //   carried out in the low dtype (inputs, P, dS and outputs rounded to it; low_precision_attention).
 // Run: ./build/bin/gpu_test_attention_flash   (needs a CUDA device; skips otherwise)
 #include <gtest/gtest.h>
-
-#include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cmath>
@@ -32,6 +30,7 @@
 #include "core/stream.h"
 #include "core/tensor_io.h"
 #include "ops/attention.h"
+#include "ops/attention/attention_impls.h"
 #include "ops/attention/visibility.h"
 
 namespace ft {
@@ -642,54 +641,35 @@ TEST(FlashAttention, BroadcastOperandsRunOnSm80) {
   }
 }
 
-// The Hopper forward launches its heads in sections whose K and V fit half the L2 (flash_api.cu): at sizes
-// past that, with a partial last section and sections that cross batches or split a GQA group, every
-// head's O and L equal, bit for bit, a forward of that head alone (one head: a single section).
-TEST(FlashAttention, HopperForwardInL2SectionsEqualsPerHeadRuns) {
+// The Hopper kernels launch their heads in L2-sized sections (flash_api.cu), which hold every head at
+// these sizes; forced sections of 1, 2, 3 and 5 grid heads (a partial last section, sections across batches
+// and across a GQA group) give the same outputs bit for bit — dQ too in the deterministic mode.
+TEST(FlashAttention, HopperHeadSectionsGiveTheSameOutputs) {
   if (!cuda_available() || !hopper_gpu()) GTEST_SKIP() << "needs a Hopper GPU";
-  int l2_bytes = 0;
-  ASSERT_EQ(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, 0), cudaSuccess);
-  const double nan = std::numeric_limits<double>::quiet_NaN();
-  const FlashCase cases[] = {
-      {.name = "d128 B2 H5 (sections of 3 heads)", .batch = 2, .heads_q = 5, .heads_kv = 5, .len_q = 16384,
-       .len_k = 16384, .head_dim = 128, .causal = true},
-      {.name = "d64 GQA 8/2 (sections of 6 heads)", .batch = 1, .heads_q = 8, .heads_kv = 2, .len_q = 65536,
-       .len_k = 65536, .head_dim = 64, .causal = true},
+  struct ForcedSections {
+    explicit ForcedSections(int heads) { attention_impl::force_flash_section_heads(heads); }
+    ~ForcedSections() { attention_impl::force_flash_section_heads(0); }
   };
-  for (const FlashCase& c : cases) {
-    SCOPED_TRACE(c.name);
-    const std::int64_t kv_bytes_per_head = 2 * c.len_k * c.head_dim * 2 / (c.heads_q / c.heads_kv);
-    ASSERT_LT(l2_bytes / 2 / kv_bytes_per_head, c.batch * c.heads_q) << "this GPU's L2 holds every head";
-    const Stream stream;
-    DeviceTensor q = device_tensor(c.batch, c.heads_q, c.len_q, c.head_dim, c, stream, "test.q");
-    DeviceTensor k = device_tensor(c.batch, c.heads_kv, c.len_k, c.head_dim, c, stream, "test.k");
-    DeviceTensor v = device_tensor(c.batch, c.heads_kv, c.len_k, c.head_dim, c, stream, "test.v");
-    DeviceTensor o = device_tensor(c.batch, c.heads_q, c.len_q, c.head_dim, c, stream, "test.o");
-    DeviceTensor lse = device_lse(c, stream);
-    DeviceTensor o_one = device_tensor(1, 1, c.len_q, c.head_dim, c, stream, "test.o_one");
-    const FlashCase one{.batch = 1, .heads_q = 1, .len_q = c.len_q};
-    DeviceTensor lse_one = device_lse(one, stream);
-    std::mt19937_64 rng(11);
-    for (const Tensor* x : {&q.view, &k.view, &v.view})
-      write_from_double(*x, random_values(static_cast<std::size_t>(x->numel()), rng, c.dtype, 1.0));
-    const AttentionOptions options = options_of(c, AttentionImpl::flash);
-    ASSERT_EQ(flash_kernels_for({q.view, k.view, v.view, Tensor(), o.view, lse.view}, options), FlashKernels::sm90);
-    fill_constant(o.view, nan);
-    fill_constant(lse.view, nan);
-    attention_forward({q.view, k.view, v.view, Tensor(), o.view, lse.view}, options);
-    const std::int64_t group = c.heads_q / c.heads_kv;
-    for (std::int64_t b = 0; b < c.batch; ++b)
-      for (std::int64_t h = 0; h < c.heads_q; ++h) {
-        auto head = [&](const Tensor& x, std::int64_t hh) { return x.narrow(0, b, 1).narrow(1, hh, 1); };
-        fill_constant(o_one.view, nan);
-        fill_constant(lse_one.view, nan);
-        attention_forward({head(q.view, h), head(k.view, h / group), head(v.view, h / group), Tensor(), o_one.view,
-                           lse_one.view},
-                          options);
-        EXPECT_TRUE(same_bits(read_as_double(head(o.view, h)), read_as_double(o_one.view))) << "b " << b << " h " << h;
-        EXPECT_TRUE(same_bits(read_as_double(head(lse.view, h)), read_as_double(lse_one.view))) << "b " << b << " h " << h;
+  for (std::int64_t d : {64, 128})
+    for (bool deterministic : {true, false}) {
+      const FlashCase c{.name = "sections", .batch = 3, .heads_q = 4, .heads_kv = 2, .len_q = 300, .len_k = 300,
+                        .head_dim = d, .causal = true, .sinks = true, .deterministic = deterministic};
+      SCOPED_TRACE(str("d ", d, deterministic ? " deterministic" : " atomic dQ"));
+      const Inputs in = make_inputs(c, 5);
+      RunToRun repeat;
+      const Outputs whole = run_flash(c, in, &repeat);
+      for (int heads : {1, 2, 3, 5}) {
+        SCOPED_TRACE(str("sections of ", heads));
+        const ForcedSections forced(heads);
+        const Outputs sectioned = run_flash(c, in, &repeat);
+        EXPECT_TRUE(same_bits(whole.o, sectioned.o));
+        EXPECT_TRUE(same_bits(whole.lse, sectioned.lse));
+        if (deterministic) EXPECT_TRUE(same_bits(whole.dq, sectioned.dq));
+        EXPECT_TRUE(same_bits(whole.dk, sectioned.dk));
+        EXPECT_TRUE(same_bits(whole.dv, sectioned.dv));
+        EXPECT_TRUE(same_bits(whole.dsinks, sectioned.dsinks));
       }
-  }
+    }
 }
 
 TEST(FlashAttention, UnsupportedHeadDimNamesTheSupportedSet) {

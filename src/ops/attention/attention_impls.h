@@ -24,6 +24,10 @@ void cuda_flash_forward(const AttentionTensors& t, const AttentionShape& s, cons
                         FlashKernels kernels);
 void cuda_flash_backward(const AttentionTensors& t, const AttentionGrads& g, const AttentionShape& s,
                          const Stream& stream, bool deterministic, FlashKernels kernels);
+// The Hopper kernels launch their heads in sections sized to the L2 (flash_api.cu); heads > 0 forces
+// sections of that many grid heads from now on (tests, so that sections engage at small sizes), 0 returns
+// to the L2-sized ones.
+void force_flash_section_heads(int heads);
 // CUDA naive baseline: cuBLASLt GEMMs and a softmax kernel, S and P materialised (cuda/naive_*.cu).
 void cuda_naive_forward(const AttentionTensors& t, const AttentionShape& s, const Stream& stream);
 void cuda_naive_backward(const AttentionTensors& t, const AttentionGrads& g, const AttentionShape& s,

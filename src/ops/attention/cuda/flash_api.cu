@@ -4,6 +4,7 @@
 // non-deterministic backward), and dispatch on head dim and dtype to the per-head-dim launchers
 // (flash_{fwd,bwd}_hdim*.cu).
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <type_traits>
 
@@ -64,19 +65,24 @@ FlashShape flash_shape(const AttentionShape& s, bool vec16) {
   return f;
 }
 
-// The Hopper forward launches the query tiles of this many (batch x query head)s together (section_tile in
-// flash_fwd_sm90_kernel.cuh): as many as half the L2 holds the K and V of. Launching every head's longest
-// tiles first instead streams the K and V of all heads at once, and past the L2 they come from memory:
-// d = 128, causal, B 2, H 16, N 8192 (128 MB of K and V) took its forward 488 -> 527 TFLOP/s on an H200
-// (sections of 4 or 8 heads, means of 4 interleaved runs), the L2 hit rate 65% -> 92% on an H100.
-int forward_section_heads(const AttentionShape& s, DType dtype, int device) {
-  int l2_bytes = 0;
-  FT_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
-  const std::int64_t kv_bytes_per_head =
-      std::max<std::int64_t>(1, 2 * s.len_k * s.head_dim * static_cast<std::int64_t>(size_of(dtype)) /
-                                    (s.heads_q / s.heads_kv));
-  const std::int64_t heads = std::clamp<std::int64_t>(l2_bytes / 2 / kv_bytes_per_head, 1, s.batch * s.heads_q);
-  return static_cast<int>(heads);
+// The Hopper kernels launch the tiles of this many grid heads together (section_tile in
+// flash_fwd_sm90_kernel.cuh): as many as a third of the L2 holds the streamed operands of (bytes_per_head:
+// K and V for the forward and dQ kernels, Q, dO, L and D for dK/dV). Launching every head's longest tiles
+// first instead streams the operands of all heads at once, and past the L2 they come from memory. H200,
+// interleaved runs: d = 128, causal, B 2, H 16, N 8192 — forward 488 -> 527 TFLOP/s, backward 2.98 -> 2.81
+// ms non-deterministic and 3.35 -> 3.23 deterministic (sections of 4 heads; 8 did as well forward, less
+// backward); the leaderboard backward 3.22 -> 3.14 and 3.61 -> 3.58 ms. H100: the d = 128 forward's L2 hit
+// rate 65% -> 92%.
+std::atomic<int> forced_section_heads{0};
+
+int section_heads(std::int64_t bytes_per_head, std::int64_t grid_heads, int device) {
+  std::int64_t heads = forced_section_heads.load();
+  if (heads == 0) {
+    int l2_bytes = 0;
+    FT_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
+    heads = l2_bytes / 3 / std::max<std::int64_t>(1, bytes_per_head);
+  }
+  return static_cast<int>(std::clamp<std::int64_t>(heads, 1, grid_heads));
 }
 
 void check_supported(const AttentionShape& s) {
@@ -162,6 +168,11 @@ void dispatch(DType dtype, std::int64_t head_dim, Fn&& fn) {
 
 }  // namespace
 
+void force_flash_section_heads(int heads) {
+  FT_CHECK(heads >= 0, "force_flash_section_heads: heads must be >= 0, given ", heads);
+  forced_section_heads.store(heads);
+}
+
 FlashKernels cuda_flash_kernels(const AttentionTensors& t, const AttentionGrads* g, const AttentionShape& s,
                                 FlashKernels kernels) {
   return choose_kernels(t, g, s, operands_aligned16(t, g), kernels);
@@ -181,7 +192,10 @@ void cuda_flash_forward(const AttentionTensors& t, const AttentionShape& s, cons
   p.o = tensor_ref(t.o);
   p.lse = TensorRef{t.lse.data(), t.lse.stride(0), t.lse.stride(1), t.lse.stride(2)};
   p.sinks = s.has_sinks ? t.sinks.data_as<const float>() : nullptr;
-  if (p.shape.sm90) p.section_heads = forward_section_heads(s, t.q.dtype(), t.q.device().index);
+  if (p.shape.sm90) {
+    const std::int64_t kv_bytes = 2 * s.len_k * s.head_dim * static_cast<std::int64_t>(size_of(t.q.dtype()));
+    p.section_heads = section_heads(kv_bytes / (s.heads_q / s.heads_kv), s.batch * s.heads_q, t.q.device().index);
+  }
   auto cuda_stream = static_cast<cudaStream_t>(stream.handle());
   dispatch(t.q.dtype(), s.head_dim, [&](auto type_tag, auto dim) {
     flash::run_flash_fwd<decltype(type_tag), decltype(dim)::value>(p, cuda_stream);
@@ -227,6 +241,14 @@ void cuda_flash_backward(const AttentionTensors& t, const AttentionGrads& g, con
   p.sink_partials = static_cast<float*>(sink_partials.data());
   p.deterministic = deterministic;
   p.dq_accum = static_cast<float*>(dq_accum.data());
+  if (p.shape.sm90) {
+    const std::int64_t elem = static_cast<std::int64_t>(size_of(t.q.dtype()));
+    const std::int64_t group = s.heads_q / s.heads_kv;
+    const std::int64_t qdo_bytes = 2 * s.len_q * (s.head_dim * elem + 4) * group;  // Q, dO, L, D of a kv head
+    const std::int64_t kv_bytes = 2 * s.len_k * s.head_dim * elem / group;        // K and V per query head
+    p.dkdv_section_heads = section_heads(qdo_bytes, s.batch * s.heads_kv, device_of.index);
+    p.dq_section_heads = section_heads(kv_bytes, s.batch * s.heads_q, device_of.index);
+  }
 
   auto cuda_stream = static_cast<cudaStream_t>(stream.handle());
   dispatch(t.q.dtype(), s.head_dim, [&](auto type_tag, auto dim) {

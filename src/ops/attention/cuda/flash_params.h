@@ -55,6 +55,9 @@ struct FlashBwdParams {
   // false: the dK/dV kernel adds dS K into dq_accum with atomics (no dQ kernel; dQ's rounding varies).
   bool deterministic = true;
   float* dq_accum = nullptr;  // (B, Hq, len_q_pad, D) fp32 when !deterministic, zeroed by the pre-pass
+  // Hopper kernels: the grid heads (batch x kv head for dK/dV, batch x query head for dQ) whose tiles are
+  // launched together (flash_api.cu).
+  int dkdv_section_heads = 1, dq_section_heads = 1;
 };
 
 }  // namespace ft::flash
