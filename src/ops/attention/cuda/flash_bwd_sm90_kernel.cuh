@@ -18,7 +18,7 @@
 // producer — one thread issues the TMA copies of the resident tiles and of every step's tiles (plus, for
 // dK/dV, bulk copies of the step's L and D rows) into a ring of 128-byte-swizzled buffers guarded by
 // mbarriers — and the consumer warpgroups do the products. Tile sizes come from kSm90Tiles
-// (flash_traits.h). Both launch their heads in L2-sized sections, as the forward (section_tile).
+// (flash_traits.h). Both launch their heads in L2-sized sections, as the forward (section_head).
 #pragma once
 
 #include <cstdint>
@@ -145,9 +145,10 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
   std::uint64_t* step_full = kv_full + 1;        // (kStages)
   std::uint64_t* slot_free = step_full + kStages;  // (kStages)
 
-  const SectionTile st = section_tile(p.dkdv_section_heads);
-  const int n_block = gridDim.y - 1 - st.tile;  // the first key tiles (seen by the most causal queries) first
-  const int b = st.bh / s.heads_kv, hk = st.bh % s.heads_kv;
+  const int bh = section_head(s.batch * s.heads_kv);
+  if (bh < 0) return;
+  const int n_block = blockIdx.y;  // the first key tiles (seen by the most causal queries) first
+  const int b = bh / s.heads_kv, hk = bh % s.heads_kv;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int n0 = n_block * BN;
   const int keys_valid = s.len_k - n0;
@@ -353,9 +354,10 @@ __global__ void __launch_bounds__(BwdDqTraits<T, D>::kThreads, 1)
   std::uint64_t* v_full = k_full + kStages;     // (kStages)
   std::uint64_t* slot_free = v_full + kStages;  // (kStages)
 
-  const SectionTile st = section_tile(p.dq_section_heads);
-  const int m_block = st.tile;
-  const int bh = st.bh, b = bh / s.heads_q, h = bh % s.heads_q, hk = h / s.group;
+  const int bh = section_head(s.batch * s.heads_q);
+  if (bh < 0) return;
+  const int m_block = gridDim.y - 1 - blockIdx.y;  // longest (causal) tiles of the section's heads first
+  const int b = bh / s.heads_q, h = bh % s.heads_q, hk = h / s.group;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int m0 = m_block * BM;
 

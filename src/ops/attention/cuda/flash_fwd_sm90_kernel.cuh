@@ -1,6 +1,6 @@
 // flash_fwd_sm90_kernel.cuh — internal (CUDA builds only): the Hopper (sm_90a) FlashAttention forward kernel,
 // 16-bit inputs, head dims 64 and 128, warp-specialised. One block per (batch x query head, query tile), the
-// heads launched in L2-sized sections (section_tile): warpgroup 0 is the producer — one thread issues TMA
+// heads launched in L2-sized sections (section_head): warpgroup 0 is the producer — one thread issues TMA
 // copies of the Q tile and of every visited K and V tile into a ring of kStages 128-byte-swizzled buffers,
 // after the consumers free a slot — and keeps 24 registers; each consumer warpgroup owns 64 query rows and
 // takes the freed registers. A consumer waits on a slot's mbarriers, runs S = Q K^T as wgmma with both
@@ -47,20 +47,13 @@ struct FwdTmaMaps {
   TmaTensor q, k, v, o;  // boxes of (64 rows of a consumer, or kBlockN rows) x 64 columns
 };
 
-// The (batch x query head, query tile) of a block of a (B Hq, tiles) grid whose heads run in sections of
-// `heads` (the last one may hold fewer): blocks go in launch order through one section after another, and
-// within a section through its tiles longest first (the last query tile first: causal rows see the most
-// keys), over the section's heads — so the K and V that the running blocks stream belong to few heads.
-struct SectionTile {
-  int bh, tile;
-};
-__device__ __forceinline__ SectionTile section_tile(int heads) {
-  const int all_heads = gridDim.x, tiles = gridDim.y;
-  const int linear = blockIdx.y * all_heads + blockIdx.x;
-  const int section = linear / (heads * tiles), first = section * heads;
-  const int in_section = min(heads, all_heads - first);
-  const int r = linear - section * heads * tiles;
-  return {first + r % in_section, tiles - 1 - r / in_section};
+// The grid head (batch x head) of a block of a sectioned grid (section heads, tiles, sections): blocks
+// launch x fastest, then y, then z, so one section's tiles go before the next section's, and within a
+// section tile by tile over its heads (flash_launch_template.cuh, section_grid). The last section may
+// hold fewer heads: its other blocks have none (-1) and return at once.
+__device__ __forceinline__ int section_head(int grid_heads) {
+  const int bh = blockIdx.z * gridDim.x + blockIdx.x;
+  return bh < grid_heads ? bh : -1;
 }
 
 template <class T, int D>
@@ -102,8 +95,10 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
   std::uint64_t* v_full = k_full + kStages;    // (kStages)
   std::uint64_t* slot_free = v_full + kStages;  // (kStages)
 
-  const SectionTile st = section_tile(p.section_heads);
-  const int m_block = st.tile, b = st.bh / s.heads_q, h = st.bh % s.heads_q, hk = h / s.group;
+  const int bh = section_head(s.batch * s.heads_q);
+  if (bh < 0) return;
+  const int m_block = gridDim.y - 1 - blockIdx.y;  // longest (causal) tiles of the section's heads first
+  const int b = bh / s.heads_q, h = bh % s.heads_q, hk = h / s.group;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int m0 = m_block * BM;
 

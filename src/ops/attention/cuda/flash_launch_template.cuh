@@ -60,6 +60,13 @@ inline dim3 tile_grid(int heads, int len, int tile) {
   return dim3(static_cast<unsigned>(heads), tiles);
 }
 
+// A Hopper kernel's grid of `heads` grid heads in sections of `section` heads: (section, tiles, sections),
+// so blocks launch section by section (section_head in flash_fwd_sm90_kernel.cuh).
+inline dim3 section_grid(int heads, int section, int len, int tile) {
+  const dim3 tiles = tile_grid(section, len, tile);
+  return dim3(tiles.x, tiles.y, ceil_div(heads, section));
+}
+
 }  // namespace detail
 
 // The atomic backward's fp32 dQ accumulator, zeroed by the pre-pass, converted to dq after the kernel that
@@ -77,7 +84,7 @@ void run_flash_fwd(const FlashFwdParams& p, cudaStream_t stream) {
   if constexpr (has_sm90_kernels(sizeof(T), D)) {
     if (s.sm90) {
       using Tr = sm90::FwdTraits<T, D>;
-      const dim3 grid = detail::tile_grid(s.batch * s.heads_q, s.len_q, Tr::kBlockM);
+      const dim3 grid = detail::section_grid(s.batch * s.heads_q, p.section_heads, s.len_q, Tr::kBlockM);
       sm90::FwdTmaMaps maps;
       maps.q = detail::query_map<T, D>(p.q, s, Tr::kBlockM);
       maps.k = detail::key_map<T, D>(p.k, s, Tr::kBlockN);
@@ -118,7 +125,7 @@ void run_flash_bwd_sm90(const FlashBwdParams& p, cudaStream_t stream) {
     using Tr = sm90::BwdKvTraits<T, D, decltype(atomic)::value>;
     sm90::BwdTmaMaps maps = bwd_tma_maps<T, D>(p, Tr::kBlockM, Tr::kBlockN);
     if constexpr (decltype(atomic)::value) maps.dq_accum = detail::dq_accum_map<D>(p, sm90::kDqBoxRows);
-    const dim3 grid = detail::tile_grid(s.batch * s.heads_kv, s.len_k, Tr::kBlockN);
+    const dim3 grid = detail::section_grid(s.batch * s.heads_kv, p.dkdv_section_heads, s.len_k, Tr::kBlockN);
     if (s.has_mask)
       detail::launch(sm90::flash_bwd_dkdv_sm90_kernel<T, D, true, decltype(atomic)::value>, grid, Tr::kThreads,
                      Tr::kSmemBytes, stream, p, maps);
@@ -138,7 +145,7 @@ void run_flash_bwd_sm90(const FlashBwdParams& p, cudaStream_t stream) {
   constexpr bool kSameBoxes = Tr::kBlockM == KvTr::kBlockM && Tr::kBlockN == KvTr::kBlockN;
   sm90::BwdTmaMaps maps = kSameBoxes ? kv_maps : bwd_tma_maps<T, D>(p, Tr::kBlockM, Tr::kBlockN);
   maps.dq = detail::query_map<T, D>(p.dq, s, 64);
-  const dim3 grid = detail::tile_grid(s.batch * s.heads_q, s.len_q, Tr::kBlockM);
+  const dim3 grid = detail::section_grid(s.batch * s.heads_q, p.dq_section_heads, s.len_q, Tr::kBlockM);
   if (s.has_mask)
     detail::launch(sm90::flash_bwd_dq_sm90_kernel<T, D, true>, grid, Tr::kThreads, Tr::kSmemBytes, stream, p, maps);
   else

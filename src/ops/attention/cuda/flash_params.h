@@ -35,7 +35,8 @@ struct FlashFwdParams {
   TensorRef o;        // (B, Hq, Nq, D) output
   TensorRef lse;      // (B, Hq, Nq) fp32 output (row_stride is the Nq stride)
   const float* sinks = nullptr;  // (Hq) fp32 sink logits, or null
-  // Hopper kernel: the (batch x query head)s whose query tiles are launched together (flash_api.cu).
+  // Launch geometry of the Hopper kernel: the (batch x query head)s whose query tiles are launched
+  // together (flash_api.cu, section_grid).
   int section_heads = 1;
 };
 
@@ -55,8 +56,8 @@ struct FlashBwdParams {
   // false: the dK/dV kernel adds dS K into dq_accum with atomics (no dQ kernel; dQ's rounding varies).
   bool deterministic = true;
   float* dq_accum = nullptr;  // (B, Hq, len_q_pad, D) fp32 when !deterministic, zeroed by the pre-pass
-  // Hopper kernels: the grid heads (batch x kv head for dK/dV, batch x query head for dQ) whose tiles are
-  // launched together (flash_api.cu).
+  // Launch geometry of the Hopper kernels: the grid heads (batch x kv head for dK/dV, batch x query head
+  // for dQ) whose tiles are launched together (flash_api.cu, section_grid).
   int dkdv_section_heads = 1, dq_section_heads = 1;
 };
 
