@@ -72,11 +72,10 @@ FlashShape flash_shape(const AttentionShape& s, bool vec16) {
 // interleaved runs: d = 128, causal, B 2, H 16, N 8192 — forward 488 -> 527 TFLOP/s, backward 2.98 -> 2.81
 // ms non-deterministic and 3.35 -> 3.23 deterministic (sections of 4 heads; 8 did as well forward, less
 // backward); the leaderboard backward 3.22 -> 3.14 and 3.61 -> 3.58 ms. H100: the d = 128 forward's L2 hit
-// rate 65% -> 92%.
+// rate 65% -> 92%. The count is balanced over the grid heads (section_heads_for in flash_traits.h).
 std::atomic<int> forced_section_heads{0};
 
-// The device's L2 size, queried once per device: the query took about 50 us of host time per call, which a
-// timed call on an idle GPU waits for (the leaderboard forward 1.23 -> 1.285 ms on an H200).
+// The device's L2 size, queried once per device rather than on every attention call.
 int l2_cache_bytes(int device) {
   constexpr int kDevices = 64;
   static std::atomic<int> known[kDevices] = {};
@@ -91,7 +90,10 @@ int l2_cache_bytes(int device) {
 
 int section_heads(std::int64_t bytes_per_head, std::int64_t grid_heads, int device) {
   std::int64_t heads = forced_section_heads.load();
-  if (heads == 0) heads = l2_cache_bytes(device) / 3 / std::max<std::int64_t>(1, bytes_per_head);
+  if (heads == 0) {
+    const std::int64_t fit = l2_cache_bytes(device) / 3 / std::max<std::int64_t>(1, bytes_per_head);
+    heads = flash::section_heads_for(fit, grid_heads);
+  }
   return static_cast<int>(std::clamp<std::int64_t>(heads, 1, grid_heads));
 }
 
