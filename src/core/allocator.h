@@ -1,7 +1,7 @@
 // allocator.h — the process-wide allocator: host memory and CUDA's stream-ordered pool
 // (cudaMallocAsync; the pool keeps freed memory for reuse and hands it back only when an allocation
-// would otherwise fail, as PyTorch's caching allocator), with current/peak bytes per device and an optional timeline of every
-// allocation and free (tag, bytes, phase, time) for memory profiles.
+// would otherwise fail, as PyTorch's caching allocator), with current/peak bytes per device and an
+// optional timeline of every allocation and free (tag, bytes, phase, time) for memory profiles.
 #pragma once
 
 #include <cstddef>

@@ -1,6 +1,6 @@
 // test_communicator.cpp — the MPI communicator's collectives on 2 ranks (run under mpirun -np 2):
-// all_reduce (sum, average; fp32 and bf16; widened into fp32), reduce_scatter, all_gather (also in place), broadcast from a
-// non-zero root, barrier, and the bootstrap (rank, world, local rank) of DistributedContext.
+// all_reduce (sum, average; fp32 and bf16; widened into fp32), reduce_scatter, all_gather (also in place),
+// broadcast from a non-zero root, barrier, and the bootstrap (rank, world, local rank) of DistributedContext.
 #include <gtest/gtest.h>
 
 #include <vector>

@@ -97,6 +97,11 @@ int section_heads(std::int64_t bytes_per_head, std::int64_t grid_heads, int devi
   return static_cast<int>(std::clamp<std::int64_t>(heads, 1, grid_heads));
 }
 
+// The bytes of K and V each query head streams (a GQA group's heads share their kv head's).
+std::int64_t kv_bytes_per_query_head(const AttentionShape& s, DType dtype) {
+  return 2 * s.len_k * s.head_dim * static_cast<std::int64_t>(size_of(dtype)) / (s.heads_q / s.heads_kv);
+}
+
 void check_supported(const AttentionShape& s) {
   FT_CHECK_KIND(unsupported, flash::head_dim_index(static_cast<int>(s.head_dim)) >= 0,
                 "flash attention (CUDA): unsupported head dim ", s.head_dim, ": expected one of ",
@@ -205,8 +210,8 @@ void cuda_flash_forward(const AttentionTensors& t, const AttentionShape& s, cons
   p.lse = TensorRef{t.lse.data(), t.lse.stride(0), t.lse.stride(1), t.lse.stride(2)};
   p.sinks = s.has_sinks ? t.sinks.data_as<const float>() : nullptr;
   if (p.shape.sm90) {
-    const std::int64_t kv_bytes = 2 * s.len_k * s.head_dim * static_cast<std::int64_t>(size_of(t.q.dtype()));
-    p.section_heads = section_heads(kv_bytes / (s.heads_q / s.heads_kv), s.batch * s.heads_q, t.q.device().index);
+    const std::int64_t kv_bytes = kv_bytes_per_query_head(s, t.q.dtype());
+    p.section_heads = section_heads(kv_bytes, s.batch * s.heads_q, t.q.device().index);
   }
   auto cuda_stream = static_cast<cudaStream_t>(stream.handle());
   dispatch(t.q.dtype(), s.head_dim, [&](auto type_tag, auto dim) {
@@ -255,9 +260,8 @@ void cuda_flash_backward(const AttentionTensors& t, const AttentionGrads& g, con
   p.dq_accum = static_cast<float*>(dq_accum.data());
   if (p.shape.sm90) {
     const std::int64_t elem = static_cast<std::int64_t>(size_of(t.q.dtype()));
-    const std::int64_t group = s.heads_q / s.heads_kv;
-    const std::int64_t qdo_bytes = 2 * s.len_q * (s.head_dim * elem + 4) * group;  // Q, dO, L, D of a kv head
-    const std::int64_t kv_bytes = 2 * s.len_k * s.head_dim * elem / group;        // K and V per query head
+    const std::int64_t qdo_bytes = 2 * s.len_q * (s.head_dim * elem + 4) * (s.heads_q / s.heads_kv);  // Q dO L D
+    const std::int64_t kv_bytes = kv_bytes_per_query_head(s, t.q.dtype());
     p.dkdv_section_heads = section_heads(qdo_bytes, s.batch * s.heads_kv, device_of.index);
     p.dq_section_heads = section_heads(kv_bytes, s.batch * s.heads_q, device_of.index);
   }
