@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "ops/attention/cuda/flash_bwd_atomic.cuh"
 #include "ops/attention/cuda/flash_bwd_kernel.cuh"
@@ -411,37 +412,79 @@ __global__ void __launch_bounds__(BwdDqTraits<T, D>::kThreads, 1)
   }
 
   float acc_dq[kNtQ][4] = {};
+  float acc_s[kNtS][4], acc_dp[kNtS][4];  // S = Q K^T, dP = dO V^T (the first k step overwrites)
+  std::uint32_t dsa[BN / 16][4];          // dS rounded to T, k steps over the keys
+
+  // Issues S and dP of the tile at `pos` (one wgmma group each) once its K and V have landed.
+  auto issue_scores = [&](const RingPosition<kStages>& at) {
+    mbar_wait(&k_full[at.slot], at.phase);
+    wgmma_fence();
+    gemm_ss_kmajor<T, BN, D>(acc_s, sQ, BM, wg_row, sK + at.slot * BN * D);
+    wgmma_commit();
+    mbar_wait(&v_full[at.slot], at.phase);
+    gemm_ss_kmajor<T, BN, D>(acc_dp, sdO, BM, wg_row, sV + at.slot * BN * D);
+    wgmma_commit();
+  };
+  auto issue_dq = [&](const RingPosition<kStages>& at) {  // dQ += dS K
+    gemm_rs_nmajor<T, D, BN>(acc_dq, dsa, sK + at.slot * BN * D);
+    wgmma_commit();
+  };
+  // P, then dS, of tile `it` as its S and dP land (`later` wgmma groups were issued after them); P is
+  // computed while dP runs.
+  auto scores_to_ds = [&](auto later, int it) {
+    const int n0 = tiles.tile(it) * BN;
+    wgmma_wait<decltype(later)::value + 1>();
+    fence_accumulators(acc_s);
+    probs(acc_s, lse, keys, tile_full(tile_first, tile_last, n0, BN, s.len_k), n0, t, s.scale_log2);
+    wgmma_wait<decltype(later)::value>();
+    fence_accumulators(acc_dp);
+    dscores(acc_dp, acc_s, dsum);
+  };
+  auto round_ds = [&] {
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) a_from_acc<T>(dsa[kk], acc_dp, kk);
+  };
 
   mbar_wait(qdo_full, 0);
   RingPosition<kStages> pos;
-  for (int it = 0; it < n_iters; ++it, pos.advance()) {
-    const T* sKt = sK + pos.slot * BN * D;
-    const T* sVt = sV + pos.slot * BN * D;
-    const int n0 = tiles.tile(it) * BN;
-
-    float acc_s[kNtS][4], acc_dp[kNtS][4];  // S = Q K^T, dP = dO V^T (the first k step overwrites)
-    mbar_wait(&k_full[pos.slot], pos.phase);
-    wgmma_fence();
-    gemm_ss_kmajor<T, BN, D>(acc_s, sQ, BM, wg_row, sKt);
-    wgmma_commit();
-    mbar_wait(&v_full[pos.slot], pos.phase);
-    gemm_ss_kmajor<T, BN, D>(acc_dp, sdO, BM, wg_row, sVt);
-    wgmma_commit();
-    wgmma_wait<1>();  // P is computed while dP runs
-    fence_accumulators(acc_s);
-    probs(acc_s, lse, keys, tile_full(tile_first, tile_last, n0, BN, s.len_k), n0, t, s.scale_log2);
-    wgmma_wait<0>();
-    fence_accumulators(acc_dp);
-    dscores(acc_dp, acc_s, dsum);
-    std::uint32_t dsa[BN / 16][4];  // dS rounded to T, k steps over the keys
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) a_from_acc<T>(dsa[kk], acc_dp, kk);
-    wgmma_fence();
-    gemm_rs_nmajor<T, D, BN>(acc_dq, dsa, sKt);  // dQ += dS K
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_accumulators(acc_dq);
-    mbar_arrive(&slot_free[pos.slot]);
+  if constexpr (Tr::kTiles.dq_ov) {
+    // Software-pipelined: tile it's S and dP are issued before tile it-1's dQ product, which then runs
+    // while this warpgroup computes P and dS of tile it. Tile it-1's dS fragments stay live meanwhile.
+    // No product is in flight across the loop's back edge (ptxas would serialise every wgmma).
+    if (n_iters > 0) {
+      issue_scores(pos);
+      scores_to_ds(std::integral_constant<int, 0>{}, 0);
+      round_ds();
+    }
+    for (int it = 1; it < n_iters; ++it) {
+      const RingPosition<kStages> prev = pos;
+      pos.advance();
+      issue_scores(pos);
+      issue_dq(prev);
+      scores_to_ds(std::integral_constant<int, 1>{}, it);
+      wgmma_wait<0>();
+      fence_accumulators(acc_dq);
+      mbar_arrive(&slot_free[prev.slot]);
+      round_ds();
+    }
+    if (n_iters > 0) {
+      wgmma_fence();
+      issue_dq(pos);
+      wgmma_wait<0>();
+      fence_accumulators(acc_dq);
+      mbar_arrive(&slot_free[pos.slot]);
+    }
+  } else {
+    for (int it = 0; it < n_iters; ++it, pos.advance()) {
+      issue_scores(pos);
+      scores_to_ds(std::integral_constant<int, 0>{}, it);
+      round_ds();
+      wgmma_fence();
+      issue_dq(pos);
+      wgmma_wait<0>();
+      fence_accumulators(acc_dq);
+      mbar_arrive(&slot_free[pos.slot]);
+    }
   }
 
   // dQ -> this warpgroup's Q rows (no longer read) -> global.

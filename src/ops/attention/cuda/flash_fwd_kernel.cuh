@@ -36,12 +36,11 @@ __device__ __forceinline__ void mask_scores(float (&acc_s)[NS][4], int row_g, in
   }
 }
 
-// One online-softmax step: scores (unscaled) -> P = exp2(S sl - max), running max and this thread's part
-// of the row sums updated, O rescaled when the max of some row of the warp moved (warp-uniform branch).
-template <int NS, int NO>
-__device__ __forceinline__ void online_softmax(float (&acc_s)[NS][4], float (&acc_o)[NO][4], float (&row_max)[2],
-                                               float (&row_sum)[2], float sl) {
-  float correction[2];
+// The scores' half of an online-softmax step: scores (unscaled) -> P = exp2(S sl - max), running max and
+// this thread's part of the row sums updated; `correction` is the factor O must be scaled by (rescale_rows).
+template <int NS>
+__device__ __forceinline__ void softmax_scores(float (&acc_s)[NS][4], float (&row_max)[2], float (&row_sum)[2],
+                                               float sl, float (&correction)[2]) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float mx = -INFINITY;
@@ -62,6 +61,11 @@ __device__ __forceinline__ void online_softmax(float (&acc_s)[NS][4], float (&ac
     }
     row_sum[r] = row_sum[r] * correction[r] + sum;
   }
+}
+
+// O's half: rows scaled by `correction`, skipped when no row of the warp moved (warp-uniform branch).
+template <int NO>
+__device__ __forceinline__ void rescale_rows(float (&acc_o)[NO][4], const float (&correction)[2]) {
   if (__any_sync(0xffffffffu, correction[0] != 1.f || correction[1] != 1.f)) {
 #pragma unroll
     for (int j = 0; j < NO; ++j) {
@@ -71,6 +75,15 @@ __device__ __forceinline__ void online_softmax(float (&acc_s)[NS][4], float (&ac
       acc_o[j][3] *= correction[1];
     }
   }
+}
+
+// One online-softmax step: both halves.
+template <int NS, int NO>
+__device__ __forceinline__ void online_softmax(float (&acc_s)[NS][4], float (&acc_o)[NO][4], float (&row_max)[2],
+                                               float (&row_sum)[2], float sl) {
+  float correction[2];
+  softmax_scores(acc_s, row_max, row_sum, sl, correction);
+  rescale_rows(acc_o, correction);
 }
 
 // Final normalisation of rows row_g, row_g + 8, with the sink logit (sinks, or null) as an extra

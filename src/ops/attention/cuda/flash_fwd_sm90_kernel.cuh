@@ -5,10 +5,13 @@
 // after the consumers free a slot — and keeps 24 registers; each consumer warpgroup owns 64 query rows and
 // takes the freed registers. A consumer waits on a slot's mbarriers, runs S = Q K^T as wgmma with both
 // operands in shared memory, rounds P to the input dtype in registers, runs O += P V with P from registers
-// and V read N-major, then frees the slot; warpgroups never wait for each other, so one's softmax overlaps
-// another's products. Masking, the online softmax on exp2 and the final normalisation with sink logits are
-// the sm80 kernel's own steps (flash_fwd_kernel.cuh), so both paths compute the same function. The output
-// tile goes back through the warpgroup's own Q rows and a TMA store.
+// and V read N-major, then frees the slot. Where the tile table says so (kOverlap, d=128) the loop is
+// software-pipelined: the next tile's QK^T is issued before this tile's PV, so a warpgroup's softmax
+// overlaps its own products; with kPingPong the two consumer warpgroups also take turns issuing their
+// products (named barriers), so one's softmax runs while the other's products hold the tensor cores.
+// Otherwise warpgroups never wait for each other. Masking, the online softmax on exp2 and the final
+// normalisation with sink logits are the sm80 kernel's own steps (flash_fwd_kernel.cuh), so both paths
+// compute the same function. The output tile goes back through the warpgroup's own Q rows and a TMA store.
 #pragma once
 
 #include <cstdint>
@@ -61,6 +64,9 @@ struct FwdTraits {
   static constexpr FlashSm90Tiles kTiles = flash_sm90_tiles(D);
   static constexpr int kConsumers = kTiles.fwd_wg, kBlockM = 64 * kConsumers;
   static constexpr int kBlockN = kTiles.fwd_n, kStages = kTiles.fwd_st;
+  static constexpr bool kOverlap = kTiles.fwd_ov;  // next tile's QK^T issued before this one's PV
+  static constexpr bool kPingPong = kTiles.fwd_pp;  // the 2 consumer warpgroups issue their products in turn
+  static_assert(!kPingPong || (kOverlap && kConsumers == 2), "ping-pong needs the overlapped loop and 2 consumers");
   static constexpr int kConsumerThreads = 128 * kConsumers;
   static constexpr int kThreads = 128 + kConsumerThreads;  // producer warpgroup first
   // Registers per thread after reallocation (multiples of 8): the producer keeps 24, the consumers
@@ -158,34 +164,104 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
 
   float acc_o[kNtO][4] = {};  // O of this thread's rows (unnormalised)
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
-
-  RingPosition<kStages> pos;
-  for (int it = 0; it < n_iters; ++it, pos.advance()) {
-    const T* sKt = sK + pos.slot * BN * D;
-    const T* sVt = sV + pos.slot * BN * D;
+  // S = Q K^T of the tile in `slot` (unscaled; the first k step overwrites) and O += P V, each issued as
+  // one wgmma group; their commits and waits are the loops' own.
+  auto issue_scores = [&](float (&acc_s)[kNtS][4], int slot) {
+    gemm_ss_kmajor<T, BN, D>(acc_s, sQ, BM, wg_row, sK + slot * BN * D);
+    wgmma_commit();
+  };
+  auto issue_pv = [&](const std::uint32_t (&pa)[BN / 16][4], int slot) {
+    gemm_rs_nmajor<T, D, BN>(acc_o, pa, sV + slot * BN * D);
+    wgmma_commit();
+  };
+  // Masks the scores of key tile `it` and turns them into P; `correction` is O's rescaling factor.
+  auto softmax_tile = [&](float (&acc_s)[kNtS][4], int it, float (&correction)[2]) {
     const int n0 = tiles.tile(it) * BN;
-
-    float acc_s[kNtS][4];  // S = Q K^T, unscaled (the first k step overwrites)
-    mbar_wait(&k_full[pos.slot], pos.phase);
-    wgmma_fence();
-    gemm_ss_kmajor<T, BN, D>(acc_s, sQ, BM, wg_row, sKt);
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_accumulators(acc_s);
-
     if (!tile_full(tile_first, tile_last, n0, BN, s.len_k)) mask_scores<kHasMask>(acc_s, m0 + warp_row + g, n0, t, s);
-    online_softmax(acc_s, acc_o, row_max, row_sum, sl);
+    softmax_scores(acc_s, row_max, row_sum, sl, correction);
+  };
 
-    std::uint32_t pa[BN / 16][4];  // P rounded to T, as A fragments of the k steps over this tile's keys
+  // Ping-pong: warpgroup wg issues its products after bar.sync on barrier 3 + wg, then arrives on the
+  // other's, so one warpgroup's softmax runs while the other's products hold the tensor cores. Both take
+  // n_iters + 1 turns; warpgroup 1 opens warpgroup 0's first turn and skips its arrival after its last.
+  auto take_turn = [&] {
+    if constexpr (Tr::kPingPong) named_barrier_sync(3 + wg, 2 * 128);
+  };
+  auto pass_turn = [&](bool last) {
+    if constexpr (Tr::kPingPong) {
+      if (!(last && wg == 1)) named_barrier_arrive(3 + (1 - wg), 2 * 128);
+    }
+  };
+  if (Tr::kPingPong && wg == 1 && n_iters > 0) named_barrier_arrive(3, 2 * 128);
+
+  float acc_s[kNtS][4];
+  std::uint32_t pa[BN / 16][4];  // P rounded to T, as A fragments of the k steps over a tile's keys
+  float correction[2];
+  RingPosition<kStages> pos;
+  if constexpr (Tr::kOverlap) {
+    // Software-pipelined: tile it's S = Q K^T is issued before tile it-1's O += P V, so this warpgroup's
+    // softmax of tile it runs while its own P V is on the tensor cores. O is rescaled only after that
+    // product lands. P of tile it-1 and S of tile it are live together, hence the register budget.
+    if (n_iters > 0) {
+      mbar_wait(&k_full[pos.slot], pos.phase);
+      take_turn();
+      wgmma_fence();
+      issue_scores(acc_s, pos.slot);
+      pass_turn(false);
+      wgmma_wait<0>();
+      fence_accumulators(acc_s);
+      softmax_tile(acc_s, 0, correction);  // O is still zero: nothing to rescale
 #pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) a_from_acc<T>(pa[kk], acc_s, kk);
-    mbar_wait(&v_full[pos.slot], pos.phase);
-    wgmma_fence();
-    gemm_rs_nmajor<T, D, BN>(acc_o, pa, sVt);
-    wgmma_commit();
-    wgmma_wait<0>();
-    fence_accumulators(acc_o);
-    mbar_arrive(&slot_free[pos.slot]);
+      for (int kk = 0; kk < BN / 16; ++kk) a_from_acc<T>(pa[kk], acc_s, kk);
+    }
+    for (int it = 1; it < n_iters; ++it) {
+      const RingPosition<kStages> prev = pos;
+      pos.advance();
+      mbar_wait(&k_full[pos.slot], pos.phase);
+      mbar_wait(&v_full[prev.slot], prev.phase);
+      take_turn();
+      wgmma_fence();
+      issue_scores(acc_s, pos.slot);
+      issue_pv(pa, prev.slot);
+      pass_turn(false);
+      wgmma_wait<1>();  // S of tile it landed; P V of tile it-1 may still run
+      fence_accumulators(acc_s);
+      softmax_tile(acc_s, it, correction);
+      wgmma_wait<0>();
+      fence_accumulators(acc_o);
+      mbar_arrive(&slot_free[prev.slot]);
+      rescale_rows(acc_o, correction);
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) a_from_acc<T>(pa[kk], acc_s, kk);
+    }
+    if (n_iters > 0) {
+      mbar_wait(&v_full[pos.slot], pos.phase);
+      take_turn();
+      wgmma_fence();
+      issue_pv(pa, pos.slot);
+      pass_turn(true);
+      wgmma_wait<0>();
+      fence_accumulators(acc_o);
+      mbar_arrive(&slot_free[pos.slot]);
+    }
+  } else {
+    for (int it = 0; it < n_iters; ++it, pos.advance()) {
+      mbar_wait(&k_full[pos.slot], pos.phase);
+      wgmma_fence();
+      issue_scores(acc_s, pos.slot);
+      wgmma_wait<0>();
+      fence_accumulators(acc_s);
+      softmax_tile(acc_s, it, correction);
+      rescale_rows(acc_o, correction);
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) a_from_acc<T>(pa[kk], acc_s, kk);
+      mbar_wait(&v_full[pos.slot], pos.phase);
+      wgmma_fence();
+      issue_pv(pa, pos.slot);
+      wgmma_wait<0>();
+      fence_accumulators(acc_o);
+      mbar_arrive(&slot_free[pos.slot]);
+    }
   }
 
   float factor[2], lse[2];

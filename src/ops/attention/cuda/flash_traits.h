@@ -53,26 +53,35 @@ inline constexpr FlashTiles kTiles32[] = {
 // Hopper (sm_90a) kernels, 16-bit inputs, head dims 64 and 128 (flash_*_sm90_kernel.cuh). Each
 // warpgroup (4 warps) owns 64 rows of its kernel's row tile, so the row tile is 64 * warpgroups:
 //   forward : fwd_wg consumer warpgroups x 64 queries (plus one TMA producer warpgroup), key tile
-//             fwd_n, fwd_st K/V buffers
+//             fwd_n, fwd_st K/V buffers, fwd_ov = 1 to overlap each warpgroup's softmax with its own
+//             P V (S of the next tile live beside P: needs the registers of 2 warpgroups)
 //   dK/dV   : kv_wg warpgroups x 64 keys, query tile kv_m, kv_st Q/dO buffers (at_st in the atomic
 //             mode, whose fp32 dQ staging tiles take shared memory too)
-//   dQ      : dq_wg warpgroups x 64 queries, key tile dq_n, dq_st K/V buffers
+//   dQ      : dq_wg warpgroups x 64 queries, key tile dq_n, dq_st K/V buffers, dq_ov = 1 to leave a
+//             step's dQ product running while the next step's S and dP are issued
 // Tiles are 128-byte-swizzled (no padding). Registers bound the tiles: an accumulator of 64 x n takes
 // n / 2 floats per thread, and 1 block per SM leaves 65536 / threads registers to each thread.
 struct FlashSm90Tiles {
-  int fwd_wg, fwd_n, fwd_st;
+  int fwd_wg, fwd_n, fwd_st, fwd_ov, fwd_pp;
   int kv_wg, kv_m, kv_st;
-  int dq_wg, dq_n, dq_st;
+  int dq_wg, dq_n, dq_st, dq_ov;
   int at_st;
 };
 inline constexpr FlashSm90Tiles kSm90Tiles[] = {
-    // fwd: wg   n st | dkdv: wg  m st | dq: wg   n st | atomic: st
+    // fwd: wg   n st ov pp | dkdv: wg  m st | dq: wg   n st ov | atomic: st
     // d=64: 4 backward buffers (TMA rings) took the deterministic leaderboard bwd 4.17 -> 4.06 ms and a
     // 128-query dK/dV step 4.02 -> 3.51 ms (H100); deeper forward rings, and 3 buffers at d=128 (also in
     // the atomic mode), changed nothing measurable. d=128: 128-key dQ steps took the bwd 3.50 -> 3.33 ms.
-    // The atomic mode's third buffer at d=64 does not fit (its dS^T and dQ staging take 96 KB)
-    {3, 128, 2, 2, 128, 4, 2, 128, 4, 2},  // d=64
-    {2, 128, 2, 2, 64, 2, 2, 128, 2, 2},    // d=128
+    // The atomic mode's third buffer at d=64 does not fit (its dS^T and dQ staging take 96 KB).
+    // Overlap (H200, interleaved): at d=128 the forward's, with a third buffer, took B2 H16 N8192 causal
+    // 1.00-1.07 -> 0.90-0.98 ms and non-causal N16384 8.05 -> 7.33 ms; with 2 buffers it gained nothing.
+    // Ping-pong on top: non-causal 7.33 -> 7.22-7.29 ms, causal within noise. At d=64 the forward's
+    // overlap needs 2 warpgroups (128 keys) or 64-key tiles, and took the leaderboard forward 1.17-1.22
+    // -> 1.54 and 1.40 ms. The dQ kernel's: leaderboard deterministic bwd 3.56-3.58 -> 3.53-3.55 ms at
+    // d=64; at d=128 it does not fit in registers with 128-key steps (ptxas serialises the wgmma) and
+    // 64-key steps ran 3.23 -> 3.30-3.72 ms. The same overlap in the dK/dV kernel does not fit at either.
+    {3, 128, 2, 0, 0, 2, 128, 4, 2, 128, 4, 1, 2},  // d=64
+    {2, 128, 3, 1, 1, 2, 64, 2, 2, 128, 2, 0, 2},    // d=128
 };
 // Heads per launch section of a Hopper kernel (flash_api.cu): at most `most` (what the L2 budget allows)
 // of `grid_heads`, preferring a divisor of grid_heads in [most / 2, most], then a size whose last section
