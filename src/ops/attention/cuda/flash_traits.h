@@ -76,10 +76,11 @@ inline constexpr FlashSm90Tiles kSm90Tiles[] = {
     // Overlap (H200, interleaved): at d=128 the forward's, with a third buffer, took B2 H16 N8192 causal
     // 1.00-1.07 -> 0.90-0.98 ms and non-causal N16384 8.05 -> 7.33 ms; with 2 buffers it gained nothing.
     // Ping-pong on top: non-causal 7.33 -> 7.22-7.29 ms, causal within noise. At d=64 the forward's
-    // overlap needs 2 warpgroups (128 keys) or 64-key tiles, and took the leaderboard forward 1.17-1.22
-    // -> 1.54 and 1.40 ms. The dQ kernel's: leaderboard deterministic bwd 3.56-3.58 -> 3.53-3.55 ms at
-    // d=64; at d=128 it does not fit in registers with 128-key steps (ptxas serialises the wgmma) and
-    // 64-key steps ran 3.23 -> 3.30-3.72 ms. The same overlap in the dK/dV kernel does not fit at either.
+    // overlap needs 2 warpgroups (128 keys) or 64-key tiles, and took the leaderboard forward 1.17-1.24
+    // -> 1.54 and 1.40 ms (2 warpgroups with ping-pong and 3 buffers: 1.33). The dQ kernel's: leaderboard
+    // deterministic bwd 3.56-3.58 -> 3.53-3.55 ms at d=64; at d=128 it does not fit in registers with
+    // 128-key steps (ptxas serialises the wgmma) and 64-key steps ran 3.23 -> 3.30-3.72 ms. The same
+    // overlap in the dK/dV kernel does not fit at either head dim.
     {3, 128, 2, 0, 0, 2, 128, 4, 2, 128, 4, 1, 2},  // d=64
     {2, 128, 3, 1, 1, 2, 64, 2, 2, 128, 2, 0, 2},    // d=128
 };
