@@ -24,9 +24,10 @@ Sweeps (--sweep; the list options below then override the preset's lists):
                fp32, non-causal: the memory/latency comparison of standard and flash attention
   scaling      flash and naive, B=1, H=1, causal, N = 128, 256, ..., 65536, D in {16,32,64,128},
                bf16 and fp32: latency and TFLOP/s against sequence length
-  leaderboard  flash, q, k, v of shape (16, 16384, 64), bf16, causal, forward + backward of sum(O),
-               deterministic and atomic-dQ backward (--deterministic true,false), on a GPU both the
-               automatically chosen kernels and the portable sm80 ones (--kernels auto,sm80)
+  leaderboard  flash, q, k, v of shape (16, 16384, 64), bf16, causal, forward + backward of sum(O)
+               (dO = 1; --grad normal draws it instead), deterministic and atomic-dQ backward
+               (--deterministic true,false), on a GPU both the automatically chosen kernels and the
+               portable sm80 ones (--kernels auto,sm80)
   custom       the lists given by the options (the default)
 
 Every row reports the median of timed repeats after warm-up: forward, backward (given O and L)
@@ -59,7 +60,7 @@ bool parse_bool(std::string_view text) {
 
 struct BenchAttentionOptions {
   std::string sweep = "custom";
-  std::string impls, batch, heads, seqlens, head_dims, dtypes, deterministic, kernels;
+  std::string impls, batch, heads, seqlens, head_dims, dtypes, deterministic, kernels, grad;
   std::optional<bool> causal;
   std::string device = "auto";
   int warmup = 3;
@@ -88,6 +89,7 @@ AttentionBenchConfig resolve(const BenchAttentionOptions& o) {
   if (!o.kernels.empty()) config.kernels = parse_list<FlashKernels>("--kernels", o.kernels, parse_flash_kernels);
   config.timing = {.warmup = o.warmup, .repeats = o.repeats, .flush_l2 = o.flush_l2};
   config.max_seconds = o.max_seconds;
+  if (!o.grad.empty()) config.ones_grad = o.grad == "ones";
   config.seed = o.seed;
   return config;
 }
@@ -134,6 +136,10 @@ void register_bench_attention(CLI::App& bench, Action& action) {
                       "(custom default: true)");
   command->add_option("--kernels", o.kernels,
                       "CUDA flash kernel families, comma-separated: auto, sm80, sm90 (custom default: auto)");
+  command->add_option("--grad", o.grad,
+                      "dO of the backward: ones (the gradient of sum(O); the leaderboard sweep's default) or "
+                      "normal (seeded normal draws; the default otherwise)")
+      ->check(CLI::IsMember({"ones", "normal"}));
   command->add_option("--device", o.device, "cpu, cuda, cuda:N, or auto (cuda:0 when a GPU is visible, else cpu)")
       ->check(device_validator());
   command->add_option("--warmup", o.warmup, "Untimed runs before each measurement")->check(CLI::Range(0, 1000));

@@ -1,6 +1,6 @@
 // test_cli.cpp — the flashtrain CLI without the binary: option parsing of `attention check` (windows,
 // devices, bounds, bad values), --version, the error measure, small end-to-end CPU checks through
-// run_attention_check, and the results JSON document written atomically.
+// run_attention_check, bench attention's --grad, and the results JSON document written atomically.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,6 +12,7 @@
 #include "bench/results_json.h"
 #include "core/error.h"
 #include "core/version.h"
+#include "flashtrain/attention_bench.h"
 #include "flashtrain/attention_check.h"
 #include "flashtrain/cli_parse.h"
 #include "flashtrain/commands.h"
@@ -270,6 +271,36 @@ TEST(CliAttentionCheckRun, CudaRequestWithoutCudaIsAnError) {
     EXPECT_EQ(e.kind(), ErrorKind::unsupported);
     EXPECT_NE(e.message().find("cuda:0"), std::string::npos) << e.message();
   }
+}
+
+// `bench attention` end to end on the CPU: --grad chooses dO, and the results document records it; the
+// leaderboard sweep takes dO = 1 unless told otherwise.
+TEST(CliBenchAttention, GradOptionReachesTheResults) {
+  EXPECT_TRUE(preset_sweep("leaderboard", Device::cpu()).ones_grad);
+  EXPECT_FALSE(preset_sweep("memory", Device::cpu()).ones_grad);
+  const std::filesystem::path folder = std::filesystem::path(::testing::TempDir()) / "ft_test_cli_bench";
+  std::filesystem::remove_all(folder);
+  for (const std::string grad : {"ones", "normal", ""}) {
+    CLI::App app{"test"};
+    Action action;
+    register_bench_attention(*app.add_subcommand("bench"), action);
+    const std::string path = (folder / ("grad_" + grad + ".json")).string();
+    app.parse("bench attention --device cpu --seqlen 32 --head-dim 16 --warmup 0 --repeats 1 --json " + path +
+                  (grad.empty() ? "" : " --grad " + grad),
+              false);
+    ASSERT_TRUE(action);
+    ::testing::internal::CaptureStdout();
+    EXPECT_EQ(action(), 0);
+    ::testing::internal::GetCapturedStdout();
+    std::ifstream in(path);
+    const nlohmann::json doc = nlohmann::json::parse(in);
+    EXPECT_EQ(doc["config"]["grad"], grad == "ones" ? "ones (d sum(O))" : "random normal") << grad;
+    EXPECT_EQ(doc["rows"].size(), 1u);
+  }
+  CLI::App app{"test"};
+  Action action;
+  register_bench_attention(*app.add_subcommand("bench"), action);
+  EXPECT_THROW(app.parse("bench attention --grad zeros", false), CLI::ValidationError);
 }
 
 TEST(ResultsJson, DocumentWrittenAtomically) {
