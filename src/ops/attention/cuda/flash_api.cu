@@ -75,23 +75,12 @@ FlashShape flash_shape(const AttentionShape& s, bool vec16) {
 // rate 65% -> 92%. The count is balanced over the grid heads (section_heads_for in flash_traits.h).
 std::atomic<int> forced_section_heads{0};
 
-// The device's L2 size, queried once per device rather than on every attention call.
-int l2_cache_bytes(int device) {
-  constexpr int kDevices = 64;
-  static std::atomic<int> known[kDevices] = {};
-  FT_CHECK(device >= 0 && device < kDevices, "flash attention: CUDA device index ", device, " out of range");
-  int bytes = known[device].load(std::memory_order_relaxed);
-  if (bytes == 0) {
-    FT_CUDA_CHECK(cudaDeviceGetAttribute(&bytes, cudaDevAttrL2CacheSize, device));
-    known[device].store(bytes, std::memory_order_relaxed);
-  }
-  return bytes;
-}
-
 int section_heads(std::int64_t bytes_per_head, std::int64_t grid_heads, int device) {
   std::int64_t heads = forced_section_heads.load();
   if (heads == 0) {
-    const std::int64_t fit = l2_cache_bytes(device) / 3 / std::max<std::int64_t>(1, bytes_per_head);
+    int l2_bytes = 0;
+    FT_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
+    const std::int64_t fit = l2_bytes / 3 / std::max<std::int64_t>(1, bytes_per_head);
     heads = flash::section_heads_for(fit, grid_heads);
   }
   return static_cast<int>(std::clamp<std::int64_t>(heads, 1, grid_heads));

@@ -431,6 +431,12 @@ __global__ void __launch_bounds__(BwdDqTraits<T, D>::kThreads, 1)
     gemm_rs_nmajor<T, D, BN>(acc_dq, dsa, sK + at.slot * BN * D);
     wgmma_commit();
   };
+  // Waits for every product issued (the last one the dQ product of the tile at `at`), then frees its slot.
+  auto retire_dq = [&](const RingPosition<kStages>& at) {
+    wgmma_wait<0>();
+    fence_accumulators(acc_dq);
+    mbar_arrive(&slot_free[at.slot]);
+  };
   // P, then dS, of tile `it` as its S and dP land (`later` wgmma groups were issued after them); P is
   // computed while dP runs.
   auto scores_to_ds = [&](auto later, int it) {
@@ -464,17 +470,13 @@ __global__ void __launch_bounds__(BwdDqTraits<T, D>::kThreads, 1)
       issue_scores(pos);
       issue_dq(prev);
       scores_to_ds(std::integral_constant<int, 1>{}, it);
-      wgmma_wait<0>();
-      fence_accumulators(acc_dq);
-      mbar_arrive(&slot_free[prev.slot]);
+      retire_dq(prev);
       round_ds();
     }
     if (n_iters > 0) {
       wgmma_fence();
       issue_dq(pos);
-      wgmma_wait<0>();
-      fence_accumulators(acc_dq);
-      mbar_arrive(&slot_free[pos.slot]);
+      retire_dq(pos);
     }
   } else {
     for (int it = 0; it < n_iters; ++it, pos.advance()) {
@@ -483,9 +485,7 @@ __global__ void __launch_bounds__(BwdDqTraits<T, D>::kThreads, 1)
       round_ds();
       wgmma_fence();
       issue_dq(pos);
-      wgmma_wait<0>();
-      fence_accumulators(acc_dq);
-      mbar_arrive(&slot_free[pos.slot]);
+      retire_dq(pos);
     }
   }
 

@@ -174,6 +174,12 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
     gemm_rs_nmajor<T, D, BN>(acc_o, pa, sV + slot * BN * D);
     wgmma_commit();
   };
+  // Waits for every product issued (the last one a P V of the tile in `slot`), then frees the slot.
+  auto retire_pv = [&](int slot) {
+    wgmma_wait<0>();
+    fence_accumulators(acc_o);
+    mbar_arrive(&slot_free[slot]);
+  };
   // Masks the scores of key tile `it` and turns them into P; `correction` is O's rescaling factor.
   auto softmax_tile = [&](float (&acc_s)[kNtS][4], int it, float (&correction)[2]) {
     const int n0 = tiles.tile(it) * BN;
@@ -197,6 +203,10 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
   float acc_s[kNtS][4];
   std::uint32_t pa[BN / 16][4];  // P rounded to T, as A fragments of the k steps over a tile's keys
   float correction[2];
+  auto round_p = [&] {
+#pragma unroll
+    for (int kk = 0; kk < BN / 16; ++kk) a_from_acc<T>(pa[kk], acc_s, kk);
+  };
   RingPosition<kStages> pos;
   if constexpr (Tr::kOverlap) {
     // Software-pipelined: tile it's S = Q K^T is issued before tile it-1's O += P V, so this warpgroup's
@@ -211,8 +221,7 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
       wgmma_wait<0>();
       fence_accumulators(acc_s);
       softmax_tile(acc_s, 0, correction);  // O is still zero: nothing to rescale
-#pragma unroll
-      for (int kk = 0; kk < BN / 16; ++kk) a_from_acc<T>(pa[kk], acc_s, kk);
+      round_p();
     }
     for (int it = 1; it < n_iters; ++it) {
       const RingPosition<kStages> prev = pos;
@@ -227,12 +236,9 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
       wgmma_wait<1>();  // S of tile it landed; P V of tile it-1 may still run
       fence_accumulators(acc_s);
       softmax_tile(acc_s, it, correction);
-      wgmma_wait<0>();
-      fence_accumulators(acc_o);
-      mbar_arrive(&slot_free[prev.slot]);
+      retire_pv(prev.slot);
       rescale_rows(acc_o, correction);
-#pragma unroll
-      for (int kk = 0; kk < BN / 16; ++kk) a_from_acc<T>(pa[kk], acc_s, kk);
+      round_p();
     }
     if (n_iters > 0) {
       mbar_wait(&v_full[pos.slot], pos.phase);
@@ -240,9 +246,7 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
       wgmma_fence();
       issue_pv(pa, pos.slot);
       pass_turn(true);
-      wgmma_wait<0>();
-      fence_accumulators(acc_o);
-      mbar_arrive(&slot_free[pos.slot]);
+      retire_pv(pos.slot);
     }
   } else {
     for (int it = 0; it < n_iters; ++it, pos.advance()) {
@@ -253,14 +257,11 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
       fence_accumulators(acc_s);
       softmax_tile(acc_s, it, correction);
       rescale_rows(acc_o, correction);
-#pragma unroll
-      for (int kk = 0; kk < BN / 16; ++kk) a_from_acc<T>(pa[kk], acc_s, kk);
+      round_p();
       mbar_wait(&v_full[pos.slot], pos.phase);
       wgmma_fence();
       issue_pv(pa, pos.slot);
-      wgmma_wait<0>();
-      fence_accumulators(acc_o);
-      mbar_arrive(&slot_free[pos.slot]);
+      retire_pv(pos.slot);
     }
   }
 

@@ -54,7 +54,8 @@ inline constexpr FlashTiles kTiles32[] = {
 // warpgroup (4 warps) owns 64 rows of its kernel's row tile, so the row tile is 64 * warpgroups:
 //   forward : fwd_wg consumer warpgroups x 64 queries (plus one TMA producer warpgroup), key tile
 //             fwd_n, fwd_st K/V buffers, fwd_ov = 1 to overlap each warpgroup's softmax with its own
-//             P V (S of the next tile live beside P: needs the registers of 2 warpgroups)
+//             P V (S of the next tile live beside P: needs the registers of 2 warpgroups), fwd_pp = 1
+//             (with fwd_ov and 2 consumers) to have the consumers take turns issuing products (ping-pong)
 //   dK/dV   : kv_wg warpgroups x 64 keys, query tile kv_m, kv_st Q/dO buffers (at_st in the atomic
 //             mode, whose fp32 dQ staging tiles take shared memory too)
 //   dQ      : dq_wg warpgroups x 64 queries, key tile dq_n, dq_st K/V buffers, dq_ov = 1 to leave a
