@@ -1,7 +1,7 @@
 // flash_api.cu — cuda_flash_forward / cuda_flash_backward: turn validated attention tensors into the
 // kernels' parameter blocks, choose the kernel family (Hopper sm90 or portable sm80, cuda_flash_kernels),
-// allocate the backward scratch on the caller's stream (with the fp32 dQ accumulator of the
-// non-deterministic backward), and dispatch on head dim and dtype to the per-head-dim launchers
+// allocate the backward scratch on the caller's stream (with the fp32 dQ accumulator where the dK/dV
+// kernel accumulates dQ), and dispatch on head dim and dtype to the per-head-dim launchers
 // (flash_{fwd,bwd}_hdim*.cu).
 #include <algorithm>
 #include <atomic>
@@ -238,15 +238,23 @@ void cuda_flash_backward(const AttentionTensors& t, const AttentionGrads& g, con
   if (s.has_sinks)
     sink_partials = Buffer(static_cast<std::size_t>(s.batch * s.heads_q) * p.pre_blocks * sizeof(float), device_of,
                            "attention.flash.sink_partials", stream);
+  // The deterministic mode accumulates dQ too where a Hopper kernel orders its additions (at_ord).
+  const bool ordered_dq =
+      deterministic && p.shape.sm90 && flash::flash_sm90_tiles(static_cast<int>(s.head_dim)).at_ord != 0;
   Buffer dq_accum;  // (B, Hq, Nq_pad, D) fp32
-  if (!deterministic)
+  if (!deterministic || ordered_dq)
     dq_accum = Buffer(rows * static_cast<std::size_t>(s.head_dim) * sizeof(float), device_of,
                       "attention.flash.dq_accum", stream);
+  Buffer dq_order;  // (B * Hq, pre_blocks) int
+  if (ordered_dq)
+    dq_order = Buffer(static_cast<std::size_t>(s.batch * s.heads_q) * p.pre_blocks * sizeof(int), device_of,
+                      "attention.flash.dq_order", stream);
   p.dsum = static_cast<float*>(dsum.data());
   p.lse_log2 = static_cast<float*>(lse_log2.data());
   p.sink_partials = static_cast<float*>(sink_partials.data());
   p.deterministic = deterministic;
   p.dq_accum = static_cast<float*>(dq_accum.data());
+  p.dq_order = static_cast<int*>(dq_order.data());
   if (p.shape.sm90) {
     const std::int64_t elem = static_cast<std::int64_t>(size_of(t.q.dtype()));
     const std::int64_t qdo_bytes = 2 * s.len_q * (s.head_dim * elem + 4) * (s.heads_q / s.heads_kv);  // Q dO L D

@@ -5,7 +5,8 @@
 // pre-pass (flash_bwd_kernel.cuh) — the sm80 kernel with atomics through accumulate_dq_tile below, the
 // sm90 one with TMA reductions of staged tiles; a convert kernel then writes dq = scale * dq_accum in q's
 // dtype and layout. The order of the additions depends on scheduling, so dQ may differ between runs in its last
-// bits (dK, dV and dsinks do not).
+// bits (dK, dV and dsinks do not). The deterministic mode runs the sm90 kernel with its additions put in a
+// fixed order instead (kOrderedDq, flash_bwd_sm90_kernel.cuh), through the same accumulator.
 #pragma once
 
 #include <cstdint>

@@ -98,7 +98,8 @@ constexpr int pre_lanes_per_row() {
 }
 
 // Pre-pass, one block per (batch x query head, kPreRows padded rows): D_i, L_i log2(e) and the sink
-// partials; in the non-deterministic mode (dq_accum set) it also zeroes the block's rows of dq_accum.
+// partials; where dq_accum is set it also zeroes the block's rows of dq_accum, and where dq_order is,
+// the block's counter.
 // Each row's dot product is spread over pre_lanes_per_row lanes reading 16-byte chunks of O and dO where
 // both allow it (else elements), and summed over those lanes in a fixed order.
 template <class T, int D>
@@ -118,6 +119,7 @@ __global__ void __launch_bounds__(kPreThreads) flash_bwd_pre_kernel(const __grid
                                                            static_cast<std::int64_t>(block) * kPreRows) * D);
     for (int i = threadIdx.x; i < kPreRows * D / 4; i += kPreThreads) rows[i] = float4{};
   }
+  if (p.dq_order && threadIdx.x == 0) p.dq_order[bh * p.pre_blocks + block] = 0;
 
   constexpr int kVec = 16 / static_cast<int>(sizeof(T));  // elements of a 16-byte chunk
   constexpr int kLanes = pre_lanes_per_row<T, D>(), kRowsPerPass = 32 / kLanes;

@@ -9,11 +9,18 @@
 //   dQ    : one block per (batch x query head, query tile), each warpgroup owning 64 queries; it loops
 //           over the visible key tiles: S = Q K^T and dP = dO V^T from shared memory, dQ += dS K with dS
 //           from registers and K read N-major.
-// Deterministic (the default) runs both; repeated runs give bit-identical gradients. The atomic mode
-// (AttentionOptions::deterministic = false, flash_bwd_atomic.cuh) runs the dK/dV kernel with kAtomicDq:
-// the warpgroups also write their dS^T to shared memory, and one step later each computes its half of
-// that step's dQ_tile = dS K over all the block's keys (M-major dS, N-major K), stages it as fp32 tiles
-// and adds them into dq_accum with TMA reductions.
+// The atomic mode (AttentionOptions::deterministic = false, flash_bwd_atomic.cuh) runs the dK/dV kernel
+// with kAtomicDq: the warpgroups also write their dS^T to shared memory, and one step later each computes
+// its half of that step's dQ_tile = dS K over all the block's keys (M-major dS, N-major K), stages it as
+// fp32 tiles and adds them into dq_accum with TMA reductions. Deterministic (the default) runs the same
+// kernel with kOrderedDq where the tile row sets at_ord, else the dK/dV kernel without dQ and the dQ
+// kernel; either way repeated runs give bit-identical gradients. kOrderedDq fixes the order of the
+// additions into each query tile of dq_accum: the key tiles add in descending order, each after the
+// tile's counter (dq_order) says that every later key tile visiting it has added, and its blocks launch
+// last key tile first (each block waits only on blocks launched before it, which run or have run). A
+// writer warp of the producer warpgroup waits on the counter, issues the reductions the consumers staged
+// and, once they have completed, advances the counter; causal key tiles reach a query tile in that order
+// anyway (a later key tile starts nearer the diagonal), so the waits are short.
 // Both kernels are warp-specialised as the forward (flash_fwd_sm90_kernel.cuh): warpgroup 0 is the
 // producer — one thread issues the TMA copies of the resident tiles and of every step's tiles (plus, for
 // dK/dV, bulk copies of the step's L and D rows) into a ring of 128-byte-swizzled buffers guarded by
@@ -123,10 +130,40 @@ __device__ __forceinline__ void store_dq_boxes(float* boxes, const float (&acc)[
     }
 }
 
-template <class T, int D, bool kHasMask, bool kAtomicDq>
+// The query tiles (of BM rows) that see some key of the key tile (BN keys) at n0: [first, first + count).
+struct TileSpan {
+  int first = 0, count = 0;
+  __device__ bool contains(int tile) const { return tile >= first && tile < first + count; }
+};
+template <bool kHasMask, int BN, int BM>
+__device__ __forceinline__ TileSpan key_tile_queries(int n0, const FlashShape& s) {
+  const int key_last = min(n0 + BN, s.len_k) - 1;
+  const std::int64_t q_begin = key_queries<kHasMask>(n0, s).begin;
+  const std::int64_t q_end = n0 < s.sink_tokens ? s.len_q : key_queries<kHasMask>(key_last, s).end;
+  TileSpan span;
+  span.first = static_cast<int>(q_begin / BM);
+  span.count = q_end > q_begin ? static_cast<int>((q_end + BM - 1) / BM) - span.first : 0;
+  return span;
+}
+
+// Ordered dQ additions: how many of the key tiles after key tile n_block (of n_tiles) visit query tile
+// `tile`, i.e. add into it before this one. Every lane of the warp calls it and gets the count.
+template <bool kHasMask, int BN, int BM>
+__device__ __forceinline__ int key_tiles_before(int n_block, int n_tiles, int tile, const FlashShape& s, int lane) {
+  int count = 0;
+  for (int base = n_block + 1; base < n_tiles; base += 32) {
+    const int n = base + lane;
+    const bool visits = n < n_tiles && key_tile_queries<kHasMask, BN, BM>(n * BN, s).contains(tile);
+    count += __popc(__ballot_sync(0xffffffffu, visits));
+  }
+  return count;
+}
+
+template <class T, int D, bool kHasMask, bool kAtomicDq, bool kOrderedDq>
 __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
     flash_bwd_dkdv_sm90_kernel(const __grid_constant__ FlashBwdParams p, const __grid_constant__ BwdTmaMaps maps) {
 #if FT_SM90_DEVICE
+  static_assert(kAtomicDq || !kOrderedDq, "ordered dQ additions are the atomic mode's");
   using Tr = BwdKvTraits<T, D, kAtomicDq>;
   constexpr int BN = Tr::kBlockN, BM = Tr::kBlockM, kStages = Tr::kStages, kConsumerThreads = Tr::kConsumerThreads;
   constexpr int kNtS = BM / 8;  // transposed score tiles (columns = queries)
@@ -148,22 +185,38 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
 
   const int bh = section_head(s.batch * s.heads_kv);
   if (bh < 0) return;
-  const int n_block = blockIdx.y;  // the first key tiles (seen by the most causal queries) first
+  // The first key tiles (seen by the most causal queries) first; the last first with ordered additions.
+  const int n_block = kOrderedDq ? gridDim.y - 1 - blockIdx.y : blockIdx.y;
   const int b = bh / s.heads_kv, hk = bh % s.heads_kv;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int n0 = n_block * BN;
   const int keys_valid = s.len_k - n0;
 
   // Query tiles that see some key of this tile (as the sm80 kernel).
-  const int key_last = min(n0 + BN, s.len_k) - 1;
-  const std::int64_t q_begin = key_queries<kHasMask>(n0, s).begin;
-  const std::int64_t q_end = n0 < s.sink_tokens ? s.len_q : key_queries<kHasMask>(key_last, s).end;
-  const int m_first = static_cast<int>(q_begin / BM);
-  const int m_count = q_end > q_begin ? static_cast<int>((q_end + BM - 1) / BM) - m_first : 0;
+  const TileSpan span = key_tile_queries<kHasMask, BN, BM>(n0, s);
+  const int m_first = span.first, m_count = span.count;
   const int n_iters = m_count * s.group;
   // Step it's query head and first query row: the steps run over the group's heads, each over the tiles.
   auto step_head = [&](int it) { return hk * s.group + it / m_count; };
   auto step_row0 = [&](int it) { return (m_first + it % m_count) * BM; };
+  // Atomic mode: warpgroup w stages its piece of a step's dQ tile (queries 64 (w / kColPanels).., columns
+  // kPanel (w % kColPanels).., over all BN keys) in its sdQ boxes; one thread adds them into dq_accum.
+  constexpr int kColPanels = D / kPanel;
+  // Named barriers of warpgroup w's pieces: staged (atomic mode: complete) and, in the ordered mode, read
+  // by the writer; the ordered mode keeps one pair per step parity, each between w and that parity's writer.
+  auto full_barrier = [](int w, int parity) { return 6 + 2 * w + parity; };
+  auto free_barrier = [](int w, int parity) { return 10 + 2 * w + parity; };
+  constexpr int kWriterThreads = 128 + 32;  // ordered mode: a consumer warpgroup and a writer warp
+  auto piece_boxes = [&](int w) { return sdQ + w * Tr::kDqBoxesPerPiece * Tr::kDqBoxFloats; };
+  auto reduce_piece = [&](int w, int it) {
+    const int row = step_row0(it) + 64 * (w / kColPanels), h = step_head(it);
+#pragma unroll
+    for (int i = 0; i < Tr::kDqBoxesPerPiece; ++i)
+      tma_reduce_add(maps.dq_accum,
+                     tma_coords(maps.dq_accum, (w % kColPanels) * kPanel + i * kDqBoxCols, row, h, b),
+                     piece_boxes(w) + i * Tr::kDqBoxFloats);
+    bulk_commit();
+  };
 
   if (tid == 0) {
     mbar_init(kv_full, 1);
@@ -177,6 +230,32 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
 
   if (warp < 4) {  // ---- producer warpgroup: one thread issues every copy ----
     setmaxnreg_dec<Tr::kProducerRegs>();
+    if constexpr (kOrderedDq) {
+      if (warp == 1 || warp == 2) {  // the dQ writers, warp 1 of the even steps and warp 2 of the odd ones
+        const int parity = warp - 1;
+        if (parity == 1 && n_iters > 0)  // the consumers' first pieces find their boxes free
+          for (int w = 0; w < Tr::kConsumers; ++w) named_barrier_arrive(free_barrier(w, 1), kWriterThreads);
+        for (int it = parity; it < n_iters; it += 2) {
+          const int h = step_head(it), m0 = step_row0(it);
+          const int before = key_tiles_before<kHasMask, BN, BM>(n_block, gridDim.y, m0 / BM, s, lane);
+          int* counter = p.dq_order + (b * s.heads_q + h) * p.pre_blocks + m0 / kPreRows;
+          for (int w = 0; w < Tr::kConsumers; ++w) named_barrier_sync(full_barrier(w, parity), kWriterThreads);
+          if (lane == 0) {
+            counter_wait_eq(counter, before);
+            for (int w = 0; w < Tr::kConsumers; ++w) reduce_piece(w, it);
+            bulk_wait_read<0>();
+          }
+          __syncwarp();
+          if (it + 1 < n_iters)
+            for (int w = 0; w < Tr::kConsumers; ++w) named_barrier_arrive(free_barrier(w, parity), kWriterThreads);
+          if (lane == 0) {
+            tma_store_wait_all();  // the additions have landed in dq_accum
+            counter_release_increment(counter);
+          }
+        }
+        return;
+      }
+    }
     if (tid != 0) return;
     tma_prefetch_map(maps.q);
     tma_prefetch_map(maps.d_o);
@@ -216,30 +295,29 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
   // sdQ boxes and adds them into dq_accum by TMA. Step 0 issues its piece from the zeroed buffer 1 and
   // adds nothing: a branch around the issue makes ptxas serialise every wgmma of the kernel. The last
   // step's piece follows the loop. The leader's wait for its previous reductions to have read sdQ
-  // precedes a barrier that every thread of the warpgroup passes before writing sdQ.
+  // precedes a barrier that every thread of the warpgroup passes before writing sdQ. With ordered
+  // additions the writer warp issues the reductions instead, and frees sdQ through a barrier.
   const int wg = cwarp / 4;
   const bool wg_leader = ctid % 128 == 0;
-  constexpr int kColPanels = D / kPanel;
   const int qp = wg / kColPanels, cp = wg % kColPanels;  // this warpgroup's dQ piece
-  float* sdQ_wg = sdQ + wg * Tr::kDqBoxesPerPiece * Tr::kDqBoxFloats;
+  float* sdQ_wg = piece_boxes(wg);
   auto sds_of = [&](int it) { return sdS + (it & 1) * BN * BM; };  // step it's dS^T buffer
   auto ready_barrier = [&](int w, int it) { return 2 + 2 * w + (it & 1); };
   auto issue_dq = [&](int it, float (&acc_dq)[8][4]) {
     gemm_ss_mnmajor<T, 64, BN>(acc_dq, sds_of(it) + qp * BN * kPanel, sK + cp * BN * kPanel);
     wgmma_commit();
   };
-  // Stages the piece of step it's dQ tile and adds it into dq_accum (every thread of the warpgroup).
+  // Stages the piece of step it's dQ tile and adds it into dq_accum, or hands it to the writer warp
+  // (every thread of the warpgroup).
   auto add_dq = [&](int it, const float (&acc_dq)[8][4]) {
+    if constexpr (kOrderedDq) named_barrier_sync(free_barrier(wg, (it + 1) & 1), kWriterThreads);  // piece it - 1 read
     store_dq_boxes(sdQ_wg, acc_dq, cwarp, lane);
     fence_proxy_async();
-    named_barrier_sync(6 + wg, 128);  // the warpgroup's sdQ boxes are complete
-    if (wg_leader) {
-      const int row = step_row0(it) + 64 * qp, h = step_head(it);
-#pragma unroll
-      for (int i = 0; i < Tr::kDqBoxesPerPiece; ++i)
-        tma_reduce_add(maps.dq_accum, tma_coords(maps.dq_accum, cp * kPanel + i * kDqBoxCols, row, h, b),
-                       sdQ_wg + i * Tr::kDqBoxFloats);
-      bulk_commit();
+    if constexpr (kOrderedDq) {
+      named_barrier_arrive(full_barrier(wg, it & 1), kWriterThreads);
+    } else {
+      named_barrier_sync(full_barrier(wg, 0), 128);  // the warpgroup's sdQ boxes are complete
+      if (wg_leader) reduce_piece(wg, it);
     }
   };
   if constexpr (kAtomicDq) {  // ordered before step 0's dQ by the consumer barrier
@@ -289,7 +367,7 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
     for (int kk = 0; kk < BM / 16; ++kk) a_from_acc<T>(dsa[kk], acc_dp, kk);
     float acc_dq[8][4];  // atomic mode: this warpgroup's piece of step it - 1's dQ tile
     if constexpr (kAtomicDq) {
-      if (wg_leader) bulk_wait_read<0>();
+      if (!kOrderedDq && wg_leader) bulk_wait_read<0>();
       if (it > 0) named_barrier_sync(ready_barrier(1 - wg, it - 1), kConsumerThreads);
     }
     wgmma_fence();
@@ -312,7 +390,7 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
   }
   if constexpr (kAtomicDq) {
     if (n_iters > 0) {
-      if (wg_leader) bulk_wait_read<0>();
+      if (!kOrderedDq && wg_leader) bulk_wait_read<0>();
       named_barrier_sync(ready_barrier(1 - wg, n_iters - 1), kConsumerThreads);
       float acc_dq[8][4];
       wgmma_fence();
@@ -320,7 +398,7 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
       wgmma_wait<0>();
       fence_accumulators(acc_dq);
       add_dq(n_iters - 1, acc_dq);
-      if (wg_leader) tma_store_wait_all();  // the reductions have completed
+      if (!kOrderedDq && wg_leader) tma_store_wait_all();  // the reductions have completed
     }
   }
 

@@ -55,7 +55,12 @@ struct FlashBwdParams {
   int pre_blocks = 0;
   // false: the dK/dV kernel adds dS K into dq_accum with atomics (no dQ kernel; dQ's rounding varies).
   bool deterministic = true;
-  float* dq_accum = nullptr;  // (B, Hq, len_q_pad, D) fp32 when !deterministic, zeroed by the pre-pass
+  // (B, Hq, len_q_pad, D) fp32 where the dK/dV kernel accumulates dQ (!deterministic, or a Hopper
+  // kernel whose tile row sets at_ord), zeroed by the pre-pass.
+  float* dq_accum = nullptr;
+  // (B * Hq, pre_blocks) int, zeroed by the pre-pass, for the ordered additions (deterministic Hopper
+  // kernel with at_ord): how many key tiles have added into the query tile starting at that block's rows.
+  int* dq_order = nullptr;
   // Launch geometry of the Hopper kernels: the grid heads (batch x kv head for dK/dV, batch x query head
   // for dQ) whose tiles are launched together (flash_api.cu, section_grid).
   int dkdv_section_heads = 1, dq_section_heads = 1;

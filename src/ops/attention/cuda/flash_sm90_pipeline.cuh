@@ -158,6 +158,27 @@ __device__ __forceinline__ void tma_store_wait_all() {
 #endif
 }
 
+// ---- counters between blocks (the ordered dQ additions, flash_bwd_sm90_kernel.cuh) ----
+
+// Spins until *counter (global) reads `value` with acquire semantics at GPU scope; bulk copies this
+// thread issues afterwards are ordered after the read.
+__device__ __forceinline__ void counter_wait_eq(const int* counter, int value) {
+#if FT_SM90_DEVICE
+  int seen;
+  do {
+    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
+  } while (seen != value);
+  asm volatile("fence.proxy.async.global;\n" ::: "memory");
+#endif
+}
+// Adds 1 to *counter with release semantics at GPU scope, after this thread's completed bulk copies
+// (tma_store_wait_all) as well as its ordinary writes.
+__device__ __forceinline__ void counter_release_increment(int* counter) {
+#if FT_SM90_DEVICE
+  asm volatile("fence.proxy.async.global;\nred.release.gpu.global.add.s32 [%0], 1;\n" ::"l"(counter) : "memory");
+#endif
+}
+
 // ---- warpgroups ----
 
 // Barrier `id` (1..15; 0 is __syncthreads) over `threads` threads.
