@@ -41,9 +41,10 @@ struct AttentionOptions {
   int block_q = 64;                // CPU tiled implementation only: query tile (>= 16)
   int block_k = 64;                // CPU tiled implementation only: key tile (>= 16)
   // CUDA flash backward only. true (the default): every sum runs in a fixed order, so repeated runs give
-  // bit-identical gradients. false: dQ accumulated in fp32 by the dK/dV kernel — atomics on the sm80
-  // kernels, TMA reductions on the Hopper ones — which saves the dQ kernel's recomputation (faster on
-  // both; dQ may differ between runs in its last bits).
+  // bit-identical gradients. false: dQ is accumulated in fp32 by the dK/dV kernel in whatever order its
+  // blocks come — atomics on the sm80 kernels, which saves their dQ kernel's recomputation; TMA reductions
+  // on the Hopper ones, which accumulate dQ in the deterministic mode too, there in a fixed order (faster
+  // on both; dQ may differ between runs in its last bits).
   // The CPU and naive implementations are deterministic either way and ignore it.
   bool deterministic = true;
   FlashKernels kernels = FlashKernels::auto_select;  // CUDA flash only

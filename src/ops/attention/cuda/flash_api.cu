@@ -67,7 +67,7 @@ FlashShape flash_shape(const AttentionShape& s, bool vec16) {
 
 // The Hopper kernels launch the tiles of this many grid heads together (section_grid in
 // flash_launch_template.cuh): as many as a third of the L2 holds the streamed operands of (bytes_per_head:
-// K and V for the forward and dQ kernels, Q, dO, L and D for dK/dV). Launching every head's longest tiles
+// K and V for the forward, Q, dO, L and D for the backward). Launching every head's longest tiles
 // first instead streams the operands of all heads at once, and past the L2 they come from memory. H200,
 // interleaved runs: d = 128, causal, B 2, H 16, N 8192 — forward 488 -> 527 TFLOP/s, backward 2.98 -> 2.81
 // ms non-deterministic and 3.35 -> 3.23 deterministic (sections of 4 heads; 8 did as well forward, less
@@ -238,11 +238,10 @@ void cuda_flash_backward(const AttentionTensors& t, const AttentionGrads& g, con
   if (s.has_sinks)
     sink_partials = Buffer(static_cast<std::size_t>(s.batch * s.heads_q) * p.pre_blocks * sizeof(float), device_of,
                            "attention.flash.sink_partials", stream);
-  // The deterministic mode accumulates dQ too where a Hopper kernel orders its additions (at_ord).
-  const bool ordered_dq =
-      deterministic && p.shape.sm90 && flash::flash_sm90_tiles(static_cast<int>(s.head_dim)).at_ord != 0;
+  // The Hopper kernel accumulates dQ in both modes, in a fixed order when deterministic.
+  const bool ordered_dq = deterministic && p.shape.sm90;
   Buffer dq_accum;  // (B, Hq, Nq_pad, D) fp32
-  if (!deterministic || ordered_dq)
+  if (!deterministic || p.shape.sm90)
     dq_accum = Buffer(rows * static_cast<std::size_t>(s.head_dim) * sizeof(float), device_of,
                       "attention.flash.dq_accum", stream);
   Buffer dq_order;  // (B * Hq, pre_blocks) int
@@ -258,9 +257,7 @@ void cuda_flash_backward(const AttentionTensors& t, const AttentionGrads& g, con
   if (p.shape.sm90) {
     const std::int64_t elem = static_cast<std::int64_t>(size_of(t.q.dtype()));
     const std::int64_t qdo_bytes = 2 * s.len_q * (s.head_dim * elem + 4) * (s.heads_q / s.heads_kv);  // Q dO L D
-    const std::int64_t kv_bytes = kv_bytes_per_query_head(s, t.q.dtype());
     p.dkdv_section_heads = section_heads(qdo_bytes, s.batch * s.heads_kv, device_of.index);
-    p.dq_section_heads = section_heads(kv_bytes, s.batch * s.heads_q, device_of.index);
   }
 
   auto cuda_stream = static_cast<cudaStream_t>(stream.handle());

@@ -1,35 +1,30 @@
-// flash_bwd_sm90_kernel.cuh — internal (CUDA builds only): the Hopper (sm_90a) backward tile kernels,
-// 16-bit inputs, head dims 64 and 128. They follow the sm80 scheme of flash_bwd_kernel.cuh, whose
-// pre-pass (D_i, L_i log2(e), sink partials) and sink-gradient sum they share:
-//   dK/dV : one block per (batch x kv head, key tile), each warpgroup owning 64 keys; it loops over the
-//           query heads of its group and the query tiles that see the key tile. S^T = K Q^T and
-//           dP^T = V dO^T run as wgmma from shared memory; P^T and dS^T are rounded to the input dtype in
-//           registers and feed dV += P^T dO and dK += dS^T Q as register A operands, with dO and Q read
-//           N-major.
-//   dQ    : one block per (batch x query head, query tile), each warpgroup owning 64 queries; it loops
-//           over the visible key tiles: S = Q K^T and dP = dO V^T from shared memory, dQ += dS K with dS
-//           from registers and K read N-major.
-// The atomic mode (AttentionOptions::deterministic = false, flash_bwd_atomic.cuh) runs the dK/dV kernel
-// with kAtomicDq: the warpgroups also write their dS^T to shared memory, and one step later each computes
-// its half of that step's dQ_tile = dS K over all the block's keys (M-major dS, N-major K), stages it as
-// fp32 tiles and adds them into dq_accum with TMA reductions. Deterministic (the default) runs the same
-// kernel with kOrderedDq where the tile row sets at_ord, else the dK/dV kernel without dQ and the dQ
-// kernel; either way repeated runs give bit-identical gradients. kOrderedDq fixes the order of the
-// additions into each query tile of dq_accum: the key tiles add in descending order, each after the
-// tile's counter (dq_order) says that every later key tile visiting it has added, and its blocks launch
-// last key tile first (each block waits only on blocks launched before it, which run or have run). A
-// writer warp of the producer warpgroup waits on the counter, issues the reductions the consumers staged
-// and, once they have completed, advances the counter; causal key tiles reach a query tile in that order
-// anyway (a later key tile starts nearer the diagonal), so the waits are short.
-// Both kernels are warp-specialised as the forward (flash_fwd_sm90_kernel.cuh): warpgroup 0 is the
-// producer — one thread issues the TMA copies of the resident tiles and of every step's tiles (plus, for
-// dK/dV, bulk copies of the step's L and D rows) into a ring of 128-byte-swizzled buffers guarded by
-// mbarriers — and the consumer warpgroups do the products. Tile sizes come from kSm90Tiles
-// (flash_traits.h). Both launch their heads in L2-sized sections, as the forward (section_head).
+// flash_bwd_sm90_kernel.cuh — internal (CUDA builds only): the Hopper (sm_90a) backward kernel, 16-bit
+// inputs, head dims 64 and 128. It follows the sm80 scheme of flash_bwd_kernel.cuh, whose pre-pass (D_i,
+// L_i log2(e), sink partials, zeroed dq_accum) and sink-gradient sum it shares, and fuses dQ into the
+// dK/dV kernel as FA2's atomic mode does (flash_bwd_atomic.cuh):
+//   one block per (batch x kv head, key tile), each warpgroup owning 64 keys; it loops over the query
+//   heads of its group and the query tiles that see the key tile. S^T = K Q^T and dP^T = V dO^T run as
+//   wgmma from shared memory; P^T and dS^T are rounded to the input dtype in registers and feed
+//   dV += P^T dO and dK += dS^T Q as register A operands, with dO and Q read N-major. The warpgroups also
+//   write their dS^T to shared memory, and one step later each computes its half of that step's
+//   dQ_tile = dS K over all the block's keys (M-major dS, N-major K), stages it as fp32 boxes, and the
+//   boxes are added into dq_accum with TMA reductions; a convert kernel then writes dQ.
+// AttentionOptions::deterministic = false lets each warpgroup add its boxes as soon as they are staged,
+// in whatever order the blocks reach a query tile. Deterministic (the default, kOrderedDq) fixes that
+// order, so repeated runs give bit-identical gradients: the key tiles add into a query tile in descending
+// order, each after the tile's counter (dq_order) says that every later key tile visiting it has added,
+// and the blocks launch last key tile first, so a block waits only on blocks launched before it (which run
+// or have run: the hardware starts a grid's blocks in order). Two writer warps of the producer warpgroup
+// (even and odd steps) wait on the counter, issue the reductions the consumers staged and, once they have
+// landed, advance the counter. Key tiles nearer the diagonal reach a causal query tile first anyway.
+// The kernel is warp-specialised as the forward (flash_fwd_sm90_kernel.cuh): warpgroup 0 is the producer —
+// one thread issues the TMA copies of the resident K and V tiles and of every step's Q and dO tiles (and
+// bulk copies of its L and D rows) into a ring of 128-byte-swizzled buffers guarded by mbarriers — and the
+// consumer warpgroups do the products. Tile sizes come from kSm90Tiles (flash_traits.h). Heads launch in
+// L2-sized sections, as the forward's (section_head).
 #pragma once
 
 #include <cstdint>
-#include <type_traits>
 
 #include "ops/attention/cuda/flash_bwd_atomic.cuh"
 #include "ops/attention/cuda/flash_bwd_kernel.cuh"
@@ -39,35 +34,34 @@
 namespace ft::flash::sm90 {
 
 // The TMA maps of the backward's operands (flash_tma.h), passed beside FlashBwdParams; boxes are the
-// kernel's query and key tiles (dq: 64 rows, dQ kernel only; dq_accum: fp32 boxes of kDqBoxRows rows,
-// atomic mode only).
+// kernel's query and key tiles (dq_accum: fp32 boxes of kDqBoxRows rows).
 struct BwdTmaMaps {
-  TmaTensor q, d_o, k, v, dq, dq_accum;
+  TmaTensor q, d_o, k, v, dq_accum;
 };
 
-// Atomic mode: dQ pieces leave as fp32 boxes of 64 rows x one 128-byte swizzle row of columns.
+// dQ pieces leave as fp32 boxes of 64 rows x one 128-byte swizzle row of columns.
 inline constexpr int kDqBoxRows = 64, kDqBoxCols = kPanelRowBytes / static_cast<int>(sizeof(float));
 
-template <class T, int D, bool kAtomicDq>
+template <class T, int D>
 struct BwdKvTraits {
   static constexpr FlashSm90Tiles kTiles = flash_sm90_tiles(D);
   static constexpr int kConsumers = kTiles.kv_wg, kBlockN = 64 * kConsumers;  // keys
-  static constexpr int kBlockM = kTiles.kv_m, kStages = kAtomicDq ? kTiles.at_st : kTiles.kv_st;  // queries
+  static constexpr int kBlockM = kTiles.kv_m, kStages = kTiles.kv_st;        // queries
   static constexpr int kConsumerThreads = 128 * kConsumers;
   static constexpr int kThreads = 128 + kConsumerThreads;  // producer warpgroup first
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = (65536 / 128 - kProducerRegs) / kConsumers / 8 * 8;
-  // Atomic mode: the dQ tile (kBlockM, D) is one piece of 64 queries x 64 columns per warpgroup, staged
-  // as kPanel / kDqBoxCols fp32 boxes (128-byte swizzled, as dq_accum's TMA map says).
+  // The dQ tile (kBlockM, D) is one piece of 64 queries x 64 columns per warpgroup, staged as
+  // kPanel / kDqBoxCols fp32 boxes (128-byte swizzled, as dq_accum's TMA map says).
   static constexpr int kDqBoxFloats = kDqBoxRows * kDqBoxCols, kDqBoxesPerPiece = kPanel / kDqBoxCols;
-  // sK, sV (kBlockN, D) | sQ, sdO (kStages, kBlockM, D) | atomic mode: sdS (2, kBlockN, kBlockM) for
-  // alternate steps, all swizzled, then sdQ (kConsumers, kDqBoxesPerPiece boxes) fp32 | sL, sD (kStages,
-  // kBlockM) fp32 | mbarriers: K and V landed, each step's tiles landed, each slot free. dK and dV are
-  // staged as padded (kBlockN, kLd) tiles over the 16-bit part after the loop.
-  static constexpr int kDsElems = kAtomicDq ? 2 * kBlockN * kBlockM : 0;  // sdS
+  // sK, sV (kBlockN, D) | sQ, sdO (kStages, kBlockM, D) | sdS (2, kBlockN, kBlockM) for alternate steps,
+  // all swizzled, then sdQ (kConsumers, kDqBoxesPerPiece boxes) fp32 | sL, sD (kStages, kBlockM) fp32 |
+  // mbarriers: K and V landed, each step's tiles landed, each slot free. dK and dV are staged as padded
+  // (kBlockN, kLd) tiles over the 16-bit part after the loop.
+  static constexpr int kDsElems = 2 * kBlockN * kBlockM;  // sdS
   static constexpr int kTileBytes =
       ((2 * kBlockN + 2 * kStages * kBlockM) * D + kDsElems) * static_cast<int>(sizeof(T));
-  static constexpr int kDqStageFloats = kAtomicDq ? kConsumers * kDqBoxesPerPiece * kDqBoxFloats : 0;  // sdQ
+  static constexpr int kDqStageFloats = kConsumers * kDqBoxesPerPiece * kDqBoxFloats;  // sdQ
   static constexpr int kStepBytes = 2 * kBlockM * (D * static_cast<int>(sizeof(T)) + static_cast<int>(sizeof(float)));
   static constexpr int kBarriers = 1 + 2 * kStages;
   static constexpr int kFloatBytes = (kDqStageFloats + 2 * kStages * kBlockM) * static_cast<int>(sizeof(float));
@@ -75,29 +69,10 @@ struct BwdKvTraits {
   static_assert(D % kPanel == 0 && kBlockM % 64 == 0 && kQueryPad % kBlockM == 0 && kStages >= 2,
                 "bad sm90 dK/dV tiles");
   static_assert(kTileBytes % kGroupBytes == 0, "sdQ must start 1024-byte aligned");
-  static_assert(!kAtomicDq || (kConsumers == 2 && kBlockM / 64 * (D / kPanel) == kConsumers),
-                "atomic dQ: one 64 x 64 piece of the dQ tile per warpgroup, two warpgroups");
+  static_assert(kConsumers == 2 && kBlockM / 64 * (D / kPanel) == kConsumers,
+                "dQ: one 64 x 64 piece of the dQ tile per warpgroup, two warpgroups");
   static_assert(kSmemBytes <= 227 * 1024, "sm90 dK/dV kernel: shared memory over the 227 KB of a block");
   static_assert(2 * kBlockN * kLd<T, D> * static_cast<int>(sizeof(T)) <= kTileBytes, "dK/dV staging does not fit");
-};
-
-template <class T, int D>
-struct BwdDqTraits {
-  static constexpr FlashSm90Tiles kTiles = flash_sm90_tiles(D);
-  static constexpr int kConsumers = kTiles.dq_wg, kBlockM = 64 * kConsumers;  // queries
-  static constexpr int kBlockN = kTiles.dq_n, kStages = kTiles.dq_st;        // keys
-  static constexpr int kConsumerThreads = 128 * kConsumers;
-  static constexpr int kThreads = 128 + kConsumerThreads;
-  static constexpr int kProducerRegs = 24;
-  static constexpr int kConsumerRegs = (65536 / 128 - kProducerRegs) / kConsumers / 8 * 8;
-  static constexpr int kTileBytes = kBlockN * D * static_cast<int>(sizeof(T));  // one K or V tile
-  // sQ, sdO (kBlockM, D) | sK, sV (kStages, kBlockN, D), all swizzled | mbarriers: Q and dO landed, K and
-  // V of each slot landed, each slot free. dQ leaves through each consumer's own Q rows.
-  static constexpr int kBarriers = 1 + 3 * kStages;
-  static constexpr int kSmemBytes =
-      (2 * kBlockM + 2 * kStages * kBlockN) * D * static_cast<int>(sizeof(T)) + kBarriers * 8 + kSmemSlack;
-  static_assert(D % kPanel == 0 && kBlockN % 64 == 0 && kQueryPad % kBlockM == 0 && kStages >= 2,
-                "bad sm90 dQ tiles");
 };
 
 // Stores this warp's rows of dS^T (the register A fragments of dK += dS^T Q, rows warp_row.., BM query
@@ -159,12 +134,11 @@ __device__ __forceinline__ int key_tiles_before(int n_block, int n_tiles, int ti
   return count;
 }
 
-template <class T, int D, bool kHasMask, bool kAtomicDq, bool kOrderedDq>
-__global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
-    flash_bwd_dkdv_sm90_kernel(const __grid_constant__ FlashBwdParams p, const __grid_constant__ BwdTmaMaps maps) {
+template <class T, int D, bool kHasMask, bool kOrderedDq>
+__global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
+    flash_bwd_sm90_kernel(const __grid_constant__ FlashBwdParams p, const __grid_constant__ BwdTmaMaps maps) {
 #if FT_SM90_DEVICE
-  static_assert(kAtomicDq || !kOrderedDq, "ordered dQ additions are the atomic mode's");
-  using Tr = BwdKvTraits<T, D, kAtomicDq>;
+  using Tr = BwdKvTraits<T, D>;
   constexpr int BN = Tr::kBlockN, BM = Tr::kBlockM, kStages = Tr::kStages, kConsumerThreads = Tr::kConsumerThreads;
   constexpr int kNtS = BM / 8;  // transposed score tiles (columns = queries)
   constexpr int kNtD = D / 8;   // dK/dV tiles
@@ -175,8 +149,8 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
   T* sV = sK + BN * D;                // (BN, D) swizzled
   T* sQ = sV + BN * D;                // (kStages, BM, D) swizzled
   T* sdO = sQ + kStages * BM * D;     // (kStages, BM, D) swizzled
-  T* sdS = sdO + kStages * BM * D;    // atomic mode: (2, BN, BM) swizzled dS^T, alternate steps
-  float* sdQ = reinterpret_cast<float*>(sdS + Tr::kDsElems);  // atomic mode: (kConsumers, 2 boxes) fp32
+  T* sdS = sdO + kStages * BM * D;    // (2, BN, BM) swizzled dS^T, alternate steps
+  float* sdQ = reinterpret_cast<float*>(sdS + Tr::kDsElems);  // (kConsumers, 2 boxes) fp32
   float* sL = sdQ + Tr::kDqStageFloats;                        // (kStages, BM) L * log2(e)
   float* sD = sL + kStages * BM;                                 // (kStages, BM) D
   std::uint64_t* kv_full = reinterpret_cast<std::uint64_t*>(sD + kStages * BM);
@@ -185,7 +159,7 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
 
   const int bh = section_head(s.batch * s.heads_kv);
   if (bh < 0) return;
-  // The first key tiles (seen by the most causal queries) first; the last first with ordered additions.
+  // The first key tiles (seen by the most causal queries) first; the last first when additions are ordered.
   const int n_block = kOrderedDq ? gridDim.y - 1 - blockIdx.y : blockIdx.y;
   const int b = bh / s.heads_kv, hk = bh % s.heads_kv;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
@@ -199,14 +173,14 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
   // Step it's query head and first query row: the steps run over the group's heads, each over the tiles.
   auto step_head = [&](int it) { return hk * s.group + it / m_count; };
   auto step_row0 = [&](int it) { return (m_first + it % m_count) * BM; };
-  // Atomic mode: warpgroup w stages its piece of a step's dQ tile (queries 64 (w / kColPanels).., columns
-  // kPanel (w % kColPanels).., over all BN keys) in its sdQ boxes; one thread adds them into dq_accum.
+  // Warpgroup w stages its piece of a step's dQ tile (queries 64 (w / kColPanels).., columns kPanel
+  // (w % kColPanels).., over all BN keys) in its sdQ boxes; one thread adds them into dq_accum.
   constexpr int kColPanels = D / kPanel;
-  // Named barriers of warpgroup w's pieces: staged (atomic mode: complete) and, in the ordered mode, read
-  // by the writer; the ordered mode keeps one pair per step parity, each between w and that parity's writer.
+  // Named barriers of warpgroup w's pieces: staged and, with ordered additions, read by the writer; those
+  // keep one pair per step parity, each between warpgroup w and that parity's writer.
   auto full_barrier = [](int w, int parity) { return 6 + 2 * w + parity; };
   auto free_barrier = [](int w, int parity) { return 10 + 2 * w + parity; };
-  constexpr int kWriterThreads = 128 + 32;  // ordered mode: a consumer warpgroup and a writer warp
+  constexpr int kWriterThreads = 128 + 32;  // ordered additions: a consumer warpgroup and a writer warp
   auto piece_boxes = [&](int w) { return sdQ + w * Tr::kDqBoxesPerPiece * Tr::kDqBoxFloats; };
   auto reduce_piece = [&](int w, int it) {
     const int row = step_row0(it) + 64 * (w / kColPanels), h = step_head(it);
@@ -259,7 +233,7 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
     if (tid != 0) return;
     tma_prefetch_map(maps.q);
     tma_prefetch_map(maps.d_o);
-    if constexpr (kAtomicDq) tma_prefetch_map(maps.dq_accum);
+    tma_prefetch_map(maps.dq_accum);
     mbar_arrive_expect_tx(kv_full, 2 * BN * D * sizeof(T));
     tma_load_tile<T, BN, D>(sK, maps.k, n0, hk, b, kv_full);
     tma_load_tile<T, BN, D>(sV, maps.v, n0, hk, b, kv_full);
@@ -286,7 +260,7 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
   const KeyQueries queries[2] = {KeyQueries(key_queries<kHasMask>(n0 + warp_row + g, s)),
                                  KeyQueries(key_queries<kHasMask>(n0 + warp_row + g + 8, s))};
 
-  // Atomic mode: dQ runs one step behind. Step it waits (bar.sync) for the other warpgroup to announce
+  // dQ runs one step behind. Step it waits (bar.sync) for the other warpgroup to announce
   // its dS^T rows of step it - 1 in sdS buffer (it - 1) % 2, then issues this warpgroup's piece of that
   // step's dQ tile (queries 64 qp.., columns 64 cp..; over all BN keys) ahead of dK. Once the piece has
   // landed, it stores its own dS^T rows of step it into buffer it % 2 — both warpgroups are done with
@@ -320,11 +294,10 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
       if (wg_leader) reduce_piece(wg, it);
     }
   };
-  if constexpr (kAtomicDq) {  // ordered before step 0's dQ by the consumer barrier
-    for (int i = ctid; i < BN * BM / 8; i += kConsumerThreads) reinterpret_cast<uint4*>(sds_of(1))[i] = uint4{};
-    fence_proxy_async();
-    named_barrier_sync(1, kConsumerThreads);
-  }
+  // Ordered before step 0's dQ by the consumer barrier.
+  for (int i = ctid; i < BN * BM / 8; i += kConsumerThreads) reinterpret_cast<uint4*>(sds_of(1))[i] = uint4{};
+  fence_proxy_async();
+  named_barrier_sync(1, kConsumerThreads);
 
   float acc_dk[kNtD][4] = {};  // dK of this thread's key rows
   float acc_dv[kNtD][4] = {};
@@ -351,9 +324,10 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
                                 s.len_k);
     probs_t(acc_s, sL + slot * BM, queries, full, m0, t, s.scale_log2);
     // dS^T before dV is issued: P^T's A fragments need not live beside both fp32 tiles (at D=64 that
-    // removed the atomic kernel's spills and took its leaderboard backward 3.09 -> 2.91 ms on an H100).
-    // Issuing dV before dP^T lands, to run it beside dS^T, took the deterministic backward 3.20 ->
-    // 3.25-3.30 ms at D=128 and 3.51-3.53 -> 3.64-3.65 ms on the leaderboard (H200, interleaved).
+    // removed the spills and took the leaderboard backward 3.09 -> 2.91 ms on an H100). Issuing dV before
+    // dP^T lands, to run it beside dS^T, took the backward of the former deterministic pair of kernels (this
+    // one without dQ, then a dQ kernel) 3.20 -> 3.25-3.30 ms at D=128 and 3.51-3.53 -> 3.64-3.65 ms on the
+    // leaderboard (H200, interleaved).
     wgmma_wait<0>();  // dP^T
     fence_accumulators(acc_dp);
     dscores_t(acc_dp, acc_s, sD + slot * BM, t);
@@ -365,41 +339,35 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
     wgmma_commit();
 #pragma unroll
     for (int kk = 0; kk < BM / 16; ++kk) a_from_acc<T>(dsa[kk], acc_dp, kk);
-    float acc_dq[8][4];  // atomic mode: this warpgroup's piece of step it - 1's dQ tile
-    if constexpr (kAtomicDq) {
-      if (!kOrderedDq && wg_leader) bulk_wait_read<0>();
-      if (it > 0) named_barrier_sync(ready_barrier(1 - wg, it - 1), kConsumerThreads);
-    }
+    float acc_dq[8][4];  // this warpgroup's piece of step it - 1's dQ tile
+    if (!kOrderedDq && wg_leader) bulk_wait_read<0>();
+    if (it > 0) named_barrier_sync(ready_barrier(1 - wg, it - 1), kConsumerThreads);
     wgmma_fence();
-    if constexpr (kAtomicDq) issue_dq(it + 1, acc_dq);  // buffer (it + 1) % 2 = (it - 1) % 2
+    issue_dq(it + 1, acc_dq);  // buffer (it + 1) % 2 = (it - 1) % 2
     gemm_rs_nmajor<T, D, BM>(acc_dk, dsa, sQt);  // dK += dS^T Q
     wgmma_commit();
-    if constexpr (kAtomicDq) {
-      wgmma_wait<1>();  // dQ: this warpgroup is done with buffer (it + 1) % 2
-      fence_accumulators(acc_dv);
-      fence_accumulators(acc_dq);
-      store_ds_t<T, BN, BM>(sds_of(it), dsa, warp_row, lane);
-      fence_proxy_async();
-      named_barrier_arrive(ready_barrier(wg, it), kConsumerThreads);
-      if (it > 0) add_dq(it - 1, acc_dq);  // while dK runs
-    }
+    wgmma_wait<1>();  // dQ: this warpgroup is done with buffer (it + 1) % 2
+    fence_accumulators(acc_dv);
+    fence_accumulators(acc_dq);
+    store_ds_t<T, BN, BM>(sds_of(it), dsa, warp_row, lane);
+    fence_proxy_async();
+    named_barrier_arrive(ready_barrier(wg, it), kConsumerThreads);
+    if (it > 0) add_dq(it - 1, acc_dq);  // while dK runs
     wgmma_wait<0>();
     fence_accumulators(acc_dv);
     fence_accumulators(acc_dk);
     mbar_arrive(&slot_free[slot]);
   }
-  if constexpr (kAtomicDq) {
-    if (n_iters > 0) {
-      if (!kOrderedDq && wg_leader) bulk_wait_read<0>();
-      named_barrier_sync(ready_barrier(1 - wg, n_iters - 1), kConsumerThreads);
-      float acc_dq[8][4];
-      wgmma_fence();
-      issue_dq(n_iters - 1, acc_dq);
-      wgmma_wait<0>();
-      fence_accumulators(acc_dq);
-      add_dq(n_iters - 1, acc_dq);
-      if (!kOrderedDq && wg_leader) tma_store_wait_all();  // the reductions have completed
-    }
+  if (n_iters > 0) {
+    if (!kOrderedDq && wg_leader) bulk_wait_read<0>();
+    named_barrier_sync(ready_barrier(1 - wg, n_iters - 1), kConsumerThreads);
+    float acc_dq[8][4];
+    wgmma_fence();
+    issue_dq(n_iters - 1, acc_dq);
+    wgmma_wait<0>();
+    fence_accumulators(acc_dq);
+    add_dq(n_iters - 1, acc_dq);
+    if (!kOrderedDq && wg_leader) tma_store_wait_all();  // the reductions have completed
   }
 
   named_barrier_sync(1, kConsumerThreads);  // every product is done with sK, sV, sQ and sdO
@@ -412,164 +380,6 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kAtomicDq>::kThreads, 1)
   T* dv = p.dv.at<T>(b, hk, n0);
   store_tile<T, BN, D, kConsumerThreads>(dk, p.dk.row_stride, sdK, keys_valid, true, ctid);
   store_tile<T, BN, D, kConsumerThreads>(dv, p.dv.row_stride, sdV, keys_valid, true, ctid);
-#endif
-}
-
-template <class T, int D, bool kHasMask>
-__global__ void __launch_bounds__(BwdDqTraits<T, D>::kThreads, 1)
-    flash_bwd_dq_sm90_kernel(const __grid_constant__ FlashBwdParams p, const __grid_constant__ BwdTmaMaps maps) {
-#if FT_SM90_DEVICE
-  using Tr = BwdDqTraits<T, D>;
-  constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, kStages = Tr::kStages;
-  constexpr int kNtS = BN / 8;
-  constexpr int kNtQ = D / 8;
-  const FlashShape& s = p.shape;
-
-  extern __shared__ unsigned char smem_raw[];
-  T* sQ = aligned_smem<T>(smem_raw);  // (BM, D) swizzled
-  T* sdO = sQ + BM * D;               // (BM, D) swizzled
-  T* sK = sdO + BM * D;               // (kStages, BN, D) swizzled
-  T* sV = sK + kStages * BN * D;      // (kStages, BN, D) swizzled
-  std::uint64_t* qdo_full = reinterpret_cast<std::uint64_t*>(sV + kStages * BN * D);
-  std::uint64_t* k_full = qdo_full + 1;         // (kStages)
-  std::uint64_t* v_full = k_full + kStages;     // (kStages)
-  std::uint64_t* slot_free = v_full + kStages;  // (kStages)
-
-  const int bh = section_head(s.batch * s.heads_q);
-  if (bh < 0) return;
-  const int m_block = gridDim.y - 1 - blockIdx.y;  // longest (causal) tiles of the section's heads first
-  const int b = bh / s.heads_q, h = bh % s.heads_q, hk = h / s.group;
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int m0 = m_block * BM;
-
-  const KeyRange tile_first = row_keys<kHasMask>(m0, s);
-  const KeyRange tile_last = row_keys<kHasMask>(min(m0 + BM, s.len_q) - 1, s);
-  const KeyTiles tiles = key_tiles(tile_first, tile_last, BN);
-  const int n_iters = tiles.count();
-
-  if (tid == 0) {
-    mbar_init(qdo_full, 1);
-    init_kv_ring<kStages>(k_full, v_full, slot_free, Tr::kConsumerThreads);
-    mbar_init_fence();
-  }
-  __syncthreads();
-
-  if (warp < 4) {  // ---- producer warpgroup: one thread issues every copy ----
-    setmaxnreg_dec<Tr::kProducerRegs>();
-    if (tid != 0) return;
-    tma_prefetch_map(maps.k);
-    tma_prefetch_map(maps.v);
-    mbar_arrive_expect_tx(qdo_full, 2 * BM * D * sizeof(T));
-    tma_load_tile<T, BM, D>(sQ, maps.q, m0, h, b, qdo_full);
-    tma_load_tile<T, BM, D>(sdO, maps.d_o, m0, h, b, qdo_full);
-    RingPosition<kStages> pos;
-    for (int it = 0; it < n_iters; ++it, pos.advance()) {
-      const int n0 = tiles.tile(it) * BN;
-      mbar_wait(&slot_free[pos.slot], pos.phase ^ 1);
-      mbar_arrive_expect_tx(&k_full[pos.slot], Tr::kTileBytes);
-      tma_load_tile<T, BN, D>(sK + pos.slot * BN * D, maps.k, n0, hk, b, &k_full[pos.slot]);
-      mbar_arrive_expect_tx(&v_full[pos.slot], Tr::kTileBytes);
-      tma_load_tile<T, BN, D>(sV + pos.slot * BN * D, maps.v, n0, hk, b, &v_full[pos.slot]);
-    }
-    return;
-  }
-
-  // ---- consumer warpgroups ----
-  setmaxnreg_inc<Tr::kConsumerRegs>();
-  const int ctid = tid - 128, cwarp = warp - 4, wg = cwarp / 4;
-  const int g = lane >> 2, t = lane & 3;
-  const int wg_row = wg * 64, warp_row = cwarp * 16;  // first query row of this warpgroup / warp
-  // This thread's rows m0 + warp_row + g (+ 8): visible keys, L log2(e) and D (padded scratch).
-  RowKeys keys[2];
-  float lse[2], dsum[2];
-  const std::int64_t scratch = static_cast<std::int64_t>(bh) * p.len_q_pad;
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
-    const int row = m0 + warp_row + g + 8 * r;
-    keys[r] = RowKeys(row_keys<kHasMask>(row, s));
-    lse[r] = p.lse_log2[scratch + row];
-    dsum[r] = p.dsum[scratch + row];
-  }
-
-  float acc_dq[kNtQ][4] = {};
-  float acc_s[kNtS][4], acc_dp[kNtS][4];  // S = Q K^T, dP = dO V^T (the first k step overwrites)
-  std::uint32_t dsa[BN / 16][4];          // dS rounded to T, k steps over the keys
-
-  // Issues S and dP of the tile at `pos` (one wgmma group each) once its K and V have landed.
-  auto issue_scores = [&](const RingPosition<kStages>& at) {
-    mbar_wait(&k_full[at.slot], at.phase);
-    wgmma_fence();
-    gemm_ss_kmajor<T, BN, D>(acc_s, sQ, BM, wg_row, sK + at.slot * BN * D);
-    wgmma_commit();
-    mbar_wait(&v_full[at.slot], at.phase);
-    gemm_ss_kmajor<T, BN, D>(acc_dp, sdO, BM, wg_row, sV + at.slot * BN * D);
-    wgmma_commit();
-  };
-  auto issue_dq = [&](const RingPosition<kStages>& at) {  // dQ += dS K
-    gemm_rs_nmajor<T, D, BN>(acc_dq, dsa, sK + at.slot * BN * D);
-    wgmma_commit();
-  };
-  // Waits for every product issued (the last one the dQ product of the tile at `at`), then frees its slot.
-  auto retire_dq = [&](const RingPosition<kStages>& at) {
-    wgmma_wait<0>();
-    fence_accumulators(acc_dq);
-    mbar_arrive(&slot_free[at.slot]);
-  };
-  // P, then dS, of tile `it` as its S and dP land (`later` wgmma groups were issued after them); P is
-  // computed while dP runs.
-  auto scores_to_ds = [&](auto later, int it) {
-    const int n0 = tiles.tile(it) * BN;
-    wgmma_wait<decltype(later)::value + 1>();
-    fence_accumulators(acc_s);
-    probs(acc_s, lse, keys, tile_full(tile_first, tile_last, n0, BN, s.len_k), n0, t, s.scale_log2);
-    wgmma_wait<decltype(later)::value>();
-    fence_accumulators(acc_dp);
-    dscores(acc_dp, acc_s, dsum);
-  };
-  auto round_ds = [&] {
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) a_from_acc<T>(dsa[kk], acc_dp, kk);
-  };
-
-  mbar_wait(qdo_full, 0);
-  RingPosition<kStages> pos;
-  if constexpr (Tr::kTiles.dq_ov) {
-    // Software-pipelined: tile it's S and dP are issued before tile it-1's dQ product, which then runs
-    // while this warpgroup computes P and dS of tile it. Tile it-1's dS fragments stay live meanwhile.
-    // No product is in flight across the loop's back edge (ptxas would serialise every wgmma).
-    if (n_iters > 0) {
-      issue_scores(pos);
-      scores_to_ds(std::integral_constant<int, 0>{}, 0);
-      round_ds();
-    }
-    for (int it = 1; it < n_iters; ++it) {
-      const RingPosition<kStages> prev = pos;
-      pos.advance();
-      issue_scores(pos);
-      issue_dq(prev);
-      scores_to_ds(std::integral_constant<int, 1>{}, it);
-      retire_dq(prev);
-      round_ds();
-    }
-    if (n_iters > 0) {
-      wgmma_fence();
-      issue_dq(pos);
-      retire_dq(pos);
-    }
-  } else {
-    for (int it = 0; it < n_iters; ++it, pos.advance()) {
-      issue_scores(pos);
-      scores_to_ds(std::integral_constant<int, 0>{}, it);
-      round_ds();
-      wgmma_fence();
-      issue_dq(pos);
-      retire_dq(pos);
-    }
-  }
-
-  // dQ -> this warpgroup's Q rows (no longer read) -> global.
-  store_rows_tma<T, BM, D>(sQ, wg_row, warp_row, acc_dq, s.scale, s.scale, maps.dq, m0, h, b, s.len_q, 1 + wg,
-                           ctid % 128 == 0, lane);
 #endif
 }
 

@@ -32,7 +32,7 @@ __device__ __forceinline__ T* aligned_smem(unsigned char* raw) {
   return reinterpret_cast<T*>(raw + (misalign ? kGroupBytes - misalign : 0));
 }
 
-// The mbarriers of the K/V ring of the forward and dQ kernels (STAGES slots of K and V tiles): K and V of
+// The mbarriers of the forward's K/V ring (STAGES slots of K and V tiles): K and V of
 // a slot land on their own (k_full, v_full), so QK^T can start before V arrives, and every consumer
 // thread frees the slot (slot_free). One thread, before the block barrier.
 template <int STAGES>

@@ -13,8 +13,9 @@ template <class T, int D>
 void run_flash_fwd(const FlashFwdParams& p, cudaStream_t stream);
 
 // Runs the pre-pass, the sink-gradient sum (when sinks are given), then the dK/dV and the dQ kernels
-// (deterministic; the Hopper ones in either mode when p.shape.sm90) or the atomic dK/dV/dQ kernel and
-// the dQ convert kernel (!p.deterministic).
+// (deterministic) or the atomic dK/dV/dQ kernel and the dQ convert kernel (!p.deterministic); on Hopper
+// (p.shape.sm90) the dK/dV kernel with fused dQ, its additions ordered when deterministic, and the
+// convert kernel.
 template <class T, int D>
 void run_flash_bwd(const FlashBwdParams& p, cudaStream_t stream);
 

@@ -116,48 +116,25 @@ sm90::BwdTmaMaps bwd_tma_maps(const FlashBwdParams& p, int query_box, int key_bo
   return maps;
 }
 
-// The Hopper backward after the pre-pass: the dK/dV kernel accumulating dQ (its additions ordered in the
-// deterministic mode where the tile row sets at_ord) and the convert kernel, or the deterministic dK/dV
-// and dQ kernels (the dQ kernel reuses the dK/dV kernel's maps where its tiles match).
+// The Hopper backward after the pre-pass: the kernel accumulating dQ (its additions ordered in the
+// deterministic mode), then the convert kernel.
 template <class T, int D>
 void run_flash_bwd_sm90(const FlashBwdParams& p, cudaStream_t stream) {
   const FlashShape& s = p.shape;
-  auto run_dkdv = [&](auto atomic, auto ordered) {
-    constexpr bool kAtomic = decltype(atomic)::value, kOrdered = decltype(ordered)::value;
-    using Tr = sm90::BwdKvTraits<T, D, kAtomic>;
-    sm90::BwdTmaMaps maps = bwd_tma_maps<T, D>(p, Tr::kBlockM, Tr::kBlockN);
-    if constexpr (kAtomic) maps.dq_accum = detail::dq_accum_map<D>(p, sm90::kDqBoxRows);
-    const dim3 grid = detail::section_grid(s.batch * s.heads_kv, p.dkdv_section_heads, s.len_k, Tr::kBlockN);
-    if (s.has_mask)
-      detail::launch(sm90::flash_bwd_dkdv_sm90_kernel<T, D, true, kAtomic, kOrdered>, grid, Tr::kThreads,
-                     Tr::kSmemBytes, stream, p, maps);
-    else
-      detail::launch(sm90::flash_bwd_dkdv_sm90_kernel<T, D, false, kAtomic, kOrdered>, grid, Tr::kThreads,
-                     Tr::kSmemBytes, stream, p, maps);
-    return maps;
-  };
-  if (!p.deterministic) {
-    run_dkdv(std::true_type{}, std::false_type{});
-    convert_dq_accum<T, D>(p, stream);
-    return;
-  }
-  if constexpr (flash_sm90_tiles(D).at_ord) {
-    run_dkdv(std::true_type{}, std::true_type{});
-    convert_dq_accum<T, D>(p, stream);
-  } else {
-    const sm90::BwdTmaMaps kv_maps = run_dkdv(std::false_type{}, std::false_type{});
-    using KvTr = sm90::BwdKvTraits<T, D, false>;
-    using Tr = sm90::BwdDqTraits<T, D>;
-    constexpr bool kSameBoxes = Tr::kBlockM == KvTr::kBlockM && Tr::kBlockN == KvTr::kBlockN;
-    sm90::BwdTmaMaps maps = kSameBoxes ? kv_maps : bwd_tma_maps<T, D>(p, Tr::kBlockM, Tr::kBlockN);
-    maps.dq = detail::query_map<T, D>(p.dq, s, 64);
-    const dim3 grid = detail::section_grid(s.batch * s.heads_q, p.dq_section_heads, s.len_q, Tr::kBlockM);
-    if (s.has_mask)
-      detail::launch(sm90::flash_bwd_dq_sm90_kernel<T, D, true>, grid, Tr::kThreads, Tr::kSmemBytes, stream, p, maps);
-    else
-      detail::launch(sm90::flash_bwd_dq_sm90_kernel<T, D, false>, grid, Tr::kThreads, Tr::kSmemBytes, stream, p,
-                     maps);
-  }
+  using Tr = sm90::BwdKvTraits<T, D>;
+  sm90::BwdTmaMaps maps = bwd_tma_maps<T, D>(p, Tr::kBlockM, Tr::kBlockN);
+  maps.dq_accum = detail::dq_accum_map<D>(p, sm90::kDqBoxRows);
+  const dim3 grid = detail::section_grid(s.batch * s.heads_kv, p.dkdv_section_heads, s.len_k, Tr::kBlockN);
+  auto run = [&](auto kernel) { detail::launch(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, p, maps); };
+  if (s.has_mask && p.deterministic)
+    run(sm90::flash_bwd_sm90_kernel<T, D, true, true>);
+  else if (s.has_mask)
+    run(sm90::flash_bwd_sm90_kernel<T, D, true, false>);
+  else if (p.deterministic)
+    run(sm90::flash_bwd_sm90_kernel<T, D, false, true>);
+  else
+    run(sm90::flash_bwd_sm90_kernel<T, D, false, false>);
+  convert_dq_accum<T, D>(p, stream);
 }
 
 template <class T, int D>

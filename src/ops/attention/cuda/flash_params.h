@@ -53,17 +53,18 @@ struct FlashBwdParams {
   float* lse_log2 = nullptr;     // (B, Hq, len_q_pad): L_i * log2(e); +inf where P must vanish
   float* sink_partials = nullptr;  // (B * Hq, pre_blocks): per-block sums of exp(s_h - L_i) D_i
   int pre_blocks = 0;
-  // false: the dK/dV kernel adds dS K into dq_accum with atomics (no dQ kernel; dQ's rounding varies).
+  // false: the dK/dV kernel adds dS K into dq_accum in whatever order its blocks come (no dQ kernel;
+  // dQ's rounding varies). The Hopper kernel accumulates dQ in both modes, in a fixed order when true.
   bool deterministic = true;
-  // (B, Hq, len_q_pad, D) fp32 where the dK/dV kernel accumulates dQ (!deterministic, or a Hopper
-  // kernel whose tile row sets at_ord), zeroed by the pre-pass.
+  // (B, Hq, len_q_pad, D) fp32 where the dK/dV kernel accumulates dQ (!deterministic, or the Hopper
+  // kernel), zeroed by the pre-pass.
   float* dq_accum = nullptr;
   // (B * Hq, pre_blocks) int, zeroed by the pre-pass, for the ordered additions (deterministic Hopper
-  // kernel with at_ord): how many key tiles have added into the query tile starting at that block's rows.
+  // kernel): how many key tiles have added into the query tile starting at that block's rows.
   int* dq_order = nullptr;
-  // Launch geometry of the Hopper kernels: the grid heads (batch x kv head for dK/dV, batch x query head
-  // for dQ) whose tiles are launched together (flash_api.cu, section_grid).
-  int dkdv_section_heads = 1, dq_section_heads = 1;
+  // Launch geometry of the Hopper kernel: the grid heads (batch x kv head) whose tiles are launched
+  // together (flash_api.cu, section_grid).
+  int dkdv_section_heads = 1;
 };
 
 }  // namespace ft::flash

@@ -56,43 +56,34 @@ inline constexpr FlashTiles kTiles32[] = {
 //             fwd_n, fwd_st K/V buffers, fwd_ov = 1 to overlap each warpgroup's softmax with its own
 //             P V (S of the next tile live beside P: needs the registers of 2 warpgroups), fwd_pp = 1
 //             (with fwd_ov and 2 consumers) to have the consumers take turns issuing products (ping-pong)
-//   dK/dV   : kv_wg warpgroups x 64 keys, query tile kv_m, kv_st Q/dO buffers (at_st in the atomic
-//             mode, whose fp32 dQ staging tiles take shared memory too)
-//   dQ      : dq_wg warpgroups x 64 queries, key tile dq_n, dq_st K/V buffers, dq_ov = 1 to leave a
-//             step's dQ product running while the next step's S and dP are issued
-//   at_ord  : 1 to make the deterministic mode (the default) run the atomic mode's dK/dV kernel with its
-//             dQ additions put in a fixed order (flash_bwd_atomic.cuh) instead of a separate dQ kernel
+//   backward: kv_wg warpgroups x 64 keys, query tile kv_m, kv_st Q/dO buffers (beside the dS^T and fp32
+//             dQ staging tiles of the fused dQ)
 // Tiles are 128-byte-swizzled (no padding). Registers bound the tiles: an accumulator of 64 x n takes
 // n / 2 floats per thread, and 1 block per SM leaves 65536 / threads registers to each thread.
 struct FlashSm90Tiles {
   int fwd_wg, fwd_n, fwd_st, fwd_ov, fwd_pp;
   int kv_wg, kv_m, kv_st;
-  int dq_wg, dq_n, dq_st, dq_ov;
-  int at_st, at_ord;
 };
 inline constexpr FlashSm90Tiles kSm90Tiles[] = {
-    // fwd: wg   n st ov pp | dkdv: wg  m st | dq: wg   n st ov | atomic: st ord
-    // d=64: 4 backward buffers (TMA rings) took the deterministic leaderboard bwd 4.17 -> 4.06 ms and a
-    // 128-query dK/dV step 4.02 -> 3.51 ms (H100); deeper forward rings, and 3 buffers at d=128 (also in
-    // the atomic mode), changed nothing measurable. d=128: 128-key dQ steps took the bwd 3.50 -> 3.33 ms.
-    // The atomic mode's third buffer at d=64 does not fit (its dS^T and dQ staging take 96 KB).
+    // fwd: wg   n st ov pp | bwd: wg   m st
+    // Deeper forward rings changed nothing measurable; a third backward buffer at d=128 neither, and at
+    // d=64 it does not fit (the dS^T and dQ staging take 96 KB). A 128-query step at d=64 took the
+    // backward of the former deterministic pair (a dK/dV kernel, then a dQ kernel) 4.02 -> 3.51 ms (H100).
     // Overlap (H200, interleaved): at d=128 the forward's, with a third buffer, took B2 H16 N8192 causal
     // 1.00-1.07 -> 0.90-0.98 ms and non-causal N16384 8.05 -> 7.33 ms; with 2 buffers it gained nothing.
     // Ping-pong on top: non-causal 7.33 -> 7.22-7.29 ms, causal within noise. At d=64 the forward's
     // overlap needs 2 warpgroups (128 keys) or 64-key tiles, and took the leaderboard forward 1.17-1.24
-    // -> 1.54 and 1.40 ms (2 warpgroups with ping-pong and 3 buffers: 1.33). The dQ kernel's: leaderboard
-    // deterministic bwd 3.56-3.58 -> 3.53-3.55 ms at d=64; at d=128 it does not fit in registers with
-    // 128-key steps (ptxas serialises the wgmma) and 64-key steps ran 3.23 -> 3.30-3.72 ms. The same
-    // overlap in the dK/dV kernel does not fit at either head dim.
-    // at_ord (H200, interleaved, deterministic backward): leaderboard 3.35 -> 2.93 ms, d=128 causal B2 H16
-    // N8192 3.24-3.26 -> 3.04 ms, non-causal N4096 (d=128 B2 H16) 1.60 -> 1.45-1.47 and (d=64 B4 H16) 1.86
-    // -> 1.53-1.54 ms. One writer warp (it waits for each step's additions to land before taking the next)
-    // took 3.69 and 3.46-3.51 ms instead; two interleaved chains of key tiles (a second accumulator) 3.40
-    // and 3.83-3.88 with one writer, 3.05-3.06 and 3.36-3.37 with two; without the counter waits (order
-    // not fixed) the two writers ran 3.20 / 3.17 ms with the last key tile first and 2.90-3.00 / 3.01-3.04
-    // with the first first.
-    {3, 128, 2, 0, 0, 2, 128, 4, 2, 128, 4, 1, 2, 1},  // d=64
-    {2, 128, 3, 1, 1, 2, 64, 2, 2, 128, 2, 0, 2, 1},    // d=128
+    // -> 1.54 and 1.40 ms (2 warpgroups with ping-pong and 3 buffers: 1.33). The same overlap in the
+    // backward does not fit in registers at either head dim.
+    // The deterministic backward's ordered dQ additions replaced that pair (H200, interleaved):
+    // leaderboard 3.35 -> 2.93 ms, d=128 causal B2 H16 N8192 3.24-3.26 -> 3.04 ms, non-causal N4096
+    // (d=128 B2 H16) 1.60 -> 1.45-1.47 and (d=64 B4 H16) 1.86 -> 1.53-1.54 ms. One writer warp (it waits
+    // for each step's additions to land before taking the next) took 3.69 and 3.46-3.51 ms instead; two
+    // interleaved chains of key tiles (a second accumulator) 3.40 and 3.83-3.88 with one writer, 3.05-3.06
+    // and 3.36-3.37 with two; without the counter waits (order not fixed) the two writers ran 3.20 / 3.17
+    // ms with the last key tile first and 2.90-3.00 / 3.01-3.04 with the first first.
+    {3, 128, 2, 0, 0, 2, 128, 2},  // d=64
+    {2, 128, 3, 1, 1, 2, 64, 2},   // d=128
 };
 // Heads per launch section of a Hopper kernel (flash_api.cu): at most `most` (what the L2 budget allows)
 // of `grid_heads`, preferring a divisor of grid_heads in [most / 2, most], then a size whose last section
