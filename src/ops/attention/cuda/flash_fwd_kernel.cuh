@@ -38,6 +38,10 @@ __device__ __forceinline__ void mask_scores(float (&acc_s)[NS][4], int row_g, in
 
 // The scores' half of an online-softmax step: scores (unscaled) -> P = exp2(S sl - max), running max and
 // this thread's part of the row sums updated; `correction` is the factor O must be scaled by (rescale_rows).
+// The running max (the reference P is taken against) moves only when a score passes it by more than
+// kMaxSlack, so P stays <= 2^kMaxSlack and O is rescaled far less often; L and the final normalisation
+// use the same reference, so the result is the softmax's either way.
+inline constexpr float kMaxSlack = 8.f;
 template <int NS>
 __device__ __forceinline__ void softmax_scores(float (&acc_s)[NS][4], float (&row_max)[2], float (&row_sum)[2],
                                                float sl, float (&correction)[2]) {
@@ -48,7 +52,8 @@ __device__ __forceinline__ void softmax_scores(float (&acc_s)[NS][4], float (&ro
     for (int j = 0; j < NS; ++j) mx = fmaxf(mx, fmaxf(acc_s[j][2 * r], acc_s[j][2 * r + 1]));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-    mx = fmaxf(row_max[r], mx * sl);
+    mx *= sl;
+    mx = mx > row_max[r] + kMaxSlack ? mx : row_max[r];
     const float base = mx == -INFINITY ? 0.f : mx;  // a row with nothing visible yet stays at zero
     correction[r] = fast_exp2(row_max[r] - base);
     row_max[r] = mx;
