@@ -50,7 +50,7 @@ struct BwdKvTraits {
   static constexpr int kConsumerThreads = 128 * kConsumers;
   static constexpr int kThreads = 128 + kConsumerThreads;  // producer warpgroup first
   static constexpr int kProducerRegs = 24;
-  static constexpr int kConsumerRegs = (65536 / 128 - kProducerRegs) / kConsumers / 8 * 8;
+  static constexpr int kConsumerRegs = consumer_registers(kThreads, kProducerRegs);
   // The dQ tile (kBlockM, D) is one piece of 64 queries x 64 columns per warpgroup, staged as
   // kPanel / kDqBoxCols fp32 boxes (128-byte swizzled, as dq_accum's TMA map says).
   static constexpr int kDqBoxFloats = kDqBoxRows * kDqBoxCols, kDqBoxesPerPiece = kPanel / kDqBoxCols;

@@ -69,10 +69,10 @@ struct FwdTraits {
   static_assert(!kPingPong || (kOverlap && kConsumers == 2), "ping-pong needs the overlapped loop and 2 consumers");
   static constexpr int kConsumerThreads = 128 * kConsumers;
   static constexpr int kThreads = 128 + kConsumerThreads;  // producer warpgroup first
-  // Registers per thread after reallocation (multiples of 8): the producer keeps 24, the consumers
-  // share the rest of the 64K register file.
+  // Registers per thread after reallocation (multiples of 8): the producer keeps 24, the consumers take
+  // what it gives back (consumer_registers).
   static constexpr int kProducerRegs = 24;
-  static constexpr int kConsumerRegs = (65536 / 128 - kProducerRegs) / kConsumers / 8 * 8;
+  static constexpr int kConsumerRegs = consumer_registers(kThreads, kProducerRegs);
   static constexpr int kTileBytes = kBlockN * D * static_cast<int>(sizeof(T));  // one K or V tile
   // sQ (kBlockM, D) | sK (kStages, kBlockN, D) | sV (kStages, kBlockN, D), swizzled, then the mbarriers:
   // Q landed, K and V of each slot landed, each slot free. O is staged in each consumer's own Q rows.

@@ -222,6 +222,20 @@ __device__ __forceinline__ void store_rows_tma(T* tile, int wg_row, int warp_row
   }
 }
 
+// Registers per consumer thread (a multiple of 8) of a block of `threads` (one block per SM; the producer
+// warpgroup first) whose producer drops to producer_regs: the launch gives every thread 65536 / threads
+// (rounded down to 8; ptxas takes all that __launch_bounds__ allows in these kernels), and
+// setmaxnreg.inc waits until the block has the registers the consumers ask for, so they may take only
+// what the producer gives back. Asking more hangs the block (a producer at 32 beside 2 consumers at 240
+// did).
+constexpr int consumer_registers(int threads, int producer_regs) {
+  const int launch = 65536 / threads / 8 * 8;
+  const int regs = launch + (launch - producer_regs) * 128 / (threads - 128);
+  return (regs > 256 ? 256 : regs) / 8 * 8;
+}
+static_assert(consumer_registers(384, 24) == 240 && consumer_registers(384, 32) == 232 &&
+              consumer_registers(512, 24) == 160);
+
 // Every warp of a warpgroup executes these: the warpgroup's per-thread register limit becomes N.
 template <int N>
 __device__ __forceinline__ void setmaxnreg_dec() {
