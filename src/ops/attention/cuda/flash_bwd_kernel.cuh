@@ -260,13 +260,9 @@ __device__ __forceinline__ void bwd_dkdv_block(const FlashBwdParams& p) {
   load_tile<T, BN, D, kThreads>(sV, v, p.v.row_stride, keys_valid, s.vec16, tid);
   cp_async_commit();
 
-  // Query tiles that see some key of this tile. Both bounds are non-decreasing in the key, except
-  // that sink keys are seen up to the last row.
-  const int key_last = min(n0 + BN, s.len_k) - 1;
-  const std::int64_t q_begin = key_queries<kHasMask>(n0, s).begin;
-  const std::int64_t q_end = n0 < s.sink_tokens ? s.len_q : key_queries<kHasMask>(key_last, s).end;
-  const int m_first = static_cast<int>(q_begin / BM);
-  const int m_count = q_end > q_begin ? static_cast<int>((q_end + BM - 1) / BM) - m_first : 0;
+  // Query tiles that see some key of this tile.
+  const TileSpan span = key_tile_queries<kHasMask, BN, BM>(n0, s);
+  const int m_first = span.first, m_count = span.count;
   const int n_iters = m_count * s.group;
   // The query range of this thread's key rows n0 + warp_row + 16 m + g + 8 r.
   KeyQueries queries[MT][2];

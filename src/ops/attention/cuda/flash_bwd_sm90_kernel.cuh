@@ -105,22 +105,6 @@ __device__ __forceinline__ void store_dq_boxes(float* boxes, const float (&acc)[
     }
 }
 
-// The query tiles (of BM rows) that see some key of the key tile (BN keys) at n0: [first, first + count).
-struct TileSpan {
-  int first = 0, count = 0;
-  __device__ bool contains(int tile) const { return tile >= first && tile < first + count; }
-};
-template <bool kHasMask, int BN, int BM>
-__device__ __forceinline__ TileSpan key_tile_queries(int n0, const FlashShape& s) {
-  const int key_last = min(n0 + BN, s.len_k) - 1;
-  const std::int64_t q_begin = key_queries<kHasMask>(n0, s).begin;
-  const std::int64_t q_end = n0 < s.sink_tokens ? s.len_q : key_queries<kHasMask>(key_last, s).end;
-  TileSpan span;
-  span.first = static_cast<int>(q_begin / BM);
-  span.count = q_end > q_begin ? static_cast<int>((q_end + BM - 1) / BM) - span.first : 0;
-  return span;
-}
-
 // Ordered dQ additions: how many of the key tiles after key tile n_block (of n_tiles) visit query tile
 // `tile`, i.e. add into it before this one. Every lane of the warp calls it and gets the count.
 template <bool kHasMask, int BN, int BM>
@@ -166,7 +150,7 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
   const int n0 = n_block * BN;
   const int keys_valid = s.len_k - n0;
 
-  // Query tiles that see some key of this tile (as the sm80 kernel).
+  // Query tiles that see some key of this tile.
   const TileSpan span = key_tile_queries<kHasMask, BN, BM>(n0, s);
   const int m_first = span.first, m_count = span.count;
   const int n_iters = m_count * s.group;

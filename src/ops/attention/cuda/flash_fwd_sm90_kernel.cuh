@@ -190,10 +190,12 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
   // Ping-pong: warpgroup wg issues its products after bar.sync on barrier 3 + wg, then arrives on the
   // other's, so one warpgroup's softmax runs while the other's products hold the tensor cores. Both take
   // n_iters + 1 turns; warpgroup 1 opens warpgroup 0's first turn and skips its arrival after its last.
-  auto take_turn = [&] {
+  // A turn: the fence, the products `issue` issues and, with ping-pong, the turn barriers around them;
+  // `last` marks the final turn.
+  auto issue_in_turn = [&](bool last, auto&& issue) {
     if constexpr (Tr::kPingPong) named_barrier_sync(3 + wg, 2 * 128);
-  };
-  auto pass_turn = [&](bool last) {
+    wgmma_fence();
+    issue();
     if constexpr (Tr::kPingPong) {
       if (!(last && wg == 1)) named_barrier_arrive(3 + (1 - wg), 2 * 128);
     }
@@ -214,10 +216,7 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
     // product lands. P of tile it-1 and S of tile it are live together, hence the register budget.
     if (n_iters > 0) {
       mbar_wait(&k_full[pos.slot], pos.phase);
-      take_turn();
-      wgmma_fence();
-      issue_scores(acc_s, pos.slot);
-      pass_turn(false);
+      issue_in_turn(false, [&] { issue_scores(acc_s, pos.slot); });
       wgmma_wait<0>();
       fence_accumulators(acc_s);
       softmax_tile(acc_s, 0, correction);  // O is still zero: nothing to rescale
@@ -228,11 +227,10 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
       pos.advance();
       mbar_wait(&k_full[pos.slot], pos.phase);
       mbar_wait(&v_full[prev.slot], prev.phase);
-      take_turn();
-      wgmma_fence();
-      issue_scores(acc_s, pos.slot);
-      issue_pv(pa, prev.slot);
-      pass_turn(false);
+      issue_in_turn(false, [&] {
+        issue_scores(acc_s, pos.slot);
+        issue_pv(pa, prev.slot);
+      });
       wgmma_wait<1>();  // S of tile it landed; P V of tile it-1 may still run
       fence_accumulators(acc_s);
       softmax_tile(acc_s, it, correction);
@@ -242,10 +240,7 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
     }
     if (n_iters > 0) {
       mbar_wait(&v_full[pos.slot], pos.phase);
-      take_turn();
-      wgmma_fence();
-      issue_pv(pa, pos.slot);
-      pass_turn(true);
+      issue_in_turn(true, [&] { issue_pv(pa, pos.slot); });
       retire_pv(pos.slot);
     }
   } else {

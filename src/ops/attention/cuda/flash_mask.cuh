@@ -64,6 +64,24 @@ __device__ __forceinline__ QueryRange key_queries(std::int64_t j, const FlashSha
   }
 }
 
+// The query tiles (of BM rows) that see some key of the key tile (BN keys) at n0: [first, first + count).
+// Both bounds of key_queries are non-decreasing in the key, except that sink keys are seen up to the last
+// row.
+struct TileSpan {
+  int first = 0, count = 0;
+  __device__ bool contains(int tile) const { return tile >= first && tile < first + count; }
+};
+template <bool kHasMask, int BN, int BM>
+__device__ __forceinline__ TileSpan key_tile_queries(int n0, const FlashShape& s) {
+  const int key_last = min(n0 + BN, s.len_k) - 1;
+  const std::int64_t q_begin = key_queries<kHasMask>(n0, s).begin;
+  const std::int64_t q_end = n0 < s.sink_tokens ? s.len_q : key_queries<kHasMask>(key_last, s).end;
+  TileSpan span;
+  span.first = static_cast<int>(q_begin / BM);
+  span.count = q_end > q_begin ? static_cast<int>((q_end + BM - 1) / BM) - span.first : 0;
+  return span;
+}
+
 // A row's KeyRange in 32-bit registers (lengths are < 2^30), for the per-element masks.
 struct RowKeys {
   int sink_end = 0, begin = 0, end = 0;
