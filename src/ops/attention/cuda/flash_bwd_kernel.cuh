@@ -99,7 +99,9 @@ constexpr int pre_lanes_per_row() {
 
 // Pre-pass, one block per (batch x query head, kPreRows padded rows): D_i, L_i log2(e) and the sink
 // partials; where dq_accum is set it also zeroes the block's rows of dq_accum, and where dq_order is,
-// the block's counter.
+// the block's counter. With dq_order (the Hopper kernel's ordered additions) the first key tile to visit
+// a query tile stores its dQ piece, so only the rows that see no key (all of an unvisited tile's) are
+// zeroed.
 // Each row's dot product is spread over pre_lanes_per_row lanes reading 16-byte chunks of O and dO where
 // both allow it (else elements), and summed over those lanes in a fixed order.
 template <class T, int D>
@@ -117,7 +119,9 @@ __global__ void __launch_bounds__(kPreThreads) flash_bwd_pre_kernel(const __grid
   if (p.dq_accum) {  // (kPreRows, D) fp32, contiguous and 16-byte aligned (D is a multiple of 16)
     float4* rows = reinterpret_cast<float4*>(p.dq_accum + (static_cast<std::int64_t>(bh) * p.len_q_pad +
                                                            static_cast<std::int64_t>(block) * kPreRows) * D);
-    for (int i = threadIdx.x; i < kPreRows * D / 4; i += kPreThreads) rows[i] = float4{};
+    const int row0 = block * kPreRows;
+    for (int i = threadIdx.x; i < kPreRows * D / 4; i += kPreThreads)
+      if (!p.dq_order || row_keys<true>(row0 + i / (D / 4), s).empty()) rows[i] = float4{};
   }
   if (p.dq_order && threadIdx.x == 0) p.dq_order[bh * p.pre_blocks + block] = 0;
 

@@ -1,7 +1,7 @@
 // flash_bwd_sm90_kernel.cuh — internal (CUDA builds only): the Hopper (sm_90a) backward kernel, 16-bit
 // inputs, head dims 64 and 128. It follows the sm80 scheme of flash_bwd_kernel.cuh, whose pre-pass (D_i,
-// L_i log2(e), sink partials, zeroed dq_accum) and sink-gradient sum it shares, and fuses dQ into the
-// dK/dV kernel as FA2's atomic mode does (flash_bwd_atomic.cuh):
+// L_i log2(e), sink partials, dq_accum zeroed) and sink-gradient sum it shares, and fuses dQ into the dK/dV
+// kernel as FA2's atomic mode does (flash_bwd_atomic.cuh):
 //   one block per (batch x kv head, key tile), each warpgroup owning 64 keys; it loops over the query
 //   heads of its group and the query tiles that see the key tile. S^T = K Q^T and dP^T = V dO^T run as
 //   wgmma from shared memory; P^T and dS^T are rounded to the input dtype in registers and feed
@@ -10,13 +10,22 @@
 //   dQ_tile = dS K over all the block's keys (M-major dS, N-major K), stages it as fp32 boxes, and the
 //   boxes are added into dq_accum with TMA reductions; a convert kernel then writes dQ.
 // AttentionOptions::deterministic = false lets each warpgroup add its boxes as soon as they are staged,
-// in whatever order the blocks reach a query tile. Deterministic (the default, kOrderedDq) fixes that
-// order, so repeated runs give bit-identical gradients: the key tiles add into a query tile in descending
-// order, each after the tile's counter (dq_order) says that every later key tile visiting it has added,
-// and the blocks launch last key tile first, so a block waits only on blocks launched before it (which run
-// or have run: the hardware starts a grid's blocks in order). Two writer warps of the producer warpgroup
-// (even and odd steps) wait on the counter, issue the reductions the consumers staged and, once they have
-// landed, advance the counter. Key tiles nearer the diagonal reach a causal query tile first anyway.
+// in whatever order the blocks reach a query tile; its blocks launch first key tile first (the longest
+// causal blocks first). Deterministic (the default, kOrderedDq) fixes that order, so repeated runs give
+// bit-identical gradients: a query tile's counter (dq_order) says how many key tiles have added into it,
+// and a key tile adds once every key tile before it in its head's order has (the first one stores its
+// boxes instead, so the pre-pass zeroes only the rows that see no key). A block waits only on blocks
+// launched before it (which run or have run: the hardware starts a grid's blocks in order), so a head's
+// order is its launch order. For most heads it is descending: last key tile launched first, each block
+// taking its query tiles first first, so a key tile reaches every causal query tile it shares with the
+// next one a step later than that one and nothing waits, but the head's longest blocks launch last. The
+// heads launched last (the last quarter of the grid heads, ascending_heads) go the other way, so the grid
+// does not end on its longest blocks: first key tile first, ascending, each block taking its query tiles
+// last first; blocks launched together then wait on each other about a step each, which costs less than
+// the tail (kSm90Tiles notes). The choice depends on the head alone, not on the launch sections, so the
+// gradients do not either.
+// Two writer warps of the producer warpgroup (even and odd steps) wait on the counter, issue the
+// reductions (or stores) the consumers staged and, once they have landed, advance the counter.
 // The kernel is warp-specialised as the forward (flash_fwd_sm90_kernel.cuh): warpgroup 0 is the producer —
 // one thread issues the TMA copies of the resident K and V tiles and of every step's Q and dO tiles (and
 // bulk copies of its L and D rows) into a ring of 128-byte-swizzled buffers guarded by mbarriers — and the
@@ -105,18 +114,24 @@ __device__ __forceinline__ void store_dq_boxes(float* boxes, const float (&acc)[
     }
 }
 
-// Ordered dQ additions: how many of the key tiles after key tile n_block (of n_tiles) visit query tile
-// `tile`, i.e. add into it before this one. Every lane of the warp calls it and gets the count.
+// Ordered dQ additions: how many of the key tiles that add into query tile `tile` before key tile n_block
+// (of n_tiles) visit it — those before it when `ascending`, else those after it (none: this one stores).
+// Every lane of the warp calls it and gets the count.
 template <bool kHasMask, int BN, int BM>
-__device__ __forceinline__ int key_tiles_before(int n_block, int n_tiles, int tile, const FlashShape& s, int lane) {
+__device__ __forceinline__ int key_tiles_before(int n_block, int n_tiles, bool ascending, int tile, const FlashShape& s,
+                                                int lane) {
+  const int first = ascending ? 0 : n_block + 1, end = ascending ? n_block : n_tiles;
   int count = 0;
-  for (int base = n_block + 1; base < n_tiles; base += 32) {
+  for (int base = first; base < end; base += 32) {
     const int n = base + lane;
-    const bool visits = n < n_tiles && key_tile_queries<kHasMask, BN, BM>(n * BN, s).contains(tile);
+    const bool visits = n < end && key_tile_queries<kHasMask, BN, BM>(n * BN, s).contains(tile);
     count += __popc(__ballot_sync(0xffffffffu, visits));
   }
   return count;
 }
+
+// Ordered dQ additions: how many of the grid heads, the last ones, add in ascending key-tile order.
+__device__ __forceinline__ int ascending_heads(int grid_heads) { return (grid_heads + 3) / 4; }
 
 template <class T, int D, bool kHasMask, bool kOrderedDq>
 __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
@@ -141,10 +156,13 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
   std::uint64_t* step_full = kv_full + 1;        // (kStages)
   std::uint64_t* slot_free = step_full + kStages;  // (kStages)
 
-  const int bh = section_head(s.batch * s.heads_kv);
+  const int grid_heads = s.batch * s.heads_kv;
+  const int bh = section_head(grid_heads);
   if (bh < 0) return;
-  // The first key tiles (seen by the most causal queries) first; the last first when additions are ordered.
-  const int n_block = kOrderedDq ? gridDim.y - 1 - blockIdx.y : blockIdx.y;
+  // The launch and addition order of this block's head: ascending key tiles, except with ordered
+  // additions for all but the last heads (see the top of the file).
+  const bool ascending = !kOrderedDq || bh >= grid_heads - ascending_heads(grid_heads);
+  const int n_block = ascending ? blockIdx.y : gridDim.y - 1 - blockIdx.y;
   const int b = bh / s.heads_kv, hk = bh % s.heads_kv;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int n0 = n_block * BN;
@@ -154,9 +172,14 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
   const TileSpan span = key_tile_queries<kHasMask, BN, BM>(n0, s);
   const int m_first = span.first, m_count = span.count;
   const int n_iters = m_count * s.group;
-  // Step it's query head and first query row: the steps run over the group's heads, each over the tiles.
+  // Step it's query head and first query row: the steps run over the group's heads, each over the tiles
+  // (the last tile first when additions are ordered and ascending).
   auto step_head = [&](int it) { return hk * s.group + it / m_count; };
-  auto step_row0 = [&](int it) { return (m_first + it % m_count) * BM; };
+  const bool last_tile_first = kOrderedDq && ascending;
+  auto step_row0 = [&](int it) {
+    const int i = it % m_count;
+    return (m_first + (last_tile_first ? m_count - 1 - i : i)) * BM;
+  };
   // Warpgroup w stages its piece of a step's dQ tile (queries 64 (w / kColPanels).., columns kPanel
   // (w % kColPanels).., over all BN keys) in its sdQ boxes; one thread adds them into dq_accum.
   constexpr int kColPanels = D / kPanel;
@@ -166,13 +189,17 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
   auto free_barrier = [](int w, int parity) { return 10 + 2 * w + parity; };
   constexpr int kWriterThreads = 128 + 32;  // ordered additions: a consumer warpgroup and a writer warp
   auto piece_boxes = [&](int w) { return sdQ + w * Tr::kDqBoxesPerPiece * Tr::kDqBoxFloats; };
-  auto reduce_piece = [&](int w, int it) {
+  // Adds warpgroup w's staged piece of step it into dq_accum (stores it when `first`).
+  auto reduce_piece = [&](int w, int it, bool first) {
     const int row = step_row0(it) + 64 * (w / kColPanels), h = step_head(it);
 #pragma unroll
-    for (int i = 0; i < Tr::kDqBoxesPerPiece; ++i)
-      tma_reduce_add(maps.dq_accum,
-                     tma_coords(maps.dq_accum, (w % kColPanels) * kPanel + i * kDqBoxCols, row, h, b),
-                     piece_boxes(w) + i * Tr::kDqBoxFloats);
+    for (int i = 0; i < Tr::kDqBoxesPerPiece; ++i) {
+      const TmaCoords at = tma_coords(maps.dq_accum, (w % kColPanels) * kPanel + i * kDqBoxCols, row, h, b);
+      if (first)
+        tma_store(maps.dq_accum, at, piece_boxes(w) + i * Tr::kDqBoxFloats);
+      else
+        tma_reduce_add(maps.dq_accum, at, piece_boxes(w) + i * Tr::kDqBoxFloats);
+    }
     bulk_commit();
   };
 
@@ -195,12 +222,12 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
           for (int w = 0; w < Tr::kConsumers; ++w) named_barrier_arrive(free_barrier(w, 1), kWriterThreads);
         for (int it = parity; it < n_iters; it += 2) {
           const int h = step_head(it), m0 = step_row0(it);
-          const int before = key_tiles_before<kHasMask, BN, BM>(n_block, gridDim.y, m0 / BM, s, lane);
+          const int before = key_tiles_before<kHasMask, BN, BM>(n_block, gridDim.y, ascending, m0 / BM, s, lane);
           int* counter = p.dq_order + (b * s.heads_q + h) * p.pre_blocks + m0 / kPreRows;
           for (int w = 0; w < Tr::kConsumers; ++w) named_barrier_sync(full_barrier(w, parity), kWriterThreads);
           if (lane == 0) {
             counter_wait_eq(counter, before);
-            for (int w = 0; w < Tr::kConsumers; ++w) reduce_piece(w, it);
+            for (int w = 0; w < Tr::kConsumers; ++w) reduce_piece(w, it, before == 0);
             bulk_wait_read<0>();
           }
           __syncwarp();
@@ -275,7 +302,7 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
       named_barrier_arrive(full_barrier(wg, it & 1), kWriterThreads);
     } else {
       named_barrier_sync(full_barrier(wg, 0), 128);  // the warpgroup's sdQ boxes are complete
-      if (wg_leader) reduce_piece(wg, it);
+      if (wg_leader) reduce_piece(wg, it, false);
     }
   };
   // Ordered before step 0's dQ by the consumer barrier.

@@ -57,7 +57,8 @@ struct FlashBwdParams {
   // dQ's rounding varies). The Hopper kernel accumulates dQ in both modes, in a fixed order when true.
   bool deterministic = true;
   // (B, Hq, len_q_pad, D) fp32 where the dK/dV kernel accumulates dQ (!deterministic, or the Hopper
-  // kernel), zeroed by the pre-pass.
+  // kernel), zeroed by the pre-pass (with dq_order only the rows that see no key: the first key tile to
+  // visit a query tile stores its piece).
   float* dq_accum = nullptr;
   // (B * Hq, pre_blocks) int, zeroed by the pre-pass, for the ordered additions (deterministic Hopper
   // kernel): how many key tiles have added into the query tile starting at that block's rows.

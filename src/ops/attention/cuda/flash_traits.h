@@ -82,6 +82,13 @@ inline constexpr FlashSm90Tiles kSm90Tiles[] = {
     // interleaved chains of key tiles (a second accumulator) 3.40 and 3.83-3.88 with one writer, 3.05-3.06
     // and 3.36-3.37 with two; without the counter waits (order not fixed) the two writers ran 3.20 / 3.17
     // ms with the last key tile first and 2.90-3.00 / 3.01-3.04 with the first first.
+    // Launch order of the ordered additions (H100, interleaved, deterministic backward, leaderboard /
+    // d=128): every head last key tile first, 2.89-2.97 / 3.00-3.14 ms (the longest blocks end the grid;
+    // a simulation of the launch gives a 6% tail); every head first key tile first (ascending, query
+    // tiles last first), 3.23-3.29 / 2.87-2.96 (blocks launched together wait on each other: 2.87 /
+    // 2.72-2.75 without the waits); the heads of the last launch section so, 2.77-2.86 / 2.85-2.94; the
+    // last quarter of the heads so (kept: it does not depend on the sections), 2.77-2.85 / 2.95-2.96.
+    // Storing the first piece instead of zeroing dq_accum, alone: 2.96-2.97 / 3.01-3.07.
     {3, 128, 2, 0, 0, 2, 128, 2},  // d=64
     {2, 128, 3, 1, 1, 2, 64, 2},   // d=128
 };
