@@ -218,6 +218,8 @@ __device__ __forceinline__ void store_rows_tma(T* tile, int wg_row, int warp_row
 #pragma unroll
     for (int pn = 0; pn < D / kPanel; ++pn)
       tma_store(map, tma_coords(map, pn * kPanel, row0 + wg_row, head, batch), rows + pn * BM * kPanel);
+    // Waiting only until the rows are read (so the block exits sooner) took the d=128 forward (B2 H16
+    // N8192 causal) 0.89-0.96 -> 0.98-0.99 ms on an H100, interleaved.
     tma_store_wait_all();
   }
 }
