@@ -28,6 +28,10 @@ void cuda_flash_backward(const AttentionTensors& t, const AttentionGrads& g, con
 // sections of that many grid heads from now on (tests, so that sections engage at small sizes), 0 returns
 // to the L2-sized ones.
 void force_flash_section_heads(int heads);
+// The deterministic Hopper backward adds the dQ pieces of its last grid heads in ascending key-tile order
+// and of the others in descending order (flash_traits.h, ascending_heads_for); heads >= 0 forces that
+// many ascending heads from now on (tests, so that both orders run at small sizes), -1 returns to the rule.
+void force_flash_ascending_heads(int heads);
 // CUDA naive baseline: cuBLASLt GEMMs and a softmax kernel, S and P materialised (cuda/naive_*.cu).
 void cuda_naive_forward(const AttentionTensors& t, const AttentionShape& s, const Stream& stream);
 void cuda_naive_backward(const AttentionTensors& t, const AttentionGrads& g, const AttentionShape& s,

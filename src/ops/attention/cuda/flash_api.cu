@@ -74,6 +74,7 @@ FlashShape flash_shape(const AttentionShape& s, bool vec16) {
 // backward); the leaderboard backward 3.22 -> 3.14 and 3.61 -> 3.58 ms. H100: the d = 128 forward's L2 hit
 // rate 65% -> 92%. The count is balanced over the grid heads (section_heads_for in flash_traits.h).
 std::atomic<int> forced_section_heads{0};
+std::atomic<int> forced_ascending_heads{-1};  // force_flash_ascending_heads; -1: ascending_heads_for
 
 int section_heads(std::int64_t bytes_per_head, std::int64_t grid_heads, int device) {
   std::int64_t heads = forced_section_heads.load();
@@ -174,6 +175,11 @@ void dispatch(DType dtype, std::int64_t head_dim, Fn&& fn) {
 
 }  // namespace
 
+void force_flash_ascending_heads(int heads) {
+  FT_CHECK(heads >= -1, "force_flash_ascending_heads: heads must be >= -1, given ", heads);
+  forced_ascending_heads.store(heads);
+}
+
 void force_flash_section_heads(int heads) {
   FT_CHECK(heads >= 0, "force_flash_section_heads: heads must be >= 0, given ", heads);
   forced_section_heads.store(heads);
@@ -258,6 +264,11 @@ void cuda_flash_backward(const AttentionTensors& t, const AttentionGrads& g, con
     const std::int64_t elem = static_cast<std::int64_t>(size_of(t.q.dtype()));
     const std::int64_t qdo_bytes = 2 * s.len_q * (s.head_dim * elem + 4) * (s.heads_q / s.heads_kv);  // Q dO L D
     p.dkdv_section_heads = section_heads(qdo_bytes, s.batch * s.heads_kv, device_of.index);
+    const std::int64_t block_n = 64 * flash::flash_sm90_tiles(static_cast<int>(s.head_dim)).kv_wg;
+    const int forced = forced_ascending_heads.load();
+    p.ascending_heads = static_cast<int>(
+        forced >= 0 ? std::min<std::int64_t>(forced, s.batch * s.heads_kv)
+                    : flash::ascending_heads_for(s.batch * s.heads_kv, (s.len_k + block_n - 1) / block_n));
   }
 
   auto cuda_stream = static_cast<cudaStream_t>(stream.handle());

@@ -19,11 +19,11 @@
 // order is its launch order. For most heads it is descending: last key tile launched first, each block
 // taking its query tiles first first, so a key tile reaches every causal query tile it shares with the
 // next one a step later than that one and nothing waits, but the head's longest blocks launch last. The
-// heads launched last (the last quarter of the grid heads, ascending_heads) go the other way, so the grid
-// does not end on its longest blocks: first key tile first, ascending, each block taking its query tiles
-// last first; blocks launched together then wait on each other about a step each, which costs less than
-// the tail (kSm90Tiles notes). The choice depends on the head alone, not on the launch sections, so the
-// gradients do not either.
+// heads launched last (p.ascending_heads of them, usually a quarter: ascending_heads_for in
+// flash_traits.h) go the other way, so the grid does not end on its longest blocks: first key tile first,
+// ascending, each block taking its query tiles last first; blocks launched together then wait on each
+// other about a step each, which costs less than the tail. The choice depends on the shape alone, not on
+// the device or the launch sections, so the gradients do not either.
 // Two writer warps of the producer warpgroup (even and odd steps) wait on the counter, issue the
 // reductions (or stores) the consumers staged and, once they have landed, advance the counter.
 // The kernel is warp-specialised as the forward (flash_fwd_sm90_kernel.cuh): warpgroup 0 is the producer —
@@ -130,9 +130,6 @@ __device__ __forceinline__ int key_tiles_before(int n_block, int n_tiles, bool a
   return count;
 }
 
-// Ordered dQ additions: how many of the grid heads, the last ones, add in ascending key-tile order.
-__device__ __forceinline__ int ascending_heads(int grid_heads) { return (grid_heads + 3) / 4; }
-
 template <class T, int D, bool kHasMask, bool kOrderedDq>
 __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
     flash_bwd_sm90_kernel(const __grid_constant__ FlashBwdParams p, const __grid_constant__ BwdTmaMaps maps) {
@@ -161,7 +158,7 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
   if (bh < 0) return;
   // The launch and addition order of this block's head: ascending key tiles, except with ordered
   // additions for all but the last heads (see the top of the file).
-  const bool ascending = !kOrderedDq || bh >= grid_heads - ascending_heads(grid_heads);
+  const bool ascending = !kOrderedDq || bh >= grid_heads - p.ascending_heads;
   const int n_block = ascending ? blockIdx.y : gridDim.y - 1 - blockIdx.y;
   const int b = bh / s.heads_kv, hk = bh % s.heads_kv;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;

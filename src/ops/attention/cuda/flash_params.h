@@ -63,6 +63,8 @@ struct FlashBwdParams {
   // (B * Hq, pre_blocks) int, zeroed by the pre-pass, for the ordered additions (deterministic Hopper
   // kernel): how many key tiles have added into the query tile starting at that block's rows.
   int* dq_order = nullptr;
+  // With dq_order: how many of the last grid heads add in ascending key-tile order (ascending_heads_for).
+  int ascending_heads = 0;
   // Launch geometry of the Hopper kernel: the grid heads (batch x kv head) whose tiles are launched
   // together (flash_api.cu, section_grid).
   int dkdv_section_heads = 1;

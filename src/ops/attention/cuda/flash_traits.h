@@ -87,7 +87,8 @@ inline constexpr FlashSm90Tiles kSm90Tiles[] = {
     // a simulation of the launch gives a 6% tail); every head first key tile first (ascending, query
     // tiles last first), 3.23-3.29 / 2.87-2.96 (blocks launched together wait on each other: 2.87 /
     // 2.72-2.75 without the waits); the heads of the last launch section so, 2.77-2.86 / 2.85-2.94; the
-    // last quarter of the heads so (kept: it does not depend on the sections), 2.77-2.85 / 2.95-2.96.
+    // last quarter of the heads so (kept, ascending_heads_for: not tied to the sections), 2.77-2.85 /
+    // 2.95-2.96.
     // Storing the first piece instead of zeroing dq_accum, alone: 2.96-2.97 / 3.01-3.07.
     {3, 128, 2, 0, 0, 2, 128, 2},  // d=64
     {2, 128, 3, 1, 1, 2, 64, 2},   // d=128
@@ -110,6 +111,23 @@ constexpr long long section_heads_for(long long most, long long grid_heads) {
 static_assert(section_heads_for(5, 16) == 4 && section_heads_for(4, 16) == 4 && section_heads_for(5, 32) == 4);
 static_assert(section_heads_for(5, 13) == 5 && section_heads_for(4, 17) == 3 && section_heads_for(3, 10) == 2);
 static_assert(section_heads_for(100, 12) == 12 && section_heads_for(0, 12) == 1 && section_heads_for(1, 7) == 1);
+
+// Ordered dQ additions of the Hopper backward (flash_bwd_sm90_kernel.cuh): how many of the last grid
+// heads launch and add first key tile first, given the heads and their key tiles. A quarter of them, so
+// the grid does not end on the longest causal blocks; none in a grid of fewer than 1024 blocks whose
+// heads have fewer than 64 key tiles, where the blocks of those heads start nearly together and waiting
+// on each other costs more than the tail. H100, deterministic backward, interleaved, none -> a quarter:
+// leaderboard 2.92-2.97 -> 2.77-2.85 ms, d=128 causal B2 H16 N8192 3.02-3.12 -> 2.95-2.96, B1 H2 N32768
+// 3.24 -> 2.76, d=64 causal B4 H16 N4096 0.91-0.92 -> 0.88-0.89, but d=128 causal B1 H8 N4096 (256
+// blocks of 32 key tiles) 0.28 -> 0.30-0.31. A function of the shape alone, so the gradients do not
+// depend on the device or the launch sections.
+constexpr long long ascending_heads_for(long long grid_heads, long long key_tiles) {
+  if (grid_heads * key_tiles < 1024 && key_tiles < 64) return 0;
+  return (grid_heads + 3) / 4;
+}
+static_assert(ascending_heads_for(16, 128) == 4 && ascending_heads_for(32, 64) == 8 &&
+              ascending_heads_for(2, 256) == 1);
+static_assert(ascending_heads_for(64, 32) == 16 && ascending_heads_for(8, 32) == 0 && ascending_heads_for(1, 1) == 0);
 
 constexpr FlashSm90Tiles flash_sm90_tiles(int d) { return d == 64 ? kSm90Tiles[0] : kSm90Tiles[1]; }
 constexpr bool has_sm90_kernels(int elem_bytes, int d) { return elem_bytes == 2 && (d == 64 || d == 128); }
