@@ -641,15 +641,23 @@ TEST(FlashAttention, BroadcastOperandsRunOnSm80) {
   }
 }
 
+// A test hook of the flash kernels (attention_impls.h) set for a scope: `set(value)`, then `set(reset)`.
+struct ForcedFlashHook {
+  ForcedFlashHook(void (*set)(int), int value, int reset) : set_(set), reset_(reset) { set_(value); }
+  ~ForcedFlashHook() { set_(reset_); }
+  ForcedFlashHook(const ForcedFlashHook&) = delete;
+  ForcedFlashHook& operator=(const ForcedFlashHook&) = delete;
+
+ private:
+  void (*set_)(int);
+  int reset_;
+};
+
 // The Hopper kernels launch their heads in L2-sized sections (flash_api.cu), which hold every head at
 // these sizes; forced sections of 1, 2, 3 and 5 grid heads (a partial last section, sections across batches
 // and across a GQA group) give the same outputs bit for bit — dQ too in the deterministic mode.
 TEST(FlashAttention, HopperHeadSectionsGiveTheSameOutputs) {
   if (!cuda_available() || !hopper_gpu()) GTEST_SKIP() << "needs a Hopper GPU";
-  struct ForcedSections {
-    explicit ForcedSections(int heads) { attention_impl::force_flash_section_heads(heads); }
-    ~ForcedSections() { attention_impl::force_flash_section_heads(0); }
-  };
   for (std::int64_t d : {64, 128})
     for (bool deterministic : {true, false}) {
       const FlashCase c{.name = "sections", .batch = 3, .heads_q = 4, .heads_kv = 2, .len_q = 300, .len_k = 300,
@@ -660,7 +668,7 @@ TEST(FlashAttention, HopperHeadSectionsGiveTheSameOutputs) {
       const Outputs whole = run_flash(c, in, &repeat);
       for (int heads : {1, 2, 3, 5}) {
         SCOPED_TRACE(str("sections of ", heads));
-        const ForcedSections forced(heads);
+        const ForcedFlashHook forced(attention_impl::force_flash_section_heads, heads, 0);
         const Outputs sectioned = run_flash(c, in, &repeat);
         EXPECT_TRUE(same_bits(whole.o, sectioned.o));
         EXPECT_TRUE(same_bits(whole.lse, sectioned.lse));
@@ -679,10 +687,6 @@ TEST(FlashAttention, HopperHeadSectionsGiveTheSameOutputs) {
 // largest magnitude), O and dsinks bit for bit, and the same bits from run to run.
 TEST(FlashAttention, HopperAscendingHeadsGiveTheSameGradients) {
   if (!cuda_available() || !hopper_gpu()) GTEST_SKIP() << "needs a Hopper GPU";
-  struct ForcedAscending {
-    explicit ForcedAscending(int heads) { attention_impl::force_flash_ascending_heads(heads); }
-    ~ForcedAscending() { attention_impl::force_flash_ascending_heads(-1); }
-  };
   for (std::int64_t d : {64, 128}) {
     const FlashCase c{.name = "ascending", .batch = 2, .heads_q = 4, .heads_kv = 2, .len_q = 300, .len_k = 170,
                       .head_dim = d, .causal = true, .sinks = true};
@@ -690,14 +694,14 @@ TEST(FlashAttention, HopperAscendingHeadsGiveTheSameGradients) {
     const Inputs in = make_inputs(c, 7);
     Outputs descending;
     {
-      const ForcedAscending forced(0);
+      const ForcedFlashHook forced(attention_impl::force_flash_ascending_heads, 0, -1);
       RunToRun repeat;
       descending = run_flash(c, in, &repeat);
       EXPECT_TRUE(repeat.dq_identical && repeat.rest_identical);
     }
     for (int heads : {1, 3, 4}) {
       SCOPED_TRACE(str(heads, " ascending heads"));
-      const ForcedAscending forced(heads);
+      const ForcedFlashHook forced(attention_impl::force_flash_ascending_heads, heads, -1);
       RunToRun repeat;
       const Outputs got = run_flash(c, in, &repeat);
       EXPECT_TRUE(repeat.dq_identical && repeat.rest_identical);

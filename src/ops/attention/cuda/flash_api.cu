@@ -264,7 +264,9 @@ void cuda_flash_backward(const AttentionTensors& t, const AttentionGrads& g, con
     const std::int64_t elem = static_cast<std::int64_t>(size_of(t.q.dtype()));
     const std::int64_t qdo_bytes = 2 * s.len_q * (s.head_dim * elem + 4) * (s.heads_q / s.heads_kv);  // Q dO L D
     p.dkdv_section_heads = section_heads(qdo_bytes, s.batch * s.heads_kv, device_of.index);
-    const std::int64_t block_n = 64 * flash::flash_sm90_tiles(static_cast<int>(s.head_dim)).kv_wg;
+  }
+  if (ordered_dq) {
+    const std::int64_t block_n = flash::sm90_bwd_block_n(static_cast<int>(s.head_dim));
     const int forced = forced_ascending_heads.load();
     p.ascending_heads = static_cast<int>(
         forced >= 0 ? std::min<std::int64_t>(forced, s.batch * s.heads_kv)

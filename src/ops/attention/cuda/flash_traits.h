@@ -130,6 +130,8 @@ static_assert(ascending_heads_for(16, 128) == 4 && ascending_heads_for(32, 64) =
 static_assert(ascending_heads_for(64, 32) == 16 && ascending_heads_for(8, 32) == 0 && ascending_heads_for(1, 1) == 0);
 
 constexpr FlashSm90Tiles flash_sm90_tiles(int d) { return d == 64 ? kSm90Tiles[0] : kSm90Tiles[1]; }
+// Keys per block of the Hopper backward: 64 per consumer warpgroup.
+constexpr int sm90_bwd_block_n(int d) { return 64 * flash_sm90_tiles(d).kv_wg; }
 constexpr bool has_sm90_kernels(int elem_bytes, int d) { return elem_bytes == 2 && (d == 64 || d == 128); }
 
 constexpr int head_dim_index(int d) {
