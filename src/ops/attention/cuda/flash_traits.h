@@ -90,6 +90,13 @@ inline constexpr FlashSm90Tiles kSm90Tiles[] = {
     // last quarter of the heads so (kept, ascending_heads_for: not tied to the sections), 2.77-2.85 /
     // 2.95-2.96.
     // Storing the first piece instead of zeroing dq_accum, alone: 2.96-2.97 / 3.01-3.07.
+    // A persistent forward (one block per SM taking tiles from a counter in global memory once the last
+    // one's copies were issued, Q freed at a tile's last S, O stored from registers, the K/V ring running
+    // across tiles) ran slower (H100, interleaved): d=128 causal B2 H16 N8192 0.90-0.95 -> 0.95-1.02 ms,
+    // leaderboard forward 1.17-1.19 -> 1.16-1.21. Under ncu the tiled kernel's SMs are active 97.4% of its
+    // cycles, so persistence could win at most ~2.6%, while the loop over tiles took the wgmma descriptor
+    // arithmetic off the uniform datapath (4.8% more instructions; claiming tiles at a tile's start, 10%).
+    // A static schedule spread the work unevenly (SM active cycles 1.24M-2.07M) and fell to 63% L2 hits.
     {3, 128, 2, 0, 0, 2, 128, 2},  // d=64
     {2, 128, 3, 1, 1, 2, 64, 2},   // d=128
 };
