@@ -96,6 +96,9 @@ inline constexpr FlashSm90Tiles kSm90Tiles[] = {
     // leaderboard forward 1.17-1.19 -> 1.16-1.21. Under ncu the tiled kernel's SMs are active 97.4% of its
     // cycles, so persistence could win at most ~2.6%, while the loop over tiles took the wgmma descriptor
     // arithmetic off the uniform datapath (4.8% more instructions; claiming tiles at a tile's start, 10%).
+    // Passing the ring position through a warp reduction each step brought the main loop back to its
+    // length (1606 -> 1609 SASS instructions), yet the kernel stayed slower, 879 -> 925 us under ncu
+    // (stalls per instruction: math-pipe throttle 0.07 -> 0.28, branch resolving 0.05 -> 0.18).
     // A static schedule spread the work unevenly (SM active cycles 1.24M-2.07M) and fell to 63% L2 hits.
     {3, 128, 2, 0, 0, 2, 128, 2},  // d=64
     {2, 128, 3, 1, 1, 2, 64, 2},   // d=128
