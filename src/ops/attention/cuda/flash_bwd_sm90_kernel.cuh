@@ -114,9 +114,10 @@ __device__ __forceinline__ void store_dq_boxes(float* boxes, const float (&acc)[
     }
 }
 
-// Ordered dQ additions: how many of the key tiles that add into query tile `tile` before key tile n_block
-// (of n_tiles) visit it — those before it when `ascending`, else those after it (none: this one stores).
-// Every lane of the warp calls it and gets the count.
+// Ordered dQ additions: how many key tiles add into query tile `tile` before key tile n_block (of n_tiles)
+// does, i.e. visit it and come earlier in the head's order — lower key tiles when `ascending`, else higher
+// ones. A count of 0 makes n_block the first, which stores its piece. Every lane of the warp calls it and
+// gets the count.
 template <bool kHasMask, int BN, int BM>
 __device__ __forceinline__ int key_tiles_before(int n_block, int n_tiles, bool ascending, int tile, const FlashShape& s,
                                                 int lane) {
