@@ -118,13 +118,13 @@ __device__ __forceinline__ void finish_rows(const float (&row_max)[2], const flo
   }
 }
 
-// L of rows row_g, row_g + 8 (those < len_q) -> out (row stride in elements), by the t == 0 lanes.
+// L of rows row_g, row_g + 8 (those in [0, len_q)) -> out (row stride in elements), by the t == 0 lanes.
 __device__ __forceinline__ void write_lse(float* out, std::int64_t row_stride, int row_g, int len_q,
                                           const float (&lse)[2], int t) {
   if (t != 0) return;
 #pragma unroll
   for (int r = 0; r < 2; ++r)
-    if (row_g + 8 * r < len_q) out[(row_g + 8 * r) * row_stride] = lse[r];
+    if (row_g + 8 * r >= 0 && row_g + 8 * r < len_q) out[(row_g + 8 * r) * row_stride] = lse[r];
 }
 
 // Step `it` of a K/V prefetch ring over the visited key tiles: K and V rows from key tiles.tile(it) * BN

@@ -103,12 +103,15 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
 
   const int bh = section_head(s.batch * s.heads_q);
   if (bh < 0) return;
-  const int m_block = gridDim.y - 1 - blockIdx.y;  // longest (causal) tiles of the section's heads first
   const int b = bh / s.heads_q, h = bh % s.heads_q, hk = h / s.group;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  const int m0 = m_block * BM;
+  // Query tiles end at len_q rounded up to 64 rows, longest (causal) tiles of the section's heads first:
+  // where BM does not divide that, the partial tile is the first, whose rows see the fewest keys. Its
+  // rows before 0 come in whole warpgroups (TMA stores take no negative rows), read as zeros, never
+  // written.
+  const int m0 = (s.len_q + 63) / 64 * 64 - (blockIdx.y + 1) * BM;
 
-  const KeyRange tile_first = row_keys<kHasMask>(m0, s);
+  const KeyRange tile_first = row_keys<kHasMask>(max(m0, 0), s);
   const KeyRange tile_last = row_keys<kHasMask>(min(m0 + BM, s.len_q) - 1, s);
   const KeyTiles tiles = key_tiles(tile_first, tile_last, BN);
   const int n_iters = tiles.count();

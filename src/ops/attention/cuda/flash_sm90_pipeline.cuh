@@ -193,8 +193,10 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
 // One warpgroup's 64 rows of a (BM, D) 16-bit output tile leave through TMA: its accumulator (rows
 // warp_row + g and + 8 of the tile, scaled by f0 and f1) -> rows wg_row.. of the sw128 tile `tile`
 // (panels of BM rows; no wgmma of the warpgroup may still read them) -> global rows row0 + wg_row.. of
-// (head, batch) in `map` (boxes of 64 rows); rows at or past `len` are not written. Every thread of the
-// warpgroup calls it; `barrier` is the warpgroup's named barrier and `leader` one of its threads.
+// (head, batch) in `map` (boxes of 64 rows); rows at or past `len` are not written, nor any when
+// row0 + wg_row < 0 (a TMA store starting before row 0 faults: the caller's rows before 0 come in whole
+// warpgroups). Every thread of the warpgroup calls it; `barrier` is the warpgroup's named barrier and
+// `leader` one of its threads.
 template <class T, int BM, int D>
 __device__ __forceinline__ void store_rows_tma(T* tile, int wg_row, int warp_row, const float (&acc)[D / 8][4],
                                                float f0, float f1, const TmaTensor& map, int row0, int head,
@@ -214,7 +216,7 @@ __device__ __forceinline__ void store_rows_tma(T* tile, int wg_row, int warp_row
   }
   fence_proxy_async();
   named_barrier_sync(barrier, 128);
-  if (leader && row0 + wg_row < len) {
+  if (leader && row0 + wg_row >= 0 && row0 + wg_row < len) {
 #pragma unroll
     for (int pn = 0; pn < D / kPanel; ++pn)
       tma_store(map, tma_coords(map, pn * kPanel, row0 + wg_row, head, batch), rows + pn * BM * kPanel);
