@@ -102,6 +102,11 @@ inline constexpr FlashSm90Tiles kSm90Tiles[] = {
     // A static schedule spread the work unevenly (SM active cycles 1.24M-2.07M) and fell to 63% L2 hits.
     // Freeing a slot's K once its S lands (its own mbarrier, K copied a tile ahead of V) instead of with
     // its V after the P V changed nothing: d=128 forward 892.7 -> 892.1 us under ncu (H100).
+    // At d=64 the forward's MUFU (exp2, 16 per clock per SM) and tensor pipes are each about half busy
+    // (52.9% and 51.1% under ncu). Moving the exp2 of every k-th score tile to the FMA pipe (2^f by a
+    // cubic, the integer part into the exponent bits; 594 GPU tests passed) made it slower, at base
+    // clocks 1.434 ms -> 1.507-1.510 (k = 8), 1.594 (k = 4) and 1.612-1.613 (k = 3), with 10.6%, 21%
+    // and 26% more instructions: the loop is bound by issue, not by the MUFU unit (H100, leaderboard).
     {3, 128, 2, 0, 0, 2, 128, 2},  // d=64
     {2, 128, 3, 1, 1, 2, 64, 2},   // d=128
 };
