@@ -40,9 +40,10 @@ __device__ __forceinline__ void mask_scores(float (&acc_s)[NS][4], int row_g, in
 // this thread's part of the row sums updated; `correction` is the factor O must be scaled by (rescale_rows).
 // The running max (the reference P is taken against) moves only when a score passes it by more than
 // kMaxSlack, so P stays <= 2^kMaxSlack and O is rescaled far less often; L and the final normalisation
-// use the same reference, so the result is the softmax's either way.
+// use the same reference, so the result is the softmax's either way. Without kSumRows the row sums are
+// left to the caller (the Hopper forward at d=64 has the tensor cores sum P), row_sum untouched.
 inline constexpr float kMaxSlack = 8.f;
-template <int NS>
+template <bool kSumRows = true, int NS>
 __device__ __forceinline__ void softmax_scores(float (&acc_s)[NS][4], float (&row_max)[2], float (&row_sum)[2],
                                                float sl, float (&correction)[2]) {
 #pragma unroll
@@ -62,9 +63,9 @@ __device__ __forceinline__ void softmax_scores(float (&acc_s)[NS][4], float (&ro
     for (int j = 0; j < NS; ++j) {
       acc_s[j][2 * r] = fast_exp2(fmaf(acc_s[j][2 * r], sl, -base));
       acc_s[j][2 * r + 1] = fast_exp2(fmaf(acc_s[j][2 * r + 1], sl, -base));
-      sum += acc_s[j][2 * r] + acc_s[j][2 * r + 1];
+      if constexpr (kSumRows) sum += acc_s[j][2 * r] + acc_s[j][2 * r + 1];
     }
-    row_sum[r] = row_sum[r] * correction[r] + sum;
+    if constexpr (kSumRows) row_sum[r] = row_sum[r] * correction[r] + sum;
   }
 }
 
@@ -92,14 +93,19 @@ __device__ __forceinline__ void online_softmax(float (&acc_s)[NS][4], float (&ac
 }
 
 // Final normalisation of rows row_g, row_g + 8, with the sink logit (sinks, or null) as an extra
-// softmax column that carries no value: the factor O is scaled by, and L (natural log).
+// softmax column that carries no value: the factor O is scaled by, and L (natural log). row_sum holds
+// this thread's part of each row's sum (summed over the 4 threads of the row here), or with
+// kWholeRowSums the whole sum.
+template <bool kWholeRowSums = false>
 __device__ __forceinline__ void finish_rows(const float (&row_max)[2], const float (&row_sum)[2], const float* sinks,
                                             int h, float (&factor)[2], float (&lse)[2]) {
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     float l = row_sum[r];
-    l += __shfl_xor_sync(0xffffffffu, l, 1);
-    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    if constexpr (!kWholeRowSums) {
+      l += __shfl_xor_sync(0xffffffffu, l, 1);
+      l += __shfl_xor_sync(0xffffffffu, l, 2);
+    }
     const float mx = row_max[r];
     if (sinks) {
       const float sink = sinks[h] * kLog2e;

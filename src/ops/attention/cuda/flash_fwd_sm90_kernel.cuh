@@ -11,7 +11,9 @@
 // products (named barriers), so one's softmax runs while the other's products hold the tensor cores.
 // Otherwise warpgroups never wait for each other. Masking, the online softmax on exp2 and the final
 // normalisation with sink logits are the sm80 kernel's own steps (flash_fwd_kernel.cuh), so both paths
-// compute the same function. The output tile goes back through the warpgroup's own Q rows and a TMA store.
+// compute the same function; with kTensorRowSums (d=64) the rows of P are summed by the P V product, over
+// a panel of ones beside V, so the sums are of P as rounded for that product (the sm80 kernel sums P in
+// fp32). The output tile goes back through the warpgroup's own Q rows and a TMA store.
 #pragma once
 
 #include <cstdint>
@@ -67,6 +69,11 @@ struct FwdTraits {
   static constexpr bool kOverlap = kTiles.fwd_ov;  // next tile's QK^T issued before this one's PV
   static constexpr bool kPingPong = kTiles.fwd_pp;  // the 2 consumer warpgroups issue their products in turn
   static_assert(!kPingPong || (kOverlap && kConsumers == 2), "ping-pong needs the overlapped loop and 2 consumers");
+  // The tensor cores sum the rows of P: O += P V runs 8 columns wider, over a panel of ones after V
+  // (sOnes), and those columns of the accumulator hold the row sums, rescaled with O.
+  static constexpr bool kTensorRowSums = kTiles.fwd_ts;
+  static_assert(!kTensorRowSums || D == 64, "row sums on the tensor cores need d = 64 (a 72-column P V)");
+  static constexpr int kAccTiles = D / 8 + (kTensorRowSums ? 1 : 0);  // accumulator column tiles of O
   static constexpr int kConsumerThreads = 128 * kConsumers;
   static constexpr int kThreads = 128 + kConsumerThreads;  // producer warpgroup first
   // Registers per thread after reallocation (multiples of 8): the producer keeps 24, the consumers take
@@ -74,11 +81,14 @@ struct FwdTraits {
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = consumer_registers(kThreads, kProducerRegs);
   static constexpr int kTileBytes = kBlockN * D * static_cast<int>(sizeof(T));  // one K or V tile
-  // sQ (kBlockM, D) | sK (kStages, kBlockN, D) | sV (kStages, kBlockN, D), swizzled, then the mbarriers:
-  // Q landed, K and V of each slot landed, each slot free. O is staged in each consumer's own Q rows.
+  // sQ (kBlockM, D) | sK (kStages, kBlockN, D) | sV (kStages, kBlockN, D) | sOnes (kBlockN, 64) with
+  // kTensorRowSums, swizzled, then the mbarriers: Q landed, K and V of each slot landed, each slot free.
+  // O is staged in each consumer's own Q rows.
   static constexpr int kBarriers = 1 + 3 * kStages;
+  static constexpr int kOnesElems = kTensorRowSums ? kBlockN * kPanel : 0;
   static constexpr int kSmemBytes =
-      (kBlockM + 2 * kStages * kBlockN) * D * static_cast<int>(sizeof(T)) + kBarriers * 8 + kSmemSlack;
+      ((kBlockM + 2 * kStages * kBlockN) * D + kOnesElems) * static_cast<int>(sizeof(T)) + kBarriers * 8 +
+      kSmemSlack;
   static_assert(D % kPanel == 0 && kBlockN % 16 == 0 && kBlockN <= 256 && kStages >= 2, "bad sm90 forward tiles");
 };
 
@@ -89,14 +99,15 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
   using Tr = FwdTraits<T, D>;
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, kStages = Tr::kStages;
   constexpr int kNtS = BN / 8;  // score tiles of a warp's 16 rows
-  constexpr int kNtO = D / 8;   // output tiles
+  constexpr int kNtO = Tr::kAccTiles;  // output tiles (and the row sums' with kTensorRowSums)
   const FlashShape& s = p.shape;
 
   extern __shared__ unsigned char smem_raw[];
   T* sQ = aligned_smem<T>(smem_raw);  // (BM, D) swizzled
   T* sK = sQ + BM * D;                // (kStages, BN, D) swizzled
   T* sV = sK + kStages * BN * D;      // (kStages, BN, D) swizzled
-  std::uint64_t* q_full = reinterpret_cast<std::uint64_t*>(sV + kStages * BN * D);
+  T* sOnes = sV + kStages * BN * D;   // (BN, 64) of ones with kTensorRowSums
+  std::uint64_t* q_full = reinterpret_cast<std::uint64_t*>(sOnes + Tr::kOnesElems);
   std::uint64_t* k_full = q_full + 1;          // (kStages)
   std::uint64_t* v_full = k_full + kStages;    // (kStages)
   std::uint64_t* slot_free = v_full + kStages;  // (kStages)
@@ -120,6 +131,12 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
     mbar_init(q_full, 1);
     init_kv_ring<kStages>(k_full, v_full, slot_free, Tr::kConsumerThreads);
     mbar_init_fence();
+  }
+  if constexpr (Tr::kTensorRowSums) {
+    const std::uint32_t ones2 = Mma<T>::pack(1.f, 1.f);
+    for (int i = tid; i < Tr::kOnesElems / 8; i += Tr::kThreads)
+      reinterpret_cast<uint4*>(sOnes)[i] = uint4{ones2, ones2, ones2, ones2};
+    fence_proxy_async();  // generic-proxy writes, read by wgmma
   }
   __syncthreads();
 
@@ -165,7 +182,7 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
     named_barrier_sync(1 + wg, 128);
   }
 
-  float acc_o[kNtO][4] = {};  // O of this thread's rows (unnormalised)
+  float acc_o[kNtO][4] = {};  // O of this thread's rows (unnormalised), then with kTensorRowSums their sums
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
   // S = Q K^T of the tile in `slot` (unscaled; the first k step overwrites) and O += P V, each issued as
   // one wgmma group; their commits and waits are the loops' own.
@@ -174,7 +191,10 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
     wgmma_commit();
   };
   auto issue_pv = [&](const std::uint32_t (&pa)[BN / 16][4], int slot) {
-    gemm_rs_nmajor<T, D, BN>(acc_o, pa, sV + slot * BN * D);
+    if constexpr (Tr::kTensorRowSums)  // the second panel of B is sOnes
+      gemm_rs_nmajor<T, D + 8, BN>(acc_o, pa, sV + slot * BN * D, smem_u32(sOnes) - smem_u32(sV + slot * BN * D));
+    else
+      gemm_rs_nmajor<T, D, BN>(acc_o, pa, sV + slot * BN * D);
     wgmma_commit();
   };
   // Waits for every product issued (the last one a P V of the tile in `slot`), then frees the slot.
@@ -187,7 +207,7 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
   auto softmax_tile = [&](float (&acc_s)[kNtS][4], int it, float (&correction)[2]) {
     const int n0 = tiles.tile(it) * BN;
     if (!tile_full(tile_first, tile_last, n0, BN, s.len_k)) mask_scores<kHasMask>(acc_s, m0 + warp_row + g, n0, t, s);
-    softmax_scores(acc_s, row_max, row_sum, sl, correction);
+    softmax_scores<!Tr::kTensorRowSums>(acc_s, row_max, row_sum, sl, correction);
   };
 
   // Ping-pong: warpgroup wg issues its products after bar.sync on barrier 3 + wg, then arrives on the
@@ -264,7 +284,11 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
   }
 
   float factor[2], lse[2];
-  finish_rows(row_max, row_sum, p.sinks, h, factor, lse);
+  if constexpr (Tr::kTensorRowSums) {  // columns D.. of rows g and g + 8 (all alike): the whole rows' sums
+    row_sum[0] = acc_o[kNtO - 1][0];
+    row_sum[1] = acc_o[kNtO - 1][2];
+  }
+  finish_rows<Tr::kTensorRowSums>(row_max, row_sum, p.sinks, h, factor, lse);
 
   // O -> this warpgroup's Q rows (no longer read) -> global.
   store_rows_tma<T, BM, D>(sQ, wg_row, warp_row, acc_o, factor[0], factor[1], maps.o, m0, h, b, s.len_q, 1 + wg,

@@ -197,10 +197,11 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
 // row0 + wg_row < 0 (a TMA store starting before row 0 faults: the caller's rows before 0 come in whole
 // warpgroups). Every thread of the warpgroup calls it; `barrier` is the warpgroup's named barrier and
 // `leader` one of its threads.
-template <class T, int BM, int D>
-__device__ __forceinline__ void store_rows_tma(T* tile, int wg_row, int warp_row, const float (&acc)[D / 8][4],
+template <class T, int BM, int D, int NT>
+__device__ __forceinline__ void store_rows_tma(T* tile, int wg_row, int warp_row, const float (&acc)[NT][4],
                                                float f0, float f1, const TmaTensor& map, int row0, int head,
                                                int batch, int len, int barrier, bool leader, int lane) {
+  static_assert(NT >= D / 8, "store_rows_tma: the accumulator holds D columns (and maybe more, not stored)");
   const int g = lane >> 2, t = lane & 3;
   T* rows = tile + wg_row * kPanel;  // panel pn of the warpgroup's rows at rows + pn * BM * kPanel
 #pragma unroll

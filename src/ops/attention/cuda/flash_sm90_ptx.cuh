@@ -83,12 +83,14 @@ __device__ __forceinline__ void fence_accumulators(float (&d)[NT][4]) {
 
 #define FT_WGMMA_D32_REGS "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15}"
 #define FT_WGMMA_D64_REGS "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}"
+#define FT_WGMMA_D72_REGS "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35}"
 #define FT_WGMMA_D128_REGS "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 // Accumulator operands of one asm statement, constraint C ("+f" to accumulate, "=f" to overwrite).
 #define FT_WGMMA_ROW(C, j) C(d[j][0]), C(d[j][1]), C(d[j][2]), C(d[j][3])
 #define FT_WGMMA_D32_OPERANDS(C) FT_WGMMA_ROW(C, 0), FT_WGMMA_ROW(C, 1), FT_WGMMA_ROW(C, 2), FT_WGMMA_ROW(C, 3)
 #define FT_WGMMA_D64_OPERANDS(C) \
   FT_WGMMA_D32_OPERANDS(C), FT_WGMMA_ROW(C, 4), FT_WGMMA_ROW(C, 5), FT_WGMMA_ROW(C, 6), FT_WGMMA_ROW(C, 7)
+#define FT_WGMMA_D72_OPERANDS(C) FT_WGMMA_D64_OPERANDS(C), FT_WGMMA_ROW(C, 8)
 #define FT_WGMMA_D128_OPERANDS(C)                                                                          \
   FT_WGMMA_D64_OPERANDS(C), FT_WGMMA_ROW(C, 8), FT_WGMMA_ROW(C, 9), FT_WGMMA_ROW(C, 10), FT_WGMMA_ROW(C, 11), \
       FT_WGMMA_ROW(C, 12), FT_WGMMA_ROW(C, 13), FT_WGMMA_ROW(C, 14), FT_WGMMA_ROW(C, 15)
@@ -137,13 +139,20 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], std::uint64_t des
 }
 
 // d (64 x N) += A B, A (64 x 16) from this warpgroup's registers (the mma.sync A fragment of each warp's
-// 16 rows), B (16 x N) from shared memory, N-major when kTransB = 1.
+// 16 rows), B (16 x N) from shared memory, N-major when kTransB = 1. N = 72 is a 64-column product with
+// 8 more columns (the forward's row sums: P times a panel of ones).
 template <class T, int N, int kTransB>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const std::uint32_t (&a)[4], std::uint64_t desc_b) {
-  static_assert(N == 64 || N == 128, "wgmma_rs: N must be 64 or 128");
+  static_assert(N == 64 || N == 72 || N == 128, "wgmma_rs: N must be 64, 72 or 128");
 #if FT_SM90_DEVICE
   constexpr bool kBf16 = std::is_same_v<T, __nv_bfloat16>;
-  if constexpr (N == 64 && kBf16)
+  if constexpr (N == 72 && kBf16)
+    FT_WGMMA_RS_ASM("m64n72k16", "bf16", FT_WGMMA_D72_REGS, FT_WGMMA_D72_OPERANDS("+f"), "36", "37", "38", "39", "40",
+                    "41", "42");
+  else if constexpr (N == 72)
+    FT_WGMMA_RS_ASM("m64n72k16", "f16", FT_WGMMA_D72_REGS, FT_WGMMA_D72_OPERANDS("+f"), "36", "37", "38", "39", "40",
+                    "41", "42");
+  else if constexpr (N == 64 && kBf16)
     FT_WGMMA_RS_ASM("m64n64k16", "bf16", FT_WGMMA_D64_REGS, FT_WGMMA_D64_OPERANDS("+f"), "32", "33", "34", "35", "36",
                     "37", "38");
   else if constexpr (N == 64)
@@ -175,13 +184,13 @@ __device__ __forceinline__ void gemm_ss_kmajor(float (&d)[N / 8][4], const T* a,
 }
 
 // d (64 x N) += A B with A = K_ROWS / 16 register fragments (k steps over B's rows) and B the sw128 tile
-// `b` (K_ROWS, N) read N-major: K runs over its rows, N over its panels.
+// `b` (K_ROWS, N) read N-major: K runs over its rows, N over its panels, panel_bytes apart (by default
+// the tile's own panels, one after the other).
 template <class T, int N, int K_ROWS>
 __device__ __forceinline__ void gemm_rs_nmajor(float (&d)[N / 8][4], const std::uint32_t (&a)[K_ROWS / 16][4],
-                                               const T* b) {
+                                               const T* b, std::uint32_t panel_bytes = K_ROWS * kPanelRowBytes) {
 #pragma unroll
-  for (int kk = 0; kk < K_ROWS / 16; ++kk)
-    wgmma_rs<T, N, 1>(d, a[kk], sw128_desc(b + kk * 16 * kPanel, K_ROWS * kPanelRowBytes));
+  for (int kk = 0; kk < K_ROWS / 16; ++kk) wgmma_rs<T, N, 1>(d, a[kk], sw128_desc(b + kk * 16 * kPanel, panel_bytes));
 }
 
 // d (64 x N) = A B with A = `a`^T, `a` a one-panel sw128 tile (K_ROWS, 64) read M-major (K runs over its

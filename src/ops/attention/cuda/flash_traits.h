@@ -55,17 +55,19 @@ inline constexpr FlashTiles kTiles32[] = {
 //   forward : fwd_wg consumer warpgroups x 64 queries (plus one TMA producer warpgroup), key tile
 //             fwd_n, fwd_st K/V buffers, fwd_ov = 1 to overlap each warpgroup's softmax with its own
 //             P V (S of the next tile live beside P: needs the registers of 2 warpgroups), fwd_pp = 1
-//             (with fwd_ov and 2 consumers) to have the consumers take turns issuing products (ping-pong)
+//             (with fwd_ov and 2 consumers) to have the consumers take turns issuing products (ping-pong),
+//             fwd_ts = 1 (d=64 only) to have the tensor cores sum the rows of P: O += P V over 8 more
+//             columns, a panel of ones, instead of a floating-point add per score
 //   backward: kv_wg warpgroups x 64 keys, query tile kv_m, kv_st Q/dO buffers (beside the dS^T and fp32
 //             dQ staging tiles of the fused dQ)
 // Tiles are 128-byte-swizzled (no padding). Registers bound the tiles: an accumulator of 64 x n takes
 // n / 2 floats per thread, and 1 block per SM leaves 65536 / threads registers to each thread.
 struct FlashSm90Tiles {
-  int fwd_wg, fwd_n, fwd_st, fwd_ov, fwd_pp;
+  int fwd_wg, fwd_n, fwd_st, fwd_ov, fwd_pp, fwd_ts;
   int kv_wg, kv_m, kv_st;
 };
 inline constexpr FlashSm90Tiles kSm90Tiles[] = {
-    // fwd: wg   n st ov pp | bwd: wg   m st
+    // fwd: wg   n st ov pp ts | bwd: wg   m st
     // Deeper forward rings changed nothing measurable; a third backward buffer at d=128 neither, and at
     // d=64 it does not fit (the dS^T and dQ staging take 96 KB). A 128-query step at d=64 took the
     // backward of the former deterministic pair (a dK/dV kernel, then a dQ kernel) 4.02 -> 3.51 ms (H100).
@@ -107,8 +109,11 @@ inline constexpr FlashSm90Tiles kSm90Tiles[] = {
     // cubic, the integer part into the exponent bits; 594 GPU tests passed) made it slower, at base
     // clocks 1.434 ms -> 1.507-1.510 (k = 8), 1.594 (k = 4) and 1.612-1.613 (k = 3), with 10.6%, 21%
     // and 26% more instructions: the loop is bound by issue, not by the MUFU unit (H100, leaderboard).
-    {3, 128, 2, 0, 0, 2, 128, 2},  // d=64
-    {2, 128, 3, 1, 1, 2, 64, 2},   // d=128
+    // So the row sums went to the tensor cores instead (fwd_ts): at base clocks 1.432 -> 1.381 ms, with
+    // 573.3M -> 500.3M instructions and the tensor pipe 51.1% -> 56.3% busy (H100, ncu); in the bench,
+    // interleaved, 1.17-1.21 -> 1.12-1.14 ms. Not tried at d=128, whose loop is pipelined.
+    {3, 128, 2, 0, 0, 1, 2, 128, 2},  // d=64
+    {2, 128, 3, 1, 1, 0, 2, 64, 2},   // d=128
 };
 // Heads per launch section of a Hopper kernel (flash_api.cu): at most `most` (what the L2 budget allows)
 // of `grid_heads`, preferring a divisor of grid_heads in [most / 2, most], then a size whose last section
