@@ -257,6 +257,7 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
       wgmma_wait<1>();  // S of tile it landed; P V of tile it-1 may still run
       fence_accumulators(acc_s);
       softmax_tile(acc_s, it, correction);
+      schedule_boundary(row_sum[0]);  // else the wait for P V moves up, before the softmax
       retire_pv(prev.slot);
       rescale_rows(acc_o, correction);
       round_p();

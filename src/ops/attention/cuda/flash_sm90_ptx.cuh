@@ -72,6 +72,14 @@ __device__ __forceinline__ void wgmma_wait() {
 #endif
 }
 
+// A branch on `nonneg` (a row sum: >= 0, or NaN, which compares false), never taken, that ptxas does not
+// schedule across. ptxas moves a wgmma_wait up past the arithmetic before it as soon as a later
+// instruction writes registers the awaited product reads (P's A fragments, rounded after the wait), so
+// the softmax overlapped with P V would wait for it; placed between the two, the branch keeps the wait
+// after the softmax. A compare and a branch per tile.
+__device__ __forceinline__ void schedule_boundary(float nonneg) {
+  if (nonneg < 0.f) __nanosleep(1);
+}
 // Keeps the compiler from moving accesses of accumulator registers across wgmma_wait / wgmma issue.
 template <int NT>
 __device__ __forceinline__ void fence_accumulators(float (&d)[NT][4]) {

@@ -112,6 +112,11 @@ inline constexpr FlashSm90Tiles kSm90Tiles[] = {
     // So the row sums went to the tensor cores instead (fwd_ts): at base clocks 1.432 -> 1.381 ms, with
     // 573.3M -> 500.3M instructions and the tensor pipe 51.1% -> 56.3% busy (H100, ncu); in the bench,
     // interleaved, 1.17-1.21 -> 1.12-1.14 ms. Not tried at d=128, whose loop is pipelined.
+    // At d=128 ptxas had moved the wait for P V up to the start of the softmax (schedule_boundary), so
+    // only the ping-pong hid it: with the wait after the softmax, SM cycles under ncu at base clocks fell
+    // 1.539M -> 1.517M (causal B2 H16 N8192) and 10.89M -> 10.47M (non-causal N16384) (H100). The same
+    // loops with the softmax left out take 1.143M and 8.33M cycles, 89% and 98% of the tensor cores'
+    // peak rate (4096 flop per cycle per SM): what is left is softmax not hidden behind the products.
     {3, 128, 2, 0, 0, 1, 2, 128, 2},  // d=64
     {2, 128, 3, 1, 1, 0, 2, 64, 2},   // d=128
 };
