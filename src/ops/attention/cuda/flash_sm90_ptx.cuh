@@ -54,6 +54,13 @@ __device__ __forceinline__ std::uint64_t sw128_desc(const void* smem, std::uint3
          (static_cast<std::uint64_t>((sbo_bytes >> 4) & 0x3FFF) << 32) | (std::uint64_t{1} << 62);
 }
 
+// The descriptor of the operand `bytes` further on (a multiple of 16): only the start address field moves,
+// and it cannot carry out of its 14 bits while the address stays in shared memory, so the low word alone
+// is added to — one integer add per k step instead of rebuilding the descriptor from the address.
+__device__ __forceinline__ std::uint64_t desc_advance(std::uint64_t desc, std::uint32_t bytes) {
+  const std::uint32_t lo = static_cast<std::uint32_t>(desc) + (bytes >> 4);
+  return (desc & 0xFFFFFFFF00000000ull) | lo;
+}
 __device__ __forceinline__ void wgmma_fence() {
 #if FT_SM90_DEVICE
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -184,8 +191,9 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const std::uint32
 // sw128 tile (N, K) — both K-major, K = D running over the panels.
 template <class T, int N, int K>
 __device__ __forceinline__ void gemm_ss_kmajor(float (&d)[N / 8][4], const T* a, int a_rows, int a_row0, const T* b) {
-  auto desc_a = [&](int kk) { return sw128_desc(a + (kk / 4) * a_rows * kPanel + a_row0 * kPanel + (kk % 4) * 16); };
-  auto desc_b = [&](int kk) { return sw128_desc(b + (kk / 4) * N * kPanel + (kk % 4) * 16); };
+  const std::uint64_t a0 = sw128_desc(a + a_row0 * kPanel), b0 = sw128_desc(b);
+  auto desc_a = [&](int kk) { return desc_advance(a0, ((kk / 4) * a_rows * kPanel + (kk % 4) * 16) * sizeof(T)); };
+  auto desc_b = [&](int kk) { return desc_advance(b0, ((kk / 4) * N * kPanel + (kk % 4) * 16) * sizeof(T)); };
   wgmma_ss<T, N, 0, 0, false>(d, desc_a(0), desc_b(0));
 #pragma unroll
   for (int kk = 1; kk < K / 16; ++kk) wgmma_ss<T, N, 0, 0, true>(d, desc_a(kk), desc_b(kk));
@@ -197,8 +205,9 @@ __device__ __forceinline__ void gemm_ss_kmajor(float (&d)[N / 8][4], const T* a,
 template <class T, int N, int K_ROWS>
 __device__ __forceinline__ void gemm_rs_nmajor(float (&d)[N / 8][4], const std::uint32_t (&a)[K_ROWS / 16][4],
                                                const T* b, std::uint32_t panel_bytes = K_ROWS * kPanelRowBytes) {
+  const std::uint64_t b0 = sw128_desc(b, panel_bytes);
 #pragma unroll
-  for (int kk = 0; kk < K_ROWS / 16; ++kk) wgmma_rs<T, N, 1>(d, a[kk], sw128_desc(b + kk * 16 * kPanel, panel_bytes));
+  for (int kk = 0; kk < K_ROWS / 16; ++kk) wgmma_rs<T, N, 1>(d, a[kk], desc_advance(b0, kk * kPanelRowBytes * 16));
 }
 
 // d (64 x N) = A B with A = `a`^T, `a` a one-panel sw128 tile (K_ROWS, 64) read M-major (K runs over its
@@ -207,10 +216,11 @@ __device__ __forceinline__ void gemm_rs_nmajor(float (&d)[N / 8][4], const std::
 template <class T, int N, int K_ROWS>
 __device__ __forceinline__ void gemm_ss_mnmajor(float (&d)[N / 8][4], const T* a, const T* b) {
   static_assert(N <= kPanel, "gemm_ss_mnmajor: B must lie within one panel");
-  auto desc = [&](const T* tile, int kk) { return sw128_desc(tile + kk * 16 * kPanel, K_ROWS * kPanelRowBytes); };
-  wgmma_ss<T, N, 1, 1, false>(d, desc(a, 0), desc(b, 0));
+  const std::uint64_t a0 = sw128_desc(a, K_ROWS * kPanelRowBytes), b0 = sw128_desc(b, K_ROWS * kPanelRowBytes);
+  wgmma_ss<T, N, 1, 1, false>(d, a0, b0);
 #pragma unroll
-  for (int kk = 1; kk < K_ROWS / 16; ++kk) wgmma_ss<T, N, 1, 1, true>(d, desc(a, kk), desc(b, kk));
+  for (int kk = 1; kk < K_ROWS / 16; ++kk)
+    wgmma_ss<T, N, 1, 1, true>(d, desc_advance(a0, kk * kPanelRowBytes * 16), desc_advance(b0, kk * kPanelRowBytes * 16));
 }
 
 }  // namespace ft::flash::sm90
