@@ -27,11 +27,17 @@ __device__ __forceinline__ void mask_scores(float (&acc_s)[NS][4], int row_g, in
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
     const RowKeys keys(row_keys<kHasMask>(row_g + 8 * r, s));
+    // Bounds relative to this thread's first key, so each score's test compares with constants only
+    // (and takes no branch): key n0 + 2t + c is visible when c < sink or lo <= c < hi.
+    const int first = n0 + 2 * t, sink = keys.sink_end - first, lo = keys.begin - first, hi = keys.end - first;
 #pragma unroll
     for (int j = 0; j < NS; ++j) {
 #pragma unroll
-      for (int e = 0; e < 2; ++e)
-        if (!keys.contains(n0 + 8 * j + 2 * t + e)) acc_s[j][2 * r + e] = -INFINITY;
+      for (int e = 0; e < 2; ++e) {
+        const int c = 8 * j + e;
+        const bool visible = (c < sink) | ((c >= lo) & (c < hi));
+        acc_s[j][2 * r + e] = visible ? acc_s[j][2 * r + e] : -INFINITY;
+      }
     }
   }
 }
