@@ -125,6 +125,7 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
   const KeyRange tile_first = row_keys<kHasMask>(max(m0, 0), s);
   const KeyRange tile_last = row_keys<kHasMask>(min(m0 + BM, s.len_q) - 1, s);
   const KeyTiles tiles = key_tiles(tile_first, tile_last, BN);
+  const RowKeys first_keys(tile_first), last_keys(tile_last);  // 32-bit, for the test of every key tile
   const int n_iters = tiles.count();
 
   if (tid == 0) {
@@ -161,7 +162,8 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
 
   // ---- consumer warpgroups ----
   setmaxnreg_inc<Tr::kConsumerRegs>();
-  const int ctid = tid - 128, cwarp = warp - 4, wg = cwarp / 4;
+  const int ctid = tid - 128, cwarp = warp - 4;
+  const int wg = __shfl_sync(0xffffffffu, cwarp / 4, 0);  // warp-uniform for ptxas: wgmma descriptors in uniform registers
   const int g = lane >> 2, t = lane & 3;
   const int wg_row = wg * 64;        // first tile row of this warpgroup
   const int warp_row = cwarp * 16;   // first tile row of this warp
@@ -206,7 +208,7 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
   // Masks the scores of key tile `it` and turns them into P; `correction` is O's rescaling factor.
   auto softmax_tile = [&](float (&acc_s)[kNtS][4], int it, float (&correction)[2]) {
     const int n0 = tiles.tile(it) * BN;
-    if (!tile_full(tile_first, tile_last, n0, BN, s.len_k)) mask_scores<kHasMask>(acc_s, m0 + warp_row + g, n0, t, s);
+    if (!tile_full(first_keys, last_keys, n0, BN, s.len_k)) mask_scores<kHasMask>(acc_s, m0 + warp_row + g, n0, t, s);
     softmax_scores<!Tr::kTensorRowSums>(acc_s, row_max, row_sum, sl, correction);
   };
 

@@ -36,10 +36,11 @@ __device__ __forceinline__ KeyTiles key_tiles(const KeyRange& first, const KeyRa
   return kt;
 }
 
-// True when every row from `first` to `last` sees every key of [n0, n0 + block_n) (all < len_k).
-__device__ __forceinline__ bool tile_full(const KeyRange& first, const KeyRange& last, std::int64_t n0, int block_n,
-                                          int len_k) {
-  const std::int64_t n1 = n0 + block_n;
+// True when every row from `first` to `last` sees every key of [n0, n0 + block_n) (all < len_k). Range is
+// KeyRange with a 64-bit n0, or RowKeys (below) with an int one where it runs once per key tile.
+template <class Range, class Index>
+__device__ __forceinline__ bool tile_full(const Range& first, const Range& last, Index n0, int block_n, int len_k) {
+  const Index n1 = n0 + block_n;
   if (n1 > len_k) return false;
   return n1 <= first.sink_end || (n0 >= last.begin && n1 <= first.end);
 }
