@@ -117,6 +117,10 @@ inline constexpr FlashSm90Tiles kSm90Tiles[] = {
     // 1.539M -> 1.517M (causal B2 H16 N8192) and 10.89M -> 10.47M (non-causal N16384) (H100). The same
     // loops with the softmax left out take 1.143M and 8.33M cycles, 89% and 98% of the tensor cores'
     // peak rate (4096 flop per cycle per SM): what is left is softmax not hidden behind the products.
+    // With that overlap in place (5a45555), ping-pong off changed the causal case nothing (1.392M cycles
+    // either way) and took non-causal B2 H16 N8192 2.547M -> 2.507M; kept until more shapes are measured.
+    // The row max from four partial maxima (a shallower chain) ran slower: 1.392M -> 1.401M, leaderboard
+    // forward 1.782M -> 1.813M (H100, ncu, base clocks).
     {3, 128, 2, 0, 0, 1, 2, 128, 2},  // d=64
     {2, 128, 3, 1, 1, 0, 2, 64, 2},   // d=128
 };
