@@ -250,8 +250,7 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
     for (int it = 1; it < n_iters; ++it) {
       const RingPosition<kStages> prev = pos;
       pos.advance();
-      mbar_wait(&k_full[pos.slot], pos.phase);
-      mbar_wait(&v_full[prev.slot], prev.phase);
+      mbar_wait_both(&k_full[pos.slot], pos.phase, &v_full[prev.slot], prev.phase);
       issue_in_turn(false, [&] {
         issue_scores(acc_s, pos.slot);
         issue_pv(pa, prev.slot);

@@ -50,6 +50,22 @@ __device__ __forceinline__ void mbar_wait(std::uint64_t* bar, std::uint32_t pari
 #endif
 }
 
+// Waits for two mbarriers at once: both tests are issued before either result is branched on, so their
+// latencies overlap (two mbar_wait calls take one after the other).
+__device__ __forceinline__ void mbar_wait_both(std::uint64_t* bar_a, std::uint32_t parity_a, std::uint64_t* bar_b,
+                                               std::uint32_t parity_b) {
+#if FT_SM90_DEVICE
+  asm volatile(
+      "{\n.reg .pred done_a, done_b;\nretry:\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done_a, [%0], %1;\n"
+      "mbarrier.try_wait.parity.shared::cta.b64 done_b, [%2], %3;\n"
+      "and.pred done_a, done_a, done_b;\n"
+      "@!done_a bra retry;\n}\n" ::"r"(smem_u32(bar_a)),
+      "r"(parity_a), "r"(smem_u32(bar_b)), "r"(parity_b)
+      : "memory");
+#endif
+}
+
 // A ring of buffers walked in order: slot and the parity of the current pass over the ring.
 template <int STAGES>
 struct RingPosition {
