@@ -219,8 +219,10 @@ __device__ __forceinline__ void gemm_ss_mnmajor(float (&d)[N / 8][4], const T* a
   const std::uint64_t a0 = sw128_desc(a, K_ROWS * kPanelRowBytes), b0 = sw128_desc(b, K_ROWS * kPanelRowBytes);
   wgmma_ss<T, N, 1, 1, false>(d, a0, b0);
 #pragma unroll
-  for (int kk = 1; kk < K_ROWS / 16; ++kk)
-    wgmma_ss<T, N, 1, 1, true>(d, desc_advance(a0, kk * kPanelRowBytes * 16), desc_advance(b0, kk * kPanelRowBytes * 16));
+  for (int kk = 1; kk < K_ROWS / 16; ++kk) {
+    const std::uint32_t step = kk * 16 * kPanelRowBytes;  // 16 rows further down both tiles
+    wgmma_ss<T, N, 1, 1, true>(d, desc_advance(a0, step), desc_advance(b0, step));
+  }
 }
 
 }  // namespace ft::flash::sm90
