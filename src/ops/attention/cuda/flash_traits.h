@@ -120,7 +120,9 @@ inline constexpr FlashSm90Tiles kSm90Tiles[] = {
     // With that overlap in place (5a45555), ping-pong off changed the causal case nothing (1.392M cycles
     // either way) and took non-causal B2 H16 N8192 2.547M -> 2.507M; kept until more shapes are measured.
     // The row max from four partial maxima (a shallower chain) ran slower: 1.392M -> 1.401M, leaderboard
-    // forward 1.782M -> 1.813M (H100, ncu, base clocks).
+    // forward 1.782M -> 1.813M (H100, ncu, base clocks). The exp2 of every k-th score tile on the FMA
+    // pipe (the cubic above) ran slower at d=128 as well: causal 1.371M -> 1.540M (k = 4) and 1.438M
+    // (k = 8), non-causal N8192 2.523M -> 2.856M and 2.739M (e918f8f): MUFU is not what bounds it there.
     {3, 128, 2, 0, 0, 1, 2, 128, 2},  // d=64
     {2, 128, 3, 1, 1, 0, 2, 64, 2},   // d=128
 };
