@@ -280,8 +280,7 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
   // step's piece follows the loop. The leader's wait for its previous reductions to have read sdQ
   // precedes a barrier that every thread of the warpgroup passes before writing sdQ. With ordered
   // additions the writer warp issues the reductions instead, and frees sdQ through a barrier.
-  // Through a shuffle, so ptxas knows it warp-uniform and keeps the wgmma descriptors in uniform registers.
-  const int wg = __shfl_sync(0xffffffffu, cwarp / 4, 0);
+  const int wg = warp_uniform(cwarp / 4);
   const bool wg_leader = ctid % 128 == 0;
   const int qp = wg / kColPanels, cp = wg % kColPanels;  // this warpgroup's dQ piece
   float* sdQ_wg = piece_boxes(wg);

@@ -163,8 +163,7 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
   // ---- consumer warpgroups ----
   setmaxnreg_inc<Tr::kConsumerRegs>();
   const int ctid = tid - 128, cwarp = warp - 4;
-  // Through a shuffle, so ptxas knows it warp-uniform and keeps the wgmma descriptors in uniform registers.
-  const int wg = __shfl_sync(0xffffffffu, cwarp / 4, 0);
+  const int wg = warp_uniform(cwarp / 4);
   const int g = lane >> 2, t = lane & 3;
   const int wg_row = wg * 64;        // first tile row of this warpgroup
   const int warp_row = cwarp * 16;   // first tile row of this warp

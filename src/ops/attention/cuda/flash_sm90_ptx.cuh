@@ -87,6 +87,9 @@ __device__ __forceinline__ void wgmma_wait() {
 __device__ __forceinline__ void schedule_boundary(float nonneg) {
   if (nonneg < 0.f) __nanosleep(1);
 }
+// x, which the caller knows equal across the warp (a warpgroup index), passed through a shuffle so that
+// ptxas knows it too and keeps what derives from it (wgmma descriptors) in uniform registers.
+__device__ __forceinline__ int warp_uniform(int x) { return __shfl_sync(0xffffffffu, x, 0); }
 // Keeps the compiler from moving accesses of accumulator registers across wgmma_wait / wgmma issue.
 template <int NT>
 __device__ __forceinline__ void fence_accumulators(float (&d)[NT][4]) {
