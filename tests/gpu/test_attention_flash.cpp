@@ -680,6 +680,42 @@ TEST(FlashAttention, HopperHeadSectionsGiveTheSameOutputs) {
     }
 }
 
+// The Hopper forward is persistent: one block per SM takes query tiles until none are left, its K/V ring,
+// the Q buffer and the consumers' turns running on from tile to tile. These sizes have fewer tiles than
+// SMs, so forced to 1, 2 or 3 blocks every block takes many tiles — of masks that visit different key
+// tiles, none at all (rows that see no key), a negative scale (Q's sign flipped per tile), grouped-query
+// heads, partial launch sections — and O and L come out the same bit for bit.
+TEST(FlashAttention, HopperPersistentForwardGivesTheSameOutputs) {
+  if (!cuda_available() || !hopper_gpu()) GTEST_SKIP() << "needs a Hopper GPU";
+  const std::vector<FlashCase> cases = {
+      {.name = "negative_scale_causal_sinks_gqa2", .batch = 2, .heads_q = 4, .heads_kv = 2, .len_q = 330,
+       .len_k = 350, .causal = true, .sinks = true, .scale = -0.3},
+      {.name = "causal_q300_k17_empty_rows", .heads_q = 3, .heads_kv = 3, .len_q = 300, .len_k = 17,
+       .causal = true},
+      {.name = "sink_tokens_70_sliding_20_q400_k457", .heads_q = 2, .heads_kv = 1, .len_q = 400, .len_k = 457,
+       .causal = true, .window_left = 20, .sink_tokens = 70, .sinks = true},
+      {.name = "window_bnhd_q777_k600", .batch = 2, .heads_q = 2, .heads_kv = 2, .len_q = 777, .len_k = 600,
+       .window_left = 200, .window_right = 30, .layout = Layout::bnhd},
+  };
+  for (std::int64_t d : {64, 128})
+    for (FlashCase c : cases) {
+      c.head_dim = d;
+      SCOPED_TRACE(str(c.name, " d ", d));
+      const Inputs in = make_inputs(c, 11);
+      RunToRun repeat;
+      const Outputs whole = run_flash(c, in, &repeat);
+      for (int blocks : {1, 2, 3})
+        for (int heads : {0, 3}) {
+          SCOPED_TRACE(str(blocks, " blocks, sections of ", heads, " heads (0: the L2-sized ones)"));
+          const ForcedFlashHook forced_blocks(attention_impl::force_flash_forward_blocks, blocks, 0);
+          const ForcedFlashHook forced_heads(attention_impl::force_flash_section_heads, heads, 0);
+          const Outputs got = run_flash(c, in, &repeat);
+          EXPECT_TRUE(same_bits(whole.o, got.o));
+          EXPECT_TRUE(same_bits(whole.lse, got.lse));
+        }
+    }
+}
+
 // The deterministic Hopper backward adds the dQ pieces of its last grid heads first key tile first and
 // those of the others last key tile first (ascending_heads_for in flash_traits.h: none at these sizes).
 // Forced to take either order, and with query rows that see no key, each gives the gradients of the

@@ -28,6 +28,10 @@ void cuda_flash_backward(const AttentionTensors& t, const AttentionGrads& g, con
 // sections of that many grid heads from now on (tests, so that sections engage at small sizes), 0 returns
 // to the L2-sized ones.
 void force_flash_section_heads(int heads);
+// The Hopper forward runs one persistent block per SM, each taking query tiles until none are left
+// (flash_fwd_sm90_kernel.cuh); blocks > 0 launches that many instead from now on (tests, so that every
+// block takes many tiles at small sizes), 0 returns to one per SM.
+void force_flash_forward_blocks(int blocks);
 // The deterministic Hopper backward adds the dQ pieces of its last grid heads in ascending key-tile order
 // and of the others in descending order (flash_traits.h, ascending_heads_for); heads >= 0 forces that
 // many ascending heads from now on (tests, so that both orders run at small sizes), -1 returns to the rule.

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 #include <cuda_bf16.h>
@@ -65,8 +66,9 @@ FlashShape flash_shape(const AttentionShape& s, bool vec16) {
   return f;
 }
 
-// The Hopper kernels launch the tiles of this many grid heads together (section_grid in
-// flash_launch_template.cuh): as many as a third of the L2 holds the streamed operands of (bytes_per_head:
+// The Hopper kernels run the tiles of this many grid heads together (the backward's launch order,
+// section_grid in flash_launch_template.cuh; the forward's tile order, FwdTileOrder in
+// flash_fwd_sm90_kernel.cuh): as many as a third of the L2 holds the streamed operands of (bytes_per_head:
 // K and V for the forward, Q, dO, L and D for the backward). Launching every head's longest tiles
 // first instead streams the operands of all heads at once, and past the L2 they come from memory. H200,
 // interleaved runs: d = 128, causal, B 2, H 16, N 8192 — forward 488 -> 527 TFLOP/s, backward 2.98 -> 2.81
@@ -75,6 +77,7 @@ FlashShape flash_shape(const AttentionShape& s, bool vec16) {
 // rate 65% -> 92%. The count is balanced over the grid heads (section_heads_for in flash_traits.h).
 std::atomic<int> forced_section_heads{0};
 std::atomic<int> forced_ascending_heads{-1};  // force_flash_ascending_heads; -1: ascending_heads_for
+std::atomic<int> forced_forward_blocks{0};    // force_flash_forward_blocks; 0: one per SM
 
 int section_heads(std::int64_t bytes_per_head, std::int64_t grid_heads, int device) {
   std::int64_t heads = forced_section_heads.load();
@@ -180,6 +183,11 @@ void force_flash_ascending_heads(int heads) {
   forced_ascending_heads.store(heads);
 }
 
+void force_flash_forward_blocks(int blocks) {
+  FT_CHECK(blocks >= 0, "force_flash_forward_blocks: blocks must be >= 0, given ", blocks);
+  forced_forward_blocks.store(blocks);
+}
+
 void force_flash_section_heads(int heads) {
   FT_CHECK(heads >= 0, "force_flash_section_heads: heads must be >= 0, given ", heads);
   forced_section_heads.store(heads);
@@ -204,11 +212,24 @@ void cuda_flash_forward(const AttentionTensors& t, const AttentionShape& s, cons
   p.o = tensor_ref(t.o);
   p.lse = TensorRef{t.lse.data(), t.lse.stride(0), t.lse.stride(1), t.lse.stride(2)};
   p.sinks = s.has_sinks ? t.sinks.data_as<const float>() : nullptr;
-  if (p.shape.sm90) {
-    const std::int64_t kv_bytes = kv_bytes_per_query_head(s, t.q.dtype());
-    p.section_heads = section_heads(kv_bytes, s.batch * s.heads_q, t.q.device().index);
-  }
   auto cuda_stream = static_cast<cudaStream_t>(stream.handle());
+  Buffer tile_counter;  // one int: the Hopper forward's next query tile
+  if (p.shape.sm90) {
+    const int device = t.q.device().index;
+    const std::int64_t kv_bytes = kv_bytes_per_query_head(s, t.q.dtype());
+    p.section_heads = section_heads(kv_bytes, s.batch * s.heads_q, device);
+    const std::int64_t block_m = 64 * flash::flash_sm90_tiles(static_cast<int>(s.head_dim)).fwd_wg;
+    const std::int64_t tiles = s.batch * s.heads_q * ((s.len_q + block_m - 1) / block_m);
+    FT_CHECK_KIND(unsupported, tiles <= std::numeric_limits<int>::max(), "flash attention (CUDA, sm90): ", tiles,
+                  " query tiles of ", block_m, " rows (B x Hq = ", s.batch * s.heads_q, ", Nq = ", s.len_q,
+                  ") exceed the ", std::numeric_limits<int>::max(), " the forward numbers");
+    int blocks = forced_forward_blocks.load();
+    if (blocks == 0) FT_CUDA_CHECK(cudaDeviceGetAttribute(&blocks, cudaDevAttrMultiProcessorCount, device));
+    p.blocks = static_cast<int>(std::min<std::int64_t>(tiles, blocks));
+    tile_counter = Buffer(sizeof(int), t.q.device(), "attention.flash.tile_counter", stream);
+    FT_CUDA_CHECK(cudaMemsetAsync(tile_counter.data(), 0, sizeof(int), cuda_stream));
+    p.tile_counter = static_cast<int*>(tile_counter.data());
+  }
   dispatch(t.q.dtype(), s.head_dim, [&](auto type_tag, auto dim) {
     flash::run_flash_fwd<decltype(type_tag), decltype(dim)::value>(p, cuda_stream);
   });

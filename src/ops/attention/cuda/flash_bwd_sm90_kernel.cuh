@@ -30,7 +30,7 @@
 // one thread issues the TMA copies of the resident K and V tiles and of every step's Q and dO tiles (and
 // bulk copies of its L and D rows) into a ring of 128-byte-swizzled buffers guarded by mbarriers — and the
 // consumer warpgroups do the products. Tile sizes come from kSm90Tiles (flash_traits.h). Heads launch in
-// L2-sized sections, as the forward's (section_head).
+// L2-sized sections (section_head), in which the forward also takes its tiles (FwdTileOrder).
 #pragma once
 
 #include <cstdint>
@@ -41,6 +41,15 @@
 #include "ops/attention/cuda/flash_sm90_pipeline.cuh"
 
 namespace ft::flash::sm90 {
+
+// The grid head (batch x kv head) of a block of a sectioned grid (section heads, tiles, sections):
+// blocks launch x fastest, then y, then z, so one section's tiles go before the next section's, and
+// within a section tile by tile over its heads (flash_launch_template.cuh, section_grid). The last
+// section may hold fewer heads: its other blocks have none (-1) and return at once.
+__device__ __forceinline__ int section_head(int grid_heads) {
+  const int bh = blockIdx.z * gridDim.x + blockIdx.x;
+  return bh < grid_heads ? bh : -1;
+}
 
 // The TMA maps of the backward's operands (flash_tma.h), passed beside FlashBwdParams; boxes are the
 // kernel's query and key tiles (dq_accum: fp32 boxes of kDqBoxRows rows).

@@ -1,19 +1,22 @@
 // flash_fwd_sm90_kernel.cuh — internal (CUDA builds only): the Hopper (sm_90a) FlashAttention forward kernel,
-// 16-bit inputs, head dims 64 and 128, warp-specialised. One block per (batch x query head, query tile), the
-// heads launched in L2-sized sections (section_head): warpgroup 0 is the producer — one thread issues TMA
-// copies of the Q tile and of every visited K and V tile into a ring of kStages 128-byte-swizzled buffers,
-// after the consumers free a slot — and keeps 24 registers; each consumer warpgroup owns 64 query rows and
-// takes the freed registers. A consumer waits on a slot's mbarriers, runs S = Q K^T as wgmma with both
-// operands in shared memory, rounds P to the input dtype in registers, runs O += P V with P from registers
-// and V read N-major, then frees the slot. Where the tile table says so (kOverlap, d=128) the loop is
-// software-pipelined: the next tile's QK^T is issued before this tile's PV, so a warpgroup's softmax
-// overlaps its own products; with kPingPong the two consumer warpgroups also take turns issuing their
-// products (named barriers), so one's softmax runs while the other's products hold the tensor cores.
+// 16-bit inputs, head dims 64 and 128, warp-specialised and persistent. One block per SM takes query tiles
+// (a batch x query head's kBlockM rows) one after another: the first its own index, then the next from a
+// counter in global memory, in the order of FwdTileOrder (launch sections of heads, longest causal tiles
+// first). Warpgroup 0 is the producer — one thread claims the tiles and issues TMA copies of each tile's Q
+// and of every visited K and V tile into a ring of kStages 128-byte-swizzled buffers that runs on across
+// tiles, after the consumers free a slot (Q once every consumer's last S of the tile landed) — and keeps 24
+// registers; each consumer warpgroup owns 64 query rows of the tile and takes the freed registers. A
+// consumer waits on a slot's mbarriers, runs S = Q K^T as wgmma with both operands in shared memory,
+// rounds P to the input dtype in registers, runs O += P V with P from registers and V read N-major, then
+// frees the slot. Where the tile table says so (kOverlap, d=128) the loop is software-pipelined: the next
+// key tile's QK^T is issued before this one's PV, so a warpgroup's softmax overlaps its own products; with
+// kPingPong the two consumer warpgroups also take turns issuing their products (named barriers, the turns
+// running on across tiles), so one's softmax runs while the other's products hold the tensor cores.
 // Otherwise warpgroups never wait for each other. Masking, the online softmax on exp2 and the final
 // normalisation with sink logits are the sm80 kernel's own steps (flash_fwd_kernel.cuh), so both paths
 // compute the same function; with kTensorRowSums (d=64) the rows of P are summed by the P V product, over
 // a panel of ones beside V, so the sums are of P as rounded for that product (the sm80 kernel sums P in
-// fp32). The output tile goes back through the warpgroup's own Q rows and a TMA store.
+// fp32). O goes from the accumulators straight to global memory, so the next tile's Q can land meanwhile.
 #pragma once
 
 #include <cstdint>
@@ -49,17 +52,29 @@ __device__ __forceinline__ void init_kv_ring(std::uint64_t* k_full, std::uint64_
 
 // The TMA maps of the forward's operands (flash_tma.h), passed beside FlashFwdParams.
 struct FwdTmaMaps {
-  TmaTensor q, k, v, o;  // boxes of (64 rows of a consumer, or kBlockN rows) x 64 columns
+  TmaTensor q, k, v;  // boxes of (kBlockM or kBlockN rows) x 64 columns
 };
 
-// The grid head (batch x head) of a block of a sectioned grid (section heads, tiles, sections): blocks
-// launch x fastest, then y, then z, so one section's tiles go before the next section's, and within a
-// section tile by tile over its heads (flash_launch_template.cuh, section_grid). The last section may
-// hold fewer heads: its other blocks have none (-1) and return at once.
-__device__ __forceinline__ int section_head(int grid_heads) {
-  const int bh = blockIdx.z * gridDim.x + blockIdx.x;
-  return bh < grid_heads ? bh : -1;
-}
+// The query tiles of a forward in the order its persistent blocks take them: launch sections of
+// section_heads grid heads (batch x query head; flash_api.cu, section_heads) one after another, within a
+// section tile by tile, longest (causal) first, over its heads, so a section's K and V stay in L2 while its
+// tiles run. The last section may hold fewer heads.
+struct FwdTileOrder {
+  int grid_heads, section_heads, q_tiles;
+  __device__ FwdTileOrder(const FlashFwdParams& p, int block_m)
+      : grid_heads(p.shape.batch * p.shape.heads_q),
+        section_heads(p.section_heads),
+        q_tiles((p.shape.len_q + block_m - 1) / block_m) {}
+  __device__ int count() const { return grid_heads * q_tiles; }
+  // Tile `tile` (< count()) -> its grid head bh and query tile y (y = 0 holds the last rows).
+  __device__ void at(int tile, int& bh, int& y) const {
+    const int per_section = section_heads * q_tiles;
+    const int section = tile / per_section, in_section = tile - section * per_section;
+    const int heads = min(section_heads, grid_heads - section * section_heads);
+    y = in_section / heads;
+    bh = section * section_heads + (in_section - y * heads);
+  }
+};
 
 template <class T, int D>
 struct FwdTraits {
@@ -82,15 +97,35 @@ struct FwdTraits {
   static constexpr int kConsumerRegs = consumer_registers(kThreads, kProducerRegs);
   static constexpr int kTileBytes = kBlockN * D * static_cast<int>(sizeof(T));  // one K or V tile
   // sQ (kBlockM, D) | sK (kStages, kBlockN, D) | sV (kStages, kBlockN, D) | sOnes (kBlockN, 64) with
-  // kTensorRowSums, swizzled, then the mbarriers: Q landed, K and V of each slot landed, each slot free.
-  // O is staged in each consumer's own Q rows.
-  static constexpr int kBarriers = 1 + 3 * kStages;
+  // kTensorRowSums, swizzled, then the mbarriers: Q landed, Q free, K and V of each slot landed, each slot
+  // free; then the tile the producer claimed (an int in an 8-byte word).
+  static constexpr int kBarriers = 2 + 3 * kStages + 1;
   static constexpr int kOnesElems = kTensorRowSums ? kBlockN * kPanel : 0;
   static constexpr int kSmemBytes =
       ((kBlockM + 2 * kStages * kBlockN) * D + kOnesElems) * static_cast<int>(sizeof(T)) + kBarriers * 8 +
       kSmemSlack;
   static_assert(D % kPanel == 0 && kBlockN % 16 == 0 && kBlockN <= 256 && kStages >= 2, "bad sm90 forward tiles");
 };
+
+// One warpgroup's rows of an output tile, from its accumulator straight to global memory: this thread's
+// rows row_g and row_g + 8 of `out` (row 0 of a head, rows row_stride elements apart), scaled by factor[0]
+// and factor[1], columns 8 j + 2 t and 8 j + 2 t + 1 of D as 4-byte stores; rows outside [0, len) are not
+// written. The quads of a warp fill 16 bytes of 8 rows per store.
+template <class T, int D, int NT>
+__device__ __forceinline__ void store_rows_global(T* out, std::int64_t row_stride, int row_g, int len,
+                                                  const float (&acc)[NT][4], const float (&factor)[2], int t) {
+  static_assert(NT >= D / 8, "store_rows_global: the accumulator holds D columns (and maybe more, not stored)");
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row_g + 8 * r;
+    if (row < 0 || row >= len) continue;
+    T* dst = out + row * row_stride + 2 * t;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j)
+      *reinterpret_cast<std::uint32_t*>(dst + 8 * j) =
+          Mma<T>::pack(acc[j][2 * r] * factor[r], acc[j][2 * r + 1] * factor[r]);
+  }
+}
 
 template <class T, int D, bool kHasMask>
 __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
@@ -101,6 +136,7 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
   constexpr int kNtS = BN / 8;  // score tiles of a warp's 16 rows
   constexpr int kNtO = Tr::kAccTiles;  // output tiles (and the row sums' with kTensorRowSums)
   const FlashShape& s = p.shape;
+  const FwdTileOrder order(p, BM);
 
   extern __shared__ unsigned char smem_raw[];
   T* sQ = aligned_smem<T>(smem_raw);  // (BM, D) swizzled
@@ -108,28 +144,27 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
   T* sV = sK + kStages * BN * D;      // (kStages, BN, D) swizzled
   T* sOnes = sV + kStages * BN * D;   // (BN, 64) of ones with kTensorRowSums
   std::uint64_t* q_full = reinterpret_cast<std::uint64_t*>(sOnes + Tr::kOnesElems);
-  std::uint64_t* k_full = q_full + 1;          // (kStages)
-  std::uint64_t* v_full = k_full + kStages;    // (kStages)
+  std::uint64_t* q_free = q_full + 1;
+  std::uint64_t* k_full = q_free + 1;           // (kStages)
+  std::uint64_t* v_full = k_full + kStages;     // (kStages)
   std::uint64_t* slot_free = v_full + kStages;  // (kStages)
+  volatile int* claimed = reinterpret_cast<volatile int*>(slot_free + kStages);  // the tile of Q, -1: none left
 
-  const int bh = section_head(s.batch * s.heads_q);
-  if (bh < 0) return;
-  const int b = bh / s.heads_q, h = bh % s.heads_q, hk = h / s.group;
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
-  // Query tiles end at len_q rounded up to 64 rows, longest (causal) tiles of the section's heads first:
-  // where BM does not divide that, the partial tile is the first, whose rows see the fewest keys. Its
-  // rows before 0 come in whole warpgroups (TMA stores take no negative rows), read as zeros, never
+  // The rows and visited key tiles of query tile y of a head: query tiles end at len_q rounded up to 64
+  // rows, longest (causal) tiles first; where BM does not divide that, the partial tile is the one of the
+  // first rows, which see the fewest keys. Its rows before 0 (whole warpgroups) are read as zeros and never
   // written.
-  const int m0 = (s.len_q + 63) / 64 * 64 - (blockIdx.y + 1) * BM;
-
-  const KeyRange tile_first = row_keys<kHasMask>(max(m0, 0), s);
-  const KeyRange tile_last = row_keys<kHasMask>(min(m0 + BM, s.len_q) - 1, s);
-  const KeyTiles tiles = key_tiles(tile_first, tile_last, BN);
-  const RowKeys first_keys(tile_first), last_keys(tile_last);  // 32-bit, for the test of every key tile
-  const int n_iters = tiles.count();
+  auto tile_rows = [&](int y) { return (s.len_q + 63) / 64 * 64 - (y + 1) * BM; };
+  auto tile_keys = [&](int m0, KeyRange& first, KeyRange& last) {
+    first = row_keys<kHasMask>(max(m0, 0), s);
+    last = row_keys<kHasMask>(min(m0 + BM, s.len_q) - 1, s);
+    return key_tiles(first, last, BN);
+  };
 
   if (tid == 0) {
     mbar_init(q_full, 1);
+    mbar_init(q_free, Tr::kConsumerThreads);
     init_kv_ring<kStages>(k_full, v_full, slot_free, Tr::kConsumerThreads);
     mbar_init_fence();
   }
@@ -141,23 +176,43 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
   }
   __syncthreads();
 
-  if (warp < 4) {  // ---- producer warpgroup: one thread issues every copy ----
+  if (warp < 4) {  // ---- producer warpgroup: one thread claims every tile and issues every copy ----
     setmaxnreg_dec<Tr::kProducerRegs>();
     if (tid != 0) return;
+    tma_prefetch_map(maps.q);
     tma_prefetch_map(maps.k);
     tma_prefetch_map(maps.v);
-    mbar_arrive_expect_tx(q_full, BM * D * sizeof(T));
-    tma_load_tile<T, BM, D>(sQ, maps.q, m0, h, b, q_full);
     RingPosition<kStages> pos;
-    for (int it = 0; it < n_iters; ++it, pos.advance()) {
-      const int n0 = tiles.tile(it) * BN;
-      mbar_wait(&slot_free[pos.slot], pos.phase ^ 1);
-      mbar_arrive_expect_tx(&k_full[pos.slot], Tr::kTileBytes);
-      tma_load_tile<T, BN, D>(sK + pos.slot * BN * D, maps.k, n0, hk, b, &k_full[pos.slot]);
-      mbar_arrive_expect_tx(&v_full[pos.slot], Tr::kTileBytes);
-      tma_load_tile<T, BN, D>(sV + pos.slot * BN * D, maps.v, n0, hk, b, &v_full[pos.slot]);
+    int tile = blockIdx.x;
+    for (std::uint32_t q_phase = 0;; q_phase ^= 1) {
+      mbar_wait(q_free, q_phase ^ 1);  // every consumer read the last tile's Q and its index
+      if (tile >= order.count()) {
+        *claimed = -1;
+        mbar_arrive(q_full);
+        return;
+      }
+      *claimed = tile;
+      int bh, y;
+      order.at(tile, bh, y);
+      const int b = bh / s.heads_q, h = bh % s.heads_q, hk = h / s.group, m0 = tile_rows(y);
+      mbar_arrive_expect_tx(q_full, BM * D * sizeof(T));
+      tma_load_tile<T, BM, D>(sQ, maps.q, m0, h, b, q_full);
+      KeyRange first, last;
+      const KeyTiles tiles = tile_keys(m0, first, last);
+      const int n_iters = tiles.count();
+      for (int it = 0; it < n_iters; ++it, pos.advance()) {
+        const int n0 = tiles.tile(it) * BN;
+        mbar_wait(&slot_free[pos.slot], pos.phase ^ 1);
+        mbar_arrive_expect_tx(&k_full[pos.slot], Tr::kTileBytes);
+        tma_load_tile<T, BN, D>(sK + pos.slot * BN * D, maps.k, n0, hk, b, &k_full[pos.slot]);
+        mbar_arrive_expect_tx(&v_full[pos.slot], Tr::kTileBytes);
+        tma_load_tile<T, BN, D>(sV + pos.slot * BN * D, maps.v, n0, hk, b, &v_full[pos.slot]);
+      }
+      // The next tile is claimed only once this one's copies are issued, so that the blocks that free up
+      // first take the tiles left: claimed at a tile's start, the causal forward's last tiles went to
+      // blocks still busy (SM cycles elapsed 1.6% over the launched grid's, d=128 B2 H16 N8192, H100).
+      tile = atomicAdd(p.tile_counter, 1) + static_cast<int>(gridDim.x);
     }
-    return;
   }
 
   // ---- consumer warpgroups ----
@@ -169,30 +224,13 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
   const int warp_row = cwarp * 16;   // first tile row of this warp
   const float sl = fmaxf(fabsf(s.scale_log2), 1e-30f);  // as the sm80 kernel: a negative scale moves into Q
 
-  mbar_wait(q_full, 0);
-  if (s.scale_log2 < 0.f) {  // S = |scale| (-Q) K^T: flip the sign bits of this warpgroup's rows
-#pragma unroll
-    for (int pn = 0; pn < D / kPanel; ++pn) {
-      uint4* rows = reinterpret_cast<uint4*>(sQ + pn * BM * kPanel + wg_row * kPanel);  // 64 rows x 128 bytes
-      for (int i = ctid % 128; i < 64 * kPanelRowBytes / 16; i += 128) {
-        uint4 x = rows[i];
-        x.x ^= 0x80008000u, x.y ^= 0x80008000u, x.z ^= 0x80008000u, x.w ^= 0x80008000u;
-        rows[i] = x;
-      }
-    }
-    fence_proxy_async();
-    named_barrier_sync(1 + wg, 128);
-  }
-
-  float acc_o[kNtO][4] = {};  // O of this thread's rows (unnormalised), then with kTensorRowSums their sums
-  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
-  // S = Q K^T of the tile in `slot` (unscaled; the first k step overwrites) and O += P V, each issued as
+  // S = Q K^T of the key tile in `slot` (unscaled; the first k step overwrites) and O += P V, each issued as
   // one wgmma group; their commits and waits are the loops' own.
   auto issue_scores = [&](float (&acc_s)[kNtS][4], int slot) {
     gemm_ss_kmajor<T, BN, D>(acc_s, sQ, BM, wg_row, sK + slot * BN * D);
     wgmma_commit();
   };
-  auto issue_pv = [&](const std::uint32_t (&pa)[BN / 16][4], int slot) {
+  auto issue_pv = [&](float (&acc_o)[kNtO][4], const std::uint32_t (&pa)[BN / 16][4], int slot) {
     if constexpr (Tr::kTensorRowSums)  // the second panel of B is sOnes
       gemm_rs_nmajor<T, D + 8, BN>(acc_o, pa, sV + slot * BN * D, smem_u32(sOnes) - smem_u32(sV + slot * BN * D));
     else
@@ -200,103 +238,139 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
     wgmma_commit();
   };
   // Waits for every product issued (the last one a P V of the tile in `slot`), then frees the slot.
-  auto retire_pv = [&](int slot) {
+  auto retire_pv = [&](float (&acc_o)[kNtO][4], int slot) {
     wgmma_wait<0>();
     fence_accumulators(acc_o);
     mbar_arrive(&slot_free[slot]);
   };
-  // Masks the scores of key tile `it` and turns them into P; `correction` is O's rescaling factor.
-  auto softmax_tile = [&](float (&acc_s)[kNtS][4], int it, float (&correction)[2]) {
-    const int n0 = tiles.tile(it) * BN;
-    if (!tile_full(first_keys, last_keys, n0, BN, s.len_k)) mask_scores<kHasMask>(acc_s, m0 + warp_row + g, n0, t, s);
-    softmax_scores<!Tr::kTensorRowSums>(acc_s, row_max, row_sum, sl, correction);
-  };
 
   // Ping-pong: warpgroup wg issues its products after bar.sync on barrier 3 + wg, then arrives on the
   // other's, so one warpgroup's softmax runs while the other's products hold the tensor cores. Both take
-  // n_iters + 1 turns; warpgroup 1 opens warpgroup 0's first turn and skips its arrival after its last.
-  // A turn: the fence, the products `issue` issues and, with ping-pong, the turn barriers around them;
-  // `last` marks the final turn.
-  auto issue_in_turn = [&](bool last, auto&& issue) {
+  // the same turns (n_iters + 1 per tile), tile after tile: warpgroup 1 opens warpgroup 0's first turn,
+  // and warpgroup 0 takes its arrival after the last turn at the end. A turn: the fence, the products
+  // `issue` issues and, with ping-pong, the turn barriers around them.
+  auto issue_in_turn = [&](auto&& issue) {
     if constexpr (Tr::kPingPong) named_barrier_sync(3 + wg, 2 * 128);
     wgmma_fence();
     issue();
-    if constexpr (Tr::kPingPong) {
-      if (!(last && wg == 1)) named_barrier_arrive(3 + (1 - wg), 2 * 128);
-    }
+    if constexpr (Tr::kPingPong) named_barrier_arrive(3 + (1 - wg), 2 * 128);
   };
-  if (Tr::kPingPong && wg == 1 && n_iters > 0) named_barrier_arrive(3, 2 * 128);
+  if (Tr::kPingPong && wg == 1) named_barrier_arrive(3, 2 * 128);
 
-  float acc_s[kNtS][4];
-  std::uint32_t pa[BN / 16][4];  // P rounded to T, as A fragments of the k steps over a tile's keys
-  float correction[2];
-  auto round_p = [&] {
-#pragma unroll
-    for (int kk = 0; kk < BN / 16; ++kk) a_from_acc<T>(pa[kk], acc_s, kk);
-  };
   RingPosition<kStages> pos;
-  if constexpr (Tr::kOverlap) {
-    // Software-pipelined: tile it's S = Q K^T is issued before tile it-1's O += P V, so this warpgroup's
-    // softmax of tile it runs while its own P V is on the tensor cores. O is rescaled only after that
-    // product lands. P of tile it-1 and S of tile it are live together, hence the register budget.
-    if (n_iters > 0) {
-      mbar_wait(&k_full[pos.slot], pos.phase);
-      issue_in_turn(false, [&] { issue_scores(acc_s, pos.slot); });
-      wgmma_wait<0>();
-      fence_accumulators(acc_s);
-      softmax_tile(acc_s, 0, correction);  // O is still zero: nothing to rescale
-      round_p();
+  for (std::uint32_t q_phase = 0;; q_phase ^= 1) {
+    mbar_wait(q_full, q_phase);
+    const int tile = *claimed;
+    if (tile < 0) break;
+    int bh, y;
+    order.at(tile, bh, y);
+    const int b = bh / s.heads_q, h = bh % s.heads_q, m0 = tile_rows(y);
+    KeyRange tile_first, tile_last;
+    const KeyTiles tiles = tile_keys(m0, tile_first, tile_last);
+    const RowKeys first_keys(tile_first), last_keys(tile_last);  // 32-bit, for the test of every key tile
+    const int n_iters = tiles.count();
+
+    if (s.scale_log2 < 0.f) {  // S = |scale| (-Q) K^T: flip the sign bits of this warpgroup's rows
+#pragma unroll
+      for (int pn = 0; pn < D / kPanel; ++pn) {
+        uint4* rows = reinterpret_cast<uint4*>(sQ + pn * BM * kPanel + wg_row * kPanel);  // 64 rows x 128 bytes
+        for (int i = ctid % 128; i < 64 * kPanelRowBytes / 16; i += 128) {
+          uint4 x = rows[i];
+          x.x ^= 0x80008000u, x.y ^= 0x80008000u, x.z ^= 0x80008000u, x.w ^= 0x80008000u;
+          rows[i] = x;
+        }
+      }
+      fence_proxy_async();
+      named_barrier_sync(1 + wg, 128);
     }
-    for (int it = 1; it < n_iters; ++it) {
-      const RingPosition<kStages> prev = pos;
-      pos.advance();
-      mbar_wait_both(&k_full[pos.slot], pos.phase, &v_full[prev.slot], prev.phase);
-      issue_in_turn(false, [&] {
+    // Q is read by the tile's last S: once it landed, this thread frees Q (and the claimed index).
+    auto q_read_after = [&](int it) {
+      if (it == n_iters - 1) mbar_arrive(q_free);
+    };
+    if (n_iters == 0) mbar_arrive(q_free);
+
+    float acc_o[kNtO][4] = {};  // O of this thread's rows (unnormalised), then with kTensorRowSums their sums
+    float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+    // Masks the scores of key tile `it` and turns them into P; `correction` is O's rescaling factor.
+    auto softmax_tile = [&](float (&acc_s)[kNtS][4], int it, float (&correction)[2]) {
+      const int n0 = tiles.tile(it) * BN;
+      if (!tile_full(first_keys, last_keys, n0, BN, s.len_k))
+        mask_scores<kHasMask>(acc_s, m0 + warp_row + g, n0, t, s);
+      softmax_scores<!Tr::kTensorRowSums>(acc_s, row_max, row_sum, sl, correction);
+    };
+    float acc_s[kNtS][4];
+    std::uint32_t pa[BN / 16][4];  // P rounded to T, as A fragments of the k steps over a tile's keys
+    float correction[2];
+    auto round_p = [&] {
+#pragma unroll
+      for (int kk = 0; kk < BN / 16; ++kk) a_from_acc<T>(pa[kk], acc_s, kk);
+    };
+    if constexpr (Tr::kOverlap) {
+      // Software-pipelined: key tile it's S = Q K^T is issued before key tile it-1's O += P V, so this
+      // warpgroup's softmax of tile it runs while its own P V is on the tensor cores. O is rescaled only
+      // after that product lands. P of tile it-1 and S of tile it are live together, hence the register
+      // budget.
+      if (n_iters > 0) {
+        mbar_wait(&k_full[pos.slot], pos.phase);
+        issue_in_turn([&] { issue_scores(acc_s, pos.slot); });
+        wgmma_wait<0>();
+        fence_accumulators(acc_s);
+        q_read_after(0);
+        softmax_tile(acc_s, 0, correction);  // O is still zero: nothing to rescale
+        round_p();
+      }
+      for (int it = 1; it < n_iters; ++it) {
+        const RingPosition<kStages> prev = pos;
+        pos.advance();
+        mbar_wait_both(&k_full[pos.slot], pos.phase, &v_full[prev.slot], prev.phase);
+        issue_in_turn([&] {
+          issue_scores(acc_s, pos.slot);
+          issue_pv(acc_o, pa, prev.slot);
+        });
+        wgmma_wait<1>();  // S of tile it landed; P V of tile it-1 may still run
+        fence_accumulators(acc_s);
+        q_read_after(it);
+        softmax_tile(acc_s, it, correction);
+        schedule_boundary(row_sum[0]);  // else the wait for P V moves up, before the softmax
+        retire_pv(acc_o, prev.slot);
+        rescale_rows(acc_o, correction);
+        round_p();
+      }
+      if (n_iters > 0) {
+        mbar_wait(&v_full[pos.slot], pos.phase);
+        issue_in_turn([&] { issue_pv(acc_o, pa, pos.slot); });
+        retire_pv(acc_o, pos.slot);
+        pos.advance();
+      }
+    } else {
+      for (int it = 0; it < n_iters; ++it, pos.advance()) {
+        mbar_wait(&k_full[pos.slot], pos.phase);
+        wgmma_fence();
         issue_scores(acc_s, pos.slot);
-        issue_pv(pa, prev.slot);
-      });
-      wgmma_wait<1>();  // S of tile it landed; P V of tile it-1 may still run
-      fence_accumulators(acc_s);
-      softmax_tile(acc_s, it, correction);
-      schedule_boundary(row_sum[0]);  // else the wait for P V moves up, before the softmax
-      retire_pv(prev.slot);
-      rescale_rows(acc_o, correction);
-      round_p();
+        wgmma_wait<0>();
+        fence_accumulators(acc_s);
+        q_read_after(it);
+        softmax_tile(acc_s, it, correction);
+        rescale_rows(acc_o, correction);
+        round_p();
+        mbar_wait(&v_full[pos.slot], pos.phase);
+        wgmma_fence();
+        issue_pv(acc_o, pa, pos.slot);
+        retire_pv(acc_o, pos.slot);
+      }
     }
-    if (n_iters > 0) {
-      mbar_wait(&v_full[pos.slot], pos.phase);
-      issue_in_turn(true, [&] { issue_pv(pa, pos.slot); });
-      retire_pv(pos.slot);
-    }
-  } else {
-    for (int it = 0; it < n_iters; ++it, pos.advance()) {
-      mbar_wait(&k_full[pos.slot], pos.phase);
-      wgmma_fence();
-      issue_scores(acc_s, pos.slot);
-      wgmma_wait<0>();
-      fence_accumulators(acc_s);
-      softmax_tile(acc_s, it, correction);
-      rescale_rows(acc_o, correction);
-      round_p();
-      mbar_wait(&v_full[pos.slot], pos.phase);
-      wgmma_fence();
-      issue_pv(pa, pos.slot);
-      retire_pv(pos.slot);
-    }
-  }
 
-  float factor[2], lse[2];
-  if constexpr (Tr::kTensorRowSums) {  // columns D.. of rows g and g + 8 (all alike): the whole rows' sums
-    row_sum[0] = acc_o[kNtO - 1][0];
-    row_sum[1] = acc_o[kNtO - 1][2];
+    float factor[2], lse[2];
+    if constexpr (Tr::kTensorRowSums) {  // columns D.. of rows g and g + 8 (all alike): the whole rows' sums
+      row_sum[0] = acc_o[kNtO - 1][0];
+      row_sum[1] = acc_o[kNtO - 1][2];
+    }
+    finish_rows<Tr::kTensorRowSums>(row_max, row_sum, p.sinks, h, factor, lse);
+    const int row_g = m0 + warp_row + g;
+    store_rows_global<T, D>(p.o.at<T>(b, h), p.o.row_stride, row_g, s.len_q, acc_o, factor, t);
+    write_lse(p.lse.at<float>(b, h), p.lse.row_stride, row_g, s.len_q, lse, t);
   }
-  finish_rows<Tr::kTensorRowSums>(row_max, row_sum, p.sinks, h, factor, lse);
-
-  // O -> this warpgroup's Q rows (no longer read) -> global.
-  store_rows_tma<T, BM, D>(sQ, wg_row, warp_row, acc_o, factor[0], factor[1], maps.o, m0, h, b, s.len_q, 1 + wg,
-                           ctid % 128 == 0, lane);
-  float* lse_out = p.lse.at<float>(b, h);
-  write_lse(lse_out, p.lse.row_stride, m0 + warp_row + g, s.len_q, lse, t);
+  if (Tr::kPingPong && wg == 0) named_barrier_sync(3, 2 * 128);  // warpgroup 1's arrival after its last turn
 #endif
 }
 

@@ -61,7 +61,7 @@ inline dim3 tile_grid(int heads, int len, int tile) {
 }
 
 // A Hopper kernel's grid of `heads` grid heads in sections of `section` heads: (section, tiles, sections),
-// so blocks launch section by section (section_head in flash_fwd_sm90_kernel.cuh).
+// so blocks launch section by section (section_head in flash_bwd_sm90_kernel.cuh).
 inline dim3 section_grid(int heads, int section, int len, int tile) {
   const dim3 tiles = tile_grid(section, len, tile);
   return dim3(tiles.x, tiles.y, ceil_div(heads, section));
@@ -84,12 +84,11 @@ void run_flash_fwd(const FlashFwdParams& p, cudaStream_t stream) {
   if constexpr (has_sm90_kernels(sizeof(T), D)) {
     if (s.sm90) {
       using Tr = sm90::FwdTraits<T, D>;
-      const dim3 grid = detail::section_grid(s.batch * s.heads_q, p.section_heads, s.len_q, Tr::kBlockM);
+      const dim3 grid(static_cast<unsigned>(p.blocks));
       sm90::FwdTmaMaps maps;
       maps.q = detail::query_map<T, D>(p.q, s, Tr::kBlockM);
       maps.k = detail::key_map<T, D>(p.k, s, Tr::kBlockN);
       maps.v = detail::key_map<T, D>(p.v, s, Tr::kBlockN);
-      maps.o = detail::query_map<T, D>(p.o, s, 64);
       if (s.has_mask)
         detail::launch(sm90::flash_fwd_sm90_kernel<T, D, true>, grid, Tr::kThreads, Tr::kSmemBytes, stream, p, maps);
       else

@@ -35,9 +35,12 @@ struct FlashFwdParams {
   TensorRef o;        // (B, Hq, Nq, D) output
   TensorRef lse;      // (B, Hq, Nq) fp32 output (row_stride is the Nq stride)
   const float* sinks = nullptr;  // (Hq) fp32 sink logits, or null
-  // Launch geometry of the Hopper kernel: the (batch x query head)s whose query tiles are launched
-  // together (flash_api.cu, section_grid).
+  // The Hopper kernel is persistent: `blocks` blocks (one per SM, at most one per tile) take the query
+  // tiles of section_heads (batch x query head)s at a time (flash_api.cu, section_heads), the first tile
+  // of each block its index, the next ones from *tile_counter (an int, zero at launch).
   int section_heads = 1;
+  int blocks = 0;
+  int* tile_counter = nullptr;
 };
 
 struct FlashBwdParams {

@@ -206,43 +206,6 @@ __device__ __forceinline__ void named_barrier_arrive(int id, int threads) {
   asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "r"(threads) : "memory");
 }
 
-// One warpgroup's 64 rows of a (BM, D) 16-bit output tile leave through TMA: its accumulator (rows
-// warp_row + g and + 8 of the tile, scaled by f0 and f1) -> rows wg_row.. of the sw128 tile `tile`
-// (panels of BM rows; no wgmma of the warpgroup may still read them) -> global rows row0 + wg_row.. of
-// (head, batch) in `map` (boxes of 64 rows); rows at or past `len` are not written, nor any when
-// row0 + wg_row < 0 (a TMA store starting before row 0 faults: the caller's rows before 0 come in whole
-// warpgroups). Every thread of the warpgroup calls it; `barrier` is the warpgroup's named barrier and
-// `leader` one of its threads.
-template <class T, int BM, int D, int NT>
-__device__ __forceinline__ void store_rows_tma(T* tile, int wg_row, int warp_row, const float (&acc)[NT][4],
-                                               float f0, float f1, const TmaTensor& map, int row0, int head,
-                                               int batch, int len, int barrier, bool leader, int lane) {
-  static_assert(NT >= D / 8, "store_rows_tma: the accumulator holds D columns (and maybe more, not stored)");
-  const int g = lane >> 2, t = lane & 3;
-  T* rows = tile + wg_row * kPanel;  // panel pn of the warpgroup's rows at rows + pn * BM * kPanel
-#pragma unroll
-  for (int j = 0; j < D / 8; ++j) {
-    const int col = 8 * j + 2 * t;
-    T* panel = rows + (col / kPanel) * BM * kPanel;
-#pragma unroll
-    for (int r = 0; r < 2; ++r) {
-      const int row = warp_row - wg_row + g + 8 * r;
-      *reinterpret_cast<std::uint32_t*>(panel + sw128_offset(64, row, col % kPanel)) =
-          Mma<T>::pack(acc[j][2 * r] * (r ? f1 : f0), acc[j][2 * r + 1] * (r ? f1 : f0));
-    }
-  }
-  fence_proxy_async();
-  named_barrier_sync(barrier, 128);
-  if (leader && row0 + wg_row >= 0 && row0 + wg_row < len) {
-#pragma unroll
-    for (int pn = 0; pn < D / kPanel; ++pn)
-      tma_store(map, tma_coords(map, pn * kPanel, row0 + wg_row, head, batch), rows + pn * BM * kPanel);
-    // Waiting only until the rows are read (so the block exits sooner) took the d=128 forward (B2 H16
-    // N8192 causal) 0.89-0.96 -> 0.98-0.99 ms on an H100, interleaved.
-    tma_store_wait_all();
-  }
-}
-
 // Registers per consumer thread (a multiple of 8) of a block of `threads` (one block per SM; the producer
 // warpgroup first) whose producer drops to producer_regs: the launch gives every thread 65536 / threads
 // (rounded down to 8; ptxas takes all that __launch_bounds__ allows in these kernels), and

@@ -92,16 +92,22 @@ inline constexpr FlashSm90Tiles kSm90Tiles[] = {
     // last quarter of the heads so (kept, ascending_heads_for: not tied to the sections), 2.77-2.85 /
     // 2.95-2.96.
     // Storing the first piece instead of zeroing dq_accum, alone: 2.96-2.97 / 3.01-3.07.
-    // A persistent forward (one block per SM taking tiles from a counter in global memory once the last
-    // one's copies were issued, Q freed at a tile's last S, O stored from registers, the K/V ring running
-    // across tiles) ran slower (H100, interleaved): d=128 causal B2 H16 N8192 0.90-0.95 -> 0.95-1.02 ms,
-    // leaderboard forward 1.17-1.19 -> 1.16-1.21. Under ncu the tiled kernel's SMs are active 97.4% of its
-    // cycles, so persistence could win at most ~2.6%, while the loop over tiles took the wgmma descriptor
-    // arithmetic off the uniform datapath (4.8% more instructions; claiming tiles at a tile's start, 10%).
-    // Passing the ring position through a warp reduction each step brought the main loop back to its
-    // length (1606 -> 1609 SASS instructions), yet the kernel stayed slower, 879 -> 925 us under ncu
-    // (stalls per instruction: math-pipe throttle 0.07 -> 0.28, branch resolving 0.05 -> 0.18).
-    // A static schedule spread the work unevenly (SM active cycles 1.24M-2.07M) and fell to 63% L2 hits.
+    // The forward is persistent (one block per SM taking query tiles from a counter in global memory, Q
+    // freed at a tile's last S, O stored from registers, the K/V ring and the ping-pong turns running on
+    // across tiles). A first version (36f7048) ran slower, 879 -> 925 us under ncu at d=128 causal B2 H16
+    // N8192, its loop over tiles taking the wgmma descriptors off the uniform datapath; a static schedule
+    // spread the work unevenly (SM active cycles 1.24M-2.07M) and fell to 63% L2 hits. Once the descriptors
+    // stayed uniform (warp_uniform, desc_advance), the tiled kernel was measured at about 6.3k cycles per
+    // block outside its key-tile loop (SM cycles of non-causal d=128 grids of 2-64 key tiles per block, a
+    // straight line, 2.44k per key tile): 7% of the causal N8192 forward. Persistent, SM cycles elapsed
+    // under ncu at base clocks (H100, e918f8f's kernels -> persistent): d=128 causal B2 H16 N8192 1.404M ->
+    // 1.363M, causal B8 H16 N2048 468k -> 438k, non-causal B32 H16 N1024 822k -> 810k; d=64 causal B2 H16
+    // N8192 978k -> 967k, causal B8 H16 N2048 350k -> 324k, non-causal B32 H16 N1024 658k -> 582k; the
+    // leaderboard 1.820M -> 1.825M. Claiming the next tile at a tile's start rather than after its last
+    // copy is issued left the causal grids a longer tail (d=128 N8192 1.417M, 5% above the SMs' mean).
+    // Ping-pong off at d=128 on the persistent kernel: causal N8192 1.364M -> 1.358M, non-causal N8192
+    // 2.629M -> 2.591M, B1 H16 N16384 causal 2.600M -> 2.575M, but causal B8 H16 N2048 437k -> 443k and
+    // non-causal B32 H16 N1024 808k -> 810k; kept on.
     // Freeing a slot's K once its S lands (its own mbarrier, K copied a tile ahead of V) instead of with
     // its V after the P V changed nothing: d=128 forward 892.7 -> 892.1 us under ncu (H100).
     // At d=64 the forward's MUFU (exp2, 16 per clock per SM) and tensor pipes are each about half busy
@@ -118,7 +124,7 @@ inline constexpr FlashSm90Tiles kSm90Tiles[] = {
     // loops with the softmax left out take 1.143M and 8.33M cycles, 89% and 98% of the tensor cores'
     // peak rate (4096 flop per cycle per SM): what is left is softmax not hidden behind the products.
     // With that overlap in place (5a45555), ping-pong off changed the causal case nothing (1.392M cycles
-    // either way) and took non-causal B2 H16 N8192 2.547M -> 2.507M; kept until more shapes are measured.
+    // either way) and took non-causal B2 H16 N8192 2.547M -> 2.507M (the persistent kernel's figures above).
     // The row max from four partial maxima (a shallower chain) ran slower: 1.392M -> 1.401M, leaderboard
     // forward 1.782M -> 1.813M (H100, ncu, base clocks). The exp2 of every k-th score tile on the FMA
     // pipe (the cubic above) ran slower at d=128 as well: causal 1.371M -> 1.540M (k = 4) and 1.438M
