@@ -220,9 +220,11 @@ void cuda_flash_forward(const AttentionTensors& t, const AttentionShape& s, cons
     p.section_heads = section_heads(kv_bytes, s.batch * s.heads_q, device);
     const std::int64_t block_m = 64 * flash::flash_sm90_tiles(static_cast<int>(s.head_dim)).fwd_wg;
     const std::int64_t tiles = s.batch * s.heads_q * ((s.len_q + block_m - 1) / block_m);
-    FT_CHECK_KIND(unsupported, tiles <= std::numeric_limits<int>::max(), "flash attention (CUDA, sm90): ", tiles,
-                  " query tiles of ", block_m, " rows (B x Hq = ", s.batch * s.heads_q, ", Nq = ", s.len_q,
-                  ") exceed the ", std::numeric_limits<int>::max(), " the forward numbers");
+    // The blocks number tiles as int, up to tiles + blocks - 1 (the claims that find none left).
+    constexpr std::int64_t kMaxTiles = std::numeric_limits<int>::max() / 2;
+    FT_CHECK_KIND(unsupported, tiles <= kMaxTiles, "flash attention (CUDA, sm90): ", tiles, " query tiles of ",
+                  block_m, " rows (B x Hq = ", s.batch * s.heads_q, ", Nq = ", s.len_q, ") exceed the forward's ",
+                  kMaxTiles);
     int blocks = forced_forward_blocks.load();
     if (blocks == 0) FT_CUDA_CHECK(cudaDeviceGetAttribute(&blocks, cudaDevAttrMultiProcessorCount, device));
     p.blocks = static_cast<int>(std::min<std::int64_t>(tiles, blocks));
