@@ -107,6 +107,26 @@ struct FwdTraits {
   static_assert(D % kPanel == 0 && kBlockN % 16 == 0 && kBlockN <= 256 && kStages >= 2, "bad sm90 forward tiles");
 };
 
+// One warpgroup's rows of an output tile, from its accumulator straight to global memory: this thread's
+// rows row_g and row_g + 8 of `out` (row 0 of a head, rows row_stride elements apart), scaled by factor[0]
+// and factor[1], columns 8 j + 2 t and 8 j + 2 t + 1 of D as 4-byte stores; rows outside [0, len) are not
+// written. The quads of a warp fill 16 bytes of 8 rows per store.
+template <class T, int D, int NT>
+__device__ __forceinline__ void store_rows_global(T* out, std::int64_t row_stride, int row_g, int len,
+                                                  const float (&acc)[NT][4], const float (&factor)[2], int t) {
+  static_assert(NT >= D / 8, "store_rows_global: the accumulator holds D columns (and maybe more, not stored)");
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = row_g + 8 * r;
+    if (row < 0 || row >= len) continue;
+    T* dst = out + row * row_stride + 2 * t;
+#pragma unroll
+    for (int j = 0; j < D / 8; ++j)
+      *reinterpret_cast<std::uint32_t*>(dst + 8 * j) =
+          Mma<T>::pack(acc[j][2 * r] * factor[r], acc[j][2 * r + 1] * factor[r]);
+  }
+}
+
 template <class T, int D, bool kHasMask>
 __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
     flash_fwd_sm90_kernel(const __grid_constant__ FlashFwdParams p, const __grid_constant__ FwdTmaMaps maps) {
@@ -133,7 +153,8 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   // The rows and visited key tiles of query tile y of a head: query tiles end at len_q rounded up to 64
   // rows, longest (causal) tiles first; where BM does not divide that, the partial tile is the one of the
-  // first rows, which see the fewest keys. Its rows before 0 are read as zeros and never written.
+  // first rows, which see the fewest keys. Its rows before 0 (whole warpgroups) are read as zeros and never
+  // written.
   auto tile_rows = [&](int y) { return (s.len_q + 63) / 64 * 64 - (y + 1) * BM; };
   auto tile_keys = [&](int m0, KeyRange& first, KeyRange& last) {
     first = row_keys<kHasMask>(max(m0, 0), s);
@@ -345,11 +366,9 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
       row_sum[1] = acc_o[kNtO - 1][2];
     }
     finish_rows<Tr::kTensorRowSums>(row_max, row_sum, p.sinks, h, factor, lse);
-    // O straight to global memory (D columns: not the row sums' with kTensorRowSums), so the next tile's
-    // Q can land meanwhile; the quads of a warp fill 16 bytes of 8 rows per store.
-    store_acc<T, kNtO, D / 8>(p.o.at<T>(b, h), p.o.row_stride, m0 + warp_row, 0, acc_o, factor[0], factor[1], lane,
-                              s.len_q);
-    write_lse(p.lse.at<float>(b, h), p.lse.row_stride, m0 + warp_row + g, s.len_q, lse, t);
+    const int row_g = m0 + warp_row + g;
+    store_rows_global<T, D>(p.o.at<T>(b, h), p.o.row_stride, row_g, s.len_q, acc_o, factor, t);
+    write_lse(p.lse.at<float>(b, h), p.lse.row_stride, row_g, s.len_q, lse, t);
   }
   if (Tr::kPingPong && wg == 0) named_barrier_sync(3, 2 * 128);  // warpgroup 1's arrival after its last turn
 #endif

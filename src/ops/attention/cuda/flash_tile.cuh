@@ -74,26 +74,20 @@ __device__ __forceinline__ void store_tile(T* gmem, std::int64_t ld_g, const T* 
   }
 }
 
-// Accumulator tiles acc[j] (16 x 8 each, columns col0 + 8 j), the first TILES of them -> rows row0..row0+15
-// of `dst` (shared or global memory, rows ld elements apart), as T. With rows >= 0 (the default -1 writes
-// every row) a thread's rows outside [0, rows) are skipped.
-template <class T, int NT, int TILES = NT, class Ld = int>
-__device__ __forceinline__ void store_acc(T* dst, Ld ld, int row0, int col0, const float (&acc)[NT][4],
-                                          float factor0, float factor1, int lane, int rows = -1) {
-  static_assert(TILES <= NT, "store_acc: more tiles than the accumulator holds");
+// Accumulator tiles acc[j] (16 x 8 each, columns col0 + 8 j) -> shared rows row0..row0+15, as T.
+template <class T, int NT>
+__device__ __forceinline__ void store_acc(T* smem, int ld, int row0, int col0, const float (&acc)[NT][4],
+                                          float factor0, float factor1, int lane) {
   const int g = lane >> 2, t = lane & 3;
-  auto inside = [&](int row) { return rows < 0 || (row >= 0 && row < rows); };
-  const bool top = inside(row0 + g), bottom = inside(row0 + g + 8);
 #pragma unroll
-  for (int j = 0; j < TILES; ++j) {
-    T* p = dst + (row0 + g) * ld + col0 + 8 * j + 2 * t;
+  for (int j = 0; j < NT; ++j) {
+    T* p = smem + (row0 + g) * ld + col0 + 8 * j + 2 * t;
     if constexpr (kIs16Bit<T>) {
-      if (top) *reinterpret_cast<std::uint32_t*>(p) = Mma<T>::pack(acc[j][0] * factor0, acc[j][1] * factor0);
-      if (bottom)
-        *reinterpret_cast<std::uint32_t*>(p + 8 * ld) = Mma<T>::pack(acc[j][2] * factor1, acc[j][3] * factor1);
+      *reinterpret_cast<std::uint32_t*>(p) = Mma<T>::pack(acc[j][0] * factor0, acc[j][1] * factor0);
+      *reinterpret_cast<std::uint32_t*>(p + 8 * ld) = Mma<T>::pack(acc[j][2] * factor1, acc[j][3] * factor1);
     } else {
-      if (top) *reinterpret_cast<float2*>(p) = make_float2(acc[j][0] * factor0, acc[j][1] * factor0);
-      if (bottom) *reinterpret_cast<float2*>(p + 8 * ld) = make_float2(acc[j][2] * factor1, acc[j][3] * factor1);
+      *reinterpret_cast<float2*>(p) = make_float2(acc[j][0] * factor0, acc[j][1] * factor0);
+      *reinterpret_cast<float2*>(p + 8 * ld) = make_float2(acc[j][2] * factor1, acc[j][3] * factor1);
     }
   }
 }
