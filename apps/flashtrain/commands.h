@@ -52,4 +52,7 @@ void register_bench_zero(CLI::App& bench, Action& action);
 void add_train_options(CLI::App& command, TrainOptions& options);
 void register_train(CLI::App& app, Action& action);
 
+// `flashtrain data prepare` (cmd_data_prepare.cpp): text files -> token files with a BPE tokenizer.
+void register_data_prepare(CLI::App& data, Action& action);
+
 }  // namespace ft::cli

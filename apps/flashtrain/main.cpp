@@ -4,6 +4,7 @@
 //   flashtrain --version
 //   flashtrain attention check --help
 //   flashtrain train --size tiny --steps 100
+//   flashtrain data prepare --tokenizer tokenizer.json --input corpus/ --output tokens.npy
 #include <exception>
 #include <iostream>
 #include <string>
@@ -67,6 +68,9 @@ int main(int argc, char** argv) {
   register_bench_zero(*bench, action);
 
   register_train(app, action);
+
+  CLI::App* data = app.add_subcommand("data", "Data: turn text into token files");
+  register_data_prepare(*data, action);
 
   try {
     app.parse(argc, argv);
