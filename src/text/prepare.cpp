@@ -67,8 +67,8 @@ std::string with_suffix(const std::string& output, const std::string& suffix) {
 PrepareSummary prepare_tokens(const Tokenizer& tokenizer, const PrepareOptions& options,
                               const PrepareProgress& progress) {
   const auto start = std::chrono::steady_clock::now();
-  FT_CHECK(options.val_fraction >= 0 && options.val_fraction < 1,
-           "the validation fraction must be in [0, 1), given ", options.val_fraction);
+  FT_CHECK(options.val_fraction >= 0 && options.val_fraction < 1, "the validation fraction must be in [0, 1), given ",
+           options.val_fraction);
   FT_CHECK(!options.output.empty(), "no output token file given");
   const std::int32_t eot = tokenizer.end_of_text_id();
   const std::vector<std::string> files = find_text_files(options.inputs, options.glob, options.exclude_folders);

@@ -33,8 +33,8 @@ TokenFileWriter::TokenFileWriter(const std::string& path, int bytes_per_id)
   file_ = std::fopen(temp_path_.c_str(), "wb");
   FT_CHECK_KIND(io, file_ != nullptr, "cannot create token file ", temp_path_, ": ", std::strerror(errno));
   const std::string header = npy_header(bytes_per_id_, 0);
-  FT_CHECK_KIND(io, std::fwrite(header.data(), 1, header.size(), file_) == header.size(), "cannot write ",
-                temp_path_, ": ", std::strerror(errno));
+  FT_CHECK_KIND(io, std::fwrite(header.data(), 1, header.size(), file_) == header.size(), "cannot write ", temp_path_,
+                ": ", std::strerror(errno));
 }
 
 TokenFileWriter::~TokenFileWriter() {
@@ -49,8 +49,8 @@ void TokenFileWriter::write(std::span<const std::int32_t> ids) {
   const std::int64_t limit = bytes_per_id_ == 2 ? 65535 : 0x7FFFFFFF;
   std::vector<std::uint8_t> bytes(ids.size() * static_cast<std::size_t>(bytes_per_id_));
   for (std::size_t i = 0; i < ids.size(); ++i) {
-    FT_CHECK(ids[i] >= 0 && ids[i] <= limit, "token file ", path_, ": id ", ids[i], " does not fit ",
-             bytes_per_id_ * 8, "-bit ids");
+    FT_CHECK(ids[i] >= 0 && ids[i] <= limit, "token file ", path_, ": id ", ids[i], " does not fit ", bytes_per_id_ * 8,
+             "-bit ids");
     const auto v = static_cast<std::uint32_t>(ids[i]);  // little-endian, byte by byte
     for (int k = 0; k < bytes_per_id_; ++k) bytes[i * bytes_per_id_ + k] = static_cast<std::uint8_t>(v >> (8 * k));
   }
@@ -62,8 +62,8 @@ void TokenFileWriter::write(std::span<const std::int32_t> ids) {
 void TokenFileWriter::close() {
   FT_CHECK(file_ != nullptr, "TokenFileWriter: ", path_, " is closed");
   const std::string header = npy_header(bytes_per_id_, count_);
-  const bool ok = std::fseek(file_, 0, SEEK_SET) == 0 &&
-                  std::fwrite(header.data(), 1, header.size(), file_) == header.size();
+  const bool ok =
+      std::fseek(file_, 0, SEEK_SET) == 0 && std::fwrite(header.data(), 1, header.size(), file_) == header.size();
   const bool closed = std::fclose(file_) == 0;
   file_ = nullptr;
   if (!ok || !closed || std::rename(temp_path_.c_str(), path_.c_str()) != 0) {

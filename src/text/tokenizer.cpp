@@ -138,8 +138,7 @@ std::vector<std::int32_t> Tokenizer::encode(std::string_view text, WordCache* ca
   };
   std::vector<Match> matches;
   for (const AddedToken& token : added_) {
-    for (std::size_t at = text.find(token.content); at != std::string_view::npos;
-         at = text.find(token.content, at + 1))
+    for (std::size_t at = text.find(token.content); at != std::string_view::npos; at = text.find(token.content, at + 1))
       matches.push_back({at, token.content.size(), token.id});
   }
   std::sort(matches.begin(), matches.end(), [](const Match& a, const Match& b) {

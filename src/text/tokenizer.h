@@ -54,8 +54,7 @@ class Tokenizer {
   std::vector<std::int32_t> encode(std::string_view text, WordCache* cache = nullptr) const;
   // The ids of every document, encoded by `threads` threads (0 = one per hardware thread), each with its
   // own word cache; on_done(i) (may be empty) is called, from a worker thread, as document i finishes.
-  std::vector<std::vector<std::int32_t>> encode_batch(const std::vector<std::string_view>& documents,
-                                                      int threads = 0,
+  std::vector<std::vector<std::int32_t>> encode_batch(const std::vector<std::string_view>& documents, int threads = 0,
                                                       const std::function<void(std::size_t)>& on_done = {}) const;
   // The text of ids (valid UTF-8). Ids outside [0, vocab_size()) or naming no token are an ft::Error.
   std::string decode(std::span<const std::int32_t> ids) const;

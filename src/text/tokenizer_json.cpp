@@ -3,9 +3,8 @@
 // the merges ("a b" strings or ["a", "b"] pairs, as the package writes either).
 #include <array>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "core/error.h"
 #include "text/tokenizer.h"
@@ -37,8 +36,8 @@ class TokenizerJsonReader {
     check_pre_tokenizer(j);
     supported(null_or(j, "decoder") || component_type(j["decoder"]) == "ByteLevel", "decoder is '",
               component_type(j["decoder"]), "', not ByteLevel");
-    supported(null_or(j, "post_processor") || component_type(j["post_processor"]) == "ByteLevel",
-              "post_processor is '", component_type(j["post_processor"]), "' (it would add tokens to every encoding)");
+    supported(null_or(j, "post_processor") || component_type(j["post_processor"]) == "ByteLevel", "post_processor is '",
+              component_type(j["post_processor"]), "' (it would add tokens to every encoding)");
     supported(null_or(model, "dropout") || model["dropout"].get<double>() == 0.0, "BPE dropout is set");
     supported(null_or(model, "continuing_subword_prefix") || model["continuing_subword_prefix"] == "",
               "BPE continuing_subword_prefix is set");
@@ -66,8 +65,8 @@ class TokenizerJsonReader {
   template <class... Args>
   void supported(bool ok, Args&&... parts) const {
     if (!ok)
-      FT_THROW(unsupported, "tokenizer file ", origin_, " is not byte-level BPE as flashtrain reads it: ",
-               std::forward<Args>(parts)...,
+      FT_THROW(unsupported, "tokenizer file ", origin_,
+               " is not byte-level BPE as flashtrain reads it: ", std::forward<Args>(parts)...,
                " (expected model BPE, pre_tokenizer ByteLevel with use_regex, decoder ByteLevel, no normalizer)");
   }
   static bool null_or(const nlohmann::json& j, const char* key) { return !j.contains(key) || j[key].is_null(); }
@@ -144,8 +143,8 @@ class TokenizerJsonReader {
       if (merge.is_string()) {
         const std::string pair = merge.get<std::string>();
         const std::size_t space = pair.find(' ');
-        require(space != std::string::npos && pair.find(' ', space + 1) == std::string::npos,
-                "has merge ", rank, " '", pair, "', expected two tokens separated by one space");
+        require(space != std::string::npos && pair.find(' ', space + 1) == std::string::npos, "has merge ", rank, " '",
+                pair, "', expected two tokens separated by one space");
         left = pair.substr(0, space);
         right = pair.substr(space + 1);
       } else {
@@ -156,9 +155,9 @@ class TokenizerJsonReader {
       }
       const std::int32_t a = vocab_id(left, rank), b = vocab_id(right, rank), ab = vocab_id(left + right, rank);
       // A pair listed twice keeps its last rank, as the package's map of merges does.
-      t_.merges_.insert_or_assign((static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32) |
-                                      static_cast<std::uint32_t>(b),
-                                  Tokenizer::Merge{rank, ab});
+      t_.merges_.insert_or_assign(
+          (static_cast<std::uint64_t>(static_cast<std::uint32_t>(a)) << 32) | static_cast<std::uint32_t>(b),
+          Tokenizer::Merge{rank, ab});
       ++rank;
     }
   }

@@ -11,8 +11,7 @@ namespace {
 
 bool is_white_space(std::uint32_t cp) {
   return (cp >= 0x09 && cp <= 0x0D) || cp == 0x20 || cp == 0x85 || cp == 0xA0 || cp == 0x1680 ||
-         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F ||
-         cp == 0x3000;
+         (cp >= 0x2000 && cp <= 0x200A) || cp == 0x2028 || cp == 0x2029 || cp == 0x202F || cp == 0x205F || cp == 0x3000;
 }
 
 CharClass lookup(std::uint32_t cp) {
@@ -54,8 +53,8 @@ int sequence_length(std::string_view s, std::size_t i, int* subpart) {
     return 0;
   }
   for (int k = 1; k < need; ++k) {
-    const bool ok = i + k < s.size() && (k == 1 ? byte(i + k) >= lo && byte(i + k) <= hi
-                                                : byte(i + k) >= 0x80 && byte(i + k) <= 0xBF);
+    const bool ok = i + k < s.size() &&
+                    (k == 1 ? byte(i + k) >= lo && byte(i + k) <= hi : byte(i + k) >= 0x80 && byte(i + k) <= 0xBF);
     if (!ok) {
       *subpart = k;
       return 0;

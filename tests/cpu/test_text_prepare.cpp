@@ -8,6 +8,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/error_of.h"
 #include "common/temp_folder.h"
 #include "core/error.h"
 #include "test_text_util.h"
@@ -16,6 +17,8 @@
 
 namespace ft {
 namespace {
+
+using testing_util::error_of;
 
 namespace fs = std::filesystem;
 using Ids = std::vector<std::int64_t>;
@@ -113,17 +116,6 @@ TEST(Prepare, LargeVocabulariesWriteUint32) {
   EXPECT_EQ(descr, "<u4");
 }
 
-template <class Fn>
-std::string error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const Error& e) {
-    return e.message();
-  }
-  ADD_FAILURE() << "no ft::Error";
-  return "";
-}
-
 TEST(Prepare, EmptyCorporaAndBadSplitsAreClearErrors) {
   testing_util::TempFolder dir;
   const text::Tokenizer t = test::make_tokenizer({});
@@ -131,15 +123,16 @@ TEST(Prepare, EmptyCorporaAndBadSplitsAreClearErrors) {
   text::PrepareOptions o;
   o.inputs = {(dir.path() / "empty").string()};
   o.output = (dir.path() / "out.npy").string();
-  EXPECT_NE(error_of([&] { text::prepare_tokens(t, o); }).find("empty corpus: 1 files"), std::string::npos);
+  EXPECT_NE(error_of([&] { text::prepare_tokens(t, o); }).message().find("empty corpus: 1 files"), std::string::npos);
   o.inputs = {(dir.path() / "nothing-here").string()};
-  EXPECT_NE(error_of([&] { text::prepare_tokens(t, o); }).find("no such file or folder"), std::string::npos);
+  EXPECT_NE(error_of([&] { text::prepare_tokens(t, o); }).message().find("no such file or folder"), std::string::npos);
   write(dir.path() / "one" / "a.txt", "text");
   o.inputs = {(dir.path() / "one").string()};
   o.val_fraction = 0.1;
-  EXPECT_NE(error_of([&] { text::prepare_tokens(t, o); }).find("at least 2 documents, given 1"), std::string::npos);
+  EXPECT_NE(error_of([&] { text::prepare_tokens(t, o); }).message().find("at least 2 documents, given 1"),
+            std::string::npos);
   o.val_fraction = 1.0;
-  EXPECT_NE(error_of([&] { text::prepare_tokens(t, o); }).find("in [0, 1)"), std::string::npos);
+  EXPECT_NE(error_of([&] { text::prepare_tokens(t, o); }).message().find("in [0, 1)"), std::string::npos);
   EXPECT_FALSE(fs::exists(dir.path() / "out_train.npy"));
 }
 

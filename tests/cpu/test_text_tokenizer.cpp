@@ -6,22 +6,23 @@
 // `tokenizers` package itself.)
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
-#include <nlohmann/json.hpp>
-
+#include "common/error_of.h"
 #include "core/error.h"
+#include "test_text_util.h"
 #include "text/pretokenizer.h"
 #include "text/tokenizer.h"
 #include "text/unicode_classes.h"
-#include "test_text_util.h"
 
 namespace {
 
-using ft::text::Tokenizer;
 using ft::test::make_json;
 using ft::test::make_tokenizer;
+using ft::testing_util::error_of;
+using ft::text::Tokenizer;
 
 std::vector<std::string> pieces(std::string_view text) {
   std::vector<std::string> out;
@@ -53,20 +54,26 @@ TEST(Pretokenizer, WhitespaceRuns) {
 
 TEST(Pretokenizer, UnicodeClasses) {
   EXPECT_EQ(pieces("日本語 テキスト"), (Pieces{"日本語", " テキスト"}));
-  EXPECT_EQ(pieces("cafe\xCC\x81 ok"), (Pieces{"cafe", "\xCC\x81", " ok"}));        // U+0301 is a mark
-  EXPECT_EQ(pieces("x \xC2\xBD"), (Pieces{"x", " \xC2\xBD"}));                      // U+00BD is a number
-  EXPECT_EQ(pieces("a\xC2\xA0" "b"), (Pieces{"a", "\xC2\xA0", "b"}));               // no-break space
+  EXPECT_EQ(pieces("cafe\xCC\x81 ok"), (Pieces{"cafe", "\xCC\x81", " ok"}));  // U+0301 is a mark
+  EXPECT_EQ(pieces("x \xC2\xBD"), (Pieces{"x", " \xC2\xBD"}));                // U+00BD is a number
+  EXPECT_EQ(pieces("a\xC2\xA0"
+                   "b"),
+            (Pieces{"a", "\xC2\xA0", "b"}));                                        // no-break space
   EXPECT_EQ(pieces("hi \xF0\x9F\x98\x80!"), (Pieces{"hi", " \xF0\x9F\x98\x80!"}));  // emoji are "other"
 }
 
 TEST(Utf8, ReplacesMaximalSubparts) {
   using ft::text::replace_invalid_utf8;
   const std::string r = "\xEF\xBF\xBD";
-  EXPECT_EQ(replace_invalid_utf8("a\xFF" "b"), "a" + r + "b");
-  EXPECT_EQ(replace_invalid_utf8("\xE2\x82"), r);                  // truncated: one subpart
-  EXPECT_EQ(replace_invalid_utf8("\xED\xA0\x80"), r + r + r);      // a surrogate: three
-  EXPECT_EQ(replace_invalid_utf8("\xC0\xAF"), r + r);              // overlong
-  EXPECT_EQ(replace_invalid_utf8("\xF0\x9F\x98" "x"), r + "x");
+  EXPECT_EQ(replace_invalid_utf8("a\xFF"
+                                 "b"),
+            "a" + r + "b");
+  EXPECT_EQ(replace_invalid_utf8("\xE2\x82"), r);              // truncated: one subpart
+  EXPECT_EQ(replace_invalid_utf8("\xED\xA0\x80"), r + r + r);  // a surrogate: three
+  EXPECT_EQ(replace_invalid_utf8("\xC0\xAF"), r + r);          // overlong
+  EXPECT_EQ(replace_invalid_utf8("\xF0\x9F\x98"
+                                 "x"),
+            r + "x");
   EXPECT_TRUE(ft::text::is_valid_utf8("\xF0\x9F\x98\x80 \xE2\x82\xAC"));
   EXPECT_FALSE(ft::text::is_valid_utf8("\xF4\x90\x80\x80"));  // above U+10FFFF
 }
@@ -95,8 +102,14 @@ TEST(Tokenizer, AddedTokensAreCutOutFirst) {
 
 TEST(Tokenizer, IllFormedUtf8IsReadAsReplaced) {
   const Tokenizer t = make_tokenizer({});
-  EXPECT_EQ(t.encode("a\xFF" "b"), t.encode("a\xEF\xBF\xBD" "b"));
-  EXPECT_EQ(t.decode(t.encode("a\xFF" "b")), "a\xEF\xBF\xBD" "b");
+  EXPECT_EQ(t.encode("a\xFF"
+                     "b"),
+            t.encode("a\xEF\xBF\xBD"
+                     "b"));
+  EXPECT_EQ(t.decode(t.encode("a\xFF"
+                              "b")),
+            "a\xEF\xBF\xBD"
+            "b");
   // A token that ends inside a character decodes to U+FFFD.
   EXPECT_EQ(t.decode(Ids{byte_id('\xE2'), byte_id('\x82')}), "\xEF\xBF\xBD");
 }
@@ -120,18 +133,6 @@ TEST(Tokenizer, BatchEncodingMatchesOneByOne) {
     EXPECT_EQ(batch[i], t.encode(docs[i])) << i;
     EXPECT_EQ(done[i], 1) << i;
   }
-}
-
-// The ft::Error kind and message of loading json.
-template <class Fn>
-ft::Error error_of(Fn&& fn) {
-  try {
-    fn();
-  } catch (const ft::Error& e) {
-    return e;
-  }
-  ADD_FAILURE() << "no ft::Error";
-  return ft::Error(ft::ErrorKind::runtime, "", "", 0);
 }
 
 TEST(Tokenizer, MalformedOrOtherFilesAreClearErrors) {

@@ -2,11 +2,10 @@
 // memory (the 256 byte tokens under GPT-2's byte-to-unicode names, "<|endoftext|>" as id 0, given merges).
 #pragma once
 
+#include <nlohmann/json.hpp>
 #include <string>
 #include <utility>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "text/tokenizer.h"
 
@@ -17,7 +16,8 @@ inline std::string byte_name(int b) {
   int cp = b;
   if (!((b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || (b >= 0xAE && b <= 0xFF))) {
     int n = 0;
-    for (int c = 0; c < b; ++c) n += !((c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF));
+    for (int c = 0; c < b; ++c)
+      n += !((c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || (c >= 0xAE && c <= 0xFF));
     cp = 256 + n;
   }
   std::string s;
@@ -43,14 +43,19 @@ inline nlohmann::json make_json(const std::vector<std::pair<std::string, std::st
   }
   return {
       {"version", "1.0"},
-      {"added_tokens", nlohmann::json::array({{{"id", 0}, {"content", "<|endoftext|>"}, {"single_word", false},
-                                               {"lstrip", false}, {"rstrip", false}, {"normalized", false},
+      {"added_tokens", nlohmann::json::array({{{"id", 0},
+                                               {"content", "<|endoftext|>"},
+                                               {"single_word", false},
+                                               {"lstrip", false},
+                                               {"rstrip", false},
+                                               {"normalized", false},
                                                {"special", true}}})},
       {"normalizer", nullptr},
       {"pre_tokenizer", {{"type", "ByteLevel"}, {"add_prefix_space", false}, {"use_regex", true}}},
       {"post_processor", {{"type", "ByteLevel"}}},
       {"decoder", {{"type", "ByteLevel"}}},
-      {"model", {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"vocab", vocab}, {"merges", merge_list}}},
+      {"model",
+       {{"type", "BPE"}, {"dropout", nullptr}, {"unk_token", nullptr}, {"vocab", vocab}, {"merges", merge_list}}},
   };
 }
 
