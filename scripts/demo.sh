@@ -7,10 +7,12 @@
 # a sample from a prompt with the trained model.
 #   bash scripts/demo.sh                 # into build/demo, on the GPU when one is visible
 #   FT_DEMO_DEVICE=cpu bash scripts/demo.sh /tmp/demo
-# Uses the flashtrain in build/ (FLASHTRAIN_BIN overrides), building it first when missing.
+# Uses the flashtrain in build/ (FLASHTRAIN_BIN overrides), building it first when missing; installs the
+# Python packages it needs (tokenizers, numpy, matplotlib) with install_deps.sh when they are missing.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
+python3 -c 'import matplotlib, numpy, tokenizers' 2>/dev/null || bash "$FT_ROOT/scripts/install_deps.sh"
 bin=${FLASHTRAIN_BIN:-$FT_BIN}
 if [[ ! -x "$bin" ]]; then
   ft_configure

@@ -180,7 +180,10 @@ std::vector<std::vector<std::int32_t>> Generator::generate(const std::vector<std
 
   NvtxRange range("generate");
   const Stream& stream = model_.options().stream;
-  if (compute_dtype() == DType::bf16) cast(casts_.flat(), model_.parameters().flat(), stream);
+  if (compute_dtype() == DType::bf16) {
+    // Tensor by tensor: each cast stays far below 2^31 elements whatever the model's size.
+    for (std::size_t i = 0; i < model_.layout().size(); ++i) cast(casts_[i], model_.parameters()[i], stream);
+  }
   Rng rng(options.seed);
   stats_ = {};
   std::vector<std::vector<std::int32_t>> out(static_cast<std::size_t>(B));
