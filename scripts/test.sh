@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # test.sh — the test command: install what is missing, configure and build everything into build/
 # (the CUDA sources too, compiled only, when nvcc is found), then run the test suites: CTest labels
-# cpu and mpi, the Python tests (python/tests, tests/python) when there are any, and label gpu when
+# cpu and mpi, the Python tests (tests/python) when there are any, and label gpu when
 # a GPU is visible. Every suite runs even when an earlier one fails; a summary closes the output and
 # the exit status is non-zero when any suite failed.
 #   bash scripts/test.sh
@@ -67,15 +67,12 @@ run_ctest() {
 run_ctest cpu  # one at a time: the OpenMP tests use every core themselves
 run_ctest mpi  # one test at a time: each already spreads over several ranks
 
-python_dirs=()
-for dir in "$FT_ROOT/python/tests" "$FT_ROOT/tests/python"; do
-  [[ -d "$dir" ]] && python_dirs+=("$dir")
-done
-if ((${#python_dirs[@]} > 0)); then
+python_tests="$FT_ROOT/tests/python"
+if [[ -d "$python_tests" ]]; then
   echo
-  echo "== pytest ${python_dirs[*]}"
+  echo "== pytest $python_tests"
   log="$log_dir/pytest.log"
-  PYTHONPATH="$FT_BUILD/python${PYTHONPATH:+:$PYTHONPATH}" python3 -m pytest -q "${python_dirs[@]}" 2>&1 | tee "$log"
+  PYTHONPATH="$FT_BUILD/python${PYTHONPATH:+:$PYTHONPATH}" python3 -m pytest -q "$python_tests" 2>&1 | tee "$log"
   status=${PIPESTATUS[0]}
   if [[ $status -eq 5 ]]; then
     summary+=("$(printf '  %-14s %s' pytest "no tests collected")")
@@ -83,7 +80,7 @@ if ((${#python_dirs[@]} > 0)); then
     record pytest "$status" "$log"
   fi
 else
-  summary+=("$(printf '  %-14s %s' pytest "skipped (no python/tests or tests/python)")")
+  summary+=("$(printf '  %-14s %s' pytest "skipped (no tests/python)")")
 fi
 
 if ft_gpu_visible; then
