@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # test.sh — the test command: install what is missing, configure and build everything into build/
 # (the CUDA sources too, compiled only, when nvcc is found), then run the test suites: CTest labels
-# cpu and mpi, the Python tests (tests/python) when there are any, and label gpu when
-# a GPU is visible. Every suite runs even when an earlier one fails; a summary closes the output and
-# the exit status is non-zero when any suite failed.
+# cpu and mpi, the Python tests (tests/python) when there are any, a program built against the
+# installed package (examples/consumer), and label gpu when a GPU is visible. Every suite runs even
+# when an earlier one fails; a summary closes the output and the exit status is non-zero when any
+# suite failed.
 #   bash scripts/test.sh
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -81,6 +82,24 @@ if [[ -d "$python_tests" ]]; then
   fi
 else
   summary+=("$(printf '  %-14s %s' pytest "skipped (no tests/python)")")
+fi
+
+# The installed package: build/ installed into build/install, then examples/consumer configured, built
+# and run against it (find_package(flashtrain), flashtrain::flashtrain).
+echo
+echo "== examples/consumer against the installed package"
+log="$log_dir/consumer.log"
+{ cmake --install "$FT_BUILD" --prefix "$FT_BUILD/install" --component library &&
+  cmake -S "$FT_ROOT/examples/consumer" -B "$FT_BUILD/consumer" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_PREFIX_PATH="$FT_BUILD/install" &&
+  cmake --build "$FT_BUILD/consumer" && "$FT_BUILD/consumer/consumer"; } 2>&1 | tee "$log"
+if [[ ${PIPESTATUS[0]} -eq 0 ]]; then
+  summary+=("$(printf '  %-14s %s' consumer "ok (built and ran against build/install)")")
+  total_passed=$((total_passed + 1))
+else
+  summary+=("$(printf '  %-14s %s' consumer "FAILED (see $log)")")
+  total_failed=$((total_failed + 1))
+  any_failed=1
 fi
 
 if ft_gpu_visible; then
