@@ -1,5 +1,5 @@
 // flash_bwd_sm90_kernel.cuh — internal (CUDA builds only): the Hopper (sm_90a) backward kernel, 16-bit
-// inputs, head dims 64 and 128. It follows the sm80 scheme of flash_bwd_kernel.cuh, whose pre-pass (D_i,
+// inputs, head dims 64 and 128. It follows the sm80 scheme of flash_bwd_sm80_kernel.cuh, whose pre-pass (D_i,
 // L_i log2(e), sink partials, dq_accum zeroed) and sink-gradient sum it shares, and fuses dQ into the dK/dV
 // kernel as FA2's atomic mode does (flash_bwd_atomic.cuh):
 //   one block per (batch x kv head, key tile), each warpgroup owning 64 keys; it loops over the query
@@ -36,7 +36,7 @@
 #include <cstdint>
 
 #include "ops/attention/cuda/flash_bwd_atomic.cuh"
-#include "ops/attention/cuda/flash_bwd_kernel.cuh"
+#include "ops/attention/cuda/flash_bwd_sm80_kernel.cuh"
 #include "ops/attention/cuda/flash_fwd_sm90_kernel.cuh"
 #include "ops/attention/cuda/flash_sm90_pipeline.cuh"
 

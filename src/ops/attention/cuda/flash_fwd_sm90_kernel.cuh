@@ -13,7 +13,7 @@
 // kPingPong the two consumer warpgroups also take turns issuing their products (named barriers, the turns
 // running on across tiles), so one's softmax runs while the other's products hold the tensor cores.
 // Otherwise warpgroups never wait for each other. Masking, the online softmax on exp2 and the final
-// normalisation with sink logits are the sm80 kernel's own steps (flash_fwd_kernel.cuh), so both paths
+// normalisation with sink logits are the sm80 kernel's own steps (flash_fwd_sm80_kernel.cuh), so both paths
 // compute the same function; with kTensorRowSums (d=64) the rows of P are summed by the P V product, over
 // a panel of ones beside V, so the sums are of P as rounded for that product (the sm80 kernel sums P in
 // fp32). O goes from the accumulators straight to global memory, so the next tile's Q can land meanwhile.
@@ -21,7 +21,7 @@
 
 #include <cstdint>
 
-#include "ops/attention/cuda/flash_fwd_kernel.cuh"
+#include "ops/attention/cuda/flash_fwd_sm80_kernel.cuh"
 #include "ops/attention/cuda/flash_sm90_pipeline.cuh"
 #include "ops/attention/cuda/flash_sm90_ptx.cuh"
 

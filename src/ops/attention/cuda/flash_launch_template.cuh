@@ -9,9 +9,9 @@
 
 #include "core/cuda_check.h"
 #include "core/error.h"
-#include "ops/attention/cuda/flash_bwd_kernel.cuh"
+#include "ops/attention/cuda/flash_bwd_sm80_kernel.cuh"
 #include "ops/attention/cuda/flash_bwd_sm90_kernel.cuh"
-#include "ops/attention/cuda/flash_fwd_kernel.cuh"
+#include "ops/attention/cuda/flash_fwd_sm80_kernel.cuh"
 #include "ops/attention/cuda/flash_launch.h"
 #include "ops/attention/cuda/flash_tma.h"
 

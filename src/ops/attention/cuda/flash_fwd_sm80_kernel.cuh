@@ -1,9 +1,10 @@
-// flash_fwd_kernel.cuh — internal (CUDA builds only): the FlashAttention-2 forward kernel (Algorithm 1).
-// One block per (batch x query head, query tile); each warp owns 16 * warp_m query rows. The block
-// loops once over the key tiles of the visible band (sink tiles first, then the window), K/V tiles
-// streamed with cp.async through a ring of kStages buffers. Online softmax in fp32 on exp2 with scale * log2(e)
-// and the row max applied by one FFMA; O is rescaled only when a row max moved; P is rounded to the input
-// dtype before P V; O and L are written once at the end.
+// flash_fwd_sm80_kernel.cuh — internal (CUDA builds only): the portable (sm_80 and later, mma.sync)
+// FlashAttention-2 forward kernel (Algorithm 1), and the per-tile softmax steps the Hopper forward
+// (flash_fwd_sm90_kernel.cuh) shares with it. One block per (batch x query head, query tile); each warp
+// owns 16 * warp_m query rows. The block loops once over the key tiles of the visible band (sink tiles
+// first, then the window), K/V tiles streamed with cp.async through a ring of kStages buffers. Online
+// softmax in fp32 on exp2 with scale * log2(e) and the row max applied by one FFMA; O is rescaled only
+// when a row max moved; P is rounded to the input dtype before P V; O and L are written once at the end.
 #pragma once
 
 #include <cstdint>

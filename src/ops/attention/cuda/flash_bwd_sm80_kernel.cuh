@@ -1,5 +1,6 @@
-// flash_bwd_kernel.cuh — internal (CUDA builds only): the FlashAttention-2 backward kernels. The
-// default scheme is deterministic, without atomics:
+// flash_bwd_sm80_kernel.cuh — internal (CUDA builds only): the portable (sm_80 and later, mma.sync)
+// FlashAttention-2 backward kernels, and the pre-pass and element steps the Hopper backward
+// (flash_bwd_sm90_kernel.cuh) shares with them. The default scheme is deterministic, without atomics:
 //   1. pre-pass  : D_i = dO_i . O_i (fp32), L_i * log2(e) padded for the tile kernels, and per-block
 //                  partial sums of exp(s_h - L_i) D_i for the sink-logit gradient (and, in the
 //                  non-deterministic scheme, zeros in the dQ accumulator);
@@ -18,7 +19,7 @@
 #include <cstdint>
 
 #include "ops/attention/cuda/flash_bwd_atomic.cuh"
-#include "ops/attention/cuda/flash_fwd_kernel.cuh"
+#include "ops/attention/cuda/flash_fwd_sm80_kernel.cuh"
 
 namespace ft::flash {
 
