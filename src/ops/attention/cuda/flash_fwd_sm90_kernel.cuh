@@ -1,22 +1,22 @@
 // flash_fwd_sm90_kernel.cuh — internal (CUDA builds only): the Hopper (sm_90a) FlashAttention forward kernel,
-// 16-bit inputs, head dims 64 and 128, warp-specialised and persistent. One block per SM takes query tiles
-// (a batch x query head's kBlockM rows) one after another: the first its own index, then the next from a
-// counter in global memory, in the order of FwdTileOrder (launch sections of heads, longest causal tiles
-// first). Warpgroup 0 is the producer — one thread claims the tiles and issues TMA copies of each tile's Q
-// and of every visited K and V tile into a ring of kStages 128-byte-swizzled buffers that runs on across
-// tiles, after the consumers free a slot (Q once every consumer's last S of the tile landed) — and keeps 24
-// registers; each consumer warpgroup owns 64 query rows of the tile and takes the freed registers. A
-// consumer waits on a slot's mbarriers, runs S = Q K^T as wgmma with both operands in shared memory,
-// rounds P to the input dtype in registers, runs O += P V with P from registers and V read N-major, then
-// frees the slot. Where the tile table says so (kOverlap, d=128) the loop is software-pipelined: the next
-// key tile's QK^T is issued before this one's PV, so a warpgroup's softmax overlaps its own products; with
-// kPingPong the two consumer warpgroups also take turns issuing their products (named barriers, the turns
-// running on across tiles), so one's softmax runs while the other's products hold the tensor cores.
-// Otherwise warpgroups never wait for each other. Masking, the online softmax on exp2 and the final
-// normalisation with sink logits are the sm80 kernel's own steps (flash_fwd_sm80_kernel.cuh), so both paths
-// compute the same function; with kTensorRowSums (d=64) the rows of P are summed by the P V product, over
-// a panel of ones beside V, so the sums are of P as rounded for that product (the sm80 kernel sums P in
-// fp32). O goes from the accumulators straight to global memory, so the next tile's Q can land meanwhile.
+// 16-bit inputs, head dims 64 and 128, warp-specialised and persistent. One block per SM takes query tiles (a
+// batch x query head's kBlockM rows) one after another: the first its own index, then the next from a counter
+// in global memory, in the order of FwdTileOrder (launch sections of heads, longest causal tiles first; see
+// Note [Persistent forward tiles] in flash_sm90_scheduler.cuh). Warpgroup 0 is the producer — one thread claims
+// the tiles and issues TMA copies of each tile's Q and of every visited K and V tile into a ring of kStages
+// 128-byte-swizzled buffers that runs on across tiles, after the consumers free a slot (Q once every consumer's
+// last S of the tile landed) — and keeps 24 registers; each consumer warpgroup owns 64 query rows of the tile
+// and takes the freed registers. A consumer waits on a slot's mbarriers, runs S = Q K^T as wgmma with both
+// operands in shared memory, rounds P to the input dtype in registers, runs O += P V with P from registers and
+// V read N-major, then frees the slot. Where the tile table says so (kOverlap, d=128) the loop is
+// software-pipelined: the next key tile's QK^T is issued before this one's PV, so a warpgroup's softmax
+// overlaps its own products; with kPingPong the two consumer warpgroups also take turns issuing their products
+// (named barriers, the turns running on across tiles), so one's softmax runs while the other's products hold
+// the tensor cores. Otherwise warpgroups never wait for each other. Masking, the online softmax on exp2 and the
+// final normalisation with sink logits are the sm80 kernel's own steps (flash_fwd_sm80_kernel.cuh), so both
+// paths compute the same function; with kTensorRowSums (d=64) the rows of P are summed by the P V product, over
+// a panel of ones beside V, so the sums are of P as rounded for that product (the sm80 kernel sums P in fp32).
+// O goes from the accumulators straight to global memory, so the next tile's Q can land meanwhile.
 #pragma once
 
 #include <cstdint>
@@ -24,6 +24,7 @@
 #include "ops/attention/cuda/flash_fwd_sm80_kernel.cuh"
 #include "ops/attention/cuda/flash_sm90_pipeline.cuh"
 #include "ops/attention/cuda/flash_sm90_ptx.cuh"
+#include "ops/attention/cuda/flash_sm90_scheduler.cuh"
 
 namespace ft::flash::sm90 {
 
@@ -53,27 +54,6 @@ __device__ __forceinline__ void init_kv_ring(std::uint64_t* k_full, std::uint64_
 // The TMA maps of the forward's operands (flash_tma.h), passed beside FlashFwdParams.
 struct FwdTmaMaps {
   TmaTensor q, k, v;  // boxes of (kBlockM or kBlockN rows) x 64 columns
-};
-
-// The query tiles of a forward in the order its persistent blocks take them: launch sections of
-// section_heads grid heads (batch x query head; flash_api.cu, section_heads) one after another, within a
-// section tile by tile, longest (causal) first, over its heads, so a section's K and V stay in L2 while its
-// tiles run. The last section may hold fewer heads.
-struct FwdTileOrder {
-  int grid_heads, section_heads, q_tiles;
-  __device__ FwdTileOrder(const FlashFwdParams& p, int block_m)
-      : grid_heads(p.shape.batch * p.shape.heads_q),
-        section_heads(p.section_heads),
-        q_tiles((p.shape.len_q + block_m - 1) / block_m) {}
-  __device__ int count() const { return grid_heads * q_tiles; }
-  // Tile `tile` (< count()) -> its grid head bh and query tile y (y = 0 holds the last rows).
-  __device__ void at(int tile, int& bh, int& y) const {
-    const int per_section = section_heads * q_tiles;
-    const int section = tile / per_section, in_section = tile - section * per_section;
-    const int heads = min(section_heads, grid_heads - section * section_heads);
-    y = in_section / heads;
-    bh = section * section_heads + (in_section - y * heads);
-  }
 };
 
 template <class T, int D>
@@ -186,7 +166,7 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
     tma_prefetch_map(maps.k);
     tma_prefetch_map(maps.v);
     RingPosition<kStages> pos;
-    int tile = blockIdx.x;
+    int tile = first_tile();
     for (std::uint32_t q_phase = 0;; q_phase ^= 1) {
       mbar_wait(q_free, q_phase ^ 1);  // every consumer read the last tile's Q and its index
       if (tile >= order.count()) {
@@ -211,10 +191,8 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
         mbar_arrive_expect_tx(&v_full[pos.slot], Tr::kTileBytes);
         tma_load_tile<T, BN, D>(sV + pos.slot * BN * D, maps.v, n0, hk, b, &v_full[pos.slot]);
       }
-      // The next tile is claimed only once this one's copies are issued, so that the blocks that free up
-      // first take the tiles left: claimed at a tile's start, the causal forward's last tiles went to
-      // blocks still busy (SM cycles elapsed 1.6% over the launched grid's, d=128 B2 H16 N8192, H100).
-      tile = atomicAdd(p.tile_counter, 1) + static_cast<int>(gridDim.x);
+      // Claimed once this tile's copies are issued: see Note [Persistent forward tiles].
+      tile = claim_next_tile(p.tile_counter);
     }
   }
 

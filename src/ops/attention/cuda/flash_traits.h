@@ -73,38 +73,6 @@ inline constexpr FlashSm90Tiles kSm90Tiles[] = {
     {3, 128, 2, 0, 0, 1, 2, 128, 2},  // d=64
     {2, 128, 3, 1, 1, 0, 2, 64, 2},   // d=128
 };
-// Heads per launch section of a Hopper kernel (flash_api.cu): at most `most` (what the L2 budget allows)
-// of `grid_heads`, preferring a divisor of grid_heads in [most / 2, most], then a size whose last section
-// holds at least half a section. A last section of few heads starts its longest tiles last and leaves most
-// SMs idle at the end (docs/perf-notes.md#l2-head-sections).
-constexpr long long section_heads_for(long long most, long long grid_heads) {
-  if (grid_heads <= 1) return 1;
-  most = most < 1 ? 1 : most > grid_heads ? grid_heads : most;
-  const long long least = (most + 1) / 2;
-  for (long long h = most; h >= least; --h)
-    if (grid_heads % h == 0) return h;
-  for (long long h = most; h >= least; --h)
-    if (2 * (grid_heads % h) >= h) return h;
-  return most;
-}
-static_assert(section_heads_for(5, 16) == 4 && section_heads_for(4, 16) == 4 && section_heads_for(5, 32) == 4);
-static_assert(section_heads_for(5, 13) == 5 && section_heads_for(4, 17) == 3 && section_heads_for(3, 10) == 2);
-static_assert(section_heads_for(100, 12) == 12 && section_heads_for(0, 12) == 1 && section_heads_for(1, 7) == 1);
-
-// Ordered dQ additions of the Hopper backward (flash_bwd_sm90_kernel.cuh): how many of the last grid
-// heads launch and add first key tile first, given the heads and their key tiles. A quarter of them, so
-// the grid does not end on the longest causal blocks; none in a grid of fewer than 1024 blocks whose
-// heads have fewer than 64 key tiles, where the blocks of those heads start nearly together and waiting
-// on each other costs more than the tail (docs/perf-notes.md#ordered-dq-additions). A function of the
-// shape alone, so the gradients do not depend on the device or the launch sections.
-constexpr long long ascending_heads_for(long long grid_heads, long long key_tiles) {
-  if (grid_heads * key_tiles < 1024 && key_tiles < 64) return 0;
-  return (grid_heads + 3) / 4;
-}
-static_assert(ascending_heads_for(16, 128) == 4 && ascending_heads_for(32, 64) == 8 &&
-              ascending_heads_for(2, 256) == 1);
-static_assert(ascending_heads_for(64, 32) == 16 && ascending_heads_for(8, 32) == 0 && ascending_heads_for(1, 1) == 0);
-
 constexpr FlashSm90Tiles flash_sm90_tiles(int d) { return d == 64 ? kSm90Tiles[0] : kSm90Tiles[1]; }
 // Keys per block of the Hopper backward: 64 per consumer warpgroup.
 constexpr int sm90_bwd_block_n(int d) { return 64 * flash_sm90_tiles(d).kv_wg; }
