@@ -178,7 +178,7 @@ void cuda_flash_forward(const AttentionTensors& t, const AttentionShape& s, cons
     const int device = t.q.device().index;
     const std::int64_t kv_bytes = kv_bytes_per_query_head(s, t.q.dtype());
     p.section_heads = flash::sm90_section_heads(kv_bytes, s.batch * s.heads_q, device);
-    const std::int64_t block_m = 64 * flash::flash_sm90_tiles(static_cast<int>(s.head_dim)).fwd_wg;
+    const int block_m = flash::sm90_fwd_block_m(static_cast<int>(s.head_dim));
     p.blocks = flash::sm90_forward_blocks(s.batch * s.heads_q, s.len_q, block_m, device);
     tile_counter = Buffer(sizeof(int), t.q.device(), "attention.flash.tile_counter", stream);
     FT_CUDA_CHECK(cudaMemsetAsync(tile_counter.data(), 0, sizeof(int), cuda_stream));

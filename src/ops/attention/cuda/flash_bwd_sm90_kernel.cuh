@@ -40,9 +40,9 @@ inline constexpr int kDqBoxRows = 64, kDqBoxCols = kPanelRowBytes / static_cast<
 
 template <class T, int D>
 struct BwdKvTraits {
-  static constexpr FlashSm90Tiles kTiles = flash_sm90_tiles(D);
-  static constexpr int kConsumers = kTiles.kv_wg, kBlockN = sm90_bwd_block_n(D);  // keys
-  static constexpr int kBlockM = kTiles.kv_m, kStages = kTiles.kv_st;        // queries
+  static constexpr Sm90BwdTiles kTiles = flash_sm90_tiles(D).bwd;
+  static constexpr int kConsumers = kTiles.consumers, kBlockN = sm90_bwd_block_n(D);  // keys
+  static constexpr int kBlockM = kTiles.block_m, kStages = kTiles.stages;             // queries
   static constexpr int kConsumerThreads = 128 * kConsumers;
   static constexpr int kThreads = 128 + kConsumerThreads;  // producer warpgroup first
   static constexpr int kProducerRegs = 24;

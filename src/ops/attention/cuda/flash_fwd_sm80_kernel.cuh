@@ -157,9 +157,9 @@ __device__ __forceinline__ void prefetch_kv(T* sK, T* sV, const T* k, std::int64
 
 template <class T, int D>
 struct FwdKernelTraits {
-  static constexpr FlashTiles kTiles = flash_tiles(sizeof(T), D);
-  static constexpr int kBlockM = kTiles.fwd_m, kBlockN = kTiles.fwd_n, kStages = kTiles.fwd_st;
-  static constexpr int kWarpM = kTiles.fwd_wm;  // 16-row blocks per warp
+  static constexpr Sm80FwdTiles kTiles = flash_tiles(sizeof(T), D).fwd;
+  static constexpr int kBlockM = kTiles.block_m, kBlockN = kTiles.block_n, kStages = kTiles.stages;
+  static constexpr int kWarpM = kTiles.warp_m;  // 16-row blocks per warp
   static constexpr int kWarps = kBlockM / (16 * kWarpM), kThreads = kWarps * 32;
   static constexpr int kLdS = kLd<T, D>;
   // sQ (kBlockM, kLdS) | sK (kStages, kBlockN, kLdS) | sV (kStages, kBlockN, kLdS)

@@ -58,15 +58,15 @@ struct FwdTmaMaps {
 
 template <class T, int D>
 struct FwdTraits {
-  static constexpr FlashSm90Tiles kTiles = flash_sm90_tiles(D);
-  static constexpr int kConsumers = kTiles.fwd_wg, kBlockM = 64 * kConsumers;
-  static constexpr int kBlockN = kTiles.fwd_n, kStages = kTiles.fwd_st;
-  static constexpr bool kOverlap = kTiles.fwd_ov;  // next tile's QK^T issued before this one's PV
-  static constexpr bool kPingPong = kTiles.fwd_pp;  // the 2 consumer warpgroups issue their products in turn
+  static constexpr Sm90FwdTiles kTiles = flash_sm90_tiles(D).fwd;
+  static constexpr int kConsumers = kTiles.consumers, kBlockM = sm90_fwd_block_m(D);
+  static constexpr int kBlockN = kTiles.block_n, kStages = kTiles.stages;
+  static constexpr bool kOverlap = kTiles.overlap;  // next tile's QK^T issued before this one's PV
+  static constexpr bool kPingPong = kTiles.ping_pong;  // the 2 consumer warpgroups issue their products in turn
   static_assert(!kPingPong || (kOverlap && kConsumers == 2), "ping-pong needs the overlapped loop and 2 consumers");
   // The tensor cores sum the rows of P: O += P V runs 8 columns wider, over a panel of ones after V
   // (sOnes), and those columns of the accumulator hold the row sums, rescaled with O.
-  static constexpr bool kTensorRowSums = kTiles.fwd_ts;
+  static constexpr bool kTensorRowSums = kTiles.tensor_row_sums;
   static_assert(!kTensorRowSums || D == 64, "row sums on the tensor cores need d = 64 (a 72-column P V)");
   static constexpr int kAccTiles = D / 8 + (kTensorRowSums ? 1 : 0);  // accumulator column tiles of O
   static constexpr int kConsumerThreads = 128 * kConsumers;

@@ -1,17 +1,7 @@
 // flash_traits.h — internal (CUDA builds only): THE tunable table of tile sizes, warps and pipeline
-// depths of the FlashAttention-2 kernels, one row per (16-bit or fp32 inputs, head dim). A warp owns
-// 16 * warp_m rows of its kernel's row tile (warp_m mma row blocks share every B fragment it loads
-// from shared memory), so the warp count follows from the row tile:
-//   forward      : query tile fwd_m, key tile fwd_n, warps = fwd_m / (16 fwd_wm), fwd_st K/V buffers
-//   dK/dV kernel : key tile kv_n, query tile kv_m, kv_wd warps split the head dim of dK/dV,
-//                  warps = kv_n / (16 kv_wm) * kv_wd, kv_st Q/dO buffers
-//   dQ kernel    : query tile dq_m, key tile dq_n, warps = dq_m / (16 dq_wm), dq_st K/V buffers
-//   atomic dK/dV/dQ kernel (AttentionOptions::deterministic = false): key tile at_n, query tile at_m,
-//                  at_wm, at_wd and at_st as kv_wm, kv_wd and kv_st; its dQ = dS K product splits the
-//                  (at_m, D) tile over the same warps into at_qd column groups of D / at_qd columns
-//                  and warps / at_qd row groups (at_m must be a multiple of 16 row groups)
-// Shared-memory rows are padded by 16 bytes. Registers bound the accumulators: per thread a warp
-// holds 2 * warp_m * (columns / 8) floats for each 16 x columns accumulator.
+// depths of the FlashAttention-2 kernels: one row per (16-bit or fp32 inputs, head dim) for the portable
+// sm80 kernels, one per head dim for the Hopper ones, each row a struct of named per-kernel tiles.
+// The measurements behind the values and what else was tried: docs/perf-notes.md#attention-kernels.
 #pragma once
 
 namespace ft::flash {
@@ -22,60 +12,175 @@ inline constexpr int kQueryPad = 128;  // query tiles of every kernel divide thi
 inline constexpr int kPreRows = 64;      // backward pre-pass: query rows per block
 inline constexpr int kPreThreads = 256;  // backward pre-pass: 8 warps, 8 rows each
 
+// ---- portable (sm80) kernels: flash_fwd_sm80_kernel.cuh, flash_bwd_sm80_kernel.cuh ----
+// A warp owns 16 * warp_m rows of its kernel's row tile (warp_m mma row blocks share every B fragment it
+// loads from shared memory), so the warp count follows from the row tile. Shared-memory rows are padded by
+// 16 bytes. Registers bound the accumulators: per thread a warp holds 2 * warp_m * (columns / 8) floats
+// for each 16 x columns accumulator.
+
+// The forward kernel: warps = block_m / (16 warp_m).
+struct Sm80FwdTiles {
+  int block_m;  // query rows per block
+  int block_n;  // keys per K/V tile
+  int warp_m;   // 16-row blocks per warp
+  int stages;   // K/V ring buffers
+};
+// The deterministic dK/dV kernel: warps = block_n / (16 warp_m) * warps_d.
+struct Sm80DkdvTiles {
+  int block_n;  // keys per block
+  int block_m;  // query rows per step
+  int warp_m;   // 16-row blocks of keys per warp
+  int warps_d;  // warps splitting the head dim of dK and dV
+  int stages;   // Q/dO ring buffers
+};
+// The deterministic dQ kernel: warps = block_m / (16 warp_m).
+struct Sm80DqTiles {
+  int block_m;  // query rows per block
+  int block_n;  // keys per K/V tile
+  int warp_m;   // 16-row blocks per warp
+  int stages;   // K/V ring buffers
+};
+// The atomic dK/dV/dQ kernel (AttentionOptions::deterministic = false): the dK/dV kernel's fields, and
+// its dQ = dS K product splits the (block_m, D) tile over the same warps into dq_warps_d column groups of
+// D / dq_warps_d columns and warps / dq_warps_d row groups (block_m a multiple of 16 row groups).
+struct Sm80AtomicTiles {
+  int block_n;     // keys per block
+  int block_m;     // query rows per step
+  int warp_m;      // 16-row blocks of keys per warp
+  int warps_d;     // warps splitting the head dim of dK and dV
+  int stages;      // Q/dO ring buffers
+  int dq_warps_d;  // column groups of the dQ product
+};
 struct FlashTiles {
-  int fwd_m, fwd_n, fwd_wm, fwd_st;
-  int kv_n, kv_m, kv_wm, kv_wd, kv_st;
-  int dq_m, dq_n, dq_wm, dq_st;
-  int at_n, at_m, at_wm, at_wd, at_st, at_qd;
+  Sm80FwdTiles fwd;
+  Sm80DkdvTiles dkdv;
+  Sm80DqTiles dq;
+  Sm80AtomicTiles atomic;
 };
 
-// Rows in kHeadDims order.
+// 16-bit inputs, rows in kHeadDims order.
 inline constexpr FlashTiles kTiles16[] = {
-    // fwd:  m   n wm st | dkdv: n   m wm wd st | dq: m   n wm st | atomic: n   m wm wd st qd
-    {128, 64, 2, 2, 128, 32, 2, 1, 2, 64, 64, 1, 2, 128, 64, 2, 1, 2, 1},  // d=16
-    {128, 64, 2, 2, 128, 32, 2, 1, 2, 64, 64, 1, 2, 128, 32, 2, 1, 2, 2},  // d=32
-    {128, 64, 2, 2, 128, 32, 2, 1, 2, 64, 64, 1, 2, 128, 32, 2, 1, 2, 2},  // d=64   (atomic: docs/perf-notes.md#sm80-tiles)
-    {128, 64, 2, 2, 64, 64, 1, 1, 2, 64, 64, 1, 2, 64, 64, 1, 1, 2, 1},    // d=80   (the 2.7b model's; as d=96)
-    {128, 64, 2, 2, 64, 64, 1, 1, 2, 64, 64, 1, 2, 64, 64, 1, 1, 2, 1},    // d=96
-    {128, 64, 2, 2, 64, 32, 1, 1, 2, 64, 64, 1, 2, 64, 32, 1, 1, 2, 2},    // d=128
-    {64, 32, 1, 2, 64, 32, 1, 2, 2, 64, 32, 1, 2, 64, 32, 1, 2, 2, 4},     // d=256  (dK/dV, dQ ~135 KB)
+    // d=16
+    {.fwd = {.block_m = 128, .block_n = 64, .warp_m = 2, .stages = 2},
+     .dkdv = {.block_n = 128, .block_m = 32, .warp_m = 2, .warps_d = 1, .stages = 2},
+     .dq = {.block_m = 64, .block_n = 64, .warp_m = 1, .stages = 2},
+     .atomic = {.block_n = 128, .block_m = 64, .warp_m = 2, .warps_d = 1, .stages = 2, .dq_warps_d = 1}},
+    // d=32
+    {.fwd = {.block_m = 128, .block_n = 64, .warp_m = 2, .stages = 2},
+     .dkdv = {.block_n = 128, .block_m = 32, .warp_m = 2, .warps_d = 1, .stages = 2},
+     .dq = {.block_m = 64, .block_n = 64, .warp_m = 1, .stages = 2},
+     .atomic = {.block_n = 128, .block_m = 32, .warp_m = 2, .warps_d = 1, .stages = 2, .dq_warps_d = 2}},
+    // d=64 (the atomic tile: docs/perf-notes.md#sm80-tiles)
+    {.fwd = {.block_m = 128, .block_n = 64, .warp_m = 2, .stages = 2},
+     .dkdv = {.block_n = 128, .block_m = 32, .warp_m = 2, .warps_d = 1, .stages = 2},
+     .dq = {.block_m = 64, .block_n = 64, .warp_m = 1, .stages = 2},
+     .atomic = {.block_n = 128, .block_m = 32, .warp_m = 2, .warps_d = 1, .stages = 2, .dq_warps_d = 2}},
+    // d=80 (the 2.7b model's head dim), as d=96
+    {.fwd = {.block_m = 128, .block_n = 64, .warp_m = 2, .stages = 2},
+     .dkdv = {.block_n = 64, .block_m = 64, .warp_m = 1, .warps_d = 1, .stages = 2},
+     .dq = {.block_m = 64, .block_n = 64, .warp_m = 1, .stages = 2},
+     .atomic = {.block_n = 64, .block_m = 64, .warp_m = 1, .warps_d = 1, .stages = 2, .dq_warps_d = 1}},
+    // d=96
+    {.fwd = {.block_m = 128, .block_n = 64, .warp_m = 2, .stages = 2},
+     .dkdv = {.block_n = 64, .block_m = 64, .warp_m = 1, .warps_d = 1, .stages = 2},
+     .dq = {.block_m = 64, .block_n = 64, .warp_m = 1, .stages = 2},
+     .atomic = {.block_n = 64, .block_m = 64, .warp_m = 1, .warps_d = 1, .stages = 2, .dq_warps_d = 1}},
+    // d=128
+    {.fwd = {.block_m = 128, .block_n = 64, .warp_m = 2, .stages = 2},
+     .dkdv = {.block_n = 64, .block_m = 32, .warp_m = 1, .warps_d = 1, .stages = 2},
+     .dq = {.block_m = 64, .block_n = 64, .warp_m = 1, .stages = 2},
+     .atomic = {.block_n = 64, .block_m = 32, .warp_m = 1, .warps_d = 1, .stages = 2, .dq_warps_d = 2}},
+    // d=256 (the dK/dV and dQ kernels take ~135 KB of shared memory)
+    {.fwd = {.block_m = 64, .block_n = 32, .warp_m = 1, .stages = 2},
+     .dkdv = {.block_n = 64, .block_m = 32, .warp_m = 1, .warps_d = 2, .stages = 2},
+     .dq = {.block_m = 64, .block_n = 32, .warp_m = 1, .stages = 2},
+     .atomic = {.block_n = 64, .block_m = 32, .warp_m = 1, .warps_d = 2, .stages = 2, .dq_warps_d = 4}},
 };
+// fp32 inputs (TF32 products), rows in kHeadDims order.
 inline constexpr FlashTiles kTiles32[] = {
-    {128, 64, 1, 2, 64, 64, 1, 1, 2, 64, 64, 1, 2, 64, 64, 1, 1, 2, 1},  // d=16
-    {128, 64, 1, 2, 64, 64, 1, 1, 2, 64, 64, 1, 2, 64, 64, 1, 1, 2, 1},  // d=32
-    {128, 64, 1, 2, 64, 64, 1, 1, 1, 64, 64, 1, 1, 64, 64, 1, 1, 1, 1},  // d=64   (forward 104 KB)
-    {128, 64, 1, 1, 64, 64, 1, 1, 1, 64, 64, 1, 1, 64, 64, 1, 1, 1, 1},  // d=80   (as d=96)
-    {128, 64, 1, 1, 64, 64, 1, 1, 1, 64, 64, 1, 1, 64, 64, 1, 1, 1, 1},  // d=96   (~102 KB)
-    {64, 64, 1, 1, 64, 64, 1, 1, 1, 64, 64, 1, 1, 64, 64, 1, 1, 1, 1},   // d=128  (dK/dV, dQ 135 KB; atomic 153 KB)
-    {64, 32, 1, 1, 32, 32, 1, 2, 1, 32, 32, 1, 1, 32, 32, 1, 2, 1, 2},   // d=256  (~133 KB)
+    // d=16
+    {.fwd = {.block_m = 128, .block_n = 64, .warp_m = 1, .stages = 2},
+     .dkdv = {.block_n = 64, .block_m = 64, .warp_m = 1, .warps_d = 1, .stages = 2},
+     .dq = {.block_m = 64, .block_n = 64, .warp_m = 1, .stages = 2},
+     .atomic = {.block_n = 64, .block_m = 64, .warp_m = 1, .warps_d = 1, .stages = 2, .dq_warps_d = 1}},
+    // d=32
+    {.fwd = {.block_m = 128, .block_n = 64, .warp_m = 1, .stages = 2},
+     .dkdv = {.block_n = 64, .block_m = 64, .warp_m = 1, .warps_d = 1, .stages = 2},
+     .dq = {.block_m = 64, .block_n = 64, .warp_m = 1, .stages = 2},
+     .atomic = {.block_n = 64, .block_m = 64, .warp_m = 1, .warps_d = 1, .stages = 2, .dq_warps_d = 1}},
+    // d=64 (the forward takes 104 KB of shared memory)
+    {.fwd = {.block_m = 128, .block_n = 64, .warp_m = 1, .stages = 2},
+     .dkdv = {.block_n = 64, .block_m = 64, .warp_m = 1, .warps_d = 1, .stages = 1},
+     .dq = {.block_m = 64, .block_n = 64, .warp_m = 1, .stages = 1},
+     .atomic = {.block_n = 64, .block_m = 64, .warp_m = 1, .warps_d = 1, .stages = 1, .dq_warps_d = 1}},
+    // d=80, as d=96
+    {.fwd = {.block_m = 128, .block_n = 64, .warp_m = 1, .stages = 1},
+     .dkdv = {.block_n = 64, .block_m = 64, .warp_m = 1, .warps_d = 1, .stages = 1},
+     .dq = {.block_m = 64, .block_n = 64, .warp_m = 1, .stages = 1},
+     .atomic = {.block_n = 64, .block_m = 64, .warp_m = 1, .warps_d = 1, .stages = 1, .dq_warps_d = 1}},
+    // d=96 (~102 KB of shared memory)
+    {.fwd = {.block_m = 128, .block_n = 64, .warp_m = 1, .stages = 1},
+     .dkdv = {.block_n = 64, .block_m = 64, .warp_m = 1, .warps_d = 1, .stages = 1},
+     .dq = {.block_m = 64, .block_n = 64, .warp_m = 1, .stages = 1},
+     .atomic = {.block_n = 64, .block_m = 64, .warp_m = 1, .warps_d = 1, .stages = 1, .dq_warps_d = 1}},
+    // d=128 (dK/dV and dQ kernels 135 KB of shared memory, the atomic one 153 KB)
+    {.fwd = {.block_m = 64, .block_n = 64, .warp_m = 1, .stages = 1},
+     .dkdv = {.block_n = 64, .block_m = 64, .warp_m = 1, .warps_d = 1, .stages = 1},
+     .dq = {.block_m = 64, .block_n = 64, .warp_m = 1, .stages = 1},
+     .atomic = {.block_n = 64, .block_m = 64, .warp_m = 1, .warps_d = 1, .stages = 1, .dq_warps_d = 1}},
+    // d=256 (~133 KB of shared memory)
+    {.fwd = {.block_m = 64, .block_n = 32, .warp_m = 1, .stages = 1},
+     .dkdv = {.block_n = 32, .block_m = 32, .warp_m = 1, .warps_d = 2, .stages = 1},
+     .dq = {.block_m = 32, .block_n = 32, .warp_m = 1, .stages = 1},
+     .atomic = {.block_n = 32, .block_m = 32, .warp_m = 1, .warps_d = 2, .stages = 1, .dq_warps_d = 2}},
 };
 
-// Hopper (sm_90a) kernels, 16-bit inputs, head dims 64 and 128 (flash_*_sm90_kernel.cuh). Each
-// warpgroup (4 warps) owns 64 rows of its kernel's row tile, so the row tile is 64 * warpgroups:
-//   forward : fwd_wg consumer warpgroups x 64 queries (plus one TMA producer warpgroup), key tile
-//             fwd_n, fwd_st K/V buffers, fwd_ov = 1 to overlap each warpgroup's softmax with its own
-//             P V (S of the next tile live beside P: needs the registers of 2 warpgroups), fwd_pp = 1
-//             (with fwd_ov and 2 consumers) to have the consumers take turns issuing products (ping-pong),
-//             fwd_ts = 1 (d=64 only) to have the tensor cores sum the rows of P: O += P V over 8 more
-//             columns, a panel of ones, instead of a floating-point add per score
-//   backward: kv_wg warpgroups x 64 keys, query tile kv_m, kv_st Q/dO buffers (beside the dS^T and fp32
-//             dQ staging tiles of the fused dQ)
-// Tiles are 128-byte-swizzled (no padding). Registers bound the tiles: an accumulator of 64 x n takes
-// n / 2 floats per thread, and 1 block per SM leaves 65536 / threads registers to each thread.
-struct FlashSm90Tiles {
-  int fwd_wg, fwd_n, fwd_st, fwd_ov, fwd_pp, fwd_ts;
-  int kv_wg, kv_m, kv_st;
+// ---- Hopper (sm_90a) kernels: flash_fwd_sm90_kernel.cuh, flash_bwd_sm90_kernel.cuh ----
+// 16-bit inputs, head dims 64 and 128. Each consumer warpgroup (4 warps) owns 64 rows of its kernel's
+// row tile, so the row tile is 64 * consumers; one more warpgroup issues the TMA copies. Tiles are
+// 128-byte-swizzled (no padding). Registers bound the tiles: an accumulator of 64 x n takes n / 2 floats
+// per thread, and 1 block per SM leaves 65536 / threads registers to each thread.
+
+// The forward kernel: 64 * consumers query rows per tile.
+struct Sm90FwdTiles {
+  int consumers;  // consumer warpgroups
+  int block_n;    // keys per K/V tile
+  int stages;     // K/V ring buffers
+  // Each warpgroup's softmax overlaps its own P V: S of the next tile lives beside P, which needs the
+  // registers of 2 consumer warpgroups.
+  bool overlap;
+  // With overlap and 2 consumers: the consumers take turns issuing their products.
+  bool ping_pong;
+  // d=64 only: the tensor cores sum the rows of P (O += P V over 8 more columns, a panel of ones) instead
+  // of a floating-point add per score.
+  bool tensor_row_sums;
 };
+// The backward kernel (dK, dV and the fused dQ): 64 * consumers keys per block.
+struct Sm90BwdTiles {
+  int consumers;  // consumer warpgroups
+  int block_m;    // query rows per step
+  int stages;     // Q/dO ring buffers, beside the dS^T and fp32 dQ staging tiles of the fused dQ
+};
+struct FlashSm90Tiles {
+  Sm90FwdTiles fwd;
+  Sm90BwdTiles bwd;
+};
+// Rows for d=64 and d=128. A third backward buffer does not fit at d=64 (the dS^T and dQ staging take
+// 96 KB).
 inline constexpr FlashSm90Tiles kSm90Tiles[] = {
-    // fwd: wg   n st ov pp ts | bwd: wg   m st
-    // The measurements behind these values and what else was tried: docs/perf-notes.md#attention-kernels.
-    // A third backward buffer does not fit at d=64 (the dS^T and dQ staging take 96 KB).
-    {3, 128, 2, 0, 0, 1, 2, 128, 2},  // d=64
-    {2, 128, 3, 1, 1, 0, 2, 64, 2},   // d=128
+    // d=64
+    {.fwd = {.consumers = 3, .block_n = 128, .stages = 2,
+             .overlap = false, .ping_pong = false, .tensor_row_sums = true},
+     .bwd = {.consumers = 2, .block_m = 128, .stages = 2}},
+    // d=128
+    {.fwd = {.consumers = 2, .block_n = 128, .stages = 3,
+             .overlap = true, .ping_pong = true, .tensor_row_sums = false},
+     .bwd = {.consumers = 2, .block_m = 64, .stages = 2}},
 };
 constexpr FlashSm90Tiles flash_sm90_tiles(int d) { return d == 64 ? kSm90Tiles[0] : kSm90Tiles[1]; }
-// Keys per block of the Hopper backward: 64 per consumer warpgroup.
-constexpr int sm90_bwd_block_n(int d) { return 64 * flash_sm90_tiles(d).kv_wg; }
+// Query rows per tile of the Hopper forward and keys per block of its backward: 64 per consumer warpgroup.
+constexpr int sm90_fwd_block_m(int d) { return 64 * flash_sm90_tiles(d).fwd.consumers; }
+constexpr int sm90_bwd_block_n(int d) { return 64 * flash_sm90_tiles(d).bwd.consumers; }
 constexpr bool has_sm90_kernels(int elem_bytes, int d) { return elem_bytes == 2 && (d == 64 || d == 128); }
 
 constexpr int head_dim_index(int d) {
