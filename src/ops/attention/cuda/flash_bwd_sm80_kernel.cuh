@@ -100,9 +100,9 @@ constexpr int pre_lanes_per_row() {
 
 // Pre-pass, one block per (batch x query head, kPreRows padded rows): D_i, L_i log2(e) and the sink
 // partials; where dq_accum is set it also zeroes the block's rows of dq_accum, and where dq_order is,
-// the block's counter. With dq_order (the Hopper kernel's ordered additions) the first key tile to visit
-// a query tile stores its dQ piece, so only the rows that see no key (all of an unvisited tile's) are
-// zeroed.
+// the block's counter. With dq_order (the Hopper kernel's ordered additions: See Note [Ordered dQ
+// additions] in flash_sm90_scheduler.cuh) the first key tile to visit a query tile stores its dQ piece, so
+// only the rows that see no key (all of an unvisited tile's) are zeroed.
 // Each row's dot product is spread over pre_lanes_per_row lanes reading 16-byte chunks of O and dO where
 // both allow it (else elements), and summed over those lanes in a fixed order.
 template <class T, int D>

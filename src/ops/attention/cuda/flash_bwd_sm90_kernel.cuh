@@ -302,11 +302,8 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
     const bool full = tile_full(row_keys<kHasMask>(m0, s), row_keys<kHasMask>(min(m0 + BM, s.len_q) - 1, s), n0, BN,
                                 s.len_k);
     probs_t(acc_s, sL + slot * BM, queries, full, m0, t, s.scale_log2);
-    // dS^T before dV is issued: P^T's A fragments need not live beside both fp32 tiles (at D=64 that
-    // removed the spills and took the leaderboard backward 3.09 -> 2.91 ms on an H100). Issuing dV before
-    // dP^T lands, to run it beside dS^T, took the backward of the former deterministic pair of kernels (this
-    // one without dQ, then a dQ kernel) 3.20 -> 3.25-3.30 ms at D=128 and 3.51-3.53 -> 3.64-3.65 ms on the
-    // leaderboard (H200, interleaved).
+    // dS^T before dV is issued: P^T's A fragments need not live beside both fp32 tiles (else they spill
+    // at D=64). Why not dV before dP^T lands: docs/perf-notes.md#backward-step-order.
     wgmma_wait<0>();  // dP^T
     fence_accumulators(acc_dp);
     dscores_t(acc_dp, acc_s, sD + slot * BM, t);

@@ -48,7 +48,7 @@ __device__ __forceinline__ void mask_scores(float (&acc_s)[NS][4], int row_g, in
 // The running max (the reference P is taken against) moves only when a score passes it by more than
 // kMaxSlack, so P stays <= 2^kMaxSlack and O is rescaled far less often; L and the final normalisation
 // use the same reference, so the result is the softmax's either way. Without kSumRows the row sums are
-// left to the caller (the Hopper forward at d=64 has the tensor cores sum P), row_sum untouched.
+// left to the caller, row_sum untouched (See Note [Tensor-core row sums] in flash_fwd_sm90_kernel.cuh).
 inline constexpr float kMaxSlack = 8.f;
 template <bool kSumRows = true, int NS>
 __device__ __forceinline__ void softmax_scores(float (&acc_s)[NS][4], float (&row_max)[2], float (&row_sum)[2],

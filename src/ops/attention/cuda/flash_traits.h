@@ -147,12 +147,13 @@ struct Sm90FwdTiles {
   int block_n;    // keys per K/V tile
   int stages;     // K/V ring buffers
   // Each warpgroup's softmax overlaps its own P V: S of the next tile lives beside P, which needs the
-  // registers of 2 consumer warpgroups.
+  // registers of 2 consumer warpgroups. See Note [Forward overlap and ping-pong]
+  // (flash_fwd_sm90_kernel.cuh).
   bool overlap;
   // With overlap and 2 consumers: the consumers take turns issuing their products.
   bool ping_pong;
   // d=64 only: the tensor cores sum the rows of P (O += P V over 8 more columns, a panel of ones) instead
-  // of a floating-point add per score.
+  // of a floating-point add per score. See Note [Tensor-core row sums] (flash_fwd_sm90_kernel.cuh).
   bool tensor_row_sums;
 };
 // The backward kernel (dK, dV and the fused dQ): 64 * consumers keys per block.
