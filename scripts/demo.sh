@@ -30,7 +30,7 @@ if [[ -z "$device" ]]; then
 fi
 if [[ $device == cpu ]]; then
   vocab=2048 size=tiny context=64 precision=fp32 max_new=48
-  schedule=(--batch 8 --steps 400 --lr 3e-3 --eval-interval 100 --eval-batches 8 --log-interval 50)
+  schedule=(--batch 8 --steps 300 --lr 3e-3 --eval-interval 50 --eval-batches 8 --log-interval 50)
 else
   vocab=8192 size=small context=256 precision=bf16 max_new=200
   schedule=(--batch 32 --steps 2000 --lr 1e-3 --eval-interval 200 --eval-batches 20 --log-interval 100)
