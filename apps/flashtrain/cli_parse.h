@@ -38,6 +38,9 @@ CLI::Validator window_validator();
 CLI::Validator device_validator();
 CLI::Validator at_least(std::int64_t min);  // integers >= min
 
+// --recompute and --loss-chunk, the model's memory options `train` and the benchmarks share.
+void add_model_memory_options(CLI::App& command, std::string& recompute, std::int64_t& loss_chunk);
+
 // Runs fn(), prefixing any ft::Error's message with the option whose value it was working on.
 template <class Fn>
 auto for_option(const char* option, Fn&& fn) {

@@ -43,13 +43,17 @@ namespace ft::cli {
 // documents.
 struct TrainOptions {
   std::string size = "small";
-  std::optional<std::int64_t> vocab;    // default: the size's (10000; tiny 97)
-  std::optional<std::int64_t> context;  // default: the size's (512; tiny 32)
+  std::optional<std::int64_t> vocab;    // default: the size's (10000; tiny 97; 8b 151936)
+  std::optional<std::int64_t> context;  // default: the size's (512; tiny 32; 8b 32768)
+  std::optional<std::int64_t> d_model, d_ff, layers, heads;  // default: the size's
+  std::optional<double> rope_theta;                         // default: 10000
   std::int64_t batch = 4;               // sequences per micro-batch
   std::string precision = "bf16";
   bool tf32 = false;
   bool cuda_graph = false;  // capture the step in a CUDA graph and replay it (model/graphed_step.h)
   std::string attention = "flash";
+  std::string recompute = "none";  // none, selective or full
+  std::int64_t loss_chunk = 1024;  // rows per chunk of the fused LM head loss; 0 = materialised logits
   std::string device = "auto";
   std::int64_t steps = 1000;
   std::int64_t accumulate = 1;  // micro-batches per optimizer step
@@ -78,12 +82,14 @@ struct TrainOptions {
 
 // The validated run: every default filled in, names parsed, the resume path resolved.
 struct TrainPlan {
-  ModelConfig model;  // size with vocab and context applied
+  ModelConfig model;  // size with the shape options applied
   Precision precision = Precision::bf16;
   bool tf32 = false;
   bool cuda_graph = false;  // CUDA, one process, accumulate 1
   Stream stream;            // data parallel on GPUs: the model's stream (DistributedContext::model_stream)
   AttentionImpl attention = AttentionImpl::flash;
+  Recompute recompute = Recompute::none;
+  std::int64_t loss_chunk = 1024;  // ModelOptions::loss_chunk
   Device device = Device::cpu();
   std::int64_t batch = 4;
   std::int64_t steps = 1000;
