@@ -41,16 +41,6 @@ CLI::Validator at_least(std::int64_t min);  // integers >= min
 // --recompute and --loss-chunk, the model's memory options `train` and the benchmarks share.
 void add_model_memory_options(CLI::App& command, std::string& recompute, std::int64_t& loss_chunk);
 
-// Runs fn(), prefixing any ft::Error's message with the option whose value it was working on.
-template <class Fn>
-auto for_option(const char* option, Fn&& fn) {
-  try {
-    return fn();
-  } catch (const Error& e) {
-    throw Error(e.kind(), str(option, ": ", e.message()), e.file(), e.line());
-  }
-}
-
 // "a,b,c" -> each item parsed by parse_one; an empty item, or an item parse_one rejects, is an
 // ft::Error naming the option.
 template <class T, class Parse>
