@@ -21,6 +21,8 @@ TransformerLM::TransformerLM(const ModelConfig& config, const ModelOptions& opti
            options_.max_seq_len);
   FT_CHECK(options_.loss_chunk >= 0, "TransformerLM: loss_chunk must be >= 0 (0 = materialised logits), given ",
            options_.loss_chunk);
+  // The attention the model runs takes its head dim (checked now rather than at the first forward).
+  check_attention_head_dim(config_.head_dim(), options_.attention, options_.device);
   const Device device = options_.device;
   params_ = ParameterBuffer(layout_, DType::f32, device, "parameters", options_.stream);
   if (options_.training) grads_ = ParameterBuffer(layout_, DType::f32, device, "gradients", options_.stream);
