@@ -29,6 +29,7 @@ ModelOptions options(Precision precision, Device device) {
   o.seed = 1234;
   o.device = device;
   o.training = false;
+  o.loss_chunk = 0;  // the materialised loss: the reference reads the logits
   return o;
 }
 
