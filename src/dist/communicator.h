@@ -45,6 +45,10 @@ class Work {
   // Blocks until completion. Past the communicator's timeout: ft::Error (runtime), or the whole job ends
   // (see the backend's options). Calling it again after completion returns at once.
   virtual void wait() = 0;
+  // Orders the compute stream after the collective without blocking the host where the backend can (NCCL:
+  // the compute stream waits for the collective's completion event, and the timeout is enforced by the next
+  // wait() on the communicator, which completes only after this collective); wait() elsewhere.
+  virtual void join() { wait(); }
   // The collective's own duration in ms once it has completed (the device time between its start and its
   // end on the communication stream: NCCL); nullopt before completion or from backends that do not time
   // their collectives (MPI, single process — DDP times those on the host).

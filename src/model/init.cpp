@@ -1,6 +1,7 @@
 // init.cpp — counter-based truncated-normal draws (splitmix64 + Box-Muller) filling each parameter.
 #include "model/init.h"
 
+#include <algorithm>
 #include <cmath>
 #include <numbers>
 
@@ -29,15 +30,15 @@ double normal_draw(std::uint64_t stream, std::uint64_t i, std::uint64_t attempt)
   return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
 }
 
-// out (n) <- std * truncated-normal draws of the stream, cut at +-3.
-void fill_truncated_normal(float* out, std::int64_t n, std::uint64_t stream, double std) {
+// out (n) <- std * truncated-normal draws first, first + 1, ... of the stream, cut at +-3.
+void fill_truncated_normal(float* out, std::int64_t n, std::uint64_t stream, double std, std::int64_t first = 0) {
 #if defined(_OPENMP)
 #pragma omp parallel for schedule(static)
 #endif
   for (std::int64_t i = 0; i < n; ++i) {
-    double z = normal_draw(stream, static_cast<std::uint64_t>(i), 0);
-    for (std::uint64_t attempt = 1; std::fabs(z) > 3.0; ++attempt)
-      z = normal_draw(stream, static_cast<std::uint64_t>(i), attempt);
+    const auto element = static_cast<std::uint64_t>(first + i);
+    double z = normal_draw(stream, element, 0);
+    for (std::uint64_t attempt = 1; std::fabs(z) > 3.0; ++attempt) z = normal_draw(stream, element, attempt);
     out[i] = static_cast<float>(std * z);
   }
 }
@@ -72,6 +73,28 @@ void init_parameters(const ParameterLayout& layout, const ParameterBuffer& param
     float* out = on_host ? view.data_as<float>() : staging->data_as<float>();
     fill_truncated_normal(out, info.numel, splitmix64(seed ^ splitmix64(info.index)), init_std(info));
     if (!on_host) copy(view, staging);
+  }
+}
+
+void init_parameter_range(const ParameterLayout& layout, std::int64_t offset, const Tensor& out, std::uint64_t seed) {
+  FT_CHECK(out.dtype() == DType::f32 && out.is_contiguous() && out.shape().size() == 1,
+           "init_parameter_range: expected a contiguous fp32 vector, given ", out.describe());
+  const std::int64_t end = offset + out.numel();
+  FT_CHECK(offset >= 0 && end <= layout.numel(), "init_parameter_range: [", offset, ", ", end,
+           ") must lie inside the ", layout.numel(), " parameters");
+  for (const ParameterInfo& info : layout.tensors()) {
+    const std::int64_t lo = std::max(offset, info.offset), hi = std::min(end, info.offset + info.numel);
+    if (lo >= hi) continue;
+    const Tensor piece = out.narrow(0, lo - offset, hi - lo);  // (hi - lo) of this parameter
+    if (info.kind == ParameterKind::norm) {
+      fill_constant(piece, 1.0);
+      continue;
+    }
+    OwnedTensor staging;  // (hi - lo) host copy when out lives on a device
+    if (!out.device().is_cpu()) staging = OwnedTensor({hi - lo}, DType::f32, Device::cpu(), "init staging");
+    float* values = out.device().is_cpu() ? piece.data_as<float>() : staging->data_as<float>();
+    fill_truncated_normal(values, hi - lo, splitmix64(seed ^ splitmix64(info.index)), init_std(info), lo - info.offset);
+    if (!out.device().is_cpu()) copy(piece, staging);
   }
 }
 

@@ -14,6 +14,10 @@ namespace ft {
 
 void init_parameters(const ParameterLayout& layout, const ParameterBuffer& params, std::uint64_t seed);
 
+// out (n, fp32, any device) <- elements [offset, offset + n) of the flat buffer init_parameters fills, bit for
+// bit (a ZeRO-3 rank initialises its shard only); drawn on the host a parameter piece at a time.
+void init_parameter_range(const ParameterLayout& layout, std::int64_t offset, const Tensor& out, std::uint64_t seed);
+
 // The standard deviation a parameter is drawn with (before the +-3 std cut); 0 for norms (constant 1).
 double init_std(const ParameterInfo& info);
 

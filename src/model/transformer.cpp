@@ -3,6 +3,8 @@
 // report. Forward and backward live in transformer_forward.cpp and transformer_backward.cpp.
 #include "model/transformer.h"
 
+#include <utility>
+
 #include "core/error.h"
 #include "model/init.h"
 #include "ops/cast.h"
@@ -17,12 +19,17 @@ TransformerLM::TransformerLM(const ModelConfig& config, const ModelOptions& opti
            "TransformerLM: max_seq_len must be in [1, context_length = ", config_.context_length, "], given ",
            options_.max_seq_len);
   const Device device = options_.device;
-  params_ = ParameterBuffer(layout_, DType::f32, device, "parameters", options_.stream);
-  if (options_.training) grads_ = ParameterBuffer(layout_, DType::f32, device, "gradients", options_.stream);
+  if (options_.parameter_source) {
+    params_ = ParameterBuffer::unbound(layout_);
+    if (options_.training) grads_ = ParameterBuffer::unbound(layout_);
+  } else {
+    params_ = ParameterBuffer(layout_, DType::f32, device, "parameters", options_.stream);
+    if (options_.training) grads_ = ParameterBuffer(layout_, DType::f32, device, "gradients", options_.stream);
+  }
   plan_memory();
   activations_ = Buffer(activation_layout_.bytes(), device, "activations", options_.stream);
   workspace_ = Buffer(workspace_layout_.bytes(), device, "workspace", options_.stream);
-  init_parameters(layout_, params_, options_.seed);
+  if (!options_.parameter_source) init_parameters(layout_, params_, options_.seed);
 }
 
 void TransformerLM::plan_memory() {
@@ -68,7 +75,7 @@ void TransformerLM::plan_memory() {
   if (bf16 && options_.training) dlogits_ = a.add("lm_head.dlogits", rows * vocab, DType::bf16);  // (B, T, V)
 
   ArenaLayout& w = workspace_layout_;
-  if (bf16) {
+  if (bf16 && !options_.parameter_source) {
     // The bf16 weight slots: two of one block's parameters, and the LM head's over them.
     const auto block = static_cast<std::size_t>(block_numel());
     ws_.block_weights[0] = w.add("block weights (bf16, slot 0)", block, DType::bf16);  // (block_numel)
@@ -139,7 +146,8 @@ std::int64_t TransformerLM::block_numel() const {
 
 TransformerLM::BlockWeights TransformerLM::cast_block_weights(std::int64_t l) {
   const auto index = [&](LayerSlot slot) { return layout_.layer_index(l, slot); };
-  if (options_.precision != Precision::bf16)
+  bind_parameters(1 + l);  // a source's views are already in the compute dtype
+  if (options_.precision != Precision::bf16 || options_.parameter_source)
     return {.qkv = fused_qkv(params_, l),
             .output_proj = params_[index(LayerSlot::output_proj)],
             .w1 = params_[index(LayerSlot::w1)],
@@ -163,14 +171,44 @@ TransformerLM::BlockWeights TransformerLM::cast_block_weights(std::int64_t l) {
 
 Tensor TransformerLM::cast_lm_head() {
   const Tensor weight = lm_head_weight();  // (V, d)
-  if (options_.precision == Precision::bf16)
+  if (options_.precision == Precision::bf16 && !options_.parameter_source)
     cast(weight, params_[layout_.lm_head_index()], options_.stream);
   return weight;
 }
 
 Tensor TransformerLM::lm_head_weight() const {
-  if (options_.precision != Precision::bf16) return params_[layout_.lm_head_index()];
+  if (options_.precision != Precision::bf16 || options_.parameter_source) return params_[layout_.lm_head_index()];
   return work(ws_.lm_head_weight, DType::bf16, {config_.vocab_size, config_.d_model});
+}
+
+namespace {
+
+// Parameter indices [first, first + count) of unit u (model/parameter_source.h).
+std::pair<std::size_t, std::size_t> unit_parameters(const ParameterLayout& layout, std::int64_t L,
+                                                    std::int64_t unit) {
+  if (unit == 0) return {0, 1};
+  if (unit == L + 1) return {layout.ln_final_index(), 2};
+  return {layout.layer_index(unit - 1, LayerSlot::q_proj), kLayerSlots};
+}
+
+}  // namespace
+
+void TransformerLM::bind_parameters(std::int64_t unit) {
+  if (!options_.parameter_source) return;
+  const auto [first, count] = unit_parameters(layout_, config_.num_layers, unit);
+  const std::vector<Tensor> views = options_.parameter_source->parameters(unit);
+  FT_CHECK(views.size() == count, "TransformerLM: the parameter source gave ", views.size(), " views for unit ", unit,
+           ", which has ", count, " parameters");
+  for (std::size_t i = 0; i < count; ++i) params_.bind(first + i, views[i]);
+}
+
+void TransformerLM::bind_gradients(std::int64_t unit) {
+  if (!options_.parameter_source) return;
+  const auto [first, count] = unit_parameters(layout_, config_.num_layers, unit);
+  const std::vector<Tensor> views = options_.parameter_source->gradients(unit);
+  FT_CHECK(views.size() == count, "TransformerLM: the parameter source gave ", views.size(), " gradient views for unit ",
+           unit, ", which has ", count, " parameters");
+  for (std::size_t i = 0; i < count; ++i) grads_.bind(first + i, views[i]);
 }
 
 Tensor TransformerLM::logits() const {

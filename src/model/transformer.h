@@ -41,6 +41,7 @@
 #include "core/tensor.h"
 #include "model/arena.h"
 #include "model/config.h"
+#include "model/parameter_source.h"
 #include "model/parameters.h"
 #include "ops/attention.h"
 #include "ops/token_ids.h"
@@ -57,6 +58,10 @@ struct ModelOptions {
   bool allow_tf32 = false;  // fp32 GEMMs on CUDA may use TF32
   Stream stream;            // every op is ordered on this stream
   bool training = true;     // false: forward only (no gradients, no backward-only activations or workspace)
+  // Not null: the parameters and gradients are not allocated here but bound unit by unit from the source
+  // (ZeRO-3: model/parameter_source.h); no bf16 weight slots (the source hands out bf16 weights) and no
+  // initialisation (the source's). Not owned; it outlives the model.
+  ParameterSource* parameter_source = nullptr;
 };
 
 // Bytes held per kind.
@@ -175,6 +180,9 @@ class TransformerLM {
   // cast_lm_head (the forward), read again by lm_head_weight (the backward right after it).
   Tensor cast_lm_head();
   Tensor lm_head_weight() const;
+  // With a parameter source: binds unit u's parameter (or gradient) views from it; nothing otherwise.
+  void bind_parameters(std::int64_t unit);
+  void bind_gradients(std::int64_t unit);
   Tensor fused_qkv(const ParameterBuffer& buffer, std::int64_t l) const;  // (3d, d): q_proj, k_proj, v_proj
   DType compute_dtype() const { return options_.precision == Precision::bf16 ? DType::bf16 : DType::f32; }
 

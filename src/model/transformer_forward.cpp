@@ -46,8 +46,10 @@ double TransformerLM::run_forward(const Batch& b, const TokenIds& inputs, const 
   const std::int64_t L = config_.num_layers, d = config_.d_model, V = config_.vocab_size;
   const DType c = compute_dtype();
 
+  bind_parameters(0);
   embedding_forward(residual(0, b), inputs, params_[ParameterLayout::embedding_index()], stream);
   for (std::int64_t l = 0; l < L; ++l) layer_forward(l, b);
+  bind_parameters(L + 1);
 
   const Tensor lnf_y = act(lnf_y_, c, {b.B, b.T, d});  // (B, T, d)
   rmsnorm_forward(lnf_y, act(lnf_rstd_, DType::f32, {b.B, b.T}), residual(L, b), params_[layout_.ln_final_index()],

@@ -233,6 +233,14 @@ class NcclWork final : public Work {
     joined_ = true;
   }
 
+  void join() override {
+    if (joined_) return;
+    state_->require_usable(what_);
+    CudaDeviceGuard guard(state_->device);
+    FT_CUDA_CHECK(cudaStreamWaitEvent(compute_, done_, 0));
+    joined_ = true;
+  }
+
   std::optional<double> elapsed_ms() override {
     if (!is_completed()) return std::nullopt;
     float ms = 0;

@@ -1,0 +1,263 @@
+// fsdp.cpp — ZeRO-3: shard initialisation, the unit all-gathers with prefetch, the gradient reduce-scatters,
+// the sharded AdamW step, and the replicated norm vectors of bf16 mode. See Note [ZeRO-3 step] (dist/fsdp.h).
+#include "dist/fsdp.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "core/error.h"
+#include "core/nvtx.h"
+#include "dist/shard_norm.h"
+#include "model/init.h"
+#include "ops/cast.h"
+#include "ops/residual.h"
+#include "optim/grad_clip.h"
+
+namespace ft {
+
+Fsdp::Fsdp(Communicator& comm, const ModelConfig& config, const FsdpOptions& options)
+    : comm_(comm), layout_(config), options_(options), plan_(layout_, comm.world_size()) {
+  const Device device = options_.device;
+  const Stream& stream = options_.stream;
+  const std::int64_t S = plan_.shard_numel();
+  master_ = OwnedTensor({S}, DType::f32, device, "parameters", stream);
+  grads_ = OwnedTensor({S}, DType::f32, device, "gradients", stream);
+  exp_avg_ = OwnedTensor({S}, DType::f32, device, "optimizer state exp_avg", stream);
+  exp_avg_sq_ = OwnedTensor({S}, DType::f32, device, "optimizer state exp_avg_sq", stream);
+  for (const OwnedTensor* t : {&master_, &grads_, &exp_avg_, &exp_avg_sq_}) fill(*t, 0.0, stream);
+
+  // Slot s holds the units u with u % 2 == s: sized for the largest of them in its gather dtype.
+  std::size_t gather_bytes[2] = {0, 0};
+  std::int64_t grad_numel[2] = {0, 0};
+  for (std::size_t u = 0; u < plan_.units().size(); ++u) {
+    const FsdpUnit& unit = plan_.units()[u];
+    gather_bytes[u % 2] = std::max(gather_bytes[u % 2], static_cast<std::size_t>(unit.padded()) * size_of(gather_dtype(u)));
+    grad_numel[u % 2] = std::max(grad_numel[u % 2], unit.padded());
+  }
+  for (int s = 0; s < 2; ++s) {
+    gather_slots_[s] = Buffer(gather_bytes[s], device, "fsdp gather slot", stream);
+    grad_slots_[s] = OwnedTensor({grad_numel[s]}, DType::f32, device, "fsdp gradient slot", stream);
+  }
+  reported_.assign(plan_.units().size(), 0);
+
+  const int rank = comm_.rank();
+  for (std::size_t u = 0; u < plan_.units().size(); ++u) {
+    const ShardRange owned = plan_.owned(u, rank);
+    if (owned.numel > 0)
+      init_parameter_range(layout_, owned.offset,
+                           master_->narrow(0, plan_.units()[u].shard_offset, owned.numel), options_.seed);
+  }
+  norm_offset_.assign(layout_.size(), -1);
+  if (options_.precision == Precision::bf16) {
+    std::int64_t n = 0;
+    for (const ParameterInfo& info : layout_.tensors())
+      if (info.kind == ParameterKind::norm) {
+        norm_offset_[info.index] = n;
+        n += info.numel;
+      }
+    norms_ = OwnedTensor({n}, DType::f32, device, "parameters", stream);
+    refresh_norms();
+  }
+}
+
+Fsdp::~Fsdp() {
+  // Collectives still in flight read or write the slots: let them finish before the memory goes.
+  for (int s = 0; s < 2; ++s) {
+    if (gathering_[s]) gathering_[s]->wait();
+    if (reducing_[s]) reducing_[s]->wait();
+  }
+}
+
+DType Fsdp::gather_dtype(std::size_t unit) const {
+  return unit == 0 || options_.precision == Precision::fp32 ? DType::f32 : DType::bf16;
+}
+
+Tensor Fsdp::piece(const Tensor& shard, std::size_t unit) const {
+  const FsdpUnit& u = plan_.units()[unit];
+  return shard.narrow(0, u.shard_offset, u.piece);
+}
+
+void Fsdp::issue_gather(std::size_t unit) {
+  const int s = static_cast<int>(unit % 2);
+  if (resident_[s] == static_cast<std::int64_t>(unit)) return;
+  const FsdpUnit& u = plan_.units()[unit];
+  const DType dtype = gather_dtype(unit);
+  const Tensor slot(gather_slots_[s].data(), dtype, options_.device, {u.padded()});  // (padded) the whole unit
+  const Tensor mine = piece(master_, unit);                                              // (piece) fp32
+  if (dtype == DType::f32) {
+    gathering_[s] = comm_.all_gather(slot, mine);
+  } else {
+    const Tensor part = slot.narrow(0, comm_.rank() * u.piece, u.piece);  // (piece) this rank's part of the slot
+    cast(part, mine, options_.stream);
+    gathering_[s] = comm_.all_gather(slot, part);
+  }
+  resident_[s] = static_cast<std::int64_t>(unit);
+}
+
+std::vector<Tensor> Fsdp::parameters(std::int64_t unit) {
+  const auto units = static_cast<std::int64_t>(plan_.units().size());
+  FT_CHECK(unit >= 0 && unit < units, "Fsdp: unit must be in [0, ", units, "), given ", unit);
+  if (unit == 0) phase_ = Phase::forward;
+  const auto u = static_cast<std::size_t>(unit);
+  const int s = static_cast<int>(u % 2);
+  issue_gather(u);
+  if (gathering_[s]) {
+    gathering_[s]->join();
+    gathering_[s].reset();
+  }
+  // Prefetch the unit the model reads next into the other slot (the embedding's backward reads none).
+  const std::int64_t next = phase_ == Phase::forward ? unit + 1 : unit - 1;
+  if (next >= 1 && next < units) issue_gather(static_cast<std::size_t>(next));
+
+  const FsdpUnit& info = plan_.units()[u];
+  const DType dtype = gather_dtype(u);
+  std::vector<Tensor> views;
+  for (std::size_t p = info.first_parameter; p < info.first_parameter + info.parameters; ++p) {
+    const ParameterInfo& param = layout_[p];
+    if (norm_offset_[p] >= 0) {
+      views.emplace_back(static_cast<float*>(norms_->data()) + norm_offset_[p], DType::f32, options_.device,
+                         param.shape);
+      continue;
+    }
+    char* at = static_cast<char*>(gather_slots_[s].data()) +
+               static_cast<std::size_t>(param.offset - info.offset) * size_of(dtype);
+    views.emplace_back(at, dtype, options_.device, param.shape);
+  }
+  return views;
+}
+
+std::vector<Tensor> Fsdp::gradients(std::int64_t unit) {
+  const auto units = static_cast<std::int64_t>(plan_.units().size());
+  FT_CHECK(unit >= 0 && unit < units, "Fsdp: unit must be in [0, ", units, "), given ", unit);
+  phase_ = Phase::backward;
+  const auto u = static_cast<std::size_t>(unit);
+  const int s = static_cast<int>(u % 2);
+  if (reducing_[s]) {  // the reduce-scatter of unit u + 2 still reads the slot
+    reducing_[s]->join();
+    reducing_[s].reset();
+  }
+  const FsdpUnit& info = plan_.units()[u];
+  const Tensor slot = grad_slots_[s]->narrow(0, 0, info.padded());  // (padded) fp32
+  if (info.padded() > info.numel) fill(slot.narrow(0, info.numel, info.padded() - info.numel), 0.0, options_.stream);
+  std::vector<Tensor> views;
+  for (std::size_t p = info.first_parameter; p < info.first_parameter + info.parameters; ++p) {
+    const ParameterInfo& param = layout_[p];
+    views.emplace_back(static_cast<float*>(slot.data()) + (param.offset - info.offset), DType::f32, options_.device,
+                       param.shape);
+  }
+  return views;
+}
+
+void Fsdp::gradient_ready(std::size_t index, bool first_micro_batch) {
+  FT_CHECK(index < layout_.size(), "Fsdp: parameter ", index, " does not exist (", layout_.size(), " parameters)");
+  const std::size_t u = plan_.unit_of(index);
+  if (++reported_[u] < plan_.units()[u].parameters) return;
+  reported_[u] = 0;
+  launch_reduce_scatter(u, first_micro_batch);
+}
+
+void Fsdp::launch_reduce_scatter(std::size_t unit, bool first_micro_batch) {
+  const int s = static_cast<int>(unit % 2);
+  const FsdpUnit& u = plan_.units()[unit];
+  const Tensor input = grad_slots_[s]->narrow(0, 0, u.padded());  // (padded) fp32
+  if (first_micro_batch) {
+    reducing_[s] = comm_.reduce_scatter(piece(grads_, unit), input, ReduceOp::average);
+    return;
+  }
+  if (!staging_.defined())
+    staging_ = OwnedTensor({plan_.max_padded() / plan_.world()}, DType::f32, options_.device, "gradients",
+                           options_.stream);
+  const Tensor partial = staging_->narrow(0, 0, u.piece);  // (piece) this micro-batch's averaged piece
+  comm_.reduce_scatter(partial, input, ReduceOp::average)->wait();
+  residual_add(piece(grads_, unit), partial, options_.stream);
+}
+
+void Fsdp::wait_reduce_scatters() {
+  for (WorkHandle& work : reducing_)
+    if (work) {
+      work->wait();
+      work.reset();
+    }
+}
+
+double Fsdp::step(double lr) {
+  NvtxRange range("fsdp optimizer step");
+  wait_reduce_scatters();
+  for (std::size_t u = 0; u < reported_.size(); ++u)
+    FT_CHECK_KIND(runtime, reported_[u] == 0, "Fsdp::step: backward reported ", reported_[u], " of the ",
+                  plan_.units()[u].parameters, " gradients of unit ", u, "; it must report every one");
+  const double norm = global_norm(comm_, grad_sum_squares({grads_}, options_.stream), options_.device, options_.stream);
+  const double clip = options_.max_grad_norm > 0 ? clip_factor(norm, options_.max_grad_norm) : 1.0;
+  AdamWConfig config = options_.adamw;
+  config.lr = lr;
+  ++step_;
+  adamw_step(master_, grads_, exp_avg_, exp_avg_sq_, config, step_, options_.stream, GradScale{.factor = clip});
+  refresh();
+  return norm;
+}
+
+void Fsdp::refresh() {
+  for (int s = 0; s < 2; ++s) {  // the gathered units are stale now
+    if (gathering_[s]) gathering_[s]->join();
+    gathering_[s].reset();
+    resident_[s] = -1;
+  }
+  if (options_.precision == Precision::bf16) refresh_norms();
+}
+
+void Fsdp::refresh_norms() {
+  fill(norms_, 0.0, options_.stream);
+  for (const ParameterInfo& param : layout_.tensors()) {
+    if (norm_offset_[param.index] < 0) continue;
+    const std::size_t u = plan_.unit_of(param.index);
+    const FsdpUnit& unit = plan_.units()[u];
+    const ShardRange owned = plan_.owned(u, comm_.rank());
+    const std::int64_t lo = std::max(owned.offset, param.offset);
+    const std::int64_t hi = std::min(owned.offset + owned.numel, param.offset + param.numel);
+    if (lo >= hi) continue;
+    cast(norms_->narrow(0, norm_offset_[param.index] + (lo - param.offset), hi - lo),
+         master_->narrow(0, unit.shard_offset + (lo - owned.offset), hi - lo), options_.stream);
+  }
+  comm_.all_reduce(norms_, ReduceOp::sum)->wait();
+}
+
+void Fsdp::gather_parameters(const Tensor& out) {
+  FT_CHECK(out.dtype() == DType::f32 && out.is_contiguous() && out.numel() == layout_.numel() &&
+               out.device() == options_.device,
+           "Fsdp::gather_parameters: expected a contiguous fp32 vector of ", layout_.numel(), " elements on ",
+           options_.device.to_string(), ", given ", out.describe());
+  const OwnedTensor whole({plan_.max_padded()}, DType::f32, options_.device, "fsdp gather staging", options_.stream);
+  for (std::size_t u = 0; u < plan_.units().size(); ++u) {
+    const FsdpUnit& unit = plan_.units()[u];
+    comm_.all_gather(whole->narrow(0, 0, unit.padded()), piece(master_, u))->wait();
+    cast(out.narrow(0, unit.offset, unit.numel), whole->narrow(0, 0, unit.numel), options_.stream);
+  }
+}
+
+FsdpMemory Fsdp::memory() const {
+  const auto bytes = [](const OwnedTensor& t) {
+    return t.defined() ? static_cast<std::size_t>(t->numel()) * t->element_size() : std::size_t{0};
+  };
+  FsdpMemory m;
+  m.parameters = bytes(master_) + bytes(norms_);
+  m.gradients = bytes(grads_) + bytes(staging_);
+  m.optimizer_state = bytes(exp_avg_) + bytes(exp_avg_sq_);
+  m.communication = gather_slots_[0].bytes() + gather_slots_[1].bytes() + bytes(grad_slots_[0]) + bytes(grad_slots_[1]);
+  return m;
+}
+
+void attach(Fsdp& fsdp, Trainer& trainer) {
+  FT_CHECK(trainer.config().external_optimizer,
+           "attach(Fsdp, Trainer): the Trainer must be built with TrainerConfig::external_optimizer = true "
+           "(ZeRO-3 holds the AdamW state in shards)");
+  FT_CHECK(trainer.model().options().parameter_source == &fsdp,
+           "attach(Fsdp, Trainer): the Trainer's model must take its parameters from this Fsdp "
+           "(ModelOptions::parameter_source)");
+  trainer.set_optimizer_step([&fsdp](double lr) { return fsdp.step(lr); },
+                             [&fsdp] { return fsdp.memory().optimizer_state; });
+  trainer.set_gradient_ready_hook([&fsdp](const ParameterInfo& info, const Tensor&, const MicroBatch& micro) {
+    fsdp.gradient_ready(info.index, micro.index == 0);
+  });
+}
+
+}  // namespace ft

@@ -1,0 +1,132 @@
+// fsdp.h — Fsdp: ZeRO-3 (fully sharded data parallelism) for the TransformerLM over a Communicator. Each rank
+// holds only its shard of the fp32 master parameters, their gradients and the AdamW state (Note [ZeRO-3
+// shards], dist/fsdp_plan.h), and is the model's ParameterSource (model/parameter_source.h): a unit's
+// parameters are all-gathered into a slot right before the model reads them, its gradients reduce-scattered
+// into the gradient shard as soon as backward has written them.
+//
+// Note [ZeRO-3 step]
+// Forward, unit by unit (embedding, blocks, head): parameters(u) waits for u's all-gather (the compute
+// stream waits for it: Work::join, the host runs on) and issues the all-gather of u + 1 into the other slot,
+// so the next unit's parameters move while this one computes. Slot u % 2 holds unit u: the all-gather
+// into it is ordered after every compute-stream op issued so far (the communicator's rule), which includes
+// every read of the unit two before. A unit's gather dtype: the compute dtype (bf16 mode: each rank casts
+// its fp32 piece to bf16 into its part of the slot first, then one in-place all_gather — half the bytes of
+// fp32), except the embedding table, read by the embedding's forward in fp32. The norm weights are read in
+// fp32 too; in bf16 mode they come from a replicated fp32 copy of every norm vector (a few d_model each),
+// refreshed after each step by one all_reduce of the vectors with each rank's owned elements in place and
+// zeros elsewhere (x + 0 == x: exact).
+// Backward, from the head down: the head and the last block are still gathered from forward; each block is
+// gathered again (the all-gather of block l - 1 issued while block l computes; the embedding's backward
+// needs no parameters). gradients(u) hands out fp32 gradient slot u % 2, once the reduce-scatter that read
+// it before (unit u + 2) is done (the compute stream waits for it), with the padding zeroed. When backward
+// reports the unit's last gradient final (gradient_ready, the Trainer's hook), the padded unit gradient is
+// reduce-scattered (average) into this rank's gradient shard on the communication stream while the next
+// unit's backward computes; later micro-batches of an accumulation reduce into a staging piece and add it.
+// step(lr): waits for the reduce-scatters, takes the global norm across shards (dist/shard_norm.h), and runs
+// AdamW over the whole shard with the clip factor folded in (GradScale) — elementwise, so every element's
+// update is the single-process one given the same averaged gradient and norm.
+// With these, a step computes the update of one process on the global batch up to the rounding of the
+// gradient averaging (reduction order) and of the norm's sum.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "core/buffer.h"
+#include "core/stream.h"
+#include "dist/communicator.h"
+#include "dist/fsdp_plan.h"
+#include "model/config.h"
+#include "model/parameter_source.h"
+#include "model/parameters.h"
+#include "model/trainer.h"
+#include "ops/adamw.h"
+
+namespace ft {
+
+struct FsdpOptions {
+  Precision precision = Precision::fp32;  // bf16: linear weights gathered in bf16
+  AdamWConfig adamw;                      // lr is set by each step()
+  double max_grad_norm = 0;               // > 0: clip the global norm (across shards) to it
+  std::uint64_t seed = 0;                 // parameter initialisation (model/init.h), shard by shard
+  Device device = Device::cpu();          // where the shards live: the CPU (host communicator) or this rank's GPU
+  Stream stream;                          // the model's stream
+};
+
+// Bytes this rank holds for ZeRO-3, by purpose.
+struct FsdpMemory {
+  std::size_t parameters = 0;       // fp32 master shard (+ bf16 mode's replicated norm vectors)
+  std::size_t gradients = 0;        // fp32 gradient shard (+ the accumulation staging piece once used)
+  std::size_t optimizer_state = 0;  // AdamW m and v shards
+  std::size_t communication = 0;    // the two gather slots and the two unit gradient slots
+};
+
+class Fsdp final : public ParameterSource {
+ public:
+  // Allocates this rank's shards and slots and initialises its shard of the parameters (bit for bit the
+  // elements a single-process model with options.seed starts from). ft::Error when the world exceeds a unit.
+  Fsdp(Communicator& comm, const ModelConfig& config, const FsdpOptions& options);
+  ~Fsdp() override;
+  Fsdp(const Fsdp&) = delete;
+  Fsdp& operator=(const Fsdp&) = delete;
+
+  std::vector<Tensor> parameters(std::int64_t unit) override;
+  std::vector<Tensor> gradients(std::int64_t unit) override;
+  // Backward reports parameter `index` final; once a unit's every parameter is, its reduce-scatter starts.
+  // first_micro_batch: the first of an accumulation (the gradient shard is overwritten, else added to).
+  void gradient_ready(std::size_t index, bool first_micro_batch);
+  // After the last micro-batch's backward: AdamW with learning rate lr over the shard, clipped to
+  // max_grad_norm; returns the global gradient norm before clipping. Collective.
+  double step(double lr);
+
+  // out (numel, fp32, on the shards' device) <- the whole parameter buffer. Collective.
+  void gather_parameters(const Tensor& out);
+
+  const FsdpPlan& plan() const { return plan_; }
+  const ParameterLayout& layout() const { return layout_; }
+  std::int64_t steps() const { return step_; }
+  FsdpMemory memory() const;
+  Communicator& communicator() { return comm_; }
+  // This rank's shards, (plan().shard_numel()) fp32 each: checkpoints save and restore them.
+  const Tensor& master() const { return master_.tensor(); }
+  const Tensor& exp_avg() const { return exp_avg_.tensor(); }
+  const Tensor& exp_avg_sq() const { return exp_avg_sq_.tensor(); }
+  // A resumed run's steps taken (AdamW's bias correction continues from there); the shards are restored
+  // through master() / exp_avg() / exp_avg_sq(), then refresh() makes the gathered state agree.
+  void restore_step(std::int64_t step) { step_ = step; }
+  void refresh();
+
+ private:
+  enum class Phase { forward, backward };
+  DType gather_dtype(std::size_t unit) const;
+  Tensor piece(const Tensor& shard, std::size_t unit) const;  // (piece) unit's piece of a shard
+  void issue_gather(std::size_t unit);
+  void launch_reduce_scatter(std::size_t unit, bool first_micro_batch);
+  void refresh_norms();
+  void wait_reduce_scatters();
+
+  Communicator& comm_;
+  ParameterLayout layout_;
+  FsdpOptions options_;
+  FsdpPlan plan_;
+  OwnedTensor master_, grads_, exp_avg_, exp_avg_sq_;  // (shard_numel) fp32 each
+  OwnedTensor staging_;                                // (largest piece) fp32, accumulation only
+  Buffer gather_slots_[2];                             // unit u's parameters in slot u % 2, its gather dtype
+  OwnedTensor grad_slots_[2];                          // (largest padded unit) fp32, unit u's in slot u % 2
+  OwnedTensor norms_;                                  // bf16 mode: every norm vector, fp32, replicated
+  std::vector<std::int64_t> norm_offset_;              // (parameters) where a norm starts in norms_; -1 else
+  std::int64_t resident_[2] = {-1, -1};                // the unit each gather slot holds (or is receiving)
+  WorkHandle gathering_[2];                            // the all-gather into each slot, until joined
+  WorkHandle reducing_[2];                             // the reduce-scatter reading each gradient slot
+  std::vector<std::size_t> reported_;                  // (units) parameters reported final this backward
+  Phase phase_ = Phase::forward;
+  std::int64_t step_ = 0;
+};
+
+// The Trainer's external optimizer step and gradient hook (the Trainer needs external_optimizer): every step
+// runs fsdp.step(schedule's lr); backward reports each gradient to fsdp.gradient_ready.
+void attach(Fsdp& fsdp, Trainer& trainer);
+
+}  // namespace ft

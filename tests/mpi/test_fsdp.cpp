@@ -1,0 +1,168 @@
+// test_fsdp.cpp — ZeRO-3 (dist/fsdp.h) under mpirun with 2 and with 3 ranks: training a small Transformer
+// with its parameters, gradients and AdamW state sharded equals one process training on the global batch
+// (each rank takes its rows of every batch): the same losses (mean over ranks), gradient norms and final
+// parameters to fp32 round-off, clipping on, in fp32 and bf16 mode, with gradient accumulation; the plan
+// pads units that the world does not divide and refuses a world larger than a unit.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "core/error.h"
+#include "core/tensor_io.h"
+#include "cpu/test_model_util.h"
+#include "dist/fsdp.h"
+#include "mpi/mpi_test_util.h"
+
+namespace ft::test {
+namespace {
+
+constexpr std::int64_t kLocalBatch = 2, kSeq = 8, kSteps = 4;
+
+ModelConfig fsdp_config() {
+  ModelConfig c = small_transformer_config(kSeq);
+  c.vocab_size = 37;  // not a multiple of 2 or 3: every unit is padded somewhere
+  c.validate();
+  return c;
+}
+
+TrainerConfig trainer_config(std::int64_t accumulation, bool external) {
+  TrainerConfig c;
+  c.adamw.lr = 3e-3;
+  c.adamw.weight_decay = 0.1;
+  c.max_grad_norm = 0.5;  // small enough to clip
+  c.accumulation_steps = accumulation;
+  c.external_optimizer = external;
+  return c;
+}
+
+struct Run {
+  std::vector<double> losses;  // per micro-batch: the global batch's mean loss
+  std::vector<double> norms;   // per step
+  std::vector<double> parameters;
+};
+
+// The global batch of (step, micro-batch): world * kLocalBatch rows.
+TokenBatch global_batch(std::int64_t step, std::int64_t micro, int world) {
+  return random_batch(world * kLocalBatch, kSeq, fsdp_config().vocab_size, 1000 + 17 * step + micro);
+}
+
+Run single_process(Precision precision, std::int64_t accumulation) {
+  const int world = test::world().world_size();
+  TransformerLM model(fsdp_config(), tiny_options(precision, AttentionImpl::flash, world * kLocalBatch, kSeq));
+  Trainer trainer(model, trainer_config(accumulation, false));
+  Run run;
+  for (std::int64_t s = 0; s < kSteps; ++s) {
+    for (std::int64_t m = 0; m < accumulation; ++m) {
+      const TokenBatch b = global_batch(s, m, world);
+      run.losses.push_back(trainer.forward_backward(b.input_ids(), b.target_ids()));
+    }
+    run.norms.push_back(trainer.optimizer_step().grad_norm);
+    trainer.zero_grads();
+  }
+  run.parameters = read_as_double(model.parameters().flat());
+  return run;
+}
+
+Run sharded(Precision precision, std::int64_t accumulation) {
+  Communicator& comm = world();
+  const int rank = comm.rank(), W = comm.world_size();
+  const ModelOptions reference_options = tiny_options(precision, AttentionImpl::flash, kLocalBatch, kSeq);
+  const TrainerConfig config = trainer_config(accumulation, true);
+  Fsdp fsdp(comm, fsdp_config(),
+            {.precision = precision, .adamw = config.adamw, .max_grad_norm = config.max_grad_norm,
+             .seed = reference_options.seed});
+  ModelOptions options = reference_options;
+  options.parameter_source = &fsdp;
+  TransformerLM model(fsdp_config(), options);
+  Trainer trainer(model, config);
+  attach(fsdp, trainer);
+  Run run;
+  for (std::int64_t s = 0; s < kSteps; ++s) {
+    for (std::int64_t m = 0; m < accumulation; ++m) {
+      const TokenBatch g = global_batch(s, m, W);
+      TokenBatch local{kLocalBatch, kSeq, {}, {}};  // this rank's rows
+      const auto first = g.inputs.begin() + rank * kLocalBatch * kSeq;
+      local.inputs.assign(first, first + kLocalBatch * kSeq);
+      const auto target = g.targets.begin() + rank * kLocalBatch * kSeq;
+      local.targets.assign(target, target + kLocalBatch * kSeq);
+      const double loss = trainer.forward_backward(local.input_ids(), local.target_ids());
+      double mean = 0;
+      for (const auto& each : gather_all({static_cast<float>(loss)})) mean += each[0];
+      run.losses.push_back(mean / W);
+    }
+    run.norms.push_back(trainer.optimizer_step().grad_norm);
+    trainer.zero_grads();
+  }
+  const OwnedTensor whole({fsdp.layout().numel()}, DType::f32, Device::cpu(), "test parameters");
+  fsdp.gather_parameters(whole);
+  run.parameters = read_as_double(whole);
+  return run;
+}
+
+// ||a - b|| / ||b||.
+double relative_error(const std::vector<double>& a, const std::vector<double>& b) {
+  double diff = 0, ref = 0;
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    diff += (a[i] - b[i]) * (a[i] - b[i]);
+    ref += b[i] * b[i];
+  }
+  return std::sqrt(diff / ref);
+}
+
+void expect_matches_single_process(Precision precision, std::int64_t accumulation, double tolerance) {
+  const Run expected = single_process(precision, accumulation);
+  const Run got = sharded(precision, accumulation);
+  ASSERT_EQ(got.losses.size(), expected.losses.size());
+  // The losses are averaged over ranks in fp32 (gather_all), so compare them to fp32 round-off at best.
+  for (std::size_t i = 0; i < expected.losses.size(); ++i)
+    EXPECT_NEAR(got.losses[i], expected.losses[i], std::max(tolerance, 1e-6) * expected.losses[i]) << "micro " << i;
+  bool clipped = false;
+  for (std::size_t i = 0; i < expected.norms.size(); ++i) {
+    EXPECT_NEAR(got.norms[i], expected.norms[i], tolerance * expected.norms[i]) << "step " << i + 1;
+    clipped = clipped || expected.norms[i] > 0.5;
+  }
+  EXPECT_TRUE(clipped) << "no step clipped: the test would not see the clipping across shards";
+  ASSERT_EQ(got.parameters.size(), expected.parameters.size());
+  EXPECT_LE(relative_error(got.parameters, expected.parameters), tolerance);
+}
+
+TEST(Fsdp, Fp32MatchesSingleProcess) { expect_matches_single_process(Precision::fp32, 1, 1e-6); }
+
+TEST(Fsdp, Fp32WithAccumulationMatchesSingleProcess) { expect_matches_single_process(Precision::fp32, 2, 1e-6); }
+
+// bf16 mode rounds the loss gradient to bf16 after scaling it by 1 / (rows x T): the same rounding on one
+// process and on each rank only when the world is a power of two (the scales then differ by a power of two);
+// otherwise the runs differ by bf16 roundings (2^-9 relative) of the loss gradient.
+TEST(Fsdp, Bf16MatchesSingleProcess) {
+  const int W = world().world_size();
+  expect_matches_single_process(Precision::bf16, 1, (W & (W - 1)) == 0 ? 1e-6 : 1e-2);
+}
+
+TEST(Fsdp, PlanPadsUnevenUnitsAndRefusesOversizedWorlds) {
+  const ParameterLayout layout(fsdp_config());
+  const FsdpPlan plan(layout, 3);
+  std::int64_t covered = 0, shard = 0;
+  for (std::size_t u = 0; u < plan.units().size(); ++u) {
+    const FsdpUnit& unit = plan.units()[u];
+    EXPECT_EQ(unit.piece, (unit.numel + 2) / 3);
+    EXPECT_EQ(unit.shard_offset, shard);
+    shard += unit.piece;
+    std::int64_t held = 0;
+    for (int r = 0; r < 3; ++r) {
+      const ShardRange owned = plan.owned(u, r);
+      EXPECT_EQ(owned.offset, unit.offset + std::min(unit.numel, r * unit.piece));
+      held += owned.numel;
+    }
+    EXPECT_EQ(held, unit.numel);
+    covered += unit.numel;
+  }
+  EXPECT_EQ(covered, layout.numel());
+  EXPECT_EQ(plan.shard_numel(), shard);
+  EXPECT_EQ(plan.units().size(), static_cast<std::size_t>(fsdp_config().num_layers + 2));
+  const std::int64_t smallest = layout[ParameterLayout::embedding_index()].numel;  // 37 x 32
+  EXPECT_THROW(FsdpPlan(layout, static_cast<int>(smallest) * 2), Error);
+}
+
+}  // namespace
+}  // namespace ft::test
