@@ -46,6 +46,8 @@ void register_bench_comm(CLI::App& bench, Action& action);
 void add_data_parallel_model_options(CLI::App& command, BenchModelOptions& options);
 void register_bench_ddp(CLI::App& bench, Action& action);
 void register_bench_zero(CLI::App& bench, Action& action);
+// `flashtrain bench fsdp` (cmd_bench_fsdp.cpp): the training step under ZeRO stages 0-3, with MFU.
+void register_bench_fsdp(CLI::App& bench, Action& action);
 
 // `flashtrain train` (cmd_train.cpp): the training loop of train_run.h. add_train_options declares the
 // options on any CLI11 app, filling options as they are parsed (the tests parse with it directly).

@@ -65,6 +65,7 @@ int main(int argc, char** argv) {
   register_bench_comm(*bench, action);
   register_bench_ddp(*bench, action);
   register_bench_zero(*bench, action);
+  register_bench_fsdp(*bench, action);
 
   register_train(app, action);
 

@@ -1,5 +1,6 @@
-// fsdp.cpp — ZeRO-3: shard initialisation, the unit all-gathers with prefetch, the gradient reduce-scatters,
-// the sharded AdamW step, and the replicated norm vectors of bf16 mode. See Note [ZeRO-3 step] (dist/fsdp.h).
+// fsdp.cpp — ZeRO-3 and ZeRO-2: shard initialisation, the unit all-gathers (stage 3 with prefetch into two
+// slots, stage 2 into the replica after each step), the gradient reduce-scatters, the sharded AdamW step,
+// and the replicated norm vectors of bf16 mode. See Notes [ZeRO-3 step] and [ZeRO-2 step] (dist/fsdp.h).
 #include "dist/fsdp.h"
 
 #include <algorithm>
@@ -17,6 +18,8 @@ namespace ft {
 
 Fsdp::Fsdp(Communicator& comm, const ModelConfig& config, const FsdpOptions& options)
     : comm_(comm), layout_(config), options_(options), plan_(layout_, comm.world_size()) {
+  FT_CHECK(options_.stage == 2 || options_.stage == 3, "Fsdp: the ZeRO stage must be 2 or 3, given ",
+           options_.stage);
   const Device device = options_.device;
   const Stream& stream = options_.stream;
   const std::int64_t S = plan_.shard_numel();
@@ -35,10 +38,20 @@ Fsdp::Fsdp(Communicator& comm, const ModelConfig& config, const FsdpOptions& opt
     grad_numel[u % 2] = std::max(grad_numel[u % 2], unit.padded());
   }
   for (int s = 0; s < 2; ++s) {
-    gather_slots_[s] = Buffer(gather_bytes[s], device, "fsdp gather slot", stream);
+    if (options_.stage == 3) gather_slots_[s] = Buffer(gather_bytes[s], device, "fsdp gather slot", stream);
     grad_slots_[s] = OwnedTensor({grad_numel[s]}, DType::f32, device, "fsdp gradient slot", stream);
   }
+  if (options_.stage == 2) {
+    std::size_t bytes = 0;
+    for (std::size_t u = 0; u < plan_.units().size(); ++u) {
+      replica_offset_.push_back(bytes);
+      bytes += static_cast<std::size_t>(plan_.units()[u].padded()) * size_of(gather_dtype(u));
+      bytes = (bytes + 15) / 16 * 16;  // each unit 16-byte aligned
+    }
+    replica_ = Buffer(bytes, device, "parameters", stream);
+  }
   reported_.assign(plan_.units().size(), 0);
+  gathering_.resize(plan_.units().size());
 
   const int rank = comm_.rank();
   for (std::size_t u = 0; u < plan_.units().size(); ++u) {
@@ -56,16 +69,16 @@ Fsdp::Fsdp(Communicator& comm, const ModelConfig& config, const FsdpOptions& opt
         n += info.numel;
       }
     norms_ = OwnedTensor({n}, DType::f32, device, "parameters", stream);
-    refresh_norms();
   }
+  refresh();
 }
 
 Fsdp::~Fsdp() {
   // Collectives still in flight read or write the slots: let them finish before the memory goes.
-  for (int s = 0; s < 2; ++s) {
-    if (gathering_[s]) gathering_[s]->wait();
-    if (reducing_[s]) reducing_[s]->wait();
-  }
+  for (WorkHandle& work : gathering_)
+    if (work) work->wait();
+  for (WorkHandle& work : reducing_)
+    if (work) work->wait();
 }
 
 DType Fsdp::gather_dtype(std::size_t unit) const {
@@ -77,21 +90,28 @@ Tensor Fsdp::piece(const Tensor& shard, std::size_t unit) const {
   return shard.narrow(0, u.shard_offset, u.piece);
 }
 
+Tensor Fsdp::unit_memory(std::size_t unit) const {
+  char* base = options_.stage == 3 ? static_cast<char*>(gather_slots_[unit % 2].data())
+                                   : static_cast<char*>(replica_.data()) + replica_offset_[unit];
+  return Tensor(base, gather_dtype(unit), options_.device, {plan_.units()[unit].padded()});
+}
+
 void Fsdp::issue_gather(std::size_t unit) {
-  const int s = static_cast<int>(unit % 2);
-  if (resident_[s] == static_cast<std::int64_t>(unit)) return;
-  const FsdpUnit& u = plan_.units()[unit];
-  const DType dtype = gather_dtype(unit);
-  const Tensor slot(gather_slots_[s].data(), dtype, options_.device, {u.padded()});  // (padded) the whole unit
-  const Tensor mine = piece(master_, unit);                                              // (piece) fp32
-  if (dtype == DType::f32) {
-    gathering_[s] = comm_.all_gather(slot, mine);
-  } else {
-    const Tensor part = slot.narrow(0, comm_.rank() * u.piece, u.piece);  // (piece) this rank's part of the slot
-    cast(part, mine, options_.stream);
-    gathering_[s] = comm_.all_gather(slot, part);
+  if (options_.stage == 3) {
+    const int s = static_cast<int>(unit % 2);
+    if (resident_[s] == static_cast<std::int64_t>(unit)) return;
+    resident_[s] = static_cast<std::int64_t>(unit);
   }
-  resident_[s] = static_cast<std::int64_t>(unit);
+  const FsdpUnit& u = plan_.units()[unit];
+  const Tensor whole = unit_memory(unit);    // (padded) the whole unit
+  const Tensor mine = piece(master_, unit);  // (piece) fp32
+  if (whole.dtype() == DType::f32) {
+    gathering_[unit] = comm_.all_gather(whole, mine);
+  } else {
+    const Tensor part = whole.narrow(0, comm_.rank() * u.piece, u.piece);  // (piece) this rank's part
+    cast(part, mine, options_.stream);
+    gathering_[unit] = comm_.all_gather(whole, part);
+  }
 }
 
 std::vector<Tensor> Fsdp::parameters(std::int64_t unit) {
@@ -99,18 +119,18 @@ std::vector<Tensor> Fsdp::parameters(std::int64_t unit) {
   FT_CHECK(unit >= 0 && unit < units, "Fsdp: unit must be in [0, ", units, "), given ", unit);
   if (unit == 0) phase_ = Phase::forward;
   const auto u = static_cast<std::size_t>(unit);
-  const int s = static_cast<int>(u % 2);
-  issue_gather(u);
-  if (gathering_[s]) {
-    gathering_[s]->join();
-    gathering_[s].reset();
+  if (options_.stage == 3) issue_gather(u);
+  if (gathering_[u]) {
+    gathering_[u]->join();
+    gathering_[u].reset();
   }
-  // Prefetch the unit the model reads next into the other slot (the embedding's backward reads none).
+  // Stage 3: prefetch the unit the model reads next into the other slot (the embedding's backward reads none).
   const std::int64_t next = phase_ == Phase::forward ? unit + 1 : unit - 1;
-  if (next >= 1 && next < units) issue_gather(static_cast<std::size_t>(next));
+  if (options_.stage == 3 && next >= 1 && next < units) issue_gather(static_cast<std::size_t>(next));
 
   const FsdpUnit& info = plan_.units()[u];
   const DType dtype = gather_dtype(u);
+  const Tensor memory = unit_memory(u);  // (padded)
   std::vector<Tensor> views;
   for (std::size_t p = info.first_parameter; p < info.first_parameter + info.parameters; ++p) {
     const ParameterInfo& param = layout_[p];
@@ -119,8 +139,7 @@ std::vector<Tensor> Fsdp::parameters(std::int64_t unit) {
                          param.shape);
       continue;
     }
-    char* at = static_cast<char*>(gather_slots_[s].data()) +
-               static_cast<std::size_t>(param.offset - info.offset) * size_of(dtype);
+    char* at = static_cast<char*>(memory.data()) + static_cast<std::size_t>(param.offset - info.offset) * size_of(dtype);
     views.emplace_back(at, dtype, options_.device, param.shape);
   }
   return views;
@@ -197,10 +216,15 @@ double Fsdp::step(double lr) {
 }
 
 void Fsdp::refresh() {
-  for (int s = 0; s < 2; ++s) {  // the gathered units are stale now
-    if (gathering_[s]) gathering_[s]->join();
-    gathering_[s].reset();
-    resident_[s] = -1;
+  for (WorkHandle& work : gathering_)  // a gather still in flight writes memory about to be rewritten
+    if (work) {
+      work->join();
+      work.reset();
+    }
+  if (options_.stage == 3) {  // the gathered units are stale now
+    resident_[0] = resident_[1] = -1;
+  } else {
+    for (std::size_t u = 0; u < plan_.units().size(); ++u) issue_gather(u);
   }
   if (options_.precision == Precision::bf16) refresh_norms();
 }
@@ -243,6 +267,7 @@ FsdpMemory Fsdp::memory() const {
   m.gradients = bytes(grads_) + bytes(staging_);
   m.optimizer_state = bytes(exp_avg_) + bytes(exp_avg_sq_);
   m.communication = gather_slots_[0].bytes() + gather_slots_[1].bytes() + bytes(grad_slots_[0]) + bytes(grad_slots_[1]);
+  m.replica = replica_.bytes();
   return m;
 }
 

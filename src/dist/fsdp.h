@@ -1,8 +1,13 @@
-// fsdp.h — Fsdp: ZeRO-3 (fully sharded data parallelism) for the TransformerLM over a Communicator. Each rank
-// holds only its shard of the fp32 master parameters, their gradients and the AdamW state (Note [ZeRO-3
-// shards], dist/fsdp_plan.h), and is the model's ParameterSource (model/parameter_source.h): a unit's
-// parameters are all-gathered into a slot right before the model reads them, its gradients reduce-scattered
-// into the gradient shard as soon as backward has written them.
+// fsdp.h — Fsdp: ZeRO-3 (fully sharded data parallelism) and ZeRO-2 for the TransformerLM over a
+// Communicator. Each rank holds only its shard of the fp32 master parameters, their gradients and the AdamW
+// state (Note [ZeRO-3 shards], dist/fsdp_plan.h), and is the model's ParameterSource
+// (model/parameter_source.h): its gradients are reduce-scattered unit by unit into the gradient shard as soon
+// as backward has written them, and
+//   stage 3  a unit's parameters are all-gathered into one of two slots right before the model reads them;
+//   stage 2  every rank keeps a whole replica of the parameters in their gather dtypes (bf16 mode: the
+//            linear weights in bf16, 2 bytes each, not fp32 masters and not gradients): after the step each
+//            unit's updated pieces are all-gathered into it, and the next forward waits for a unit's
+//            all-gather only when it reaches the unit (Note [ZeRO-2 step]).
 //
 // Note [ZeRO-3 step]
 // Forward, unit by unit (embedding, blocks, head): parameters(u) waits for u's all-gather (the compute
@@ -27,6 +32,15 @@
 // update is the single-process one given the same averaged gradient and norm.
 // With these, a step computes the update of one process on the global batch up to the rounding of the
 // gradient averaging (reduction order) and of the norm's sum.
+//
+// Note [ZeRO-2 step]
+// Gradients and the update as in ZeRO-3. The parameters: a replica of every unit, padded, in its gather
+// dtype, laid out unit after unit. refresh() (after each step, and at construction) casts this rank's
+// updated piece of each unit into its part of the unit's replica and issues one in-place all_gather per
+// unit, all at once, without waiting; parameters(u) makes the compute stream wait for unit u's (Work::join),
+// so the all-gathers of later units run while the first units' forward computes. Against ZeRO-1 (whole fp32
+// parameters and gradients, state sharded) a rank holds 2 (bf16) or 4 (fp32) bytes per parameter of replica
+// instead of 8 of parameters and gradients, and the gradient reduction overlaps backward.
 #pragma once
 
 #include <cstddef>
@@ -47,6 +61,7 @@
 namespace ft {
 
 struct FsdpOptions {
+  int stage = 3;                          // 3: parameters gathered per unit; 2: a replica refreshed per step
   Precision precision = Precision::fp32;  // bf16: linear weights gathered in bf16
   AdamWConfig adamw;                      // lr is set by each step()
   double max_grad_norm = 0;               // > 0: clip the global norm (across shards) to it
@@ -60,13 +75,15 @@ struct FsdpMemory {
   std::size_t parameters = 0;       // fp32 master shard (+ bf16 mode's replicated norm vectors)
   std::size_t gradients = 0;        // fp32 gradient shard (+ the accumulation staging piece once used)
   std::size_t optimizer_state = 0;  // AdamW m and v shards
-  std::size_t communication = 0;    // the two gather slots and the two unit gradient slots
+  std::size_t communication = 0;    // the two gather slots (stage 3) and the two unit gradient slots
+  std::size_t replica = 0;          // stage 2: the whole parameters in their gather dtypes
 };
 
 class Fsdp final : public ParameterSource {
  public:
   // Allocates this rank's shards and slots and initialises its shard of the parameters (bit for bit the
-  // elements a single-process model with options.seed starts from). ft::Error when the world exceeds a unit.
+  // elements a single-process model with options.seed starts from). ft::Error when the world exceeds a unit
+  // or the stage is not 2 or 3.
   Fsdp(Communicator& comm, const ModelConfig& config, const FsdpOptions& options);
   ~Fsdp() override;
   Fsdp(const Fsdp&) = delete;
@@ -96,12 +113,17 @@ class Fsdp final : public ParameterSource {
   // A resumed run's steps taken (AdamW's bias correction continues from there); the shards are restored
   // through master() / exp_avg() / exp_avg_sq(), then refresh() makes the gathered state agree.
   void restore_step(std::int64_t step) { step_ = step; }
+  // After the master shard changed: stage 3 forgets the gathered units, stage 2 issues the all-gathers of
+  // the replica; bf16 mode refreshes the replicated norm vectors. Collective.
   void refresh();
 
  private:
   enum class Phase { forward, backward };
   DType gather_dtype(std::size_t unit) const;
   Tensor piece(const Tensor& shard, std::size_t unit) const;  // (piece) unit's piece of a shard
+  // (padded) where unit u's parameters are gathered, in its gather dtype: slot u % 2 (stage 3) or its
+  // region of the replica (stage 2).
+  Tensor unit_memory(std::size_t unit) const;
   void issue_gather(std::size_t unit);
   void launch_reduce_scatter(std::size_t unit, bool first_micro_batch);
   void refresh_norms();
@@ -113,12 +135,14 @@ class Fsdp final : public ParameterSource {
   FsdpPlan plan_;
   OwnedTensor master_, grads_, exp_avg_, exp_avg_sq_;  // (shard_numel) fp32 each
   OwnedTensor staging_;                                // (largest piece) fp32, accumulation only
-  Buffer gather_slots_[2];                             // unit u's parameters in slot u % 2, its gather dtype
+  Buffer gather_slots_[2];                             // stage 3: unit u's parameters in slot u % 2
+  Buffer replica_;                                     // stage 2: every unit, padded, in its gather dtype
+  std::vector<std::size_t> replica_offset_;            // stage 2: (units) bytes where each unit starts
   OwnedTensor grad_slots_[2];                          // (largest padded unit) fp32, unit u's in slot u % 2
   OwnedTensor norms_;                                  // bf16 mode: every norm vector, fp32, replicated
   std::vector<std::int64_t> norm_offset_;              // (parameters) where a norm starts in norms_; -1 else
-  std::int64_t resident_[2] = {-1, -1};                // the unit each gather slot holds (or is receiving)
-  WorkHandle gathering_[2];                            // the all-gather into each slot, until joined
+  std::int64_t resident_[2] = {-1, -1};                // stage 3: the unit each slot holds (or is receiving)
+  std::vector<WorkHandle> gathering_;                  // (units) each unit's all-gather, until joined
   WorkHandle reducing_[2];                             // the reduce-scatter reading each gradient slot
   std::vector<std::size_t> reported_;                  // (units) parameters reported final this backward
   Phase phase_ = Phase::forward;

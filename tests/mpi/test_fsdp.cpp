@@ -1,5 +1,6 @@
-// test_fsdp.cpp — ZeRO-3 (dist/fsdp.h) under mpirun with 2 and with 3 ranks: training a small Transformer
-// with its parameters, gradients and AdamW state sharded equals one process training on the global batch
+// test_fsdp.cpp — ZeRO-3 and ZeRO-2 (dist/fsdp.h) under mpirun with 2 and with 3 ranks: training a small
+// Transformer with its gradients and AdamW state (ZeRO-3: and parameters) sharded equals one process
+// training on the global batch
 // (each rank takes its rows of every batch): the same losses (mean over ranks), gradient norms and final
 // parameters to fp32 round-off, clipping on, in fp32 and bf16 mode, with gradient accumulation; the plan
 // pads units that the world does not divide and refuses a world larger than a unit.
@@ -64,13 +65,15 @@ Run single_process(Precision precision, std::int64_t accumulation) {
   return run;
 }
 
-Run sharded(Precision precision, std::int64_t accumulation) {
+Run sharded(int stage, Precision precision, std::int64_t accumulation) {
   Communicator& comm = world();
   const int rank = comm.rank(), W = comm.world_size();
   const ModelOptions reference_options = tiny_options(precision, AttentionImpl::flash, kLocalBatch, kSeq);
   const TrainerConfig config = trainer_config(accumulation, true);
   Fsdp fsdp(comm, fsdp_config(),
-            {.precision = precision, .adamw = config.adamw, .max_grad_norm = config.max_grad_norm,
+            {.stage = stage,
+             .precision = precision,
+             .adamw = config.adamw, .max_grad_norm = config.max_grad_norm,
              .seed = reference_options.seed});
   ModelOptions options = reference_options;
   options.parameter_source = &fsdp;
@@ -110,9 +113,7 @@ double relative_error(const std::vector<double>& a, const std::vector<double>& b
   return std::sqrt(diff / ref);
 }
 
-void expect_matches_single_process(Precision precision, std::int64_t accumulation, double tolerance) {
-  const Run expected = single_process(precision, accumulation);
-  const Run got = sharded(precision, accumulation);
+void expect_run_matches(const Run& got, const Run& expected, double tolerance) {
   ASSERT_EQ(got.losses.size(), expected.losses.size());
   // The losses are averaged over ranks in fp32 (gather_all), so compare them to fp32 round-off at best.
   for (std::size_t i = 0; i < expected.losses.size(); ++i)
@@ -125,6 +126,14 @@ void expect_matches_single_process(Precision precision, std::int64_t accumulatio
   EXPECT_TRUE(clipped) << "no step clipped: the test would not see the clipping across shards";
   ASSERT_EQ(got.parameters.size(), expected.parameters.size());
   EXPECT_LE(relative_error(got.parameters, expected.parameters), tolerance);
+}
+
+void expect_matches_single_process(Precision precision, std::int64_t accumulation, double tolerance) {
+  const Run expected = single_process(precision, accumulation);
+  for (int stage : {2, 3}) {
+    SCOPED_TRACE("ZeRO-" + std::to_string(stage));
+    expect_run_matches(sharded(stage, precision, accumulation), expected, tolerance);
+  }
 }
 
 TEST(Fsdp, Fp32MatchesSingleProcess) { expect_matches_single_process(Precision::fp32, 1, 1e-6); }
