@@ -44,6 +44,8 @@ void register_bench_fsdp(CLI::App& bench, Action& action) {
   o.model = data_parallel_model_options();
   add_data_parallel_model_options(*command, o.model);
   command->add_option("--zero", o.stages, "Rows, comma-separated ZeRO stages: 0 (DDP), 1, 2, 3");
+  command->add_option("--grad-comm-dtype", o.grad_comm_dtype,
+                      "fp32 or bf16: the dtype gradients are reduced in (stages 0, 2, 3; bf16 rounds them)");
   command->add_option("--bucket-mb", o.bucket_mb, "MiB per gradient bucket of stage 0's DDP");
   command->add_flag("--csv", o.csv, "Print CSV instead of a markdown table");
   command->add_option("--json", o.json_path, "Write the results document (benchmark fsdp) to this path (rank 0)");

@@ -64,6 +64,7 @@ void build_stage(StageRun& run, const FsdpBenchCase& c, const FsdpBenchConfig& c
                         .adamw = {},
                         .max_grad_norm = kBenchClipNorm,
                         .seed = m.seed,
+                        .bf16_grad_comm = config.bf16_grad_comm,
                         .device = m.device,
                         .stream = m.stream};
     run.fsdp.emplace(comm, c.model.model, options);
@@ -74,6 +75,7 @@ void build_stage(StageRun& run, const FsdpBenchCase& c, const FsdpBenchConfig& c
     DdpOptions options;
     options.strategy = DdpStrategy::bucketed;
     options.bucket_size_mb = config.bucket_mb;
+    options.bf16_communication = config.bf16_grad_comm;
     run.ddp.emplace(comm, ddp_model(run.replica->model()), options);
     attach(*run.ddp, trainer);
   } else if (c.stage == 1) {
@@ -157,6 +159,12 @@ FsdpBenchConfig resolve_bench_fsdp_options(const BenchFsdpOptions& o, const Comm
   config.stages = parse_list<int>("--zero", o.stages, parse_stage);
   FT_CHECK(o.bucket_mb > 0, "--bucket-mb must be > 0 (MiB of gradients per bucket), given ", o.bucket_mb);
   config.bucket_mb = o.bucket_mb;
+  FT_CHECK(o.grad_comm_dtype == "fp32" || o.grad_comm_dtype == "bf16", "--grad-comm-dtype must be fp32 or bf16, given '",
+           o.grad_comm_dtype, "'");
+  config.bf16_grad_comm = o.grad_comm_dtype == "bf16";
+  FT_CHECK(!config.bf16_grad_comm ||
+               std::find(config.stages.begin(), config.stages.end(), 1) == config.stages.end(),
+           "--grad-comm-dtype bf16: ZeRO-1 (stage 1) reduce-scatters in fp32 only; leave stage 1 out of --zero");
   return config;
 }
 
@@ -247,6 +255,7 @@ nlohmann::json fsdp_bench_document(const FsdpBenchConfig& config, const std::vec
   nlohmann::json cfg = data_parallel_config(m, rows.front().world, rows.front().backend);
   cfg.update({
       {"bucket_mb", config.bucket_mb},
+      {"grad_comm_dtype", config.bf16_grad_comm ? "bf16" : "fp32"},
       {"step", "zero_grads, forward and backward of the local batch, gradient averaging (DDP synchronize at zero 0, "
                "the stage's reduce-scatters otherwise), clipping to 1.0 across shards and AdamW; the device "
                "synchronised at the end"},
@@ -269,7 +278,8 @@ void bench_fsdp(const FsdpBenchConfig& config, Communicator& comm, Communicator&
   const ModelBenchConfig& m = config.model;
   out << "Sharded data-parallel benchmark: " << rows.front().world << " rank(s), backend " << rows.front().backend
       << ", " << describe_device(m.device) << "; local batch " << m.batch << ", vocab " << m.models.front().vocab_size
-      << ", " << m.warmup << " warm-up + " << m.steps << " timed steps\n\n"
+      << ", " << (config.bf16_grad_comm ? "bf16" : "fp32") << " gradient reduction, " << m.warmup << " warm-up + "
+      << m.steps << " timed steps\n\n"
       << format_fsdp_bench(rows, csv);
   if (!json_path.empty()) write_json_reported(json_path, fsdp_bench_document(config, rows), out);
 }

@@ -42,6 +42,7 @@ struct BenchFsdpOptions {
   BenchModelOptions model;  // as bench ddp's (data_parallel_model_options defaults)
   std::string stages = "0,1,2,3";
   double bucket_mb = 25;  // stage 0's DDP buckets
+  std::string grad_comm_dtype = "fp32";  // bf16: gradients reduced in bf16 (stages 0, 2, 3)
   bool csv = false;
   std::string json_path;
 };
@@ -50,6 +51,7 @@ struct FsdpBenchConfig {
   ModelBenchConfig model;  // batch is the local batch; device is this rank's
   std::vector<int> stages;
   double bucket_mb = 25;
+  bool bf16_grad_comm = false;
 };
 
 struct FsdpBenchCase {

@@ -40,7 +40,10 @@ Fsdp::Fsdp(Communicator& comm, const ModelConfig& config, const FsdpOptions& opt
   for (int s = 0; s < 2; ++s) {
     if (options_.stage == 3) gather_slots_[s] = Buffer(gather_bytes[s], device, "fsdp gather slot", stream);
     grad_slots_[s] = OwnedTensor({grad_numel[s]}, DType::f32, device, "fsdp gradient slot", stream);
+    if (options_.bf16_grad_comm)
+      grad_slots16_[s] = OwnedTensor({grad_numel[s]}, DType::bf16, device, "fsdp gradient slot", stream);
   }
+  if (options_.bf16_grad_comm) grads16_ = OwnedTensor({S}, DType::bf16, device, "gradients", stream);
   if (options_.stage == 2) {
     std::size_t bytes = 0;
     for (std::size_t u = 0; u < plan_.units().size(); ++u) {
@@ -178,17 +181,38 @@ void Fsdp::gradient_ready(std::size_t index, bool first_micro_batch) {
 void Fsdp::launch_reduce_scatter(std::size_t unit, bool first_micro_batch) {
   const int s = static_cast<int>(unit % 2);
   const FsdpUnit& u = plan_.units()[unit];
-  const Tensor input = grad_slots_[s]->narrow(0, 0, u.padded());  // (padded) fp32
+  const bool bf16 = options_.bf16_grad_comm;
+  Tensor input = grad_slots_[s]->narrow(0, 0, u.padded());  // (padded) fp32
+  if (bf16) {
+    const Tensor rounded = grad_slots16_[s]->narrow(0, 0, u.padded());  // (padded) bf16
+    cast(rounded, input, options_.stream);
+    input = rounded;
+  }
   if (first_micro_batch) {
-    reducing_[s] = comm_.reduce_scatter(piece(grads_, unit), input, ReduceOp::average);
+    reducing_[s] = comm_.reduce_scatter(piece(bf16 ? grads16_ : grads_, unit), input, ReduceOp::average);
+    widen_pending_ = bf16;
     return;
   }
-  if (!staging_.defined())
-    staging_ = OwnedTensor({plan_.max_padded() / plan_.world()}, DType::f32, options_.device, "gradients",
-                           options_.stream);
-  const Tensor partial = staging_->narrow(0, 0, u.piece);  // (piece) this micro-batch's averaged piece
-  comm_.reduce_scatter(partial, input, ReduceOp::average)->wait();
+  if (widen_pending_) widen_gradients();  // the first micro-batch's pieces, before adding to them
+  const std::int64_t largest = plan_.max_padded() / plan_.world();
+  if (!staging_.defined()) staging_ = OwnedTensor({largest}, DType::f32, options_.device, "gradients", options_.stream);
+  if (bf16 && !staging16_.defined())
+    staging16_ = OwnedTensor({largest}, DType::bf16, options_.device, "gradients", options_.stream);
+  const Tensor partial = staging_->narrow(0, 0, u.piece);  // (piece) fp32: this micro-batch's averaged piece
+  if (bf16) {
+    const Tensor partial16 = staging16_->narrow(0, 0, u.piece);  // (piece) bf16
+    comm_.reduce_scatter(partial16, input, ReduceOp::average)->wait();
+    cast(partial, partial16, options_.stream);
+  } else {
+    comm_.reduce_scatter(partial, input, ReduceOp::average)->wait();
+  }
   residual_add(piece(grads_, unit), partial, options_.stream);
+}
+
+void Fsdp::widen_gradients() {
+  wait_reduce_scatters();
+  cast(grads_, grads16_, options_.stream);
+  widen_pending_ = false;
 }
 
 void Fsdp::wait_reduce_scatters() {
@@ -202,6 +226,7 @@ void Fsdp::wait_reduce_scatters() {
 double Fsdp::step(double lr) {
   NvtxRange range("fsdp optimizer step");
   wait_reduce_scatters();
+  if (widen_pending_) widen_gradients();
   for (std::size_t u = 0; u < reported_.size(); ++u)
     FT_CHECK_KIND(runtime, reported_[u] == 0, "Fsdp::step: backward reported ", reported_[u], " of the ",
                   plan_.units()[u].parameters, " gradients of unit ", u, "; it must report every one");
@@ -264,9 +289,10 @@ FsdpMemory Fsdp::memory() const {
   };
   FsdpMemory m;
   m.parameters = bytes(master_) + bytes(norms_);
-  m.gradients = bytes(grads_) + bytes(staging_);
+  m.gradients = bytes(grads_) + bytes(grads16_) + bytes(staging_) + bytes(staging16_);
   m.optimizer_state = bytes(exp_avg_) + bytes(exp_avg_sq_);
-  m.communication = gather_slots_[0].bytes() + gather_slots_[1].bytes() + bytes(grad_slots_[0]) + bytes(grad_slots_[1]);
+  m.communication = gather_slots_[0].bytes() + gather_slots_[1].bytes();
+  for (int s = 0; s < 2; ++s) m.communication += bytes(grad_slots_[s]) + bytes(grad_slots16_[s]);
   m.replica = replica_.bytes();
   return m;
 }

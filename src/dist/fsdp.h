@@ -27,6 +27,9 @@
 // reports the unit's last gradient final (gradient_ready, the Trainer's hook), the padded unit gradient is
 // reduce-scattered (average) into this rank's gradient shard on the communication stream while the next
 // unit's backward computes; later micro-batches of an accumulation reduce into a staging piece and add it.
+// bf16 gradient communication (FsdpOptions::bf16_grad_comm): the unit's gradient is rounded to bf16 into a
+// bf16 slot and reduce-scattered in bf16 (half the bytes; the sum rounded to bf16 after each addition) into
+// a bf16 gradient shard, widened into the fp32 shard once backward's reduce-scatters are done.
 // step(lr): waits for the reduce-scatters, takes the global norm across shards (dist/shard_norm.h), and runs
 // AdamW over the whole shard with the clip factor folded in (GradScale) — elementwise, so every element's
 // update is the single-process one given the same averaged gradient and norm.
@@ -66,6 +69,7 @@ struct FsdpOptions {
   AdamWConfig adamw;                      // lr is set by each step()
   double max_grad_norm = 0;               // > 0: clip the global norm (across shards) to it
   std::uint64_t seed = 0;                 // parameter initialisation (model/init.h), shard by shard
+  bool bf16_grad_comm = false;            // reduce-scatter the gradients in bf16 (fp32: exact averaging)
   Device device = Device::cpu();          // where the shards live: the CPU (host communicator) or this rank's GPU
   Stream stream;                          // the model's stream
 };
@@ -73,9 +77,10 @@ struct FsdpOptions {
 // Bytes this rank holds for ZeRO-3, by purpose.
 struct FsdpMemory {
   std::size_t parameters = 0;       // fp32 master shard (+ bf16 mode's replicated norm vectors)
-  std::size_t gradients = 0;        // fp32 gradient shard (+ the accumulation staging piece once used)
+  std::size_t gradients = 0;        // fp32 gradient shard (+ bf16 communication's bf16 shard, the accumulation
+                                    // staging pieces once used)
   std::size_t optimizer_state = 0;  // AdamW m and v shards
-  std::size_t communication = 0;    // the two gather slots (stage 3) and the two unit gradient slots
+  std::size_t communication = 0;    // the two gather slots (stage 3), the two unit gradient slots (+ bf16)
   std::size_t replica = 0;          // stage 2: the whole parameters in their gather dtypes
 };
 
@@ -128,17 +133,20 @@ class Fsdp final : public ParameterSource {
   void launch_reduce_scatter(std::size_t unit, bool first_micro_batch);
   void refresh_norms();
   void wait_reduce_scatters();
+  void widen_gradients();  // bf16 communication: the bf16 shard into the fp32 one, once every piece is in
 
   Communicator& comm_;
   ParameterLayout layout_;
   FsdpOptions options_;
   FsdpPlan plan_;
   OwnedTensor master_, grads_, exp_avg_, exp_avg_sq_;  // (shard_numel) fp32 each
-  OwnedTensor staging_;                                // (largest piece) fp32, accumulation only
+  OwnedTensor grads16_;                                // bf16 communication: (shard_numel) bf16
+  OwnedTensor staging_, staging16_;                    // (largest piece) fp32 and bf16, accumulation only
   Buffer gather_slots_[2];                             // stage 3: unit u's parameters in slot u % 2
   Buffer replica_;                                     // stage 2: every unit, padded, in its gather dtype
   std::vector<std::size_t> replica_offset_;            // stage 2: (units) bytes where each unit starts
   OwnedTensor grad_slots_[2];                          // (largest padded unit) fp32, unit u's in slot u % 2
+  OwnedTensor grad_slots16_[2];                        // bf16 communication: the same, rounded to bf16
   OwnedTensor norms_;                                  // bf16 mode: every norm vector, fp32, replicated
   std::vector<std::int64_t> norm_offset_;              // (parameters) where a norm starts in norms_; -1 else
   std::int64_t resident_[2] = {-1, -1};                // stage 3: the unit each slot holds (or is receiving)
@@ -146,6 +154,7 @@ class Fsdp final : public ParameterSource {
   WorkHandle reducing_[2];                             // the reduce-scatter reading each gradient slot
   std::vector<std::size_t> reported_;                  // (units) parameters reported final this backward
   Phase phase_ = Phase::forward;
+  bool widen_pending_ = false;  // bf16 communication: grads16_ holds pieces not yet widened into grads_
   std::int64_t step_ = 0;
 };
 

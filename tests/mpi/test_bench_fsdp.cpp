@@ -2,7 +2,8 @@
 // the CPU: a row per ZeRO stage with positive step times; the memory at the peak is exact arithmetic and is
 // checked exactly — DDP holds 4 bytes per parameter of parameters and of gradients and 8 of AdamW state,
 // ZeRO-3 the same per element of its shard (the units padded to the world), ZeRO-2 its shard plus the fp32
-// replica; MFU is null on the CPU; a well-formed results document; unknown stages refused.
+// replica; MFU is null on the CPU; a well-formed results document; unknown stages, bucket sizes and gradient
+// dtypes refused, and bf16 gradients with ZeRO-1.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -69,13 +70,20 @@ TEST(BenchFsdp, ShardsParametersGradientsAndStateExactly) {
       EXPECT_TRUE(row.contains(key)) << key;
 }
 
-TEST(BenchFsdp, RefusesUnknownStages) {
+TEST(BenchFsdp, RefusesBadOptions) {
   BenchFsdpOptions o = tiny_options();
   o.stages = "0,4";
   EXPECT_THROW(cli::resolve_bench_fsdp_options(o, world()), Error);
   o.stages = "3";
   o.bucket_mb = 0;
   EXPECT_THROW(cli::resolve_bench_fsdp_options(o, world()), Error);
+  o.bucket_mb = 25;
+  o.grad_comm_dtype = "fp16";
+  EXPECT_THROW(cli::resolve_bench_fsdp_options(o, world()), Error);
+  o.grad_comm_dtype = "bf16";
+  EXPECT_TRUE(cli::resolve_bench_fsdp_options(o, world()).bf16_grad_comm);
+  o.stages = "1,3";
+  EXPECT_THROW(cli::resolve_bench_fsdp_options(o, world()), Error);  // ZeRO-1 reduces in fp32 only
 }
 
 }  // namespace

@@ -2,7 +2,8 @@
 // Transformer with its gradients and AdamW state (ZeRO-3: and parameters) sharded equals one process
 // training on the global batch
 // (each rank takes its rows of every batch): the same losses (mean over ranks), gradient norms and final
-// parameters to fp32 round-off, clipping on, in fp32 and bf16 mode, with gradient accumulation; the plan
+// parameters to fp32 round-off, clipping on, in fp32 and bf16 mode, with gradient accumulation, and to bf16
+// round-off with the gradients reduce-scattered in bf16; the plan
 // pads units that the world does not divide and refuses a world larger than a unit.
 #include <gtest/gtest.h>
 
@@ -37,7 +38,7 @@ TrainerConfig trainer_config(std::int64_t accumulation, bool external) {
   return c;
 }
 
-struct Run {
+struct TrainRun {
   std::vector<double> losses;  // per micro-batch: the global batch's mean loss
   std::vector<double> norms;   // per step
   std::vector<double> parameters;
@@ -48,11 +49,11 @@ TokenBatch global_batch(std::int64_t step, std::int64_t micro, int world) {
   return random_batch(world * kLocalBatch, kSeq, fsdp_config().vocab_size, 1000 + 17 * step + micro);
 }
 
-Run single_process(Precision precision, std::int64_t accumulation) {
+TrainRun single_process(Precision precision, std::int64_t accumulation) {
   const int world = test::world().world_size();
   TransformerLM model(fsdp_config(), tiny_options(precision, AttentionImpl::flash, world * kLocalBatch, kSeq));
   Trainer trainer(model, trainer_config(accumulation, false));
-  Run run;
+  TrainRun run;
   for (std::int64_t s = 0; s < kSteps; ++s) {
     for (std::int64_t m = 0; m < accumulation; ++m) {
       const TokenBatch b = global_batch(s, m, world);
@@ -65,7 +66,7 @@ Run single_process(Precision precision, std::int64_t accumulation) {
   return run;
 }
 
-Run sharded(int stage, Precision precision, std::int64_t accumulation) {
+TrainRun sharded(int stage, Precision precision, std::int64_t accumulation, bool bf16_grad_comm = false) {
   Communicator& comm = world();
   const int rank = comm.rank(), W = comm.world_size();
   const ModelOptions reference_options = tiny_options(precision, AttentionImpl::flash, kLocalBatch, kSeq);
@@ -74,13 +75,14 @@ Run sharded(int stage, Precision precision, std::int64_t accumulation) {
             {.stage = stage,
              .precision = precision,
              .adamw = config.adamw, .max_grad_norm = config.max_grad_norm,
-             .seed = reference_options.seed});
+             .seed = reference_options.seed,
+             .bf16_grad_comm = bf16_grad_comm});
   ModelOptions options = reference_options;
   options.parameter_source = &fsdp;
   TransformerLM model(fsdp_config(), options);
   Trainer trainer(model, config);
   attach(fsdp, trainer);
-  Run run;
+  TrainRun run;
   for (std::int64_t s = 0; s < kSteps; ++s) {
     for (std::int64_t m = 0; m < accumulation; ++m) {
       const TokenBatch g = global_batch(s, m, W);
@@ -113,7 +115,7 @@ double relative_error(const std::vector<double>& a, const std::vector<double>& b
   return std::sqrt(diff / ref);
 }
 
-void expect_run_matches(const Run& got, const Run& expected, double tolerance) {
+void expect_run_matches(const TrainRun& got, const TrainRun& expected, double tolerance) {
   ASSERT_EQ(got.losses.size(), expected.losses.size());
   // The losses are averaged over ranks in fp32 (gather_all), so compare them to fp32 round-off at best.
   for (std::size_t i = 0; i < expected.losses.size(); ++i)
@@ -129,7 +131,7 @@ void expect_run_matches(const Run& got, const Run& expected, double tolerance) {
 }
 
 void expect_matches_single_process(Precision precision, std::int64_t accumulation, double tolerance) {
-  const Run expected = single_process(precision, accumulation);
+  const TrainRun expected = single_process(precision, accumulation);
   for (int stage : {2, 3}) {
     SCOPED_TRACE("ZeRO-" + std::to_string(stage));
     expect_run_matches(sharded(stage, precision, accumulation), expected, tolerance);
@@ -139,6 +141,18 @@ void expect_matches_single_process(Precision precision, std::int64_t accumulatio
 TEST(Fsdp, Fp32MatchesSingleProcess) { expect_matches_single_process(Precision::fp32, 1, 1e-6); }
 
 TEST(Fsdp, Fp32WithAccumulationMatchesSingleProcess) { expect_matches_single_process(Precision::fp32, 2, 1e-6); }
+
+// Gradients reduce-scattered in bf16 (with accumulation: the widening before the second micro-batch adds):
+// the single-process run to bf16's rounding of the gradients, and not the fp32 communication's result.
+TEST(Fsdp, Bf16GradientCommunicationMatchesToBf16Rounding) {
+  const TrainRun expected = single_process(Precision::fp32, 2);
+  for (int stage : {2, 3}) {
+    SCOPED_TRACE("ZeRO-" + std::to_string(stage));
+    const TrainRun got = sharded(stage, Precision::fp32, 2, true);
+    expect_run_matches(got, expected, 1e-2);
+    EXPECT_GT(relative_error(got.parameters, expected.parameters), 1e-7) << "the gradients were not rounded";
+  }
+}
 
 // bf16 mode rounds the loss gradient to bf16 after scaling it by 1 / (rows x T): the same rounding on one
 // process and on each rank only when the world is a power of two (the scales then differ by a power of two);
