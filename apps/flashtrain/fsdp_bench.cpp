@@ -159,8 +159,8 @@ FsdpBenchConfig resolve_bench_fsdp_options(const BenchFsdpOptions& o, const Comm
   config.stages = parse_list<int>("--zero", o.stages, parse_stage);
   FT_CHECK(o.bucket_mb > 0, "--bucket-mb must be > 0 (MiB of gradients per bucket), given ", o.bucket_mb);
   config.bucket_mb = o.bucket_mb;
-  FT_CHECK(o.grad_comm_dtype == "fp32" || o.grad_comm_dtype == "bf16", "--grad-comm-dtype must be fp32 or bf16, given '",
-           o.grad_comm_dtype, "'");
+  FT_CHECK(o.grad_comm_dtype == "fp32" || o.grad_comm_dtype == "bf16",
+           "--grad-comm-dtype must be fp32 or bf16, given '", o.grad_comm_dtype, "'");
   config.bf16_grad_comm = o.grad_comm_dtype == "bf16";
   FT_CHECK(!config.bf16_grad_comm ||
                std::find(config.stages.begin(), config.stages.end(), 1) == config.stages.end(),

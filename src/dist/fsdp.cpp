@@ -29,15 +29,17 @@ Fsdp::Fsdp(Communicator& comm, const ModelConfig& config, const FsdpOptions& opt
   exp_avg_sq_ = OwnedTensor({S}, DType::f32, device, "optimizer state exp_avg_sq", stream);
   for (const OwnedTensor* t : {&master_, &grads_, &exp_avg_, &exp_avg_sq_}) fill(*t, 0.0, stream);
 
-  // Slot s holds the units u with u % 2 == s: sized for the largest of them in its gather dtype.
-  std::size_t gather_bytes[2] = {0, 0};
-  std::int64_t grad_numel[2] = {0, 0};
+  // Each slot is sized for the largest of its units, in its gather dtype.
+  std::size_t gather_bytes[3] = {0, 0, 0};
+  std::int64_t grad_numel[3] = {0, 0, 0};
   for (std::size_t u = 0; u < plan_.units().size(); ++u) {
     const FsdpUnit& unit = plan_.units()[u];
-    gather_bytes[u % 2] = std::max(gather_bytes[u % 2], static_cast<std::size_t>(unit.padded()) * size_of(gather_dtype(u)));
-    grad_numel[u % 2] = std::max(grad_numel[u % 2], unit.padded());
+    const int s = slot_of(u);
+    gather_bytes[s] = std::max(gather_bytes[s], static_cast<std::size_t>(unit.padded()) * size_of(gather_dtype(u)));
+    grad_numel[s] = std::max(grad_numel[s], unit.padded());
   }
-  for (int s = 0; s < 2; ++s) {
+  for (int s = 0; s < 3; ++s) {
+    if (grad_numel[s] == 0) continue;  // a model of one block leaves slot 1 unused
     if (options_.stage == 3) gather_slots_[s] = Buffer(gather_bytes[s], device, "fsdp gather slot", stream);
     grad_slots_[s] = OwnedTensor({grad_numel[s]}, DType::f32, device, "fsdp gradient slot", stream);
     if (options_.bf16_grad_comm)
@@ -93,15 +95,19 @@ Tensor Fsdp::piece(const Tensor& shard, std::size_t unit) const {
   return shard.narrow(0, u.shard_offset, u.piece);
 }
 
+int Fsdp::slot_of(std::size_t unit) const {
+  return unit == 0 || unit + 1 == plan_.units().size() ? 2 : static_cast<int>((unit - 1) % 2);
+}
+
 Tensor Fsdp::unit_memory(std::size_t unit) const {
-  char* base = options_.stage == 3 ? static_cast<char*>(gather_slots_[unit % 2].data())
+  char* base = options_.stage == 3 ? static_cast<char*>(gather_slots_[slot_of(unit)].data())
                                    : static_cast<char*>(replica_.data()) + replica_offset_[unit];
   return Tensor(base, gather_dtype(unit), options_.device, {plan_.units()[unit].padded()});
 }
 
 void Fsdp::issue_gather(std::size_t unit) {
   if (options_.stage == 3) {
-    const int s = static_cast<int>(unit % 2);
+    const int s = slot_of(unit);
     if (resident_[s] == static_cast<std::int64_t>(unit)) return;
     resident_[s] = static_cast<std::int64_t>(unit);
   }
@@ -142,7 +148,8 @@ std::vector<Tensor> Fsdp::parameters(std::int64_t unit) {
                          param.shape);
       continue;
     }
-    char* at = static_cast<char*>(memory.data()) + static_cast<std::size_t>(param.offset - info.offset) * size_of(dtype);
+    const auto at_element = static_cast<std::size_t>(param.offset - info.offset);
+    char* at = static_cast<char*>(memory.data()) + at_element * size_of(dtype);
     views.emplace_back(at, dtype, options_.device, param.shape);
   }
   return views;
@@ -153,8 +160,8 @@ std::vector<Tensor> Fsdp::gradients(std::int64_t unit) {
   FT_CHECK(unit >= 0 && unit < units, "Fsdp: unit must be in [0, ", units, "), given ", unit);
   phase_ = Phase::backward;
   const auto u = static_cast<std::size_t>(unit);
-  const int s = static_cast<int>(u % 2);
-  if (reducing_[s]) {  // the reduce-scatter of unit u + 2 still reads the slot
+  const int s = slot_of(u);
+  if (reducing_[s]) {  // the reduce-scatter of the slot's previous unit still reads it
     reducing_[s]->join();
     reducing_[s].reset();
   }
@@ -179,7 +186,7 @@ void Fsdp::gradient_ready(std::size_t index, bool first_micro_batch) {
 }
 
 void Fsdp::launch_reduce_scatter(std::size_t unit, bool first_micro_batch) {
-  const int s = static_cast<int>(unit % 2);
+  const int s = slot_of(unit);
   const FsdpUnit& u = plan_.units()[unit];
   const bool bf16 = options_.bf16_grad_comm;
   Tensor input = grad_slots_[s]->narrow(0, 0, u.padded());  // (padded) fp32
@@ -246,8 +253,9 @@ void Fsdp::refresh() {
       work->join();
       work.reset();
     }
-  if (options_.stage == 3) {  // the gathered units are stale now
-    resident_[0] = resident_[1] = -1;
+  if (options_.stage == 3) {  // the gathered units are stale now; the next forward starts with the embedding
+    std::fill(std::begin(resident_), std::end(resident_), -1);
+    issue_gather(0);
   } else {
     for (std::size_t u = 0; u < plan_.units().size(); ++u) issue_gather(u);
   }
@@ -291,8 +299,8 @@ FsdpMemory Fsdp::memory() const {
   m.parameters = bytes(master_) + bytes(norms_);
   m.gradients = bytes(grads_) + bytes(grads16_) + bytes(staging_) + bytes(staging16_);
   m.optimizer_state = bytes(exp_avg_) + bytes(exp_avg_sq_);
-  m.communication = gather_slots_[0].bytes() + gather_slots_[1].bytes();
-  for (int s = 0; s < 2; ++s) m.communication += bytes(grad_slots_[s]) + bytes(grad_slots16_[s]);
+  for (int s = 0; s < 3; ++s)
+    m.communication += gather_slots_[s].bytes() + bytes(grad_slots_[s]) + bytes(grad_slots16_[s]);
   m.replica = replica_.bytes();
   return m;
 }

@@ -10,20 +10,25 @@
 //            all-gather only when it reaches the unit (Note [ZeRO-2 step]).
 //
 // Note [ZeRO-3 step]
+// Slots: the blocks alternate between slots 0 and 1 (block l: slot l % 2); the embedding and the head,
+// the largest units (vocab x d_model) and never in use together, share slot 2 — for the gathered
+// parameters and for the gradients alike.
 // Forward, unit by unit (embedding, blocks, head): parameters(u) waits for u's all-gather (the compute
-// stream waits for it: Work::join, the host runs on) and issues the all-gather of u + 1 into the other slot,
-// so the next unit's parameters move while this one computes. Slot u % 2 holds unit u: the all-gather
-// into it is ordered after every compute-stream op issued so far (the communicator's rule), which includes
-// every read of the unit two before. A unit's gather dtype: the compute dtype (bf16 mode: each rank casts
-// its fp32 piece to bf16 into its part of the slot first, then one in-place all_gather — half the bytes of
-// fp32), except the embedding table, read by the embedding's forward in fp32. The norm weights are read in
+// stream waits for it: Work::join, the host runs on) and issues the all-gather of u + 1 into its slot, so
+// the next unit's parameters move while this one computes; the all-gather into a slot is ordered after
+// every compute-stream op issued so far (the communicator's rule), which includes every read of the unit
+// the slot held before. After each step the embedding's all-gather is issued at once. A unit's gather
+// dtype: the compute dtype (bf16 mode: each rank casts its fp32 piece to bf16 into its part of the slot
+// first, then one in-place all_gather — half the bytes of fp32), except the embedding table, read by the
+// embedding's forward in fp32. The norm weights are read in
 // fp32 too; in bf16 mode they come from a replicated fp32 copy of every norm vector (a few d_model each),
 // refreshed after each step by one all_reduce of the vectors with each rank's owned elements in place and
 // zeros elsewhere (x + 0 == x: exact).
 // Backward, from the head down: the head and the last block are still gathered from forward; each block is
 // gathered again (the all-gather of block l - 1 issued while block l computes; the embedding's backward
-// needs no parameters). gradients(u) hands out fp32 gradient slot u % 2, once the reduce-scatter that read
-// it before (unit u + 2) is done (the compute stream waits for it), with the padding zeroed. When backward
+// needs no parameters). gradients(u) hands out u's fp32 gradient slot once the reduce-scatter that read it
+// before (block l + 2's; the head's, for the embedding) is done (the compute stream waits for it), with the
+// padding zeroed. When backward
 // reports the unit's last gradient final (gradient_ready, the Trainer's hook), the padded unit gradient is
 // reduce-scattered (average) into this rank's gradient shard on the communication stream while the next
 // unit's backward computes; later micro-batches of an accumulation reduce into a staging piece and add it.
@@ -80,7 +85,7 @@ struct FsdpMemory {
   std::size_t gradients = 0;        // fp32 gradient shard (+ bf16 communication's bf16 shard, the accumulation
                                     // staging pieces once used)
   std::size_t optimizer_state = 0;  // AdamW m and v shards
-  std::size_t communication = 0;    // the two gather slots (stage 3), the two unit gradient slots (+ bf16)
+  std::size_t communication = 0;    // the three gather slots (stage 3), the three gradient slots (+ bf16)
   std::size_t replica = 0;          // stage 2: the whole parameters in their gather dtypes
 };
 
@@ -126,9 +131,10 @@ class Fsdp final : public ParameterSource {
   enum class Phase { forward, backward };
   DType gather_dtype(std::size_t unit) const;
   Tensor piece(const Tensor& shard, std::size_t unit) const;  // (piece) unit's piece of a shard
-  // (padded) where unit u's parameters are gathered, in its gather dtype: slot u % 2 (stage 3) or its
-  // region of the replica (stage 2).
+  // (padded) where unit u's parameters are gathered, in its gather dtype: its slot (stage 3) or its region
+  // of the replica (stage 2).
   Tensor unit_memory(std::size_t unit) const;
+  int slot_of(std::size_t unit) const;  // 0, 1: blocks; 2: the embedding and the head
   void issue_gather(std::size_t unit);
   void launch_reduce_scatter(std::size_t unit, bool first_micro_batch);
   void refresh_norms();
@@ -142,16 +148,16 @@ class Fsdp final : public ParameterSource {
   OwnedTensor master_, grads_, exp_avg_, exp_avg_sq_;  // (shard_numel) fp32 each
   OwnedTensor grads16_;                                // bf16 communication: (shard_numel) bf16
   OwnedTensor staging_, staging16_;                    // (largest piece) fp32 and bf16, accumulation only
-  Buffer gather_slots_[2];                             // stage 3: unit u's parameters in slot u % 2
+  Buffer gather_slots_[3];                             // stage 3: unit u's parameters in slot_of(u)
   Buffer replica_;                                     // stage 2: every unit, padded, in its gather dtype
   std::vector<std::size_t> replica_offset_;            // stage 2: (units) bytes where each unit starts
-  OwnedTensor grad_slots_[2];                          // (largest padded unit) fp32, unit u's in slot u % 2
-  OwnedTensor grad_slots16_[2];                        // bf16 communication: the same, rounded to bf16
+  OwnedTensor grad_slots_[3];                          // (padded) fp32, unit u's gradients in slot_of(u)
+  OwnedTensor grad_slots16_[3];                        // bf16 communication: the same, rounded to bf16
   OwnedTensor norms_;                                  // bf16 mode: every norm vector, fp32, replicated
   std::vector<std::int64_t> norm_offset_;              // (parameters) where a norm starts in norms_; -1 else
-  std::int64_t resident_[2] = {-1, -1};                // stage 3: the unit each slot holds (or is receiving)
+  std::int64_t resident_[3] = {-1, -1, -1};            // stage 3: the unit each slot holds (or is receiving)
   std::vector<WorkHandle> gathering_;                  // (units) each unit's all-gather, until joined
-  WorkHandle reducing_[2];                             // the reduce-scatter reading each gradient slot
+  WorkHandle reducing_[3];                             // the reduce-scatter reading each gradient slot
   std::vector<std::size_t> reported_;                  // (units) parameters reported final this backward
   Phase phase_ = Phase::forward;
   bool widen_pending_ = false;  // bf16 communication: grads16_ holds pieces not yet widened into grads_

@@ -206,8 +206,8 @@ void TransformerLM::bind_gradients(std::int64_t unit) {
   if (!options_.parameter_source) return;
   const auto [first, count] = unit_parameters(layout_, config_.num_layers, unit);
   const std::vector<Tensor> views = options_.parameter_source->gradients(unit);
-  FT_CHECK(views.size() == count, "TransformerLM: the parameter source gave ", views.size(), " gradient views for unit ",
-           unit, ", which has ", count, " parameters");
+  FT_CHECK(views.size() == count, "TransformerLM: the parameter source gave ", views.size(),
+           " gradient views for unit ", unit, ", which has ", count, " parameters");
   for (std::size_t i = 0; i < count; ++i) grads_.bind(first + i, views[i]);
 }
 
