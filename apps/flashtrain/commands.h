@@ -11,7 +11,7 @@
 
 #include "flashtrain/attention_check.h"
 #include "flashtrain/model_bench.h"
-#include "flashtrain/train_run.h"
+#include "flashtrain/train_options.h"
 
 namespace ft::cli {
 
@@ -49,7 +49,7 @@ void register_bench_zero(CLI::App& bench, Action& action);
 // `flashtrain bench fsdp` (cmd_bench_fsdp.cpp): the training step under ZeRO stages 0-3, with MFU.
 void register_bench_fsdp(CLI::App& bench, Action& action);
 
-// `flashtrain train` (cmd_train.cpp): the training loop of train_run.h. add_train_options declares the
+// `flashtrain train` (cmd_train.cpp): the training loop of train/train_run.h. add_train_options declares the
 // options on any CLI11 app, filling options as they are parsed (the tests parse with it directly).
 void add_train_options(CLI::App& command, TrainOptions& options);
 void register_train(CLI::App& app, Action& action);
