@@ -68,6 +68,7 @@ int main(int argc, char** argv) {
   register_bench_fsdp(*bench, action);
 
   register_train(app, action);
+  register_memory(app, action);
 
   try {
     app.parse(argc, argv);

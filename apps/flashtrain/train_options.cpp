@@ -92,9 +92,14 @@ TrainPlan resolve_train_options(const TrainOptions& o) {
   FT_CHECK(o.grad_comm_dtype == "fp32" || o.grad_comm_dtype == "bf16",
            "--grad-comm-dtype must be fp32 or bf16, given '", o.grad_comm_dtype, "'");
   plan.ddp.bf16_communication = o.grad_comm_dtype == "bf16";
-  if (o.zero != "off") {
+  if (o.zero == "2" || o.zero == "3") {
+    plan.sharded_stage = o.zero[0] - '0';
+    FT_CHECK(o.checkpoint_dir.empty() && o.resume.empty() && o.init_from.empty(), "--zero ", o.zero,
+             " cannot be combined with --checkpoint-dir, --resume or --init-from: no rank holds the whole "
+             "parameters and AdamW state a checkpoint file holds; leave --zero off to checkpoint");
+  } else if (o.zero != "off") {
     FT_CHECK(o.zero == "owner_broadcast" || o.zero == "reduce_scatter",
-             "--zero must be off, owner_broadcast or reduce_scatter, given '", o.zero, "'");
+             "--zero must be off, owner_broadcast, reduce_scatter, 2 or 3, given '", o.zero, "'");
     plan.zero = parse_zero_mode(o.zero);
     FT_CHECK(o.checkpoint_dir.empty() && o.resume.empty(), "--zero ", o.zero,
              " cannot be combined with --checkpoint-dir or --resume: checkpoints hold the whole AdamW state, "

@@ -16,6 +16,75 @@
 
 namespace ft {
 
+namespace {
+
+DType unit_gather_dtype(std::size_t unit, Precision precision) {
+  return unit == 0 || precision == Precision::fp32 ? DType::f32 : DType::bf16;
+}
+
+int unit_slot(std::size_t unit, std::size_t units) {
+  return unit == 0 || unit + 1 == units ? 2 : static_cast<int>((unit - 1) % 2);
+}
+
+// The sizes of the three slots, each for the largest of its units: gathered parameters (stage 3) in bytes,
+// gradients in elements.
+struct SlotSizes {
+  std::size_t gather_bytes[3] = {0, 0, 0};
+  std::int64_t grad_numel[3] = {0, 0, 0};
+};
+
+SlotSizes slot_sizes(const FsdpPlan& plan, Precision precision) {
+  SlotSizes sizes;
+  const std::size_t units = plan.units().size();
+  for (std::size_t u = 0; u < units; ++u) {
+    const std::int64_t padded = plan.units()[u].padded();
+    const int s = unit_slot(u, units);
+    sizes.gather_bytes[s] =
+        std::max(sizes.gather_bytes[s], static_cast<std::size_t>(padded) * size_of(unit_gather_dtype(u, precision)));
+    sizes.grad_numel[s] = std::max(sizes.grad_numel[s], padded);
+  }
+  return sizes;
+}
+
+// Stage 2's replica: where each unit starts (bytes, 16-aligned), and the total.
+std::vector<std::size_t> replica_offsets(const FsdpPlan& plan, Precision precision, std::size_t* total) {
+  std::vector<std::size_t> offsets;
+  std::size_t bytes = 0;
+  for (std::size_t u = 0; u < plan.units().size(); ++u) {
+    offsets.push_back(bytes);
+    bytes += static_cast<std::size_t>(plan.units()[u].padded()) * size_of(unit_gather_dtype(u, precision));
+    bytes = (bytes + 15) / 16 * 16;
+  }
+  *total = bytes;
+  return offsets;
+}
+
+std::int64_t norm_numel(const ParameterLayout& layout) {
+  std::int64_t n = 0;
+  for (const ParameterInfo& info : layout.tensors())
+    if (info.kind == ParameterKind::norm) n += info.numel;
+  return n;
+}
+
+}  // namespace
+
+FsdpMemory Fsdp::planned_memory(const ModelConfig& config, const FsdpOptions& options, int world) {
+  const ParameterLayout layout(config);
+  const FsdpPlan plan(layout, world);
+  const auto S = static_cast<std::size_t>(plan.shard_numel());
+  FsdpMemory m;
+  m.parameters = 4 * S + (options.precision == Precision::bf16 ? 4 * static_cast<std::size_t>(norm_numel(layout)) : 0);
+  m.gradients = 4 * S + (options.bf16_grad_comm ? 2 * S : 0);
+  m.optimizer_state = 8 * S;
+  const SlotSizes sizes = slot_sizes(plan, options.precision);
+  for (int s = 0; s < 3; ++s) {
+    if (options.stage == 3) m.communication += sizes.gather_bytes[s];
+    m.communication += static_cast<std::size_t>(sizes.grad_numel[s]) * (options.bf16_grad_comm ? 6 : 4);
+  }
+  if (options.stage == 2) replica_offsets(plan, options.precision, &m.replica);
+  return m;
+}
+
 Fsdp::Fsdp(Communicator& comm, const ModelConfig& config, const FsdpOptions& options)
     : comm_(comm), layout_(config), options_(options), plan_(layout_, comm.world_size()) {
   FT_CHECK(options_.stage == 2 || options_.stage == 3, "Fsdp: the ZeRO stage must be 2 or 3, given ",
@@ -29,30 +98,18 @@ Fsdp::Fsdp(Communicator& comm, const ModelConfig& config, const FsdpOptions& opt
   exp_avg_sq_ = OwnedTensor({S}, DType::f32, device, "optimizer state exp_avg_sq", stream);
   for (const OwnedTensor* t : {&master_, &grads_, &exp_avg_, &exp_avg_sq_}) fill(*t, 0.0, stream);
 
-  // Each slot is sized for the largest of its units, in its gather dtype.
-  std::size_t gather_bytes[3] = {0, 0, 0};
-  std::int64_t grad_numel[3] = {0, 0, 0};
-  for (std::size_t u = 0; u < plan_.units().size(); ++u) {
-    const FsdpUnit& unit = plan_.units()[u];
-    const int s = slot_of(u);
-    gather_bytes[s] = std::max(gather_bytes[s], static_cast<std::size_t>(unit.padded()) * size_of(gather_dtype(u)));
-    grad_numel[s] = std::max(grad_numel[s], unit.padded());
-  }
+  const SlotSizes sizes = slot_sizes(plan_, options_.precision);
   for (int s = 0; s < 3; ++s) {
-    if (grad_numel[s] == 0) continue;  // a model of one block leaves slot 1 unused
-    if (options_.stage == 3) gather_slots_[s] = Buffer(gather_bytes[s], device, "fsdp gather slot", stream);
-    grad_slots_[s] = OwnedTensor({grad_numel[s]}, DType::f32, device, "fsdp gradient slot", stream);
-    if (options_.bf16_grad_comm)
-      grad_slots16_[s] = OwnedTensor({grad_numel[s]}, DType::bf16, device, "fsdp gradient slot", stream);
+    const std::int64_t n = sizes.grad_numel[s];
+    if (n == 0) continue;  // a model of one block leaves slot 1 unused
+    if (options_.stage == 3) gather_slots_[s] = Buffer(sizes.gather_bytes[s], device, "fsdp gather slot", stream);
+    grad_slots_[s] = OwnedTensor({n}, DType::f32, device, "fsdp gradient slot", stream);
+    if (options_.bf16_grad_comm) grad_slots16_[s] = OwnedTensor({n}, DType::bf16, device, "fsdp gradient slot", stream);
   }
   if (options_.bf16_grad_comm) grads16_ = OwnedTensor({S}, DType::bf16, device, "gradients", stream);
   if (options_.stage == 2) {
     std::size_t bytes = 0;
-    for (std::size_t u = 0; u < plan_.units().size(); ++u) {
-      replica_offset_.push_back(bytes);
-      bytes += static_cast<std::size_t>(plan_.units()[u].padded()) * size_of(gather_dtype(u));
-      bytes = (bytes + 15) / 16 * 16;  // each unit 16-byte aligned
-    }
+    replica_offset_ = replica_offsets(plan_, options_.precision, &bytes);
     replica_ = Buffer(bytes, device, "parameters", stream);
   }
   reported_.assign(plan_.units().size(), 0);
@@ -86,18 +143,14 @@ Fsdp::~Fsdp() {
     if (work) work->wait();
 }
 
-DType Fsdp::gather_dtype(std::size_t unit) const {
-  return unit == 0 || options_.precision == Precision::fp32 ? DType::f32 : DType::bf16;
-}
+DType Fsdp::gather_dtype(std::size_t unit) const { return unit_gather_dtype(unit, options_.precision); }
 
 Tensor Fsdp::piece(const Tensor& shard, std::size_t unit) const {
   const FsdpUnit& u = plan_.units()[unit];
   return shard.narrow(0, u.shard_offset, u.piece);
 }
 
-int Fsdp::slot_of(std::size_t unit) const {
-  return unit == 0 || unit + 1 == plan_.units().size() ? 2 : static_cast<int>((unit - 1) % 2);
-}
+int Fsdp::slot_of(std::size_t unit) const { return unit_slot(unit, plan_.units().size()); }
 
 Tensor Fsdp::unit_memory(std::size_t unit) const {
   char* base = options_.stage == 3 ? static_cast<char*>(gather_slots_[slot_of(unit)].data())
@@ -283,11 +336,19 @@ void Fsdp::gather_parameters(const Tensor& out) {
                out.device() == options_.device,
            "Fsdp::gather_parameters: expected a contiguous fp32 vector of ", layout_.numel(), " elements on ",
            options_.device.to_string(), ", given ", out.describe());
+  std::int64_t offset = 0;
+  for_each_gathered_unit([&](const Tensor& unit) {
+    cast(out.narrow(0, offset, unit.numel()), unit, options_.stream);
+    offset += unit.numel();
+  });
+}
+
+void Fsdp::for_each_gathered_unit(const std::function<void(const Tensor&)>& visit) {
   const OwnedTensor whole({plan_.max_padded()}, DType::f32, options_.device, "fsdp gather staging", options_.stream);
   for (std::size_t u = 0; u < plan_.units().size(); ++u) {
     const FsdpUnit& unit = plan_.units()[u];
     comm_.all_gather(whole->narrow(0, 0, unit.padded()), piece(master_, u))->wait();
-    cast(out.narrow(0, unit.offset, unit.numel), whole->narrow(0, 0, unit.numel), options_.stream);
+    visit(whole->narrow(0, 0, unit.numel));
   }
 }
 

@@ -53,6 +53,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -110,11 +111,17 @@ class Fsdp final : public ParameterSource {
 
   // out (numel, fp32, on the shards' device) <- the whole parameter buffer. Collective.
   void gather_parameters(const Tensor& out);
+  // visit(unit's parameters: (numel) fp32 on the shards' device) for each unit in layout order, gathered one
+  // at a time into a staging buffer of the largest unit. Collective.
+  void for_each_gathered_unit(const std::function<void(const Tensor&)>& visit);
 
   const FsdpPlan& plan() const { return plan_; }
   const ParameterLayout& layout() const { return layout_; }
   std::int64_t steps() const { return step_; }
   FsdpMemory memory() const;
+  // What memory() reports (before any accumulation staging) on a rank of a world of `world` with these
+  // options, computed without allocating: memory planning.
+  static FsdpMemory planned_memory(const ModelConfig& config, const FsdpOptions& options, int world);
   Communicator& communicator() { return comm_; }
   // This rank's shards, (plan().shard_numel()) fp32 each: checkpoints save and restore them.
   const Tensor& master() const { return master_.tensor(); }

@@ -11,13 +11,29 @@
 
 namespace ft {
 
-TransformerLM::TransformerLM(const ModelConfig& config, const ModelOptions& options)
+TransformerLM::TransformerLM(const ModelConfig& config, const ModelOptions& options, PlanOnly)
     : config_(config), options_(options), layout_(config) {
   if (options_.max_seq_len == 0) options_.max_seq_len = config_.context_length;
   FT_CHECK(options_.max_batch >= 1, "TransformerLM: max_batch must be >= 1, given ", options_.max_batch);
   FT_CHECK(options_.max_seq_len >= 1 && options_.max_seq_len <= config_.context_length,
            "TransformerLM: max_seq_len must be in [1, context_length = ", config_.context_length, "], given ",
            options_.max_seq_len);
+  plan_memory();
+}
+
+MemoryReport TransformerLM::planned_memory(const ModelConfig& config, const ModelOptions& options) {
+  const TransformerLM plan(config, options, PlanOnly{});
+  const std::size_t parameter_bytes = static_cast<std::size_t>(plan.layout_.numel()) * size_of(DType::f32);
+  MemoryReport m;
+  m.parameters = options.parameter_source ? 0 : parameter_bytes;
+  m.gradients = options.parameter_source || !options.training ? 0 : parameter_bytes;
+  m.activations = plan.activation_layout_.bytes();
+  m.workspace = plan.workspace_layout_.bytes();
+  return m;
+}
+
+TransformerLM::TransformerLM(const ModelConfig& config, const ModelOptions& options)
+    : TransformerLM(config, options, PlanOnly{}) {
   const Device device = options_.device;
   if (options_.parameter_source) {
     params_ = ParameterBuffer::unbound(layout_);
@@ -26,7 +42,6 @@ TransformerLM::TransformerLM(const ModelConfig& config, const ModelOptions& opti
     params_ = ParameterBuffer(layout_, DType::f32, device, "parameters", options_.stream);
     if (options_.training) grads_ = ParameterBuffer(layout_, DType::f32, device, "gradients", options_.stream);
   }
-  plan_memory();
   activations_ = Buffer(activation_layout_.bytes(), device, "activations", options_.stream);
   workspace_ = Buffer(workspace_layout_.bytes(), device, "workspace", options_.stream);
   if (!options_.parameter_source) init_parameters(layout_, params_, options_.seed);

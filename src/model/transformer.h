@@ -120,10 +120,15 @@ class TransformerLM {
   // attn.q_proj, ln1; token_embeddings last.
   std::vector<std::size_t> gradient_ready_order() const;
   MemoryReport memory() const;  // optimizer_state is the trainer's (0 here)
+  // The bytes memory() would report for a model built with (config, options), allocating nothing (memory
+  // planning for shapes that need several GPUs).
+  static MemoryReport planned_memory(const ModelConfig& config, const ModelOptions& options);
   const ArenaLayout& activation_layout() const { return activation_layout_; }
   const ArenaLayout& workspace_layout() const { return workspace_layout_; }
 
  private:
+  struct PlanOnly {};
+  TransformerLM(const ModelConfig& config, const ModelOptions& options, PlanOnly);  // layouts only
   // Byte offsets of one block's saved activations in the activation arena.
   struct LayerSlots {
     std::size_t ln1_y, ln1_rstd, qkv, attn_o, attn_lse, x_mid, ln2_y, ln2_rstd, ffn_a, ffn_b;

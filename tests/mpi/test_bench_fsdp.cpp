@@ -2,7 +2,7 @@
 // the CPU: a row per ZeRO stage with positive step times; the memory at the peak is exact arithmetic and is
 // checked exactly — DDP holds 4 bytes per parameter of parameters and of gradients and 8 of AdamW state,
 // ZeRO-3 the same per element of its shard (the units padded to the world), ZeRO-2 its shard plus the fp32
-// replica; MFU is null on the CPU; a well-formed results document; unknown stages, bucket sizes and gradient
+// replica; the memory plan predicts those categories and the activations exactly; MFU is null on the CPU; a well-formed results document; unknown stages, bucket sizes and gradient
 // dtypes refused, and bf16 gradients with ZeRO-1.
 #include <gtest/gtest.h>
 
@@ -13,6 +13,7 @@
 #include "dist/fsdp_plan.h"
 #include "flashtrain/fsdp_bench.h"
 #include "model/parameters.h"
+#include "train/memory_plan.h"
 #include "mpi/mpi_test_util.h"
 #include "mpi/tiny_bench_options.h"
 
@@ -60,6 +61,19 @@ TEST(BenchFsdp, ShardsParametersGradientsAndStateExactly) {
   EXPECT_GE(category(rows[2], MemoryCategory::parameters), 4 * S + 4 * P);  // shard + fp32 replica (padded)
   EXPECT_EQ(category(rows[2], MemoryCategory::gradients), 4 * S);
   EXPECT_LT(rows[3].peak_bytes, rows[0].peak_bytes);
+
+  // The prediction (train/memory_plan.h) is the allocation, exactly, for every category it names alone.
+  for (const FsdpBenchRow& r : rows) {
+    SCOPED_TRACE("planned, zero " + std::to_string(r.c.stage));
+    const MemoryPlan plan = plan_training_memory({.model = r.c.model.model,
+                                                  .options = cli::model_bench_options(r.c.model, config.model, {}),
+                                                  .world = world().world_size(),
+                                                  .stage = r.c.stage});
+    EXPECT_EQ(static_cast<std::int64_t>(plan.parameters), category(r, MemoryCategory::parameters));
+    EXPECT_EQ(static_cast<std::int64_t>(plan.gradients), category(r, MemoryCategory::gradients));
+    EXPECT_EQ(static_cast<std::int64_t>(plan.optimizer_state), category(r, MemoryCategory::optimizer_state));
+    EXPECT_EQ(static_cast<std::int64_t>(plan.activations), category(r, MemoryCategory::activations));
+  }
 
   const nlohmann::json doc = cli::fsdp_bench_document(config, rows);
   EXPECT_EQ(doc["benchmark"], "fsdp");

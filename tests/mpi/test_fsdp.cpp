@@ -3,7 +3,8 @@
 // training on the global batch
 // (each rank takes its rows of every batch): the same losses (mean over ranks), gradient norms and final
 // parameters to fp32 round-off, clipping on, in fp32 and bf16 mode, with gradient accumulation, and to bf16
-// round-off with the gradients reduce-scattered in bf16; the plan
+// round-off with the gradients reduce-scattered in bf16; the memory planned without allocating is what is
+// allocated; the plan
 // pads units that the world does not divide and refuses a world larger than a unit.
 #include <gtest/gtest.h>
 
@@ -160,6 +161,32 @@ TEST(Fsdp, Bf16GradientCommunicationMatchesToBf16Rounding) {
 TEST(Fsdp, Bf16MatchesSingleProcess) {
   const int W = world().world_size();
   expect_matches_single_process(Precision::bf16, 1, (W & (W - 1)) == 0 ? 1e-6 : 1e-2);
+}
+
+TEST(Fsdp, PlannedMemoryIsWhatIsAllocated) {
+  for (int stage : {2, 3})
+    for (Precision precision : {Precision::fp32, Precision::bf16})
+      for (bool bf16_grad_comm : {false, true}) {
+        SCOPED_TRACE(str("ZeRO-", stage, " ", name_of(precision), bf16_grad_comm ? ", bf16 gradients" : ""));
+        const FsdpOptions options{.stage = stage, .precision = precision, .bf16_grad_comm = bf16_grad_comm};
+        Fsdp fsdp(world(), fsdp_config(), options);
+        const FsdpMemory got = fsdp.memory();
+        const FsdpMemory planned = Fsdp::planned_memory(fsdp_config(), options, world().world_size());
+        EXPECT_EQ(got.parameters, planned.parameters);
+        EXPECT_EQ(got.gradients, planned.gradients);
+        EXPECT_EQ(got.optimizer_state, planned.optimizer_state);
+        EXPECT_EQ(got.communication, planned.communication);
+        EXPECT_EQ(got.replica, planned.replica);
+        EXPECT_EQ(got.optimizer_state, 8 * static_cast<std::size_t>(fsdp.plan().shard_numel()));
+        ModelOptions model_options = tiny_options(precision, AttentionImpl::flash, kLocalBatch, kSeq);
+        model_options.parameter_source = &fsdp;
+        const TransformerLM model(fsdp_config(), model_options);
+        const MemoryReport m = model.memory(), p = TransformerLM::planned_memory(fsdp_config(), model_options);
+        EXPECT_EQ(m.parameters, 0u);
+        EXPECT_EQ(m.gradients, 0u);
+        EXPECT_EQ(m.activations, p.activations);
+        EXPECT_EQ(m.workspace, p.workspace);
+      }
 }
 
 TEST(Fsdp, PlanPadsUnevenUnitsAndRefusesOversizedWorlds) {
