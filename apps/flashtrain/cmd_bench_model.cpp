@@ -120,7 +120,11 @@ int run_bench_model(const BenchModelOptions& options) {
               << name_of(c.mode) << (rows.back().oom ? ": OOM" : ": done") << "\n";
   }
   std::cout << "model benchmark on " << describe_device(config.device) << ": batch " << config.batch << ", vocab "
-            << config.models.front().vocab_size << ", " << name_of(config.attention) << " attention, "
+            << config.models.front().vocab_size << ", " << name_of(config.attention) << " attention, recompute "
+            << name_of(config.recompute) << ", "
+            << (config.loss_chunk > 0 ? str("fused loss in chunks of ", config.loss_chunk, " rows")
+                                      : std::string("materialised logits"))
+            << ", "
             << config.warmup << " warm-up + " << config.steps << " timed steps"
             << (config.cuda_graph ? ", train step in a CUDA graph" : "") << "\n\n"
             << format_model_bench(rows, options.csv);
@@ -134,13 +138,17 @@ int run_bench_model(const BenchModelOptions& options) {
 
 void add_model_definition_options(CLI::App& command, BenchModelOptions& o) {
   command.add_option("--size", o.sizes,
-                     "Model sizes, comma-separated: tiny, small, medium, large, xl, 2.7b (default: small)");
-  command.add_option("--d-model", o.d_model, "Explicit model (with --d-ff, --layers, --heads; no --size): d_model")
+                     "Model sizes, comma-separated: tiny, small, medium, large, xl, 2.7b, 8b (default: small); "
+                     "the options below replace their fields");
+  command.add_option("--d-model", o.d_model, "d_model (without --size: with --d-ff, --layers, --heads, an explicit "
+                     "model)")->check(at_least(1));
+  command.add_option("--d-ff", o.d_ff, "FFN inner size")->check(at_least(1));
+  command.add_option("--layers", o.layers, "Number of blocks")->check(at_least(1));
+  command.add_option("--heads", o.heads, "Attention heads (d_model / heads: even, at most 256)")->check(at_least(1));
+  command.add_option("--vocab", o.vocab, "Vocabulary size (default: the size's; 10000 for an explicit model)")
       ->check(at_least(1));
-  command.add_option("--d-ff", o.d_ff, "Explicit model: FFN inner size")->check(at_least(1));
-  command.add_option("--layers", o.layers, "Explicit model: number of blocks")->check(at_least(1));
-  command.add_option("--heads", o.heads, "Explicit model: attention heads")->check(at_least(1));
-  command.add_option("--vocab", o.vocab, "Vocabulary size")->check(at_least(1));
+  command.add_option("--rope-theta", o.rope_theta, "RoPE base theta (default: 10000)");
+  add_model_memory_options(command, o.recompute, o.loss_chunk);
 }
 
 void add_bench_model_options(CLI::App& command, BenchModelOptions& o) {

@@ -52,6 +52,9 @@ void register_bench_fsdp(CLI::App& bench, Action& action);
 // `flashtrain memory` (cmd_memory.cpp): predicted memory per rank of a training step, beside the measured.
 void register_memory(CLI::App& app, Action& action);
 
+// `flashtrain checkpoint gather` (cmd_checkpoint.cpp): a sharded checkpoint into one parameter file.
+void register_checkpoint(CLI::App& app, Action& action);
+
 // `flashtrain train` (cmd_train.cpp): the training loop of train/train_run.h. add_train_options declares the
 // options on any CLI11 app, filling options as they are parsed (the tests parse with it directly).
 void add_train_options(CLI::App& command, TrainOptions& options);

@@ -229,7 +229,8 @@ nlohmann::json fsdp_bench_document(const FsdpBenchConfig& config, const std::vec
                        {"vocab", m.vocab_size},
                        {"ctx", m.context_length},
                        {"precision", name_of(r.c.model.precision)},
-                       {"recompute", "none"},
+                       {"recompute", name_of(config.model.recompute)},
+                       {"loss_chunk", config.model.loss_chunk},
                        {"local_batch", r.local_batch},
                        {"parameters", r.parameters}};
     if (r.oom) {
@@ -278,7 +279,8 @@ void bench_fsdp(const FsdpBenchConfig& config, Communicator& comm, Communicator&
   const ModelBenchConfig& m = config.model;
   out << "Sharded data-parallel benchmark: " << rows.front().world << " rank(s), backend " << rows.front().backend
       << ", " << describe_device(m.device) << "; local batch " << m.batch << ", vocab " << m.models.front().vocab_size
-      << ", " << (config.bf16_grad_comm ? "bf16" : "fp32") << " gradient reduction, " << m.warmup << " warm-up + "
+      << ", recompute " << name_of(m.recompute) << ", " << (config.bf16_grad_comm ? "bf16" : "fp32")
+      << " gradient reduction, " << m.warmup << " warm-up + "
       << m.steps << " timed steps\n\n"
       << format_fsdp_bench(rows, csv);
   if (!json_path.empty()) write_json_reported(json_path, fsdp_bench_document(config, rows), out);

@@ -69,6 +69,7 @@ int main(int argc, char** argv) {
 
   register_train(app, action);
   register_memory(app, action);
+  register_checkpoint(app, action);
 
   try {
     app.parse(argc, argv);

@@ -14,19 +14,17 @@ namespace fs = std::filesystem;
 TrainPlan resolve_train_options(const TrainOptions& o) {
   TrainPlan plan;
   plan.model = for_option("--size", [&] { return model_config(o.size); });
-  if (o.vocab) {
-    FT_CHECK(*o.vocab >= 1, "--vocab must be >= 1, given ", *o.vocab);
-    plan.model.vocab_size = *o.vocab;
-  }
-  if (o.context) {
-    FT_CHECK(*o.context >= 1, "--context must be >= 1, given ", *o.context);
-    plan.model.context_length = *o.context;
-  }
-  plan.model.validate();
+  const ModelShapeOverrides shape{.d_model = o.d_model, .d_ff = o.d_ff, .num_layers = o.layers, .num_heads = o.heads,
+                                  .vocab_size = o.vocab, .context_length = o.context, .rope_theta = o.rope_theta};
+  plan.model = for_option("--d-model/--d-ff/--layers/--heads/--vocab/--context/--rope-theta",
+                          [&] { return with_overrides(plan.model, shape); });
   plan.precision = for_option("--precision", [&] { return parse_precision(o.precision); });
   plan.tf32 = o.tf32;
   plan.cuda_graph = o.cuda_graph;
   plan.attention = for_option("--attention", [&] { return parse_attention_impl(o.attention); });
+  plan.recompute = for_option("--recompute", [&] { return parse_recompute(o.recompute); });
+  FT_CHECK(o.loss_chunk >= 0, "--loss-chunk must be >= 0 (0 = materialised logits), given ", o.loss_chunk);
+  plan.loss_chunk = o.loss_chunk;
   plan.device = device_or_auto(for_option("--device", [&] { return parse_device_option(o.device); }));
 
   FT_CHECK(o.batch >= 1, "--batch must be >= 1, given ", o.batch);
@@ -80,9 +78,11 @@ TrainPlan resolve_train_options(const TrainOptions& o) {
   } else {
     plan.resume_path = o.resume;
   }
+  const bool sharded = o.zero == "2" || o.zero == "3";  // checkpoints are folders of shards
   if (!plan.resume_path.empty())
-    FT_CHECK_KIND(io, fs::is_regular_file(plan.resume_path), "--resume: checkpoint ", plan.resume_path,
-                  " does not exist");
+    FT_CHECK_KIND(io, sharded ? fs::is_directory(plan.resume_path) : fs::is_regular_file(plan.resume_path),
+                  "--resume: checkpoint ", plan.resume_path, " does not exist",
+                  sharded ? " (--zero 2 and 3 resume from a folder of shards)" : "");
   plan.init_from = o.init_from;
   plan.json_path = o.json_path;
 
@@ -92,11 +92,10 @@ TrainPlan resolve_train_options(const TrainOptions& o) {
   FT_CHECK(o.grad_comm_dtype == "fp32" || o.grad_comm_dtype == "bf16",
            "--grad-comm-dtype must be fp32 or bf16, given '", o.grad_comm_dtype, "'");
   plan.ddp.bf16_communication = o.grad_comm_dtype == "bf16";
-  if (o.zero == "2" || o.zero == "3") {
+  if (sharded) {
     plan.sharded_stage = o.zero[0] - '0';
-    FT_CHECK(o.checkpoint_dir.empty() && o.resume.empty() && o.init_from.empty(), "--zero ", o.zero,
-             " cannot be combined with --checkpoint-dir, --resume or --init-from: no rank holds the whole "
-             "parameters and AdamW state a checkpoint file holds; leave --zero off to checkpoint");
+    FT_CHECK(o.init_from.empty(), "--zero ", o.zero, " cannot be combined with --init-from: no rank holds the "
+             "whole parameters; leave --zero off to start from a parameter file");
   } else if (o.zero != "off") {
     FT_CHECK(o.zero == "owner_broadcast" || o.zero == "reduce_scatter",
              "--zero must be off, owner_broadcast, reduce_scatter, 2 or 3, given '", o.zero, "'");

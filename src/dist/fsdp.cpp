@@ -86,7 +86,7 @@ FsdpMemory Fsdp::planned_memory(const ModelConfig& config, const FsdpOptions& op
 }
 
 Fsdp::Fsdp(Communicator& comm, const ModelConfig& config, const FsdpOptions& options)
-    : comm_(comm), layout_(config), options_(options), plan_(layout_, comm.world_size()) {
+    : comm_(comm), config_(config), layout_(config), options_(options), plan_(layout_, comm.world_size()) {
   FT_CHECK(options_.stage == 2 || options_.stage == 3, "Fsdp: the ZeRO stage must be 2 or 3, given ",
            options_.stage);
   const Device device = options_.device;
@@ -119,8 +119,8 @@ Fsdp::Fsdp(Communicator& comm, const ModelConfig& config, const FsdpOptions& opt
   for (std::size_t u = 0; u < plan_.units().size(); ++u) {
     const ShardRange owned = plan_.owned(u, rank);
     if (owned.numel > 0)
-      init_parameter_range(layout_, owned.offset,
-                           master_->narrow(0, plan_.units()[u].shard_offset, owned.numel), options_.seed);
+      init_parameters_range(layout_, master_->narrow(0, plan_.units()[u].shard_offset, owned.numel), owned.offset,
+                            options_.seed, stream);
   }
   norm_offset_.assign(layout_.size(), -1);
   if (options_.precision == Precision::bf16) {
@@ -152,6 +152,24 @@ Tensor Fsdp::piece(const Tensor& shard, std::size_t unit) const {
 
 int Fsdp::slot_of(std::size_t unit) const { return unit_slot(unit, plan_.units().size()); }
 
+// A world of one moves nothing: its collectives are copies, made here on the model's stream (in order with
+// the compute) rather than by the identity communicator's synchronous copies.
+WorkHandle Fsdp::all_gather(const Tensor& output, const Tensor& input) {
+  if (comm_.world_size() > 1) return comm_.all_gather(output, input);
+  if (output.data() != input.data()) cast(output, input, options_.stream);
+  return nullptr;
+}
+
+WorkHandle Fsdp::reduce_scatter(const Tensor& output, const Tensor& input) {
+  if (comm_.world_size() > 1) return comm_.reduce_scatter(output, input, ReduceOp::average);
+  cast(output, input, options_.stream);
+  return nullptr;
+}
+
+void Fsdp::wait(const WorkHandle& work) {
+  if (work) work->wait();
+}
+
 Tensor Fsdp::unit_memory(std::size_t unit) const {
   char* base = options_.stage == 3 ? static_cast<char*>(gather_slots_[slot_of(unit)].data())
                                    : static_cast<char*>(replica_.data()) + replica_offset_[unit];
@@ -168,11 +186,11 @@ void Fsdp::issue_gather(std::size_t unit) {
   const Tensor whole = unit_memory(unit);    // (padded) the whole unit
   const Tensor mine = piece(master_, unit);  // (piece) fp32
   if (whole.dtype() == DType::f32) {
-    gathering_[unit] = comm_.all_gather(whole, mine);
+    gathering_[unit] = all_gather(whole, mine);
   } else {
     const Tensor part = whole.narrow(0, comm_.rank() * u.piece, u.piece);  // (piece) this rank's part
     cast(part, mine, options_.stream);
-    gathering_[unit] = comm_.all_gather(whole, part);
+    gathering_[unit] = all_gather(whole, part);
   }
 }
 
@@ -249,7 +267,7 @@ void Fsdp::launch_reduce_scatter(std::size_t unit, bool first_micro_batch) {
     input = rounded;
   }
   if (first_micro_batch) {
-    reducing_[s] = comm_.reduce_scatter(piece(bf16 ? grads16_ : grads_, unit), input, ReduceOp::average);
+    reducing_[s] = reduce_scatter(piece(bf16 ? grads16_ : grads_, unit), input);
     widen_pending_ = bf16;
     return;
   }
@@ -261,10 +279,10 @@ void Fsdp::launch_reduce_scatter(std::size_t unit, bool first_micro_batch) {
   const Tensor partial = staging_->narrow(0, 0, u.piece);  // (piece) fp32: this micro-batch's averaged piece
   if (bf16) {
     const Tensor partial16 = staging16_->narrow(0, 0, u.piece);  // (piece) bf16
-    comm_.reduce_scatter(partial16, input, ReduceOp::average)->wait();
+    wait(reduce_scatter(partial16, input));
     cast(partial, partial16, options_.stream);
   } else {
-    comm_.reduce_scatter(partial, input, ReduceOp::average)->wait();
+    wait(reduce_scatter(partial, input));
   }
   residual_add(piece(grads_, unit), partial, options_.stream);
 }
@@ -347,7 +365,7 @@ void Fsdp::for_each_gathered_unit(const std::function<void(const Tensor&)>& visi
   const OwnedTensor whole({plan_.max_padded()}, DType::f32, options_.device, "fsdp gather staging", options_.stream);
   for (std::size_t u = 0; u < plan_.units().size(); ++u) {
     const FsdpUnit& unit = plan_.units()[u];
-    comm_.all_gather(whole->narrow(0, 0, unit.padded()), piece(master_, u))->wait();
+    wait(all_gather(whole->narrow(0, 0, unit.padded()), piece(master_, u)));
     visit(whole->narrow(0, 0, unit.numel));
   }
 }

@@ -116,6 +116,7 @@ class Fsdp final : public ParameterSource {
   void for_each_gathered_unit(const std::function<void(const Tensor&)>& visit);
 
   const FsdpPlan& plan() const { return plan_; }
+  const ModelConfig& config() const { return config_; }
   const ParameterLayout& layout() const { return layout_; }
   std::int64_t steps() const { return step_; }
   FsdpMemory memory() const;
@@ -143,12 +144,18 @@ class Fsdp final : public ParameterSource {
   Tensor unit_memory(std::size_t unit) const;
   int slot_of(std::size_t unit) const;  // 0, 1: blocks; 2: the embedding and the head
   void issue_gather(std::size_t unit);
+  // The communicator's collectives (reduce_scatter averages), or in a world of one copies on the model's
+  // stream (null: nothing to wait for).
+  WorkHandle all_gather(const Tensor& output, const Tensor& input);
+  WorkHandle reduce_scatter(const Tensor& output, const Tensor& input);
+  static void wait(const WorkHandle& work);
   void launch_reduce_scatter(std::size_t unit, bool first_micro_batch);
   void refresh_norms();
   void wait_reduce_scatters();
   void widen_gradients();  // bf16 communication: the bf16 shard into the fp32 one, once every piece is in
 
   Communicator& comm_;
+  ModelConfig config_;
   ParameterLayout layout_;
   FsdpOptions options_;
   FsdpPlan plan_;

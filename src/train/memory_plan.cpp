@@ -47,9 +47,11 @@ MemoryPlan plan_training_memory(const MemoryPlanInput& in) {
     m.optimizer_state = 8 * owned;
   }
   if (in.stage >= 2) {
-    const FsdpMemory f = Fsdp::planned_memory(
-        in.model, {.stage = in.stage, .precision = in.options.precision, .bf16_grad_comm = in.bf16_grad_comm},
-        in.world);
+    FsdpOptions fsdp;
+    fsdp.stage = in.stage;
+    fsdp.precision = in.options.precision;
+    fsdp.bf16_grad_comm = in.bf16_grad_comm;
+    const FsdpMemory f = Fsdp::planned_memory(in.model, fsdp, in.world);
     m.parameters = f.parameters + f.replica;
     m.gradients = f.gradients;
     m.optimizer_state = f.optimizer_state;

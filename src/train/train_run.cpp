@@ -22,6 +22,7 @@
 #include "core/tensor_io.h"
 #include "dist/ddp_transformer.h"
 #include "dist/fsdp.h"
+#include "dist/fsdp_checkpoint.h"
 #include "dist/single_process_communicator.h"
 #include "dist/zero_transformer.h"
 #include "model/checkpoint.h"
@@ -217,7 +218,7 @@ class TrainingRun {
         interval_steps = 0;
         comm_timed = ddp_.has_value();
       }
-      if (!plan_.checkpoint_dir.empty() && comm_.rank() == 0 &&
+      if (!plan_.checkpoint_dir.empty() && (comm_.rank() == 0 || fsdp_) &&
           (last || (plan_.checkpoint_interval > 0 && step() % plan_.checkpoint_interval == 0)))
         result.checkpoints.push_back(save());
     }
@@ -265,6 +266,8 @@ class TrainingRun {
     o.device = plan.device;
     o.seed = plan.seed;
     o.allow_tf32 = plan.tf32;
+    o.recompute = plan.recompute;
+    o.loss_chunk = plan.loss_chunk;
     o.stream = stream;
     o.parameter_source = source;
     return o;
@@ -305,8 +308,10 @@ class TrainingRun {
       log_ << "  parameters loaded from " << plan_.init_from << "\n";
     }
     if (plan_.resume_path.empty()) return;
-    const TrainingCounters counters = for_option(
-        "--resume", [&] { return load_checkpoint(plan_.resume_path, named_parameters(), named_optimizer_state()); });
+    const TrainingCounters counters = for_option("--resume", [&] {
+      if (fsdp_) return load_fsdp_checkpoint(plan_.resume_path, *fsdp_);
+      return load_checkpoint(plan_.resume_path, named_parameters(), named_optimizer_state());
+    });
     FT_CHECK_KIND(io, counters.step == counters.optimizer_step, "checkpoint ", plan_.resume_path, " is at step ",
                   counters.step, " but optimiser step ", counters.optimizer_step,
                   "; flashtrain train takes one optimiser step per training step");
@@ -421,11 +426,16 @@ class TrainingRun {
     std::error_code error;
     fs::create_directories(folder, error);
     FT_CHECK_KIND(io, !error, "--checkpoint-dir: cannot create ", folder.string(), ": ", error.message());
-    const std::string name = checkpoint_file_name(step());
+    // ZeRO-2/3: a folder of shards (dist/fsdp_checkpoint.h), written by every rank.
+    const std::string file = checkpoint_file_name(step());
+    const std::string name = fsdp_ ? fs::path(file).stem().string() : file;
     const std::string path = (folder / name).string();
     const TrainingCounters counters{.step = step(), .optimizer_step = step(), .data_rng = train_data_.state()};
-    save_checkpoint(path, named_parameters(), named_optimizer_state(), counters);
-    write_text_atomic(folder / kLatestFile, name + "\n");
+    if (fsdp_)
+      save_fsdp_checkpoint(path, *fsdp_, counters);
+    else
+      save_checkpoint(path, named_parameters(), named_optimizer_state(), counters);
+    if (comm_.rank() == 0) write_text_atomic(folder / kLatestFile, name + "\n");
     log_ << "  checkpoint " << path << "\n";
     return path;
   }
@@ -572,6 +582,10 @@ nlohmann::json train_document(const TrainPlan& plan, const TrainResult& result) 
   const ModelConfig& m = plan.model;
   nlohmann::json config = {
       {"size", m.name},
+      {"d_model", m.d_model},
+      {"d_ff", m.d_ff},
+      {"layers", m.num_layers},
+      {"heads", m.num_heads},
       {"parameters", result.parameters},
       {"vocab", m.vocab_size},
       {"ctx", m.context_length},
@@ -582,6 +596,9 @@ nlohmann::json train_document(const TrainPlan& plan, const TrainResult& result) 
       {"tf32", plan.tf32},
       {"cuda_graph", plan.cuda_graph},
       {"attention", name_of(plan.attention)},
+      {"rope_theta", m.rope_theta},
+      {"recompute", name_of(plan.recompute)},
+      {"loss_chunk", plan.loss_chunk},
       {"steps", plan.steps},
       {"first_step", result.first_step},
       {"lr", plan.schedule.max_lr},

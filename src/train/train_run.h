@@ -21,6 +21,8 @@
 // holds this rank's shards and is the model's parameter source; no DDP (gradients are reduce-scattered
 // unit by unit during backward, in bf16 with plan.ddp.bf16_communication); clipping across shards; the
 // final parameter checksum is of the gathered parameters (the same on every rank by construction).
+// Checkpoints are folders of shards (dist/fsdp_checkpoint.h: a file per rank and an index), written by every
+// rank; --resume takes such a folder (of the same world size and shape); --init-from is refused.
 #pragma once
 
 #include <cstdint>
@@ -44,12 +46,14 @@ namespace ft {
 
 // The validated run: every default filled in, names parsed, the resume path resolved.
 struct TrainPlan {
-  ModelConfig model;  // size with vocab and context applied
+  ModelConfig model;  // size with the shape options applied
   Precision precision = Precision::bf16;
   bool tf32 = false;
   bool cuda_graph = false;  // CUDA, one process, accumulate 1
   Stream stream;            // data parallel on GPUs: the model's stream (DistributedContext::model_stream)
   AttentionImpl attention = AttentionImpl::flash;
+  Recompute recompute = Recompute::none;
+  std::int64_t loss_chunk = 1024;  // ModelOptions::loss_chunk
   Device device = Device::cpu();
   std::int64_t batch = 4;
   std::int64_t steps = 1000;

@@ -4,17 +4,24 @@
 // (each rank takes its rows of every batch): the same losses (mean over ranks), gradient norms and final
 // parameters to fp32 round-off, clipping on, in fp32 and bf16 mode, with gradient accumulation, and to bf16
 // round-off with the gradients reduce-scattered in bf16; the memory planned without allocating is what is
-// allocated; the plan
+// allocated; a sharded checkpoint resumes bit for bit (ZeRO-3 saved, ZeRO-2 and ZeRO-3 resumed), gathers
+// into the whole parameters under their names, and refuses another world size or model shape; the plan
 // pads units that the world does not divide and refuses a world larger than a unit.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
 #include "core/tensor_io.h"
 #include "cpu/test_model_util.h"
 #include "dist/fsdp.h"
+#include "dist/fsdp_checkpoint.h"
+#include "model/safetensors.h"
 #include "mpi/mpi_test_util.h"
 
 namespace ft::test {
@@ -37,6 +44,18 @@ TrainerConfig trainer_config(std::int64_t accumulation, bool external) {
   c.accumulation_steps = accumulation;
   c.external_optimizer = external;
   return c;
+}
+
+// The sharded runs' options: the Trainer's AdamW and clip, the single-process model's seed.
+FsdpOptions fsdp_options(int stage, Precision precision, bool bf16_grad_comm = false) {
+  FsdpOptions o;
+  o.stage = stage;
+  o.precision = precision;
+  o.adamw = trainer_config(1, true).adamw;
+  o.max_grad_norm = trainer_config(1, true).max_grad_norm;
+  o.seed = tiny_options().seed;
+  o.bf16_grad_comm = bf16_grad_comm;
+  return o;
 }
 
 struct TrainRun {
@@ -70,15 +89,9 @@ TrainRun single_process(Precision precision, std::int64_t accumulation) {
 TrainRun sharded(int stage, Precision precision, std::int64_t accumulation, bool bf16_grad_comm = false) {
   Communicator& comm = world();
   const int rank = comm.rank(), W = comm.world_size();
-  const ModelOptions reference_options = tiny_options(precision, AttentionImpl::flash, kLocalBatch, kSeq);
   const TrainerConfig config = trainer_config(accumulation, true);
-  Fsdp fsdp(comm, fsdp_config(),
-            {.stage = stage,
-             .precision = precision,
-             .adamw = config.adamw, .max_grad_norm = config.max_grad_norm,
-             .seed = reference_options.seed,
-             .bf16_grad_comm = bf16_grad_comm});
-  ModelOptions options = reference_options;
+  Fsdp fsdp(comm, fsdp_config(), fsdp_options(stage, precision, bf16_grad_comm));
+  ModelOptions options = tiny_options(precision, AttentionImpl::flash, kLocalBatch, kSeq);
   options.parameter_source = &fsdp;
   TransformerLM model(fsdp_config(), options);
   Trainer trainer(model, config);
@@ -168,7 +181,7 @@ TEST(Fsdp, PlannedMemoryIsWhatIsAllocated) {
     for (Precision precision : {Precision::fp32, Precision::bf16})
       for (bool bf16_grad_comm : {false, true}) {
         SCOPED_TRACE(str("ZeRO-", stage, " ", name_of(precision), bf16_grad_comm ? ", bf16 gradients" : ""));
-        const FsdpOptions options{.stage = stage, .precision = precision, .bf16_grad_comm = bf16_grad_comm};
+        const FsdpOptions options = fsdp_options(stage, precision, bf16_grad_comm);
         Fsdp fsdp(world(), fsdp_config(), options);
         const FsdpMemory got = fsdp.memory();
         const FsdpMemory planned = Fsdp::planned_memory(fsdp_config(), options, world().world_size());
@@ -212,6 +225,133 @@ TEST(Fsdp, PlanPadsUnevenUnitsAndRefusesOversizedWorlds) {
   EXPECT_EQ(plan.units().size(), static_cast<std::size_t>(fsdp_config().num_layers + 2));
   const std::int64_t smallest = layout[ParameterLayout::embedding_index()].numel;  // 37 x 32
   EXPECT_THROW(FsdpPlan(layout, static_cast<int>(smallest) * 2), Error);
+}
+
+// A sharded run that can stop after any step: its Fsdp, model and Trainer, on this rank's rows.
+struct ShardedRun {
+  Fsdp fsdp;
+  TransformerLM model;
+  Trainer trainer;
+  ShardedRun(int stage, const ModelConfig& config)
+      : fsdp(world(), config, fsdp_options(stage, Precision::fp32)),
+        model(config, source_options(&fsdp)),
+        trainer(model, trainer_config(1, true)) {
+    attach(fsdp, trainer);
+  }
+  static ModelOptions source_options(Fsdp* fsdp) {
+    ModelOptions o = tiny_options(Precision::fp32, AttentionImpl::flash, kLocalBatch, kSeq);
+    o.parameter_source = fsdp;
+    return o;
+  }
+  void steps(std::int64_t first, std::int64_t count) {
+    const int rank = world().rank(), W = world().world_size();
+    for (std::int64_t s = first; s < first + count; ++s) {
+      const TokenBatch g = global_batch(s, 0, W);
+      TokenBatch local{kLocalBatch, kSeq, {}, {}};
+      const std::int64_t begin = rank * kLocalBatch * kSeq, end = begin + kLocalBatch * kSeq;
+      local.inputs.assign(g.inputs.begin() + begin, g.inputs.begin() + end);
+      local.targets.assign(g.targets.begin() + begin, g.targets.begin() + end);
+      trainer.forward_backward(local.input_ids(), local.target_ids());
+      trainer.optimizer_step();
+      trainer.zero_grads();
+    }
+  }
+  std::vector<double> parameters() {
+    const OwnedTensor whole({fsdp.layout().numel()}, DType::f32, Device::cpu(), "test parameters");
+    fsdp.gather_parameters(whole);
+    return read_as_double(whole);
+  }
+};
+
+// A folder every rank agrees on (rank 0 names it), removed by rank 0 at the end.
+std::string shared_folder(const char* name) {
+  return (std::filesystem::temp_directory_path() / str("ft_fsdp_", name, "_w", world().world_size())).string();
+}
+
+TEST(Fsdp, ShardedCheckpointResumesBitForBitAndGathers) {
+  const std::string folder = shared_folder("ckpt"), gathered = folder + ".safetensors";
+  std::vector<double> straight, saved;
+  {
+    ShardedRun run(3, fsdp_config());
+    run.steps(0, 2);
+    saved = run.parameters();
+    save_fsdp_checkpoint(folder, run.fsdp, {.step = 2, .optimizer_step = 2, .data_rng = {7, 9}});
+    run.steps(2, 2);
+    straight = run.parameters();
+  }
+  for (int stage : {2, 3}) {
+    SCOPED_TRACE("resumed as ZeRO-" + std::to_string(stage));
+    ShardedRun resumed(stage, fsdp_config());
+    const TrainingCounters counters = load_fsdp_checkpoint(folder, resumed.fsdp);
+    EXPECT_EQ(counters.step, 2);
+    EXPECT_EQ(counters.data_rng, (RngState{7, 9}));
+    EXPECT_EQ(resumed.fsdp.steps(), 2);
+    resumed.trainer.restore_step(counters.step);
+    EXPECT_EQ(resumed.parameters(), saved);
+    resumed.steps(2, 2);
+    EXPECT_EQ(resumed.parameters(), straight);  // bit for bit
+  }
+  if (world().rank() == 0) {
+    gather_fsdp_checkpoint(folder, gathered);
+    const SafetensorsFile file(gathered);
+    const ParameterLayout layout(fsdp_config());
+    std::vector<double> got;
+    for (const ParameterInfo& info : layout.tensors()) {
+      const std::vector<double> values = read_as_double(file.load(info.name));
+      got.insert(got.end(), values.begin(), values.end());
+    }
+    EXPECT_EQ(got, saved);
+  }
+  world().barrier()->wait();
+  if (world().rank() == 0) {
+    std::filesystem::remove_all(folder);
+    std::filesystem::remove(gathered);
+  }
+}
+
+TEST(Fsdp, ShardedCheckpointRefusesAnotherWorldOrShape) {
+  const std::string folder = shared_folder("mismatch");
+  {
+    ShardedRun run(3, fsdp_config());
+    save_fsdp_checkpoint(folder, run.fsdp, {});
+  }
+  ModelConfig other = fsdp_config();
+  other.d_ff = 96;
+  other.validate();
+  ShardedRun wrong_shape(3, other);
+  try {
+    load_fsdp_checkpoint(folder, wrong_shape.fsdp);
+    ADD_FAILURE() << "a checkpoint of another shape was loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("is of the model"), std::string::npos) << e.message();
+  }
+  // Another world: rewrite the index as if the checkpoint had one more rank.
+  world().barrier()->wait();
+  if (world().rank() == 0) {
+    const std::string index = folder + "/index.json";
+    std::string text;
+    {
+      std::ifstream in(index);
+      text.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    const std::string from = str("\"world\": ", world().world_size());
+    const std::string to = str("\"world\": ", world().world_size() + 1);
+    ASSERT_NE(text.find(from), std::string::npos) << text;
+    text.replace(text.find(from), from.size(), to);
+    std::ofstream(index) << text;
+  }
+  world().barrier()->wait();
+  ShardedRun run(3, fsdp_config());
+  try {
+    load_fsdp_checkpoint(folder, run.fsdp);
+    ADD_FAILURE() << "a checkpoint of another world size was loaded";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find(str("holds the shards of ", world().world_size() + 1, " ranks")), std::string::npos)
+        << e.message();
+  }
+  EXPECT_THROW(load_fsdp_checkpoint(folder + "_missing", run.fsdp), Error);
+  world().barrier()->wait();
+  if (world().rank() == 0) std::filesystem::remove_all(folder);
 }
 
 }  // namespace

@@ -5,9 +5,11 @@
 // steps too, and in a single process they take the plain run's steps (nothing is averaged and the shard is
 // the whole flat buffer: the losses bit for bit; the norm to double precision, as the sharded norm carries the
 // sum of squares as a pair of floats); --zero with checkpoints,
-// with an unknown mode, or ZeRO-1 in a single process is refused.
+// with an unknown mode, or ZeRO-1 in a single process is refused; ZeRO-3's sharded checkpoints resume a run
+// bit for bit.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -102,6 +104,24 @@ TEST(TrainZero, Zero2And3InOneProcessAreThePlainRun) {
   }
 }
 
+TEST(TrainZero, Zero3CheckpointsResumeBitForBit) {
+  const std::string folder =
+      (std::filesystem::temp_directory_path() / str("ft_train_zero3_w", world().world_size())).string();
+  TrainOptions o = tiny();
+  o.zero = "3";
+  o.checkpoint_dir = folder;
+  o.checkpoint_interval = 2;
+  const TrainResult straight = train(o);
+  o.resume = folder + "/step_000002";
+  const TrainResult resumed = train(o);
+  EXPECT_EQ(resumed.first_step, 3);
+  ASSERT_EQ(resumed.losses.size(), straight.losses.size() - 2);
+  for (std::size_t i = 0; i < resumed.losses.size(); ++i) EXPECT_EQ(resumed.losses[i], straight.losses[i + 2]);
+  EXPECT_EQ(resumed.parameter_checksum, straight.parameter_checksum);
+  world().barrier()->wait();
+  if (world().rank() == 0) std::filesystem::remove_all(folder);
+}
+
 TEST(TrainZero, RefusesCheckpointsUnknownModesAndOneProcess) {
   TrainOptions o = tiny();
   o.zero = "reduce_scatter";
@@ -111,9 +131,9 @@ TEST(TrainZero, RefusesCheckpointsUnknownModesAndOneProcess) {
   o.zero = "sharded";
   EXPECT_THROW(cli::resolve_train_options(o), Error);
   o.zero = "3";
-  o.resume = "unused";
+  o.init_from = "unused";
   EXPECT_THROW(cli::resolve_train_options(o), Error);
-  o.resume.clear();
+  o.init_from.clear();
   o.zero = "4";
   EXPECT_THROW(cli::resolve_train_options(o), Error);
   o.zero = "owner_broadcast";

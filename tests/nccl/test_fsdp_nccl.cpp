@@ -85,14 +85,15 @@ std::vector<double> train_sharded(int stage, Precision precision, std::int64_t a
   const int rank = context().rank();
   Communicator& comm = context().communicator_for(gpu());
   const TrainerConfig tc = trainer_config(accumulation, true);
-  Fsdp fsdp(comm, config(),
-            {.stage = stage,
-             .precision = precision,
-             .adamw = tc.adamw,
-             .max_grad_norm = kClip,
-             .seed = options(precision).seed,
-             .bf16_grad_comm = bf16_grad_comm,
-             .device = gpu()});
+  FsdpOptions fo;
+  fo.stage = stage;
+  fo.precision = precision;
+  fo.adamw = tc.adamw;
+  fo.max_grad_norm = kClip;
+  fo.seed = options(precision).seed;
+  fo.bf16_grad_comm = bf16_grad_comm;
+  fo.device = gpu();
+  Fsdp fsdp(comm, config(), fo);
   ModelOptions o = options(precision);
   o.parameter_source = &fsdp;
   TransformerLM model(config(), o);
