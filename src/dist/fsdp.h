@@ -65,7 +65,7 @@
 #include "model/parameter_source.h"
 #include "model/parameters.h"
 #include "model/trainer.h"
-#include "ops/adamw.h"
+#include "optim/adamw.h"
 
 namespace ft {
 

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_file.h"
 #include "core/buffer.h"
 #include "core/error.h"
 #include "core/tensor_io.h"
@@ -58,9 +59,8 @@ std::vector<NamedTensor> shard_state(const Tensor& m, const Tensor& v) {
   return {{optimizer_state_name("m", "shard"), m}, {optimizer_state_name("v", "shard"), v}};
 }
 
-// index.json, written beside the rank files (atomically: a temporary file renamed).
+// index.json, written beside the rank files (atomically).
 void write_index(const std::string& folder, const Fsdp& fsdp, const TrainingCounters& counters, int world) {
-  std::error_code error;
   nlohmann::json files = nlohmann::json::array();
   for (int r = 0; r < world; ++r) files.push_back(rank_file(r, world));
   const nlohmann::json index{{"format", kFormat},
@@ -72,14 +72,7 @@ void write_index(const std::string& folder, const Fsdp& fsdp, const TrainingCoun
                              {"shard_numel", fsdp.plan().shard_numel()},
                              {"units", units_json(fsdp.plan())},
                              {"files", files}};
-  const fs::path path = fs::path(folder) / kIndexFile, temporary = path.string() + ".tmp";
-  {
-    std::ofstream out(temporary);
-    out << index.dump(2) << "\n";
-    FT_CHECK_KIND(io, out.good(), "sharded checkpoint: cannot write ", temporary.string());
-  }
-  fs::rename(temporary, path, error);
-  FT_CHECK_KIND(io, !error, "sharded checkpoint: cannot rename ", temporary.string(), ": ", error.message());
+  write_file_atomic((fs::path(folder) / kIndexFile).string(), index.dump(2) + "\n");
 }
 
 }  // namespace
