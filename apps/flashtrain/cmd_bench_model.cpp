@@ -26,7 +26,9 @@ constexpr const char* kFooter = R"(
 Each case (size x context x precision x mode) builds the model (and, for train, the AdamW state), draws
 one random batch of --batch sequences (uniform ids, seed --seed) and runs --warmup warm-up steps, then
 --steps timed steps, synchronising the device after each. Modes: fwd = forward and loss; fwd_bwd =
-forward and backward; train = forward, backward, clipping the gradient norm to 1.0, AdamW. Columns:
+forward and backward; train = forward, backward, clipping the gradient norm to 1.0, AdamW. The loss is the
+fused LM head + cross-entropy in chunks of --loss-chunk rows (no (B, T, V) logits; 0 materialises them);
+the training modes recompute activations as --recompute says (bit-identical gradients). Columns:
 first_step_ms = the first step run (with --warmup 0 a timed one: compare --warmup 0, 1, 2 to see the
 warm-up effect, also in std_ms); step_ms = the median of the timed steps; mean, std, min likewise;
 peak_gib = peak memory flashtrain holds on the device over the timed steps; tokens_per_s = batch x
@@ -39,15 +41,16 @@ replays). Results are the eager step's bit for bit. The ops' temporaries become 
 peak_gib does not count.
 
 NVTX ranges (Nsight Systems / Compute can filter by them): "warmup step N" and "step N" around each step;
-inside, the model's "model forward", "layer forward", "model backward", "layer backward",
-"optimizer step", and one range per op (e.g. "attention.forward.flash").
+inside, the model's "model forward", "layer forward", "fused lm_head loss", "model backward", "layer
+recompute", "layer backward", "optimizer step", and one range per op (e.g. "attention.forward.flash").
 
 --profile memory records the allocator's timeline (every allocation and free: bytes, tag, phase, time)
 for one case: phases init (model, optimizer state, token ids), warmup (the --warmup steps, if any),
 then one step: forward, backward, optimizer (as --mode has them). It prints the peak of each phase split
 into parameters (the fp32 masters), gradients, optimizer_state, activations (the model's saved
-tensors), workspace (per-layer and op temporaries, bf16 casts of two blocks' weights) and other (token
-ids, memory held before), and writes the timeline to --memory-json (draw it with tools/plot_memory.py).
+tensors; --recompute shrinks them), workspace (per-layer and op temporaries, bf16 casts of two blocks'
+weights, the fused loss's (--loss-chunk, V) logits tiles) and other (token ids, memory held before), and
+writes the timeline to --memory-json (draw it with tools/plot_memory.py).
 
 --profile kernels (CUDA builds with CUPTI, one case) runs the --warmup steps unprofiled, then records
 every kernel, memcpy and memset of the --steps timed steps with CUPTI's activity API, each attributed to

@@ -14,7 +14,7 @@
 #include "dist/zero_transformer.h"
 #include "flashtrain/cli_parse.h"
 #include "flashtrain/ddp_bench.h"
-#include "train/train_run.h"
+#include "train/throughput.h"
 #include "model/parameters.h"
 
 namespace ft::cli {

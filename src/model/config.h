@@ -1,6 +1,6 @@
-// config.h — ModelConfig: the sizes of the Transformer LM (docs/design.md's model contract and table: small,
-// medium, large, xl, 2.7b, 8b, plus `tiny` for tests), looked up by name, any shape made from a named one by
-// replacing fields, and the precision policy.
+// config.h — ModelConfig: the sizes of the Transformer LM (docs/design.md's model contract and table:
+// small, medium, large, xl, 2.7b, 8b, plus `tiny` for tests), looked up by name, any shape made from a named
+// one by replacing fields, and the precision policy.
 #pragma once
 
 #include <cstdint>

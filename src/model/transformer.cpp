@@ -22,6 +22,8 @@ TransformerLM::TransformerLM(const ModelConfig& config, const ModelOptions& opti
            options_.max_seq_len);
   FT_CHECK(options_.loss_chunk >= 0, "TransformerLM: loss_chunk must be >= 0 (0 = materialised logits), given ",
            options_.loss_chunk);
+  // The attention the model runs takes its head dim (checked now rather than at the first forward).
+  check_attention_head_dim(config_.head_dim(), options_.attention, options_.device);
   plan_memory();
 }
 

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "core/buffer.h"
+#include "core/error.h"
 #include "core/tensor_io.h"
 #include "model/graphed_step.h"
 #include "model/trainer.h"

@@ -1,6 +1,6 @@
 // test_model_init_cuda.cpp — parameter initialisation on the GPU: the whole model and uneven slices of the
 // flat buffer initialised on the device give the CPU's values bit for bit (model/init.h), as does a
-// TransformerLM built on the GPU.
+// TransformerLM built on the GPU; building one with a head dim the flash kernels lack fails at once.
 // Run on a GPU machine: ./build/bin/gpu_test_model_init_cuda
 #include <gtest/gtest.h>
 
@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/buffer.h"
+#include "core/error.h"
 #include "core/tensor_io.h"
 #include "model/init.h"
 #include "model/transformer.h"
@@ -59,6 +60,25 @@ TEST(InitCuda, ModelOnTheGpuStartsFromTheCpuParameters) {
   o.device = Device::cuda(0);
   const TransformerLM device(model_config("tiny"), o);
   EXPECT_EQ(bits_of(device.parameters().flat()), bits_of(host.parameters().flat()));
+}
+
+TEST(InitCuda, AHeadDimTheFlashKernelsLackFailsAtConstruction) {
+  ModelConfig c = model_config("tiny");
+  c.d_model = 96;
+  c.num_heads = 2;  // head dim 48: fine on the CPU, not one of the CUDA flash kernels'
+  ModelOptions o;
+  o.max_batch = 1;
+  EXPECT_NO_THROW((TransformerLM{c, o}));
+  o.device = Device::cuda(0);
+  try {
+    TransformerLM model(c, o);
+    ADD_FAILURE() << "expected ft::Error for head dim 48";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::unsupported);
+    EXPECT_NE(e.message().find("unsupported head dim 48"), std::string::npos) << e.message();
+  }
+  o.attention = AttentionImpl::naive;
+  EXPECT_NO_THROW((TransformerLM{c, o}));
 }
 
 }  // namespace
