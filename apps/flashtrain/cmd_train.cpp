@@ -5,6 +5,7 @@
 //   flashtrain train --size tiny --steps 400 --checkpoint-dir ckpt --resume latest
 //   mpirun -np 4 flashtrain train --size tiny --device cpu --steps 100 --ddp-strategy bucketed --bucket-mb 1
 //   mpirun -np 2 flashtrain train --size small --precision bf16 --steps 100 --zero reduce_scatter   (2 GPUs)
+//   mpirun -np 2 flashtrain train --size xl --precision bf16 --steps 100 --zero 3   (2 GPUs)
 #include <iostream>
 #include <memory>
 
@@ -62,8 +63,15 @@ ZeRO-1 (--zero, data-parallel runs only): each rank keeps the AdamW state of 1/N
 owner_broadcast: DDP (--ddp-strategy) averages the gradients, each rank updates its range and broadcasts
 it. reduce_scatter: no DDP (the --ddp-* options do not apply); gradients are reduce-scattered so each
 rank gets the average of its range, and one all-gather of the parameters makes the ranks whole again.
-Checkpoints hold the whole optimizer state, which no rank has under ZeRO: --zero cannot be combined
-with --checkpoint-dir or --resume yet.)";
+ZeRO-2 and ZeRO-3 (--zero 2, --zero 3; any number of ranks, one included): no DDP; each rank holds
+1/N of the fp32 master parameters, gradients and AdamW state, and gradients are reduce-scattered a block
+at a time during backward (in bf16 with --grad-comm-dtype bf16). ZeRO-3 all-gathers each block's
+parameters (bf16 in bf16 mode) right before its forward and again before its backward, the next
+block's while this one computes; ZeRO-2 keeps a replica of the parameters in the compute dtype,
+all-gathered after each step. Their checkpoints are folders (step_000100/: a file of shards per rank
+and index.json), resumed with the same number of ranks; `flashtrain checkpoint gather` makes one
+parameter file of one. ZeRO-1's checkpoints would hold the whole optimizer state, which no rank has:
+--zero owner_broadcast / reduce_scatter cannot be combined with --checkpoint-dir or --resume.)";
 
 int run_train(const TrainOptions& options) {
   DistributedContext context;  // MPI under a launcher, a world of one otherwise
@@ -128,8 +136,8 @@ void add_train_options(CLI::App& command, TrainOptions& o) {
   command.add_option("--grad-comm-dtype", o.grad_comm_dtype,
                      "Data-parallel runs: fp32, or bf16 (gradients rounded to bf16 for the all-reduce)");
   command.add_option("--zero", o.zero,
-                     "Data-parallel runs: off, owner_broadcast or reduce_scatter (ZeRO-1 sharded AdamW state; "
-                     "no checkpoints)");
+                     "off, owner_broadcast or reduce_scatter (ZeRO-1 sharded AdamW state, data-parallel runs), "
+                     "2 or 3 (ZeRO-2 / ZeRO-3, any number of ranks; sharded checkpoints)");
 }
 
 void register_train(CLI::App& app, Action& action) {

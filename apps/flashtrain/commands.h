@@ -46,6 +46,14 @@ void register_bench_comm(CLI::App& bench, Action& action);
 void add_data_parallel_model_options(CLI::App& command, BenchModelOptions& options);
 void register_bench_ddp(CLI::App& bench, Action& action);
 void register_bench_zero(CLI::App& bench, Action& action);
+// `flashtrain bench fsdp` (cmd_bench_fsdp.cpp): the training step under ZeRO stages 0-3, with MFU.
+void register_bench_fsdp(CLI::App& bench, Action& action);
+
+// `flashtrain memory` (cmd_memory.cpp): predicted memory per rank of a training step, beside the measured.
+void register_memory(CLI::App& app, Action& action);
+
+// `flashtrain checkpoint gather` (cmd_checkpoint.cpp): a sharded checkpoint into one parameter file.
+void register_checkpoint(CLI::App& app, Action& action);
 
 // `flashtrain train` (cmd_train.cpp): the training loop of train/train_run.h. add_train_options declares the
 // options on any CLI11 app, filling options as they are parsed (the tests parse with it directly).

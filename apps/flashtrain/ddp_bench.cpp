@@ -346,10 +346,20 @@ void report_data_parallel_bench(std::ostream& out, const std::string& title, con
   if (!json_path.empty()) write_json_reported(json_path, document(), out);
 }
 
+namespace {
+
+ModelOptions replica_model_options(const ModelBenchCase& c, const ModelBenchConfig& config, ParameterSource* source) {
+  ModelOptions options = model_bench_options(c, config, config.stream);
+  options.parameter_source = source;
+  return options;
+}
+
+}  // namespace
+
 DataParallelReplica::DataParallelReplica(const ModelBenchCase& c, const ModelBenchConfig& config,
-                                         bool external_optimizer, int rank)
+                                         bool external_optimizer, int rank, ParameterSource* source)
     : device_(config.device),
-      model_(c.model, model_bench_options(c, config, config.stream)),
+      model_(c.model, replica_model_options(c, config, source)),
       trainer_(model_, replica_trainer_config(external_optimizer)),
       batch_(replica_batch(c, config, rank)),
       staging_(config.device, config.batch, c.model.context_length),

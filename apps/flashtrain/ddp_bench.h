@@ -179,9 +179,11 @@ int run_data_parallel_bench(const Options& options, Resolve&& resolve, Bench&& b
 
 // This rank's replica of a model case: the model on the config's device, its Trainer (clipping to 1.0)
 // and one random local batch (seed config.seed + 1 + rank: the ranks train on different data), staged.
+// With a parameter source (ZeRO-3), the model takes its parameters from it (ModelOptions::parameter_source).
 class DataParallelReplica {
  public:
-  DataParallelReplica(const ModelBenchCase& c, const ModelBenchConfig& config, bool external_optimizer, int rank);
+  DataParallelReplica(const ModelBenchCase& c, const ModelBenchConfig& config, bool external_optimizer, int rank,
+                      ParameterSource* source = nullptr);
 
   // One training step: zero_grads, forward_backward, sync() (DDP's synchronize, when given),
   // optimizer_step, then the device synchronised. With a recorder, phases "forward_backward" (from the step's

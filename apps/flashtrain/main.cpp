@@ -66,9 +66,12 @@ int main(int argc, char** argv) {
   register_bench_comm(*bench, action);
   register_bench_ddp(*bench, action);
   register_bench_zero(*bench, action);
+  register_bench_fsdp(*bench, action);
   register_bench_generate(*bench, action);
 
   register_train(app, action);
+  register_memory(app, action);
+  register_checkpoint(app, action);
 
   CLI::App* data = app.add_subcommand("data", "Data: turn text into token files");
   register_data_prepare(*data, action);

@@ -78,9 +78,11 @@ TrainPlan resolve_train_options(const TrainOptions& o) {
   } else {
     plan.resume_path = o.resume;
   }
+  const bool sharded = o.zero == "2" || o.zero == "3";  // checkpoints are folders of shards
   if (!plan.resume_path.empty())
-    FT_CHECK_KIND(io, fs::is_regular_file(plan.resume_path), "--resume: checkpoint ", plan.resume_path,
-                  " does not exist");
+    FT_CHECK_KIND(io, sharded ? fs::is_directory(plan.resume_path) : fs::is_regular_file(plan.resume_path),
+                  "--resume: checkpoint ", plan.resume_path, " does not exist",
+                  sharded ? " (--zero 2 and 3 resume from a folder of shards)" : "");
   plan.init_from = o.init_from;
   plan.json_path = o.json_path;
 
@@ -90,9 +92,13 @@ TrainPlan resolve_train_options(const TrainOptions& o) {
   FT_CHECK(o.grad_comm_dtype == "fp32" || o.grad_comm_dtype == "bf16",
            "--grad-comm-dtype must be fp32 or bf16, given '", o.grad_comm_dtype, "'");
   plan.ddp.bf16_communication = o.grad_comm_dtype == "bf16";
-  if (o.zero != "off") {
+  if (sharded) {
+    plan.sharded_stage = o.zero[0] - '0';
+    FT_CHECK(o.init_from.empty(), "--zero ", o.zero, " cannot be combined with --init-from: no rank holds the "
+             "whole parameters; leave --zero off to start from a parameter file");
+  } else if (o.zero != "off") {
     FT_CHECK(o.zero == "owner_broadcast" || o.zero == "reduce_scatter",
-             "--zero must be off, owner_broadcast or reduce_scatter, given '", o.zero, "'");
+             "--zero must be off, owner_broadcast, reduce_scatter, 2 or 3, given '", o.zero, "'");
     plan.zero = parse_zero_mode(o.zero);
     FT_CHECK(o.checkpoint_dir.empty() && o.resume.empty(), "--zero ", o.zero,
              " cannot be combined with --checkpoint-dir or --resume: checkpoints hold the whole AdamW state, "

@@ -49,7 +49,7 @@ struct TrainOptions {
   std::string ddp_strategy = "bucketed";  // data-parallel runs only: naive, flat, overlapped, bucketed
   double bucket_mb = 25;                  // bucketed: MiB of fp32 gradients per bucket
   std::string grad_comm_dtype = "fp32";   // fp32, or bf16 (gradients rounded for the all-reduce)
-  std::string zero = "off";               // data-parallel runs only: off, owner_broadcast, reduce_scatter
+  std::string zero = "off";               // off, owner_broadcast, reduce_scatter (data parallel only), 2, 3
 };
 
 // Validates options (ft::Error invalid_argument naming the option and the value given; io when --resume

@@ -25,8 +25,10 @@ void check_collective_buffer(const char* op, const char* role, const Tensor& t, 
 }
 
 void check_reduce_scatter(const Tensor& output, const Tensor& input, int world_size) {
-  check_collective_buffer("reduce_scatter", "output", output, false);
-  check_collective_buffer("reduce_scatter", "input", input, false);
+  check_collective_buffer("reduce_scatter", "output", output, true);
+  check_collective_buffer("reduce_scatter", "input", input, true);
+  FT_CHECK(input.dtype() == output.dtype(), "reduce_scatter: input and output must share a dtype, given ",
+           input.describe(), " and ", output.describe());
   FT_CHECK(input.numel() == output.numel() * world_size, "reduce_scatter: the input must hold world_size (",
            world_size, ") x output elements (", output.numel(), "), given ", input.describe());
   FT_CHECK(input.device() == output.device(), "reduce_scatter: input and output must share a device, given ",

@@ -7,8 +7,8 @@
 // DistributedContext (dist/context.h) bootstraps them; communicator_for(device) picks one for a buffer.
 // Every collective is asynchronous: it is issued at once and returns a Work handle; the buffers must stay
 // alive and untouched until wait() returns. All ranks issue the same collectives in the same order (as
-// MPI and NCCL require). Buffers are contiguous tensors of fp32 (every collective) or bf16 (every one but
-// reduce_scatter), on the device the backend moves (the CPU for MPI, this rank's GPU for NCCL).
+// MPI and NCCL require). Buffers are contiguous tensors of fp32 or bf16 (a bf16 reduction rounds to bf16
+// after each addition), on the device the backend moves (the CPU for MPI, this rank's GPU for NCCL).
 // A collective that does not complete within the backend's timeout ends with ft::Error (kind runtime)
 // naming the operation, the rank and the timeout — never a silent hang.
 #pragma once
@@ -45,6 +45,10 @@ class Work {
   // Blocks until completion. Past the communicator's timeout: ft::Error (runtime), or the whole job ends
   // (see the backend's options). Calling it again after completion returns at once.
   virtual void wait() = 0;
+  // Orders the compute stream after the collective without blocking the host where the backend can (NCCL:
+  // the compute stream waits for the collective's completion event, and the timeout is enforced by the next
+  // wait() on the communicator, which completes only after this collective); wait() elsewhere.
+  virtual void join() { wait(); }
   // The collective's own duration in ms once it has completed (the device time between its start and its
   // end on the communication stream: NCCL); nullopt before completion or from backends that do not time
   // their collectives (MPI, single process — DDP times those on the host).
@@ -73,7 +77,7 @@ class Communicator {
   virtual WorkHandle all_reduce_widened(const Tensor& data, ReduceOp op, const Tensor& widened,
                                         const Stream& stream = {});
   // output (n) <- the reduction over ranks of input[rank * n, (rank + 1) * n); input (world * n).
-  // input and output must not overlap.
+  // input and output must not overlap, and share a dtype.
   virtual WorkHandle reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) = 0;
   // output (world * n) <- every rank's input (n), rank r's at [r * n, (r + 1) * n). input may be that
   // slice of output itself (in place: ZeRO's parameter all-gather).

@@ -8,7 +8,7 @@
 
 #include "core/error.h"
 #include "core/nvtx.h"
-#include "core/tensor_io.h"
+#include "dist/shard_norm.h"
 #include "ops/cast.h"
 #include "optim/grad_clip.h"
 
@@ -126,20 +126,7 @@ double ZeroOptimizer::global_grad_norm() {
   std::vector<Tensor> owned;  // this rank's averaged gradients of every group's runs
   for (std::size_t g = 0; g < groups_.size(); ++g)
     for (const ShardRun& run : plan_.runs(comm_.rank(), g)) owned.push_back(owned_gradient(run));
-  const double local = grad_sum_squares(owned, model_.stream);
-  // Every rank's partial sum as a (hi, lo) float pair (hi + lo == local to ~2^-48), gathered and added in
-  // rank order in double: the same norm on every rank, to double precision.
-  const int world = comm_.world_size();
-  const auto hi = static_cast<float>(local);
-  const OwnedTensor sums({2 * world}, DType::f32, model_.gradients.device(), "zero norm partial sums", model_.stream);
-  const Tensor mine = sums->narrow(0, 2 * comm_.rank(), 2);  // (2) this rank's hi, lo: filled where sums live
-  fill(mine.narrow(0, 0, 1), hi, model_.stream);
-  fill(mine.narrow(0, 1, 1), local - static_cast<double>(hi), model_.stream);
-  comm_.all_gather(sums, mine)->wait();
-  double total = 0;
-  const std::vector<double> gathered = read_as_double(sums);
-  for (int r = 0; r < world; ++r) total += gathered[2 * r] + gathered[2 * r + 1];
-  return std::sqrt(total);
+  return global_norm(comm_, grad_sum_squares(owned, model_.stream), model_.gradients.device(), model_.stream);
 }
 
 void ZeroOptimizer::update_owned_parameters(double clip) {

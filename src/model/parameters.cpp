@@ -60,4 +60,18 @@ ParameterBuffer::ParameterBuffer(const ParameterLayout& layout, DType dtype, Dev
     views_.emplace_back(base + static_cast<std::size_t>(t.offset) * size_of(dtype), dtype, device, t.shape);
 }
 
+ParameterBuffer ParameterBuffer::unbound(const ParameterLayout& layout) {
+  ParameterBuffer b;
+  b.views_.resize(layout.size());
+  return b;
+}
+
+void ParameterBuffer::bind(std::size_t index, const Tensor& view) {
+  FT_CHECK(index < views_.size(), "ParameterBuffer::bind: parameter ", index, " does not exist (", views_.size(),
+           " parameters)");
+  FT_CHECK(!views_[index].defined() || views_[index].shape() == view.shape(), "ParameterBuffer::bind: parameter ",
+           index, " has shape ", shape_string(views_[index].shape()), ", given ", view.describe());
+  views_[index] = view;
+}
+
 }  // namespace ft

@@ -65,12 +65,17 @@ class ParameterLayout {
   std::int64_t numel_ = 0;
 };
 
-// One allocation of layout.numel() elements of a dtype, with a view per parameter.
+// One allocation of layout.numel() elements of a dtype, with a view per parameter; or, unbound(), no
+// allocation and a view per parameter that its owner binds to memory held elsewhere (a ZeRO-3 model's
+// gathered units: model/parameter_source.h), flat() then undefined.
 class ParameterBuffer {
  public:
   ParameterBuffer() = default;
   ParameterBuffer(const ParameterLayout& layout, DType dtype, Device device, std::string_view tag,
                   const Stream& stream = {});
+  static ParameterBuffer unbound(const ParameterLayout& layout);
+  // Points parameter index's view at `view` (its shape must be the parameter's).
+  void bind(std::size_t index, const Tensor& view);
 
   const Tensor& flat() const { return flat_; }                                    // (numel)
   const Tensor& operator[](std::size_t index) const { return views_.at(index); }  // (info.shape)

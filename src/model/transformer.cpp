@@ -4,6 +4,7 @@
 #include "model/transformer.h"
 
 #include <algorithm>
+#include <utility>
 
 #include "core/error.h"
 #include "core/tensor_io.h"
@@ -12,7 +13,7 @@
 
 namespace ft {
 
-TransformerLM::TransformerLM(const ModelConfig& config, const ModelOptions& options)
+TransformerLM::TransformerLM(const ModelConfig& config, const ModelOptions& options, PlanOnly)
     : config_(config), options_(options), layout_(config) {
   if (options_.max_seq_len == 0) options_.max_seq_len = config_.context_length;
   FT_CHECK(options_.max_batch >= 1, "TransformerLM: max_batch must be >= 1, given ", options_.max_batch);
@@ -23,13 +24,33 @@ TransformerLM::TransformerLM(const ModelConfig& config, const ModelOptions& opti
            options_.loss_chunk);
   // The attention the model runs takes its head dim (checked now rather than at the first forward).
   check_attention_head_dim(config_.head_dim(), options_.attention, options_.device);
-  const Device device = options_.device;
-  params_ = ParameterBuffer(layout_, DType::f32, device, "parameters", options_.stream);
-  if (options_.training) grads_ = ParameterBuffer(layout_, DType::f32, device, "gradients", options_.stream);
   plan_memory();
+}
+
+MemoryReport TransformerLM::planned_memory(const ModelConfig& config, const ModelOptions& options) {
+  const TransformerLM plan(config, options, PlanOnly{});
+  const std::size_t parameter_bytes = static_cast<std::size_t>(plan.layout_.numel()) * size_of(DType::f32);
+  MemoryReport m;
+  m.parameters = options.parameter_source ? 0 : parameter_bytes;
+  m.gradients = options.parameter_source || !options.training ? 0 : parameter_bytes;
+  m.activations = plan.activation_layout_.bytes();
+  m.workspace = plan.workspace_layout_.bytes();
+  return m;
+}
+
+TransformerLM::TransformerLM(const ModelConfig& config, const ModelOptions& options)
+    : TransformerLM(config, options, PlanOnly{}) {
+  const Device device = options_.device;
+  if (options_.parameter_source) {
+    params_ = ParameterBuffer::unbound(layout_);
+    if (options_.training) grads_ = ParameterBuffer::unbound(layout_);
+  } else {
+    params_ = ParameterBuffer(layout_, DType::f32, device, "parameters", options_.stream);
+    if (options_.training) grads_ = ParameterBuffer(layout_, DType::f32, device, "gradients", options_.stream);
+  }
   activations_ = Buffer(activation_layout_.bytes(), device, "activations", options_.stream);
   workspace_ = Buffer(workspace_layout_.bytes(), device, "workspace", options_.stream);
-  init_parameters(layout_, params_, options_.seed, options_.stream);
+  if (!options_.parameter_source) init_parameters(layout_, params_, options_.seed, options_.stream);
 }
 
 void TransformerLM::plan_memory() {
@@ -95,7 +116,7 @@ void TransformerLM::plan_memory() {
   }
 
   ArenaLayout& w = workspace_layout_;
-  if (bf16) {
+  if (bf16 && !options_.parameter_source) {
     // The bf16 weight slots: two of one block's parameters, and the LM head's over them.
     const auto block = static_cast<std::size_t>(block_numel());
     ws_.block_weights[0] = w.add("block weights (bf16, slot 0)", block, DType::bf16);  // (block_numel)
@@ -179,7 +200,8 @@ std::int64_t TransformerLM::block_numel() const {
 
 TransformerLM::BlockWeights TransformerLM::cast_block_weights(std::int64_t l) {
   const auto index = [&](LayerSlot slot) { return layout_.layer_index(l, slot); };
-  if (options_.precision != Precision::bf16)
+  bind_parameters(1 + l);  // a source's views are already in the compute dtype
+  if (options_.precision != Precision::bf16 || options_.parameter_source)
     return {.qkv = fused_qkv(params_, l),
             .output_proj = params_[index(LayerSlot::output_proj)],
             .w1 = params_[index(LayerSlot::w1)],
@@ -203,14 +225,44 @@ TransformerLM::BlockWeights TransformerLM::cast_block_weights(std::int64_t l) {
 
 Tensor TransformerLM::cast_lm_head() {
   const Tensor weight = lm_head_weight();  // (V, d)
-  if (options_.precision == Precision::bf16)
+  if (options_.precision == Precision::bf16 && !options_.parameter_source)
     cast(weight, params_[layout_.lm_head_index()], options_.stream);
   return weight;
 }
 
 Tensor TransformerLM::lm_head_weight() const {
-  if (options_.precision != Precision::bf16) return params_[layout_.lm_head_index()];
+  if (options_.precision != Precision::bf16 || options_.parameter_source) return params_[layout_.lm_head_index()];
   return work(ws_.lm_head_weight, DType::bf16, {config_.vocab_size, config_.d_model});
+}
+
+namespace {
+
+// Parameter indices [first, first + count) of unit u (model/parameter_source.h).
+std::pair<std::size_t, std::size_t> unit_parameters(const ParameterLayout& layout, std::int64_t L,
+                                                    std::int64_t unit) {
+  if (unit == 0) return {0, 1};
+  if (unit == L + 1) return {layout.ln_final_index(), 2};
+  return {layout.layer_index(unit - 1, LayerSlot::q_proj), kLayerSlots};
+}
+
+}  // namespace
+
+void TransformerLM::bind_parameters(std::int64_t unit) {
+  if (!options_.parameter_source) return;
+  const auto [first, count] = unit_parameters(layout_, config_.num_layers, unit);
+  const std::vector<Tensor> views = options_.parameter_source->parameters(unit);
+  FT_CHECK(views.size() == count, "TransformerLM: the parameter source gave ", views.size(), " views for unit ", unit,
+           ", which has ", count, " parameters");
+  for (std::size_t i = 0; i < count; ++i) params_.bind(first + i, views[i]);
+}
+
+void TransformerLM::bind_gradients(std::int64_t unit) {
+  if (!options_.parameter_source) return;
+  const auto [first, count] = unit_parameters(layout_, config_.num_layers, unit);
+  const std::vector<Tensor> views = options_.parameter_source->gradients(unit);
+  FT_CHECK(views.size() == count, "TransformerLM: the parameter source gave ", views.size(),
+           " gradient views for unit ", unit, ", which has ", count, " parameters");
+  for (std::size_t i = 0; i < count; ++i) grads_.bind(first + i, views[i]);
 }
 
 double TransformerLM::read_back(const double* value) const {

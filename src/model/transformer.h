@@ -59,6 +59,7 @@
 #include "core/tensor.h"
 #include "model/arena.h"
 #include "model/config.h"
+#include "model/parameter_source.h"
 #include "model/parameters.h"
 #include "ops/attention.h"
 #include "ops/token_ids.h"
@@ -79,6 +80,10 @@ struct ModelOptions {
   // 0 = the materialised loss: (B, T, V) fp32 logits in the arena, readable through logits().
   std::int64_t loss_chunk = 1024;
   Recompute recompute = Recompute::none;  // training only: see Note [Recomputation]
+  // Not null: the parameters and gradients are not allocated here but bound unit by unit from the source
+  // (ZeRO-3: model/parameter_source.h); no bf16 weight slots (the source hands out bf16 weights) and no
+  // initialisation (the source's). Not owned; it outlives the model.
+  ParameterSource* parameter_source = nullptr;
 };
 
 // Bytes held per kind.
@@ -139,10 +144,15 @@ class TransformerLM {
   // attn.q_proj, ln1; token_embeddings last.
   std::vector<std::size_t> gradient_ready_order() const;
   MemoryReport memory() const;  // optimizer_state is the trainer's (0 here)
+  // The bytes memory() would report for a model built with (config, options), allocating nothing (memory
+  // planning for shapes that need several GPUs).
+  static MemoryReport planned_memory(const ModelConfig& config, const ModelOptions& options);
   const ArenaLayout& activation_layout() const { return activation_layout_; }
   const ArenaLayout& workspace_layout() const { return workspace_layout_; }
 
  private:
+  struct PlanOnly {};
+  TransformerLM(const ModelConfig& config, const ModelOptions& options, PlanOnly);  // layouts only
   // Byte offsets of one block's saved activations in the activation arena.
   struct LayerSlots {
     std::size_t ln1_y, ln1_rstd, qkv, attn_o, attn_lse, x_mid, ln2_y, ln2_rstd, ffn_a, ffn_b;
@@ -208,6 +218,9 @@ class TransformerLM {
   // cast_lm_head (the forward), read again by lm_head_weight (the backward right after it).
   Tensor cast_lm_head();
   Tensor lm_head_weight() const;
+  // With a parameter source: binds unit u's parameter (or gradient) views from it; nothing otherwise.
+  void bind_parameters(std::int64_t unit);
+  void bind_gradients(std::int64_t unit);
   Tensor fused_qkv(const ParameterBuffer& buffer, std::int64_t l) const;  // (3d, d): q_proj, k_proj, v_proj
   DType compute_dtype() const { return options_.precision == Precision::bf16 ? DType::bf16 : DType::f32; }
   bool fused_loss() const { return options_.loss_chunk > 0; }

@@ -49,11 +49,12 @@ void TransformerLM::run_backward(const Batch& b, const TokenIds& inputs, const B
   const Stream& stream = options_.stream;
   const std::int64_t L = config_.num_layers, d = config_.d_model, V = config_.vocab_size;
   const DType c = compute_dtype();
-  const bool acc = options.accumulate;
+  const bool acc = options.accumulate && !options_.parameter_source;  // a source accumulates its shards
   const std::size_t lm_head = layout_.lm_head_index(), ln_final = layout_.ln_final_index();
 
   // LM head: dlogits (from the cross-entropy) -> d ln_final.y, d lm_head. In bf16 mode its weight is the cast
   // the forward made, still in its slot (nothing was cast since). The fused loss made both already.
+  bind_gradients(L + 1);  // a source: the same views the fused loss wrote through
   const Tensor dnorm = work(ws_.dnorm, DType::f32, {b.B, b.T, d});  // (B, T, d) fp32
   if (!fused_loss()) {
     const Tensor dlogits = act(options_.precision == Precision::bf16 ? dlogits_ : logits_, c, {b.B, b.T, V});
@@ -71,6 +72,7 @@ void TransformerLM::run_backward(const Batch& b, const TokenIds& inputs, const B
   for (std::int64_t l = L - 1; l >= 0; --l) layer_backward(l, b, options);
 
   const std::size_t embedding = ParameterLayout::embedding_index();
+  bind_gradients(0);
   embedding_backward(grads_[embedding], inputs, dres, acc, stream);
   notify(options, embedding);
 }
@@ -82,11 +84,12 @@ void TransformerLM::layer_backward(std::int64_t l, const Batch& b, const Backwar
   const std::int64_t d = config_.d_model, f = config_.d_ff;
   const DType c = compute_dtype();
   const bool bf16 = options_.precision == Precision::bf16;
-  const bool acc = options.accumulate;
+  const bool acc = options.accumulate && !options_.parameter_source;  // a source accumulates its shards
   const LinearOptions lin{options_.allow_tf32, stream};
   const RmsNormOptions norm{config_.norm_eps, stream};
   const auto index = [&](LayerSlot slot) { return layout_.layer_index(l, slot); };
   const BlockWeights w = cast_block_weights(l);  // bf16: cast again, into weight slot l % 2
+  bind_gradients(1 + l);
   // The last block's recomputed tensors are still in the shared slots (see Note [Recomputation]).
   if (options_.recompute != Recompute::none && l != config_.num_layers - 1) {
     NvtxRange recompute(str("layer ", l, " recompute"));

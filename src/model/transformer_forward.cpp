@@ -51,8 +51,10 @@ double TransformerLM::run_forward(const Batch& b, const TokenIds& inputs, const 
   const std::int64_t L = config_.num_layers, d = config_.d_model;
   const DType c = compute_dtype();
 
+  bind_parameters(0);
   embedding_forward(residual(0, b), inputs, params_[ParameterLayout::embedding_index()], stream);
   for (std::int64_t l = 0; l < L; ++l) layer_forward(l, b);
+  bind_parameters(L + 1);
 
   const Tensor lnf_y = act(lnf_y_, c, {b.B, b.T, d});  // (B, T, d)
   rmsnorm_forward(lnf_y, act(lnf_rstd_, DType::f32, {b.B, b.T}), residual(L, b), params_[layout_.ln_final_index()],
@@ -79,8 +81,9 @@ double TransformerLM::lm_head_loss(const Batch& b, const TokenIds& targets, cons
     if (backward) {
       if (options_.precision == Precision::bf16) f.dlogits = work(ws_.loss_dlogits, DType::bf16, {chunk, V});
       f.dhidden = work(ws_.dnorm, DType::f32, {rows, d});  // (B T, d)
+      bind_gradients(config_.num_layers + 1);  // a source: the head's gradient views, written here
       f.dweight = grads_[layout_.lm_head_index()];
-      f.accumulate_dweight = backward->accumulate;
+      f.accumulate_dweight = backward->accumulate && !options_.parameter_source;  // a source accumulates shards
     }
     f.grad_scale = loss_scale;
     f.allow_tf32 = options_.allow_tf32;

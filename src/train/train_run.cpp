@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 
 #include "bench/results_json.h"
 #include "core/atomic_file.h"
@@ -18,6 +19,8 @@
 #include "core/error.h"
 #include "core/tensor_io.h"
 #include "dist/ddp_transformer.h"
+#include "dist/fsdp.h"
+#include "dist/fsdp_checkpoint.h"
 #include "dist/single_process_communicator.h"
 #include "dist/zero_transformer.h"
 #include "model/checkpoint.h"
@@ -100,6 +103,7 @@ class TokenSource {
 };
 
 // 64-bit FNV-1a over 32-bit words: equal parameters give equal hashes on every rank.
+constexpr std::uint64_t kHashStart = 0xcbf29ce484222325ull;
 std::uint64_t hash_words(const std::uint32_t* words, std::size_t count, std::uint64_t hash) {
   for (std::size_t i = 0; i < count; ++i) hash = (hash ^ words[i]) * 0x100000001b3ull;
   return hash;
@@ -119,7 +123,8 @@ class TrainingRun {
         world_(comm.world_size()),
         log_(comm.rank() == 0 ? log : null_log_),
         stream_(model_stream(plan)),
-        model_(plan.model, model_options(plan, stream_)),
+        fsdp_(make_fsdp(plan, comm, stream_)),
+        model_(plan.model, model_options(plan, stream_, fsdp_.get())),
         staging_(plan.device, plan.batch, plan.model.context_length),
         train_data_(plan, "--data", plan.data, plan.seed + kTrainDataSeedOffset, world_, comm.rank()),
         trainer_(model_, trainer_config(plan)) {
@@ -146,7 +151,8 @@ class TrainingRun {
     result.peak_flops = plan_.device.is_cpu() ? std::nullopt : peak_flops(result.device_name, plan_.precision, plan_.tf32);
     print_header(result);
     start();
-    if (world_ > 1 && plan_.zero != ZeroMode::reduce_scatter) {
+    if (fsdp_) attach(*fsdp_, trainer_);
+    if (world_ > 1 && plan_.zero != ZeroMode::reduce_scatter && !fsdp_) {
       ddp_.emplace(comm_, ddp_model(model_), plan_.ddp);  // broadcasts rank 0's parameters
       attach(*ddp_, trainer_);
     }
@@ -197,12 +203,13 @@ class TrainingRun {
         interval_steps = 0;
         comm_timed = ddp_.has_value();
       }
-      if (!plan_.checkpoint_dir.empty() && comm_.rank() == 0 &&
+      if (!plan_.checkpoint_dir.empty() && (comm_.rank() == 0 || fsdp_) &&
           (last || (plan_.checkpoint_interval > 0 && step() % plan_.checkpoint_interval == 0)))
         result.checkpoints.push_back(save());
     }
     if (result.losses.empty()) log_ << "nothing to train: the checkpoint is at step " << step() << " = --steps\n";
-    if (world_ > 1) result.parameter_checksum = check_ranks_agree();
+    if (fsdp_) result.parameter_checksum = gathered_checksum();
+    else if (world_ > 1) result.parameter_checksum = check_ranks_agree();
     if (!plan_.json_path.empty() && comm_.rank() == 0) {
       write_json_reported(plan_.json_path, train_document(plan_, result), log_);
     }
@@ -217,7 +224,25 @@ class TrainingRun {
     return plan.stream;
   }
 
-  static ModelOptions model_options(const TrainPlan& plan, const Stream& stream) {
+  // ZeRO-2/3: this rank's shards, the model's parameter source; null otherwise.
+  static std::unique_ptr<Fsdp> make_fsdp(const TrainPlan& plan, Communicator& comm, const Stream& stream) {
+    if (plan.sharded_stage == 0) return nullptr;
+    FT_CHECK(!plan.zero, "train: ZeRO-1 (--zero ", name_of(*plan.zero), ") and ZeRO-", plan.sharded_stage,
+             " exclude each other");
+    FT_CHECK_KIND(unsupported, !plan.cuda_graph, "--cuda-graph: ZeRO-", plan.sharded_stage,
+                  " communicates from host callbacks, which a CUDA graph cannot run; leave --cuda-graph off");
+    return std::make_unique<Fsdp>(comm, plan.model,
+                                  FsdpOptions{.stage = plan.sharded_stage,
+                                              .precision = plan.precision,
+                                              .adamw = plan.adamw,
+                                              .max_grad_norm = plan.clip,
+                                              .seed = plan.seed,
+                                              .bf16_grad_comm = plan.ddp.bf16_communication,
+                                              .device = plan.device,
+                                              .stream = stream});
+  }
+
+  static ModelOptions model_options(const TrainPlan& plan, const Stream& stream, ParameterSource* source) {
     ModelOptions o;
     o.precision = plan.precision;
     o.attention = plan.attention;
@@ -229,6 +254,7 @@ class TrainingRun {
     o.recompute = plan.recompute;
     o.loss_chunk = plan.loss_chunk;
     o.stream = stream;
+    o.parameter_source = source;
     return o;
   }
 
@@ -240,7 +266,7 @@ class TrainingRun {
     c.schedule = plan.schedule;
     c.max_grad_norm = plan.clip;
     c.accumulation_steps = plan.accumulate;
-    c.external_optimizer = plan.zero.has_value();  // the ZeroOptimizer holds the state and clips
+    c.external_optimizer = plan.zero.has_value() || plan.sharded_stage > 0;  // ZeRO holds the state and clips
     return c;
   }
 
@@ -267,8 +293,10 @@ class TrainingRun {
       log_ << "  parameters loaded from " << plan_.init_from << "\n";
     }
     if (plan_.resume_path.empty()) return;
-    const TrainingCounters counters = for_option(
-        "--resume", [&] { return load_checkpoint(plan_.resume_path, named_parameters(), named_optimizer_state()); });
+    const TrainingCounters counters = for_option("--resume", [&] {
+      if (fsdp_) return load_fsdp_checkpoint(plan_.resume_path, *fsdp_);
+      return load_checkpoint(plan_.resume_path, named_parameters(), named_optimizer_state());
+    });
     FT_CHECK_KIND(io, counters.step == counters.optimizer_step, "checkpoint ", plan_.resume_path, " is at step ",
                   counters.step, " but optimiser step ", counters.optimizer_step,
                   "; flashtrain train takes one optimiser step per training step");
@@ -340,18 +368,29 @@ class TrainingRun {
     return v;
   }
 
-  // Hashes this rank's parameters (staged through the host in chunks) and checks every rank's hash is
-  // the same: ft::Error (runtime) naming the ranks that differ from rank 0 otherwise.
-  std::uint64_t check_ranks_agree() {
-    const Tensor flat = model_.parameters().flat();  // (numel) fp32
+  // Continues the hash of fp32 parameters with those of flat (staged through the host in chunks).
+  static std::uint64_t hash_parameters(const Tensor& flat, std::uint64_t hash) {
     constexpr std::int64_t kChunk = 1 << 20;
     std::vector<std::uint32_t> host(static_cast<std::size_t>(std::min(kChunk, flat.numel())));  // (chunk) fp32 bits
-    std::uint64_t hash = 0xcbf29ce484222325ull;
     for (std::int64_t begin = 0; begin < flat.numel(); begin += kChunk) {
       const std::int64_t n = std::min(kChunk, flat.numel() - begin);
       copy(Tensor(host.data(), DType::f32, Device::cpu(), {n}), flat.narrow(0, begin, n));
       hash = hash_words(host.data(), static_cast<std::size_t>(n), hash);
     }
+    return hash;
+  }
+
+  // ZeRO-2/3: the hash of the whole parameters, gathered a unit at a time (collective).
+  std::uint64_t gathered_checksum() {
+    std::uint64_t hash = kHashStart;
+    fsdp_->for_each_gathered_unit([&](const Tensor& unit) { hash = hash_parameters(unit, hash); });
+    return hash;
+  }
+
+  // Hashes this rank's parameters and checks every rank's hash is the same: ft::Error (runtime) naming the
+  // ranks that differ from rank 0 otherwise.
+  std::uint64_t check_ranks_agree() {
+    const std::uint64_t hash = hash_parameters(model_.parameters().flat(), kHashStart);
     // The hash as four 16-bit pieces, each exact in fp32.
     std::vector<float> pieces(4);  // (4)
     for (int i = 0; i < 4; ++i) pieces[static_cast<std::size_t>(i)] = static_cast<float>((hash >> (16 * i)) & 0xffff);
@@ -372,11 +411,16 @@ class TrainingRun {
     std::error_code error;
     fs::create_directories(folder, error);
     FT_CHECK_KIND(io, !error, "--checkpoint-dir: cannot create ", folder.string(), ": ", error.message());
-    const std::string name = checkpoint_file_name(step());
+    // ZeRO-2/3: a folder of shards (dist/fsdp_checkpoint.h), written by every rank.
+    const std::string file = checkpoint_file_name(step());
+    const std::string name = fsdp_ ? fs::path(file).stem().string() : file;
     const std::string path = (folder / name).string();
     const TrainingCounters counters{.step = step(), .optimizer_step = step(), .data_rng = train_data_.state()};
-    save_checkpoint(path, named_parameters(), named_optimizer_state(), counters);
-    write_file_atomic((folder / kLatestFile).string(), name + "\n");
+    if (fsdp_)
+      save_fsdp_checkpoint(path, *fsdp_, counters);
+    else
+      save_checkpoint(path, named_parameters(), named_optimizer_state(), counters);
+    if (comm_.rank() == 0) write_file_atomic((folder / kLatestFile).string(), name + "\n");
     log_ << "  checkpoint " << path << "\n";
     return path;
   }
@@ -410,7 +454,14 @@ class TrainingRun {
   void print_data_parallel() const {
     const DdpOptions& d = plan_.ddp;
     const DdpOptions defaults;
-    if (world_ > 1) {
+    if (fsdp_) {
+      log_ << "  data parallel: " << world_ << " rank(s) (" << comm_.backend() << "), ZeRO-" << plan_.sharded_stage
+           << (plan_.sharded_stage == 3
+                   ? " (parameters, gradients and AdamW state sharded, blocks gathered as used)"
+                   : " (gradients and AdamW state sharded, parameters all-gathered after the step)")
+           << ", " << (d.bf16_communication ? "bf16" : "fp32") << " gradient reduce-scatter; global batch "
+           << plan_.batch * world_ << " sequences, " << plan_.tokens_per_step() * world_ << " tokens/step\n";
+    } else if (world_ > 1) {
       log_ << "  data parallel: " << world_ << " ranks (" << comm_.backend() << "), ";
       if (plan_.zero == ZeroMode::reduce_scatter) {
         log_ << "ZeRO-1 reduce_scatter (gradients reduce-scattered, AdamW state sharded, parameters all-gathered)";
@@ -445,6 +496,7 @@ class TrainingRun {
   std::ostream null_log_{nullptr};  // ranks other than 0 log into it (no buffer: writes are dropped)
   std::ostream& log_;
   Stream stream_;  // the model's (owned for --cuda-graph)
+  std::unique_ptr<Fsdp> fsdp_;  // ZeRO-2/3: this rank's shards, the model's parameter source
   TransformerLM model_;
   TokenStaging staging_;
   TokenSource train_data_;
@@ -527,6 +579,8 @@ nlohmann::json train_document(const TrainPlan& plan, const TrainResult& result) 
                    {"bucket_mb", plan.ddp.bucket_size_mb},
                    {"grad_comm_dtype", plan.ddp.bf16_communication ? "bf16" : "fp32"},
                    {"zero", plan.zero ? name_of(*plan.zero) : "off"}});
+  if (plan.sharded_stage > 0)
+    config.update({{"zero", plan.sharded_stage}, {"grad_comm_dtype", plan.ddp.bf16_communication ? "bf16" : "fp32"}});
   nlohmann::json rows = nlohmann::json::array();
   for (const TrainLogRow& r : result.rows) {
     nlohmann::json row = {{"step", r.step},

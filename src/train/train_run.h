@@ -17,6 +17,12 @@
 // range; reduce_scatter replaces DDP's all-reduce (no DDP object: the --ddp-* options do not apply).
 // Clipping is the ZeroOptimizer's (global norm over all ranks). Checkpoints hold the whole optimizer state,
 // which no rank has under ZeRO: --checkpoint-dir and --resume are refused with --zero (invalid_argument).
+// ZeRO-2 and ZeRO-3 (TrainPlan::sharded_stage, dist/fsdp.h; any world, a world of one included): the Fsdp
+// holds this rank's shards and is the model's parameter source; no DDP (gradients are reduce-scattered
+// unit by unit during backward, in bf16 with plan.ddp.bf16_communication); clipping across shards; the
+// final parameter checksum is of the gathered parameters (the same on every rank by construction).
+// Checkpoints are folders of shards (dist/fsdp_checkpoint.h: a file per rank and an index), written by every
+// rank; --resume takes such a folder (of the same world size and shape); --init-from is refused.
 #pragma once
 
 #include <cstdint>
@@ -67,6 +73,7 @@ struct TrainPlan {
   std::string json_path;
   DdpOptions ddp;  // used when the run's communicator has world > 1 (owner_broadcast ZeRO included)
   std::optional<ZeroMode> zero;  // ZeRO-1 sharded AdamW; none = every rank holds the whole state
+  int sharded_stage = 0;         // 2 or 3: ZeRO-2 / ZeRO-3 (dist/fsdp.h) instead of DDP and ZeRO-1; 0: neither
 
   // Per rank; a data-parallel step trains world times as many.
   std::int64_t tokens_per_step() const { return batch * model.context_length * accumulate; }

@@ -130,7 +130,7 @@ TEST(NcclSingle, RefusesHostBuffersOtherGpusAndMissingRanks) {
   }
   EXPECT_THROW(comm.broadcast(mine, 1), Error);  // a world of one has no rank 1
   OwnedTensor half16({8}, DType::bf16, Device::cuda(0), "bf16");
-  EXPECT_THROW(comm.reduce_scatter(half16, half16, ReduceOp::sum), Error);  // fp32 only
+  EXPECT_THROW(comm.reduce_scatter(half16, half16, ReduceOp::sum), Error);  // input and output overlap
 }
 
 TEST(NcclSingle, CopyRunsAfterTheComputeStream) {

@@ -108,6 +108,21 @@ TEST(MpiCommunicator, ReduceScatterAndAllGather) {
 
   std::vector<float> wrong(3);
   EXPECT_THROW(world().reduce_scatter(view(output), view(wrong), ReduceOp::sum), Error);
+
+  // bf16: rank r's input element i is 3 r + i + 0.5; each sum rounded to bf16, the average halved in bf16.
+  std::vector<bf16> in16(8), sum16(4), avg16(4);  // (2 * 4), (4), (4)
+  for (int i = 0; i < 8; ++i) in16[i] = to_bf16(static_cast<float>(3 * r + i) + 0.5f);
+  const auto view16 = [](std::vector<bf16>& v) {
+    return Tensor(v.data(), DType::bf16, Device::cpu(), {static_cast<std::int64_t>(v.size())});
+  };
+  world().reduce_scatter(view16(sum16), view16(in16), ReduceOp::sum)->wait();
+  world().reduce_scatter(view16(avg16), view16(in16), ReduceOp::average)->wait();
+  for (int j = 0; j < 4; ++j) {
+    const float exact = static_cast<float>(3 + 2 * (4 * r + j)) + 1.0f;  // (4 r + j + 0.5) + (3 + 4 r + j + 0.5)
+    EXPECT_EQ(sum16[j].bits, to_bf16(exact).bits) << j;
+    EXPECT_EQ(avg16[j].bits, to_bf16(exact / 2).bits) << j;
+  }
+  EXPECT_THROW(world().reduce_scatter(view(output), view16(in16), ReduceOp::sum), Error);  // dtypes differ
 }
 
 TEST(MpiCommunicator, BroadcastFromRankOneAndBarrier) {

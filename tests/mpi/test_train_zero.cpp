@@ -1,10 +1,15 @@
 // test_train_zero.cpp — `flashtrain train --zero` without the binary, 2 ranks under mpirun on the tiny model:
 // ZeRO-1 in both modes (reduce_scatter; owner_broadcast over two DDP strategies) takes the steps of the DDP
 // run without ZeRO (same losses and gradient norms to fp32 round-off, clipping on), the ranks end with
-// identical parameters, and the log names the mode; --zero with checkpoints, with an unknown mode, or in a
-// single process is refused.
+// identical parameters, and the log names the mode; ZeRO-2 and ZeRO-3 (--zero 2, 3) take the DDP run's
+// steps too, and in a single process they take the plain run's steps (nothing is averaged and the shard is
+// the whole flat buffer: the losses bit for bit; the norm to double precision, as the sharded norm carries the
+// sum of squares as a pair of floats); --zero with checkpoints,
+// with an unknown mode, or ZeRO-1 in a single process is refused; ZeRO-3's sharded checkpoints resume a run
+// bit for bit.
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -40,7 +45,8 @@ TrainResult train(const TrainOptions& options, std::string* log = nullptr) {
   return result;
 }
 
-void expect_matches_ddp(const std::string& zero, const std::string& strategy) {
+// --zero `zero` against the DDP run with `strategy`; the log names the mode with `log_mark`.
+void expect_matches_ddp(const std::string& zero, const std::string& strategy, const std::string& log_mark) {
   SCOPED_TRACE(zero + " " + strategy);
   TrainOptions o = tiny();
   o.ddp_strategy = strategy;
@@ -67,15 +73,53 @@ void expect_matches_ddp(const std::string& zero, const std::string& strategy) {
     EXPECT_EQ(sharded.rows[i].lr, ddp.rows[i].lr);
     clipped = clipped || ddp.rows[i].grad_norm > o.clip;
   }
-  EXPECT_TRUE(clipped) << "no step clipped: the test would not see the ZeroOptimizer's clipping";
-  EXPECT_NE(log.find("ZeRO-1 " + zero), std::string::npos) << log;
+  EXPECT_TRUE(clipped) << "no step clipped: the test would not see the clipping across shards";
+  EXPECT_NE(log.find(log_mark), std::string::npos) << log;
 }
 
-TEST(TrainZero, ReduceScatterMatchesDdp) { expect_matches_ddp("reduce_scatter", "bucketed"); }
+TEST(TrainZero, ReduceScatterMatchesDdp) { expect_matches_ddp("reduce_scatter", "bucketed", "ZeRO-1 reduce_scatter"); }
 
 TEST(TrainZero, OwnerBroadcastMatchesDdp) {
-  expect_matches_ddp("owner_broadcast", "bucketed");
-  expect_matches_ddp("owner_broadcast", "flat");
+  expect_matches_ddp("owner_broadcast", "bucketed", "ZeRO-1 owner_broadcast");
+  expect_matches_ddp("owner_broadcast", "flat", "ZeRO-1 owner_broadcast");
+}
+
+TEST(TrainZero, Zero2And3MatchDdp) {
+  expect_matches_ddp("2", "bucketed", "ZeRO-2 (");
+  expect_matches_ddp("3", "bucketed", "ZeRO-3 (");
+}
+
+TEST(TrainZero, Zero2And3InOneProcessAreThePlainRun) {
+  TrainOptions o = tiny();
+  std::ostringstream out;
+  const TrainResult plain = run_training(cli::resolve_train_options(o), out);
+  for (const char* stage : {"2", "3"}) {
+    SCOPED_TRACE(std::string("ZeRO-") + stage);
+    o.zero = stage;
+    const TrainResult sharded = run_training(cli::resolve_train_options(o), out);
+    EXPECT_EQ(sharded.losses, plain.losses);
+    ASSERT_EQ(sharded.rows.size(), plain.rows.size());
+    for (std::size_t i = 0; i < plain.rows.size(); ++i)
+      EXPECT_NEAR(sharded.rows[i].grad_norm, plain.rows[i].grad_norm, 1e-12 * plain.rows[i].grad_norm);
+  }
+}
+
+TEST(TrainZero, Zero3CheckpointsResumeBitForBit) {
+  const std::string folder =
+      (std::filesystem::temp_directory_path() / str("ft_train_zero3_w", world().world_size())).string();
+  TrainOptions o = tiny();
+  o.zero = "3";
+  o.checkpoint_dir = folder;
+  o.checkpoint_interval = 2;
+  const TrainResult straight = train(o);
+  o.resume = folder + "/step_000002";
+  const TrainResult resumed = train(o);
+  EXPECT_EQ(resumed.first_step, 3);
+  ASSERT_EQ(resumed.losses.size(), straight.losses.size() - 2);
+  for (std::size_t i = 0; i < resumed.losses.size(); ++i) EXPECT_EQ(resumed.losses[i], straight.losses[i + 2]);
+  EXPECT_EQ(resumed.parameter_checksum, straight.parameter_checksum);
+  world().barrier()->wait();
+  if (world().rank() == 0) std::filesystem::remove_all(folder);
 }
 
 TEST(TrainZero, RefusesCheckpointsUnknownModesAndOneProcess) {
@@ -85,6 +129,12 @@ TEST(TrainZero, RefusesCheckpointsUnknownModesAndOneProcess) {
   EXPECT_THROW(cli::resolve_train_options(o), Error);
   o.checkpoint_dir.clear();
   o.zero = "sharded";
+  EXPECT_THROW(cli::resolve_train_options(o), Error);
+  o.zero = "3";
+  o.init_from = "unused";
+  EXPECT_THROW(cli::resolve_train_options(o), Error);
+  o.init_from.clear();
+  o.zero = "4";
   EXPECT_THROW(cli::resolve_train_options(o), Error);
   o.zero = "owner_broadcast";
   std::ostringstream out;

@@ -1,6 +1,6 @@
 // test_nccl_communicator.cpp — the NCCL communicator on 2 ranks, one GPU each (mpirun -np 2 on a machine
-// with 2 GPUs): the bootstrap through DistributedContext; every collective in fp32 and bf16 (reduce_scatter:
-// fp32 only, as Communicator documents), sum and average, against values computed on the host, at sizes
+// with 2 GPUs): the bootstrap through DistributedContext; every collective in fp32 and bf16 (reduce_scatter's
+// input and output of one dtype), sum and average, against values computed on the host, at sizes
 // from 1 element to 2^20 + 3; all_gather in place; broadcast from rank 1; barrier; buffers on the host or
 // the other GPU refused; and the ordering with the compute stream: a memset queued there behind 25 GiB of
 // other memsets, right before the all_reduce, is what gets reduced.
@@ -108,8 +108,19 @@ TEST(NcclCommunicator, ReduceScatterSumAndAverage) {
       ASSERT_EQ(got_avg[j], expected / 2) << "n " << n << ", element " << j;
     }
   }
-  OwnedTensor in16({4}, DType::bf16, gpu(), "in"), out16({2}, DType::bf16, gpu(), "out");
-  EXPECT_THROW(nccl().reduce_scatter(out16, in16, ReduceOp::sum), Error);  // fp32 only
+  for (const std::int64_t n : kSizes) {  // bf16: each sum rounded to bf16 (exact in fp32 first)
+    OwnedTensor input = to_gpu(inputs_bf16(r, 2 * n), DType::bf16, gpu());  // (2 n)
+    OwnedTensor sum({n}, DType::bf16, gpu(), "sum");
+    nccl().reduce_scatter(sum, input, ReduceOp::sum)->wait();
+    const std::vector<bf16> got = to_host<bf16>(sum);
+    for (std::int64_t j = 0; j < n; ++j) {
+      const std::int64_t i = r * n + j;
+      const float exact = to_float(value_bf16(0, i)) + to_float(value_bf16(1, i));
+      ASSERT_EQ(got[j].bits, to_bf16(exact).bits) << "n " << n << ", element " << j;
+    }
+  }
+  OwnedTensor in16({4}, DType::bf16, gpu(), "in"), out32({2}, DType::f32, gpu(), "out");
+  EXPECT_THROW(nccl().reduce_scatter(out32, in16, ReduceOp::sum), Error);  // dtypes differ
 }
 
 TEST(NcclCommunicator, AllGatherBothDtypesAndInPlace) {

@@ -175,8 +175,9 @@ WorkHandle MpiCommunicator::reduce_scatter(const Tensor& output, const Tensor& i
                 " elements per rank, given ", output.describe());
   auto work = std::make_unique<MpiWork>(describe("reduce_scatter", input, name_of(op)), rank_, world_size_, options_);
   work->requests().emplace_back();
-  check_mpi(MPI_Ireduce_scatter_block(input.data(), output.data(), static_cast<int>(output.numel()), MPI_FLOAT, MPI_SUM,
-                                      state_->comm, &work->requests().back()),
+  const MPI_Op mpi_op = input.dtype() == DType::bf16 ? state_->bf16_sum : MPI_SUM;
+  check_mpi(MPI_Ireduce_scatter_block(input.data(), output.data(), static_cast<int>(output.numel()),
+                                      mpi_type(input.dtype()), mpi_op, state_->comm, &work->requests().back()),
             "MPI_Ireduce_scatter_block");
   if (op == ReduceOp::average && world_size_ > 1) {
     const int world = world_size_;

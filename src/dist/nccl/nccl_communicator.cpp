@@ -233,6 +233,14 @@ class NcclWork final : public Work {
     joined_ = true;
   }
 
+  void join() override {
+    if (joined_) return;
+    state_->require_usable(what_);
+    CudaDeviceGuard guard(state_->device);
+    FT_CUDA_CHECK(cudaStreamWaitEvent(compute_, done_, 0));
+    joined_ = true;
+  }
+
   std::optional<double> elapsed_ms() override {
     if (!is_completed()) return std::nullopt;
     float ms = 0;
@@ -385,7 +393,7 @@ WorkHandle NcclCommunicator::reduce_scatter(const Tensor& output, const Tensor& 
   if (output.numel() == 0) return std::make_unique<CompletedWork>();
   Launch launch(state_, describe("reduce_scatter", input, name_of(op)));
   FT_NCCL_ENQUEUE(launch, ncclReduceScatter(input.data(), output.data(), static_cast<std::size_t>(output.numel()),
-                                            ncclFloat32, nccl_op(op), launch.comm(), launch.stream()));
+                                            nccl_type(input.dtype()), nccl_op(op), launch.comm(), launch.stream()));
   return launch.finish();
 }
 

@@ -1,0 +1,166 @@
+// test_fsdp_nccl.cpp — ZeRO-2 and ZeRO-3 (dist/fsdp.h) on 2 GPUs over NCCL (2 ranks under mpirun, rank r on
+// cuda:r): a small TransformerLM (naive attention: true fp32 GEMMs without TF32), each rank training on its
+// half of a batch of 4 sequences with its shards of the parameters (ZeRO-3), gradients and AdamW state,
+// matches one process trained on the whole batch on the same GPU after 3 AdamW steps with a clip that acts —
+// fp32 (also with 2 accumulation micro-batches) to fp32 round-off, gradients reduce-scattered in bf16 to
+// bf16 precision, bf16 mode to its GEMMs' precision. The gathered parameters are bit-identical on both ranks
+// (every rank gathers the same shards). AdamW eps is 1e-3 as in test_ddp_nccl: near-zero gradients, whose last
+// bits differ between a batch of 4 and two averaged halves, cannot turn into lr-sized updates.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/tensor_io.h"
+#include "cpu/test_model_util.h"
+#include "dist/fsdp.h"
+#include "model/token_staging.h"
+#include "nccl/nccl_test_util.h"
+
+namespace ft::test {
+namespace {
+
+constexpr int kSteps = 3;
+constexpr std::int64_t kBatch = 4, kSeq = 16;
+constexpr double kClip = 0.05;  // below the first steps' gradient norms: the clip acts
+
+ModelConfig config() {
+  ModelConfig c = model_config("tiny");
+  c.d_model = 32;
+  c.d_ff = 64;
+  c.num_heads = 2;
+  c.vocab_size = 97;  // odd: every unit is padded
+  c.context_length = kSeq;
+  c.validate();
+  return c;
+}
+
+ModelOptions options(Precision precision) {
+  ModelOptions o = tiny_options(precision, AttentionImpl::naive, kBatch, kSeq);
+  o.device = gpu();
+  return o;
+}
+
+TrainerConfig trainer_config(std::int64_t accumulation, bool external) {
+  TrainerConfig t;
+  t.adamw.lr = 1e-2;
+  t.adamw.eps = 1e-3;
+  t.max_grad_norm = kClip;
+  t.accumulation_steps = accumulation;
+  t.external_optimizer = external;
+  return t;
+}
+
+// Rows [begin, begin + count) of step s's batch, as the model's token batch.
+ft::TokenBatch rows(int step, std::int64_t begin, std::int64_t count) {
+  const TokenBatch b = cycle_batch(kBatch, kSeq, config().vocab_size, 11, 500 + step);
+  ft::TokenBatch out;
+  out.batch = count;
+  out.context = kSeq;
+  out.inputs.assign(b.inputs.begin() + begin * kSeq, b.inputs.begin() + (begin + count) * kSeq);
+  out.targets.assign(b.targets.begin() + begin * kSeq, b.targets.begin() + (begin + count) * kSeq);
+  return out;
+}
+
+// One process, the whole batch, on this rank's GPU; the parameters after the steps.
+std::vector<double> train_reference(Precision precision) {
+  TransformerLM model(config(), options(precision));
+  Trainer trainer(model, trainer_config(1, false));
+  TokenStaging staging(gpu(), kBatch, kSeq);
+  bool clipped = false;
+  for (int s = 0; s < kSteps; ++s) {
+    const auto [inputs, targets] = staging.place(rows(s, 0, kBatch));
+    trainer.forward_backward(inputs, targets);
+    clipped = trainer.optimizer_step().grad_norm > kClip || clipped;
+    trainer.zero_grads();
+  }
+  EXPECT_TRUE(clipped) << "no step clipped: the test would not see clipping across shards";
+  return read_as_double(model.parameters().flat());
+}
+
+// This rank's half of every batch, sharded over NCCL; the whole parameters gathered after the steps.
+std::vector<double> train_sharded(int stage, Precision precision, std::int64_t accumulation, bool bf16_grad_comm) {
+  const int rank = context().rank();
+  Communicator& comm = context().communicator_for(gpu());
+  const TrainerConfig tc = trainer_config(accumulation, true);
+  FsdpOptions fo;
+  fo.stage = stage;
+  fo.precision = precision;
+  fo.adamw = tc.adamw;
+  fo.max_grad_norm = kClip;
+  fo.seed = options(precision).seed;
+  fo.bf16_grad_comm = bf16_grad_comm;
+  fo.device = gpu();
+  Fsdp fsdp(comm, config(), fo);
+  ModelOptions o = options(precision);
+  o.parameter_source = &fsdp;
+  TransformerLM model(config(), o);
+  Trainer trainer(model, tc);
+  attach(fsdp, trainer);
+  TokenStaging staging(gpu(), kBatch, kSeq);
+  const std::int64_t local = kBatch / 2, micro = local / accumulation;
+  for (int s = 0; s < kSteps; ++s) {
+    for (std::int64_t m = 0; m < accumulation; ++m) {
+      const auto [inputs, targets] = staging.place(rows(s, rank * local + m * micro, micro));
+      trainer.forward_backward(inputs, targets);
+    }
+    trainer.optimizer_step();
+    trainer.zero_grads();
+  }
+  trainer.set_gradient_ready_hook({});
+  const OwnedTensor whole({fsdp.layout().numel()}, DType::f32, gpu(), "test parameters");
+  fsdp.gather_parameters(whole);
+  return read_as_double(whole);
+}
+
+// Within tol of the reference, and bit-identical on both ranks.
+void expect_matches(const std::vector<double>& params, const std::vector<double>& reference, double tol) {
+  ASSERT_EQ(params.size(), reference.size());
+  double worst = 0;
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < params.size(); ++i)
+    if (std::abs(params[i] - reference[i]) > worst) {
+      worst = std::abs(params[i] - reference[i]);
+      at = i;
+    }
+  EXPECT_LE(worst, tol) << "parameter element " << at << ": " << params[at] << " vs " << reference[at];
+  std::vector<float> mine(params.begin(), params.end());  // exact: the parameters are fp32
+  const auto n = static_cast<std::int64_t>(mine.size());
+  std::vector<float> all(static_cast<std::size_t>(2 * n));  // (2, n)
+  host().all_gather(Tensor(all.data(), DType::f32, Device::cpu(), {2 * n}),
+                    Tensor(mine.data(), DType::f32, Device::cpu(), {n}))
+      ->wait();
+  EXPECT_TRUE(std::equal(all.begin(), all.begin() + n, all.begin() + n)) << "the ranks' parameters differ";
+}
+
+TEST(FsdpNccl, Fp32MatchesOneProcessOnTheWholeBatch) {
+  const std::vector<double> reference = train_reference(Precision::fp32);
+  for (int stage : {2, 3})
+    for (std::int64_t accumulation : {1, 2}) {
+      SCOPED_TRACE("ZeRO-" + std::to_string(stage) + ", " + std::to_string(accumulation) + " micro-batch(es)");
+      expect_matches(train_sharded(stage, Precision::fp32, accumulation, false), reference, 2e-5);
+    }
+}
+
+TEST(FsdpNccl, Bf16GradientsMatchToBf16Precision) {
+  const std::vector<double> reference = train_reference(Precision::fp32);
+  // Gradients rounded to bf16 (relative 2^-9, before and after the sum) move each step by about lr x 2^-8.
+  for (int stage : {2, 3}) {
+    SCOPED_TRACE("ZeRO-" + std::to_string(stage));
+    expect_matches(train_sharded(stage, Precision::fp32, 1, true), reference, 5e-4);
+  }
+}
+
+TEST(FsdpNccl, Bf16ModeMatchesOneProcess) {
+  const std::vector<double> reference = train_reference(Precision::bf16);
+  // The same bf16 casts of the same weights; the GEMMs of 4 rows and of 2 may accumulate in another order.
+  for (int stage : {2, 3}) {
+    SCOPED_TRACE("ZeRO-" + std::to_string(stage));
+    expect_matches(train_sharded(stage, Precision::bf16, 1, false), reference, 5e-3);
+  }
+}
+
+}  // namespace
+}  // namespace ft::test
