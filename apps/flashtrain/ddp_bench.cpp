@@ -17,7 +17,7 @@
 #include "core/nvtx.h"
 #include "dist/ddp_transformer.h"
 #include "flashtrain/cli_parse.h"
-#include "flashtrain/train_run.h"
+#include "train/train_run.h"
 #include "model/parameters.h"
 
 namespace ft::cli {
