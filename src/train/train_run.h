@@ -32,8 +32,8 @@
 #include "dist/ddp.h"
 #include "dist/zero_optimizer.h"
 #include "model/config.h"
-#include "ops/adamw.h"
 #include "ops/attention.h"
+#include "optim/adamw.h"
 #include "optim/lr_schedule.h"
 
 namespace ft {

@@ -10,7 +10,7 @@
 
 #include "core/tensor_io.h"
 #include "model/trainer.h"
-#include "ops/adamw.h"
+#include "optim/adamw.h"
 #include "optim/grad_clip.h"
 #include "optim/lr_schedule.h"
 #include "test_model_util.h"

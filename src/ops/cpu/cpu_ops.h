@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "core/tensor.h"
-#include "ops/adamw.h"
+#include "ops/optimizer_update.h"
 #include "ops/op_common.h"
 
 namespace ft::cpu {

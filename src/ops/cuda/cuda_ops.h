@@ -9,7 +9,7 @@
 
 #include "core/stream.h"
 #include "core/tensor.h"
-#include "ops/adamw.h"
+#include "ops/optimizer_update.h"
 #include "ops/op_common.h"
 #include "ops/token_ids.h"
 
