@@ -226,6 +226,8 @@ class TrainingRun {
     o.device = plan.device;
     o.seed = plan.seed;
     o.allow_tf32 = plan.tf32;
+    o.recompute = plan.recompute;
+    o.loss_chunk = plan.loss_chunk;
     o.stream = stream;
     return o;
   }
@@ -513,6 +515,10 @@ nlohmann::json train_document(const TrainPlan& plan, const TrainResult& result) 
   const ModelConfig& m = plan.model;
   nlohmann::json config = {
       {"size", m.name},
+      {"d_model", m.d_model},
+      {"d_ff", m.d_ff},
+      {"layers", m.num_layers},
+      {"heads", m.num_heads},
       {"parameters", result.parameters},
       {"vocab", m.vocab_size},
       {"ctx", m.context_length},
@@ -523,6 +529,9 @@ nlohmann::json train_document(const TrainPlan& plan, const TrainResult& result) 
       {"tf32", plan.tf32},
       {"cuda_graph", plan.cuda_graph},
       {"attention", name_of(plan.attention)},
+      {"rope_theta", m.rope_theta},
+      {"recompute", name_of(plan.recompute)},
+      {"loss_chunk", plan.loss_chunk},
       {"steps", plan.steps},
       {"first_step", result.first_step},
       {"lr", plan.schedule.max_lr},
