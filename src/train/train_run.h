@@ -1,7 +1,7 @@
 // train_run.h — the training library: a validated run (TrainPlan), the training loop (run_training:
 // micro-batch accumulation, global-norm clipping, AdamW on the cosine schedule, evaluation, logging,
-// atomic checkpoints and bit-exact resume), the throughput model (FLOPs per token, peak FLOP/s table,
-// MFU) and the results document. The CLI (apps/flashtrain/train_options.h) turns options into a plan.
+// atomic checkpoints and bit-exact resume, MFU from train/throughput.h) and the results document. The
+// CLI (apps/flashtrain/train_options.h) turns options into a plan.
 // Data parallelism: run_training over a Communicator of world > 1 (mpirun / srun) trains one model replica
 // per rank under DistributedDataParallel (dist/ddp.h): rank 0's parameters are broadcast once (after any
 // --resume / --init-from, which every rank loads), every rank draws the same global batch of world x batch
@@ -35,6 +35,7 @@
 #include "ops/attention.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
+#include "train/throughput.h"
 
 namespace ft {
 
@@ -113,17 +114,6 @@ TrainResult run_training(const TrainPlan& plan, std::ostream& log, Communicator&
 // one keeps the request. ft::Error: invalid_argument for cuda:N with N > 0 in a job of several ranks (every
 // rank would share GPU N), unsupported when this node has fewer visible GPUs than ranks.
 Device rank_device(Device requested, const Communicator& host);
-
-// Model FLOPs per trained token (forward + backward), PaLM's formula:
-//   6 * N + 12 * num_layers * d_model * context
-// N = the parameters taking part in matrix products (all but the token embedding, a lookup); the second
-// term is attention's score and value products, counted in full (not halved for the causal mask).
-double train_flops_per_token(const ModelConfig& config);
-
-// Dense peak FLOP/s of a GPU named `device_name` (cudaDeviceProp::name or describe_device) for the
-// precision's GEMMs: bf16 -> bf16 tensor cores; fp32 with tf32 -> TF32 tensor cores; fp32 -> FP32 cores.
-// Known: H100 SXM/PCIe/NVL, H200 (and GH200), H200 NVL, A100. nullopt for any other name (and the CPU).
-std::optional<double> peak_flops(const std::string& device_name, Precision precision, bool tf32);
 
 // The results document: benchmark "train", config = the plan (with world; and the DDP options when
 // world > 1, and "zero": the mode or "off"), a row per logged step.
