@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # install_deps.sh — installs what building and testing flashtrain needs and is missing: Debian
 # packages (compiler, CMake, Ninja, GoogleTest, CLI11, nlohmann-json, Open MPI) and Python packages
-# (numpy, pytest, matplotlib, nanobind for the Python module). Installs nothing that is already there; prints one line per step.
+# (numpy, pytest, matplotlib, nanobind for the Python module, tokenizers for the tokenizer tests). Installs nothing that is already there; prints one line per step.
 # The CUDA toolkit is not installed here: the build uses nvcc when it finds one.
 #   bash scripts/install_deps.sh
 set -euo pipefail
@@ -9,7 +9,7 @@ set -euo pipefail
 say() { echo "install_deps: $*"; }
 
 apt_wanted=(cmake ninja-build g++ libgtest-dev libcli11-dev nlohmann-json3-dev openmpi-bin libopenmpi-dev)
-python_modules=(numpy pytest matplotlib nanobind)  # the PyPI names equal the import names
+python_modules=(numpy pytest matplotlib nanobind tokenizers)  # the PyPI names equal the import names
 
 missing=()
 for package in "${apt_wanted[@]}"; do

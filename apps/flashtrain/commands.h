@@ -52,4 +52,12 @@ void register_bench_zero(CLI::App& bench, Action& action);
 void add_train_options(CLI::App& command, TrainOptions& options);
 void register_train(CLI::App& app, Action& action);
 
+// `flashtrain data prepare` (cmd_data_prepare.cpp): text files -> token files with a BPE tokenizer.
+void register_data_prepare(CLI::App& data, Action& action);
+
+// `flashtrain generate` (cmd_generate.cpp): text from a checkpoint with the KV-cache generator; and
+// `flashtrain bench generate` (cmd_bench_generate.cpp): its prefill and per-token decode times.
+void register_generate(CLI::App& app, Action& action);
+void register_bench_generate(CLI::App& bench, Action& action);
+
 }  // namespace ft::cli

@@ -4,6 +4,7 @@
 //   flashtrain --version
 //   flashtrain attention check --help
 //   flashtrain train --size tiny --steps 100
+//   flashtrain data prepare --tokenizer tokenizer.json --input corpus/ --output tokens.npy
 #include <exception>
 #include <iostream>
 #include <string>
@@ -65,8 +66,14 @@ int main(int argc, char** argv) {
   register_bench_comm(*bench, action);
   register_bench_ddp(*bench, action);
   register_bench_zero(*bench, action);
+  register_bench_generate(*bench, action);
 
   register_train(app, action);
+
+  CLI::App* data = app.add_subcommand("data", "Data: turn text into token files");
+  register_data_prepare(*data, action);
+
+  register_generate(app, action);
 
   try {
     app.parse(argc, argv);

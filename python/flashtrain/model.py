@@ -7,6 +7,7 @@ numpy: build a config, load weights exported from the reference PyTorch model
                                            context_length=32)
     model.load_safetensors("model.safetensors")   # RuntimeError naming every missing/mismatched tensor
     logits = model.logits(tokens)                 # tokens (B, T) ints -> (B, T, vocab_size) float32
+    new = model.generate(prompt, max_new_tokens=20, temperature=0.8, top_k=50, seed=1)  # KV-cache decoding
 """
 import os
 
@@ -57,6 +58,24 @@ class TransformerLM:
         out = np.empty(ids.shape + (self.vocab_size,), dtype=np.float32)  # (B, T, V)
         self._model.logits(ids, out)
         return out
+
+    def generate(self, prompt, max_new_tokens=32, *, temperature=1.0, top_k=0, top_p=1.0, seed=0):
+        """The max_new_tokens ids generated after prompt: (T,) ids -> (max_new_tokens,), or (B, T) -> (B,
+        max_new_tokens) int32, B at most max_batch. A prefill of the prompt fills a KV cache per layer, then
+        each new token is one decode step against it. temperature 0 is greedy (the tokens repeated logits()
+        calls would pick); otherwise logits / temperature are sampled among the top_k most likely ids (0 =
+        all), then the smallest set reaching probability top_p in (0, 1]; the same seed gives the same
+        tokens. The prompt plus the new tokens must fit in context_length."""
+        prompt = np.asarray(prompt)
+        if prompt.ndim not in (1, 2):
+            raise ValueError(f"TransformerLM.generate: prompt must be (seq,) or (batch, seq), given shape {prompt.shape}")
+        if prompt.dtype.kind not in "iu":
+            raise TypeError(f"TransformerLM.generate: prompt must be integers, given dtype {prompt.dtype}")
+        rows = prompt.reshape(-1, prompt.shape[-1]) if prompt.size else prompt.reshape(1, 0)
+        out = self._model.generate(rows.astype(np.int64).tolist(), int(max_new_tokens), float(temperature),
+                                   int(top_k), float(top_p), int(seed))
+        out = np.array(out, dtype=np.int32)  # (B, max_new_tokens)
+        return out[0] if prompt.ndim == 1 else out
 
     def parameter_names(self):
         """The state-dict names, in the order of flashtrain's flat parameter buffer."""

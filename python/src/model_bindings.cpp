@@ -1,12 +1,14 @@
 // model_bindings.cpp — flashtrain._C.TransformerLM: the Transformer LM of src/model built for inference
 // (forward only), its parameters loaded from a safetensors file by ft::load_parameters (the reference
 // model's exported state dict or a flashtrain checkpoint), and fp32 logits of host token ids written into
-// a caller-allocated host array. flashtrain/model.py wraps it for numpy. The GIL is released while a file
+// a caller-allocated host array, and generation with a KV cache (model/generator.h, made on first use for
+// max_batch rows of the context length). flashtrain/model.py wraps it for numpy. The GIL is released while a file
 // is read or the model runs; a mutex keeps other threads out of the model's buffers meanwhile.
 #include "model_bindings.h"
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -23,6 +25,7 @@
 #include "model/checkpoint.h"
 #include "model/config.h"
 #include "model/data_loader.h"
+#include "model/generator.h"
 #include "model/token_staging.h"
 #include "model/transformer.h"
 
@@ -118,6 +121,20 @@ class InferenceModel {
     }
   }
 
+  // The max_new_tokens ids that follow each prompt (rows of equal length; see Generator::generate).
+  std::vector<std::vector<std::int32_t>> generate(const std::vector<std::vector<std::int32_t>>& prompts,
+                                                  std::int64_t max_new_tokens, double temperature, std::int64_t top_k,
+                                                  double top_p, std::uint64_t seed) {
+    GenerationOptions g;
+    g.max_new_tokens = max_new_tokens;
+    g.sampling = {temperature, top_k, top_p};
+    g.seed = seed;
+    nb::gil_scoped_release unlocked;
+    const std::lock_guard<std::mutex> lock(busy_);
+    if (!generator_) generator_ = std::make_unique<Generator>(model_, options().max_batch, config().context_length);
+    return generator_->generate(prompts, g);
+  }
+
   std::vector<std::string> parameter_names() const {
     std::vector<std::string> names;
     for (const ParameterInfo& info : model_.layout().tensors()) names.push_back(info.name);
@@ -128,6 +145,7 @@ class InferenceModel {
  private:
   TransformerLM model_;
   TokenStaging staging_;
+  std::unique_ptr<Generator> generator_;  // the KV cache and workspace, made by the first generate()
   std::mutex busy_;  // held while the parameters, activations or staging buffers are in use
 };
 
@@ -151,6 +169,10 @@ void register_model_bindings(nb::module_& m) {
            "mismatched tensor raises RuntimeError listing all of them, before any parameter changes.")
       .def("logits", &InferenceModel::logits, "tokens"_a, "out"_a,
            "out (B, T, vocab_size) float32 <- the logits of tokens (B, T) int32, both C-contiguous host arrays.")
+      .def("generate", &InferenceModel::generate, "prompts"_a, "max_new_tokens"_a, "temperature"_a, "top_k"_a,
+           "top_p"_a, "seed"_a,
+           "The max_new_tokens ids that follow each prompt (lists of equal length, at most max_batch of them),\n"
+           "generated with a KV cache: temperature 0 is greedy; otherwise sampled with top-k / top-p from seed.")
       .def("parameter_names", &InferenceModel::parameter_names, "The state-dict names, in layout order.")
       .def("num_parameters", &InferenceModel::num_parameters, "The total parameter count.")
       .def_prop_ro("config_name", [](const InferenceModel& self) { return self.config().name; })

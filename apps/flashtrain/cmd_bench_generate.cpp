@@ -1,0 +1,138 @@
+// cmd_bench_generate.cpp — `flashtrain bench generate`: KV-cache decode latency (model/generator.h) of a
+// randomly initialised model per size and batch: a prefill of --prompt-len tokens, then --new-tokens greedy
+// decode steps, timed after a short warm-up generation. Rows (benchmark "generate"): size, batch, precision,
+// prompt_len, new_tokens, prefill_ms, ms_per_token (one decode step for the whole batch), tokens_per_s.
+//   flashtrain bench generate --size xl --precision bf16 --batch 1,64 --json bench/results/generate-xl-h100.json
+//   flashtrain bench generate --size tiny --device cpu --batch 1,4
+#include <cstdio>
+#include <iostream>
+#include <memory>
+
+#include "bench/results_json.h"
+#include "core/error.h"
+#include "flashtrain/cli_parse.h"
+#include "flashtrain/commands.h"
+#include "model/generator.h"
+
+namespace ft::cli {
+
+namespace {
+
+struct BenchGenerateOptions {
+  std::string sizes = "small";
+  std::string batches = "1";
+  std::int64_t vocab = 10000;
+  std::int64_t prompt_len = 64;
+  std::int64_t new_tokens = 128;
+  std::string precision = "bf16";
+  std::string attention = "flash";
+  std::string device = "auto";
+  std::uint64_t seed = 0;
+  std::string json_path;
+};
+
+nlohmann::json bench_one(const std::string& size, std::int64_t batch, const BenchGenerateOptions& o, Device device,
+                         const Stream& stream) {
+  ModelConfig config = model_config(size);
+  config.vocab_size = o.vocab;
+  config.context_length = std::max(config.context_length, o.prompt_len + o.new_tokens);
+  ModelOptions options;
+  options.precision = parse_precision(o.precision);
+  options.attention = parse_attention_impl(o.attention);
+  options.device = device;
+  options.stream = stream;
+  options.training = false;
+  options.max_batch = 1;
+  options.max_seq_len = 1;  // the generator keeps its own activations
+  options.seed = o.seed;
+  nlohmann::json row{{"size", size},
+                     {"batch", batch},
+                     {"precision", o.precision},
+                     {"prompt_len", o.prompt_len},
+                     {"new_tokens", o.new_tokens},
+                     {"impl", "kv_cache"}};
+  try {
+    TransformerLM model(config, options);
+    Generator generator(model, batch, o.prompt_len + o.new_tokens);
+    std::vector<std::vector<std::int32_t>> prompts(static_cast<std::size_t>(batch));
+    Rng rng(o.seed + 1);
+    for (auto& p : prompts)
+      for (std::int64_t t = 0; t < o.prompt_len; ++t) p.push_back(static_cast<std::int32_t>(rng.below(o.vocab)));
+    GenerationOptions g;
+    g.sampling.temperature = 0;
+    g.max_new_tokens = std::min<std::int64_t>(8, o.new_tokens);
+    generator.generate(prompts, g);  // warm-up: kernels, algorithm choices, caches
+    g.max_new_tokens = o.new_tokens;
+    generator.generate(prompts, g);
+    const GenerationStats& s = generator.stats();
+    const double ms = s.decode_steps > 0 ? s.decode_ms / static_cast<double>(s.decode_steps) : 0.0;
+    row["prefill_ms"] = s.prefill_ms;
+    row["ms_per_token"] = ms;
+    row["tokens_per_s"] = ms > 0 ? static_cast<double>(batch) * 1000.0 / ms : 0.0;
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::out_of_memory) throw;
+    row["oom"] = true;
+  }
+  return row;
+}
+
+int run_bench_generate(const BenchGenerateOptions& o) {
+  const std::vector<std::string> sizes =
+      parse_list<std::string>("--size", o.sizes, [](const std::string& s) { return model_config(s).name; });
+  const std::vector<std::int64_t> batches = parse_list<std::int64_t>("--batch", o.batches, [](const std::string& s) {
+    const std::int64_t b = parse_integer(s);
+    FT_CHECK(b >= 1, "expected a batch >= 1, given ", b);
+    return b;
+  });
+  const Device device = device_or_auto(parse_device_option(o.device));
+  const Stream stream = device.is_cuda() ? Stream::create(device) : Stream();
+  nlohmann::json rows = nlohmann::json::array();
+  std::printf("| size | batch | precision | prompt | new | prefill ms | ms/token | tokens/s |\n");
+  std::printf("|---|---|---|---|---|---|---|---|\n");
+  for (const std::string& size : sizes)
+    for (std::int64_t batch : batches) {
+      const nlohmann::json row = bench_one(size, batch, o, device, stream);
+      if (row.contains("oom")) {
+        std::printf("| %s | %lld | %s | %lld | %lld | OOM | OOM | OOM |\n", size.c_str(), static_cast<long long>(batch),
+                    o.precision.c_str(), static_cast<long long>(o.prompt_len), static_cast<long long>(o.new_tokens));
+      } else {
+        std::printf("| %s | %lld | %s | %lld | %lld | %.2f | %.3f | %.0f |\n", size.c_str(),
+                    static_cast<long long>(batch), o.precision.c_str(), static_cast<long long>(o.prompt_len),
+                    static_cast<long long>(o.new_tokens), row["prefill_ms"].get<double>(),
+                    row["ms_per_token"].get<double>(), row["tokens_per_s"].get<double>());
+      }
+      std::fflush(stdout);
+      rows.push_back(row);
+    }
+  if (!o.json_path.empty()) {
+    const nlohmann::json config{{"vocab", o.vocab},
+                                {"attention", o.attention},
+                                {"device", device.to_string()},
+                                {"sampling", "greedy"},
+                                {"seed", o.seed}};
+    write_json_reported(o.json_path, results_document("generate", device, config, rows), std::cout);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void register_bench_generate(CLI::App& bench, Action& action) {
+  CLI::App* command = bench.add_subcommand("generate", "Time KV-cache generation: prefill and decode ms per token");
+  auto o = std::make_shared<BenchGenerateOptions>();
+  command->option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
+  command->add_option("--size", o->sizes, "Model sizes, comma-separated: tiny, small, medium, large, xl, 2.7b");
+  command->add_option("--batch", o->batches, "Batch sizes (rows decoded together), comma-separated");
+  command->add_option("--vocab", o->vocab, "Vocabulary size")->check(at_least(1));
+  command->add_option("--prompt-len", o->prompt_len, "Prompt tokens per row (one prefill)")->check(at_least(1));
+  command->add_option("--new-tokens", o->new_tokens, "Tokens generated per row (timed decode steps: one fewer)")
+      ->check(at_least(2));
+  command->add_option("--precision", o->precision, "fp32 or bf16 (bf16 weights, activations and KV cache)");
+  command->add_option("--attention", o->attention, "Attention implementation: flash or naive");
+  command->add_option("--device", o->device, "cpu, cuda, cuda:N, or auto (cuda:0 when a GPU is visible, else cpu)");
+  command->add_option("--seed", o->seed, "Seed of the parameters and prompts");
+  command->add_option("--json", o->json_path, "Write the results document (benchmark generate)");
+  command->callback([&action, o] { action = [o] { return run_bench_generate(*o); }; });
+}
+
+}  // namespace ft::cli
