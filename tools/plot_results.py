@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""plot_results.py — figures from bench/results JSON documents (design.md, "Results JSON"), one set per
+"""plot_results.py — figures from bench/results JSON documents (docs/design.md, "Results JSON"), one set per
 document, named after it (bench/results/attention-scaling-h200.json -> OUT/attention-scaling-h200-*.png),
 except comm documents, which are drawn together, and model documents of one sweep over sizes (below):
 

@@ -1,4 +1,4 @@
-"""flashtrain.model — the flashtrain Transformer LM (design.md's model contract, src/model) for inference from
+"""flashtrain.model — the flashtrain Transformer LM (docs/design.md's model contract, src/model) for inference from
 numpy: build a config, load weights exported from the reference PyTorch model
 (tools/export_reference_safetensors.py) or a flashtrain checkpoint, and compute fp32 logits.
 

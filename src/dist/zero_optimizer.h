@@ -12,7 +12,7 @@
 //                    the average of its range only (into a gradient shard of range numel); the rank updates
 //                    it; one in-place all_gather of the parameter buffer makes every rank whole again.
 //                    The tail (numel % world elements, owned by the last rank) is one small all_reduce
-//                    and one broadcast. No more bytes than DDP's all-reduce (docs/zero.md).
+//                    and one broadcast. No more bytes than DDP's all-reduce (docs/distributed.md).
 // Global-norm clipping (max_grad_norm > 0): every rank sums the squares of its owned, grouped, averaged
 // gradients, the partial sums are all-gathered (a double sent as two floats: hi + lo, so the sum keeps
 // double precision), and the rank's update applies clip_factor(norm): AdamW reads each owned gradient as

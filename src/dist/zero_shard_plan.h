@@ -8,7 +8,7 @@
 // a parameter group added later (add_group) finds its elements already owned, so no state moves and
 // every rank keeps what it holds. Each rank's state covers only grouped elements of its range; with every
 // parameter in some group, state per rank is numel / world (+ the tail on the last rank). A group that
-// covers only part of the buffer puts its state on the ranks owning that part (docs/zero.md says why this
+// covers only part of the buffer puts its state on the ranks owning that part (docs/distributed.md says why this
 // beats greedy per-parameter balancing here).
 #pragma once
 

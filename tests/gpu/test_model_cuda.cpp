@@ -3,7 +3,7 @@
 // clipping + AdamW) — the optimizer state, the updated parameters and the next loss — for fp32 (TF32 off)
 // and bf16 mixed precision, with the flash and the naive attention. Tolerances are relative to each
 // tensor's largest magnitude: fp32 + naive attention 1e-4 (true fp32 everywhere); fp32 + flash looser,
-// since the flash kernels run fp32 attention on TF32 tensor cores (design.md); bf16 looser still
+// since the flash kernels run fp32 attention on TF32 tensor cores (docs/design.md); bf16 looser still
 // (activations rounded to bf16 at slightly different fp32 sums flip some roundings).
 // Run on a GPU machine: ./build/bin/gpu_test_model_cuda
 #include <gtest/gtest.h>

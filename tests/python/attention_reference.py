@@ -1,4 +1,4 @@
-"""attention_reference.py — the attention contract of design.md written out in float64 numpy for the
+"""attention_reference.py — the attention contract of docs/design.md written out in float64 numpy for the
 tests: which keys a query sees, the forward (O, L and P) and the backward by its formulas."""
 import numpy as np
 

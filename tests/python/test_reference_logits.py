@@ -1,4 +1,4 @@
-"""test_reference_logits.py — a reference PyTorch Transformer LM (written here from design.md's model contract:
+"""test_reference_logits.py — a reference PyTorch Transformer LM (written here from docs/design.md's model contract:
 pre-norm blocks, RMSNorm eps 1e-5 in fp32, RoPE theta 10000 on interleaved pairs per head, causal softmax
 attention, SwiGLU, untied LM head), randomly initialised with non-unit RMSNorm weights, torch.save'd, exported
 with tools/export_reference_safetensors.py run as a user runs it, loaded by flashtrain.model.TransformerLM and
@@ -27,7 +27,7 @@ CUDA = flashtrain.built_with_cuda and flashtrain.cuda_available()
 CONFIG = {"d_model": 128, "d_ff": 344, "num_layers": 2, "num_heads": 4, "vocab_size": 257, "context_length": 48}
 BATCH, SEQ = 5, 40  # more sequences than max_batch (4): logits() runs two forwards; SEQ < context_length
 # max |got - want| / max |want| against the float64 reference. fp32 on the CPU is exact fp32 throughout; on
-# CUDA the fp32 GEMMs are exact but fp32 attention runs on the TF32 tensor cores (design.md); bf16 rounds
+# CUDA the fp32 GEMMs are exact but fp32 attention runs on the TF32 tensor cores (docs/design.md); bf16 rounds
 # every GEMM and attention operand to 8 bits of mantissa. The CPU measured 5.5e-7 (fp32) and 4.8e-3 (bf16).
 TOLERANCE = {("cpu", "fp32"): 1e-4, ("cuda", "fp32"): 2e-3, ("cpu", "bf16"): 2e-2, ("cuda", "bf16"): 2e-2}
 
