@@ -29,7 +29,7 @@ const char* file_kind(mode_t mode) {
 }  // namespace
 
 void check_regular_file(const std::string& path, const char* what) {
-  FT_CHECK_KIND(io, path.find('\0') == std::string::npos, "cannot open ", what, " ", printable_excerpt(path, 4096),
+  FT_CHECK(path.find('\0') == std::string::npos, "cannot open ", what, " ", printable_excerpt(path, 4096),
                 ": the path holds a NUL character");
   struct stat st {};
   FT_CHECK_KIND(io, ::stat(path.c_str(), &st) == 0, "cannot open ", what, " ", path, ": ", std::strerror(errno));
