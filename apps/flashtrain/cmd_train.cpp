@@ -10,6 +10,7 @@
 
 #include "dist/context.h"
 #include "flashtrain/commands.h"
+#include "flashtrain/job.h"
 #include "flashtrain/train_run.h"
 
 namespace ft::cli {
@@ -41,6 +42,10 @@ written atomically, then DIR/latest names the newest. --resume restores all of i
 --steps with the same losses as an uninterrupted run (give the same options). --init-from loads
 model parameters only, from a checkpoint or a reference model's exported state dict.
 
+Failures: in a job of several ranks, an error on any rank (a missing file, a bad option, out of memory)
+ends every rank at once with that rank's message; a peer that hangs or dies ends the job after --timeout
+seconds of waiting for it.
+
 Data parallel: started by mpirun or srun with N processes, every rank trains a replica of the model
 (DDP): rank 0's parameters are broadcast at the start (after --resume / --init-from, which every rank
 reads: the checkpoint folder must be visible to all ranks), every rank draws the same global batch of
@@ -64,14 +69,16 @@ rank gets the average of its range, and one all-gather of the parameters makes t
 Checkpoints hold the whole optimizer state, which no rank has under ZeRO: --zero cannot be combined
 with --checkpoint-dir or --resume yet.)";
 
-int run_train(const TrainOptions& options) {
-  DistributedContext context;  // MPI under a launcher, a world of one otherwise
-  TrainPlan plan = resolve_train_options(options);
-  plan.device = rank_device(plan.device, context.host_communicator());  // GPU local_rank under mpirun
-  if (context.world_size() > 1) plan.stream = context.model_stream(plan.device);
-  Communicator& comm = context.data_parallel_communicator(plan.device);
-  run_training(plan, std::cout, comm, context.host_communicator());
-  return 0;
+int run_train(const TrainOptions& options, const JobOptions& job) {
+  DistributedContext context(distributed_options(job));  // MPI under a launcher, a world of one otherwise
+  return run_job(context, [&] {
+    TrainPlan plan = resolve_train_options(options);
+    plan.device = rank_device(plan.device, context.host_communicator());  // GPU local_rank under mpirun
+    if (context.world_size() > 1) plan.stream = context.model_stream(plan.device);
+    Communicator& comm = context.data_parallel_communicator(plan.device);
+    run_training(plan, std::cout, comm, context.host_communicator());
+    return 0;
+  });
 }
 
 }  // namespace
@@ -126,8 +133,10 @@ void register_train(CLI::App& app, Action& action) {
   CLI::App* command = app.add_subcommand("train", "Train the Transformer LM: logs loss and throughput, checkpoints");
   command->footer(kFooter);
   auto options = std::make_shared<TrainOptions>();
+  auto job = std::make_shared<JobOptions>();
   add_train_options(*command, *options);
-  command->callback([&action, options] { action = [options] { return run_train(*options); }; });
+  add_job_options(*command, *job);
+  command->callback([&action, options, job] { action = [options, job] { return run_train(*options, *job); }; });
 }
 
 }  // namespace ft::cli

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "flashtrain/commands.h"
+#include "flashtrain/job.h"
 
 namespace {
 
@@ -79,14 +80,9 @@ int main(int argc, char** argv) {
     return action();
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;  // --help and --version are "errors" with status 0
-  } catch (const ft::Error& e) {
-    // Mistakes in the request read best without a source location; failures inside keep theirs.
-    const bool users = e.kind() == ft::ErrorKind::invalid_argument || e.kind() == ft::ErrorKind::unsupported ||
-                       e.kind() == ft::ErrorKind::io;
-    std::cerr << error_line(users ? e.message() : e.what()) << std::endl;
-    return 2;
   } catch (const std::exception& e) {
-    std::cerr << error_line(e.what()) << std::endl;
+    // Mistakes in the request read best without a source location; failures inside keep theirs.
+    std::cerr << error_line(error_text(e)) << std::endl;
     return 2;
   }
 }

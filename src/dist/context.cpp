@@ -2,6 +2,7 @@
 // the GPU bootstrap: this rank's GPU and the NCCL communicator.
 #include "dist/context.h"
 
+#include <cstdio>
 #include <cstdlib>
 
 #include "core/error.h"
@@ -129,6 +130,23 @@ Communicator& DistributedContext::data_parallel_communicator(const Device& devic
   if (world_size() > 1) return communicator_for(device);
   if (!identity_) identity_ = std::make_unique<SingleProcessCommunicator>();
   return *identity_;
+}
+
+void DistributedContext::abort_job(const std::string& message, int code) {
+  std::string line = message;  // one line
+  for (char& ch : line)
+    if (ch == '\n' || ch == '\r') ch = ' ';
+  std::fflush(stdout);
+  std::fprintf(stderr, "flashtrain: error: rank %d of %d: %s; ending every rank\n", rank(), world_size(),
+               line.c_str());
+  std::fflush(stderr);
+#if FT_HAS_NCCL
+  if (device_) static_cast<NcclCommunicator&>(*device_).abort();
+#endif
+#if FT_HAS_MPI
+  if (uses_mpi_) mpi_abort(code);
+#endif
+  std::_Exit(code);
 }
 
 void DistributedContext::set_compute_stream(const Stream& stream) {
