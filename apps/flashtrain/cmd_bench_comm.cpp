@@ -12,6 +12,7 @@
 #include "flashtrain/comm_bench.h"
 #include "flashtrain/commands.h"
 #include "flashtrain/job.h"
+#include "flashtrain/output_paths.h"
 
 namespace ft::cli {
 
@@ -56,6 +57,7 @@ int run_bench_comm(const BenchCommOptions& options) {
   config.iters = options.iters;
   DistributedContext context(distributed_options(options.job));  // MPI under a launcher, a world of one otherwise
   return run_job(context, [&] {
+    if (context.rank() == 0) check_output_file(options.json_path, "--json");
     if (options.backend == "nccl") {
       // ft::Error (unsupported) without NCCL in the build or without a GPU for this rank.
       Communicator& comm = context.device_communicator();

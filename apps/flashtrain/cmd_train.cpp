@@ -11,6 +11,7 @@
 #include "dist/context.h"
 #include "flashtrain/commands.h"
 #include "flashtrain/job.h"
+#include "flashtrain/output_paths.h"
 #include "flashtrain/train_run.h"
 
 namespace ft::cli {
@@ -73,6 +74,10 @@ int run_train(const TrainOptions& options, const JobOptions& job) {
   DistributedContext context(distributed_options(job));  // MPI under a launcher, a world of one otherwise
   return run_job(context, [&] {
     TrainPlan plan = resolve_train_options(options);
+    if (context.rank() == 0) {  // the rank that writes them: fail before the first step, not after the last
+      check_output_file(plan.json_path, "--json");
+      if (!plan.checkpoint_dir.empty()) prepare_checkpoint_folder(plan.checkpoint_dir, "--checkpoint-dir", std::cout);
+    }
     plan.device = rank_device(plan.device, context.host_communicator());  // GPU local_rank under mpirun
     if (context.world_size() > 1) plan.stream = context.model_stream(plan.device);
     Communicator& comm = context.data_parallel_communicator(plan.device);

@@ -36,6 +36,7 @@
 #include "dist/ddp.h"
 #include "flashtrain/job.h"
 #include "flashtrain/model_bench.h"
+#include "flashtrain/output_paths.h"
 #include "model/data_loader.h"
 #include "model/token_staging.h"
 #include "model/trainer.h"
@@ -140,6 +141,7 @@ int run_data_parallel_bench(const Options& options, Resolve&& resolve, Bench&& b
   return run_job(context, [&] {
     Communicator& host = context.host_communicator();
     auto config = resolve(options, host);
+    if (host.rank() == 0) check_output_file(options.json_path, "--json");
     config.model.stream = context.model_stream(config.model.device);
     Communicator& comm = context.data_parallel_communicator(config.model.device);
     bench(config, comm, host, options.csv, options.json_path, std::cout);

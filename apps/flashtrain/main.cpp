@@ -4,11 +4,13 @@
 //   flashtrain --version
 //   flashtrain attention check --help
 //   flashtrain train --size tiny --steps 100
+#include <cstdio>
 #include <exception>
 #include <iostream>
 #include <string>
 
 #include "core/error.h"
+#include "flashtrain/cli_parse.h"
 #include "flashtrain/commands.h"
 #include "flashtrain/job.h"
 
@@ -47,6 +49,8 @@ std::string subcommand_names(const CLI::App& root) {
 
 int main(int argc, char** argv) {
   using namespace ft::cli;
+  // Line-buffered stdout even into a pipe or file: the log of a run that is killed keeps every line written.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   CLI::App app{"flashtrain — FlashAttention-2 kernels, a Transformer LM engine, benchmarks and data-parallel "
                "training in C++20/CUDA",
                "flashtrain"};
@@ -68,6 +72,7 @@ int main(int argc, char** argv) {
   register_bench_zero(*bench, action);
 
   register_train(app, action);
+  add_number_checks(app);
 
   try {
     app.parse(argc, argv);

@@ -2,8 +2,10 @@
 // the GPU bootstrap: this rank's GPU and the NCCL communicator.
 #include "dist/context.h"
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 #include "core/error.h"
 #include "dist/single_process_communicator.h"
@@ -140,6 +142,8 @@ void DistributedContext::abort_job(const std::string& message, int code) {
   std::fprintf(stderr, "flashtrain: error: rank %d of %d: %s; ending every rank\n", rank(), world_size(),
                line.c_str());
   std::fflush(stderr);
+  // A moment for the launcher to forward the line before MPI_Abort ends the ranks and their output.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
 #if FT_HAS_NCCL
   if (device_) static_cast<NcclCommunicator&>(*device_).abort();
 #endif
