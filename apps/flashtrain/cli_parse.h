@@ -45,16 +45,6 @@ CLI::Validator at_least(std::int64_t min);  // integers >= min
 // naming the option, at parse time.
 void add_number_checks(CLI::App& app);
 
-// Runs fn(), prefixing any ft::Error's message with the option whose value it was working on.
-template <class Fn>
-auto for_option(const char* option, Fn&& fn) {
-  try {
-    return fn();
-  } catch (const Error& e) {
-    throw Error(e.kind(), str(option, ": ", e.message()), e.file(), e.line());
-  }
-}
-
 // "a,b,c" -> each item parsed by parse_one; an empty item, or an item parse_one rejects, is an
 // ft::Error naming the option.
 template <class T, class Parse>

@@ -1,5 +1,5 @@
 // cmd_train.cpp — `flashtrain train`: the options (each documented, defaults shown in --help) and the
-// action that resolves them and runs the training loop of train_run.h.
+// action that resolves them and runs the training loop of train/train_run.h.
 //   flashtrain train --size tiny --steps 200 --data tokens.bin --checkpoint-dir ckpt --checkpoint-interval 50
 //   flashtrain train --size small --precision bf16 --steps 50 --json bench/results/train-small-h200.json
 //   flashtrain train --size tiny --steps 400 --checkpoint-dir ckpt --resume latest
@@ -12,7 +12,7 @@
 #include "flashtrain/commands.h"
 #include "flashtrain/job.h"
 #include "flashtrain/output_paths.h"
-#include "flashtrain/train_run.h"
+#include "flashtrain/train_options.h"
 
 namespace ft::cli {
 

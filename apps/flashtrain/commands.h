@@ -11,7 +11,7 @@
 
 #include "flashtrain/attention_check.h"
 #include "flashtrain/model_bench.h"
-#include "flashtrain/train_run.h"
+#include "flashtrain/train_options.h"
 
 namespace ft::cli {
 
@@ -47,7 +47,7 @@ void add_data_parallel_model_options(CLI::App& command, BenchModelOptions& optio
 void register_bench_ddp(CLI::App& bench, Action& action);
 void register_bench_zero(CLI::App& bench, Action& action);
 
-// `flashtrain train` (cmd_train.cpp): the training loop of train_run.h. add_train_options declares the
+// `flashtrain train` (cmd_train.cpp): the training loop of train/train_run.h. add_train_options declares the
 // options on any CLI11 app, filling options as they are parsed (the tests parse with it directly).
 void add_train_options(CLI::App& command, TrainOptions& options);
 void register_train(CLI::App& app, Action& action);

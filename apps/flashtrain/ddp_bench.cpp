@@ -18,7 +18,7 @@
 #include "dist/ddp_transformer.h"
 #include "flashtrain/cli_parse.h"
 #include "flashtrain/out_of_memory.h"
-#include "flashtrain/train_run.h"
+#include "train/train_run.h"
 #include "model/parameters.h"
 
 namespace ft::cli {

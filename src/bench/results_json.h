@@ -1,4 +1,4 @@
-// results_json.h — the results document every benchmark writes with --json PATH (design.md, "Results
+// results_json.h — the results document every benchmark writes with --json PATH (docs/design.md, "Results
 // JSON"): {"benchmark", "commit", "date", "device", "config", "rows"}, written atomically so a
 // reader never sees half a file.
 #pragma once

@@ -24,8 +24,7 @@ std::string gib(std::int64_t bytes) { return str(static_cast<double>(bytes) / (1
 #if FT_HAS_CUDA
 // The device's current pool keeps what flashtrain frees for reuse: with CUDA's default release threshold
 // (0) it hands every unused byte back at each synchronisation, and the next allocation maps fresh memory
-// while the GPU waits (the non-deterministic attention backward's 64 MB dQ accumulator: leaderboard
-// backward 3.18-3.20 -> 3.04-3.05 ms on an H100).
+// while the GPU waits (docs/perf-notes.md#device-memory-pool).
 cudaMemPool_t device_pool(int device) {
   cudaMemPool_t pool = nullptr;
   FT_CUDA_CHECK(cudaDeviceGetMemPool(&pool, device));

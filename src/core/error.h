@@ -51,6 +51,16 @@ std::string str(Args&&... args) {
   return detail::concat(std::forward<Args>(args)...);
 }
 
+// Runs fn(), prefixing any ft::Error's message with the option (or other input) it was working on.
+template <class Fn>
+auto for_option(const char* option, Fn&& fn) {
+  try {
+    return fn();
+  } catch (const Error& e) {
+    throw Error(e.kind(), str(option, ": ", e.message()), e.file(), e.line());
+  }
+}
+
 }  // namespace ft
 
 // FT_THROW(kind, parts...): throw ft::Error with the streamed parts as message.

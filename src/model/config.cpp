@@ -1,4 +1,4 @@
-// config.cpp — the size table of design.md and name lookups for configs and precisions.
+// config.cpp — the size table of docs/design.md and name lookups for configs and precisions.
 #include "model/config.h"
 
 #include <array>

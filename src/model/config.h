@@ -1,5 +1,5 @@
-// config.h — ModelConfig: the sizes of the Transformer LM (design.md's model contract and table: small,
-// medium, large, xl, 2.7b, plus `tiny` for tests), looked up by name, and the precision policy.
+// config.h — ModelConfig: the sizes of the Transformer LM (docs/design.md's model contract and table:
+// small, medium, large, xl, 2.7b, plus `tiny` for tests), looked up by name, and the precision policy.
 #pragma once
 
 #include <cstdint>

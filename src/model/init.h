@@ -1,4 +1,4 @@
-// init.h — parameter initialisation per design.md's model contract, seeded and deterministic:
+// init.h — parameter initialisation per docs/design.md's model contract, seeded and deterministic:
 //   linear weights (d_out, d_in)  truncated normal, std sqrt(2 / (d_in + d_out)), cut at +-3 std
 //   token embeddings              truncated normal, std 1, cut at +-3
 //   RMSNorm weights               1

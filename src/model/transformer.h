@@ -1,5 +1,5 @@
-// transformer.h — TransformerLM: the model of design.md's contract (token embedding -> num_layers pre-norm
-// blocks [x += attn(rmsnorm1(x)); x += ffn(rmsnorm2(x))] -> final RMSNorm -> LM head -> mean
+// transformer.h — TransformerLM: the model of docs/design.md's contract (token embedding -> num_layers
+// pre-norm blocks [x += attn(rmsnorm1(x)); x += ffn(rmsnorm2(x))] -> final RMSNorm -> LM head -> mean
 // cross-entropy), forward and backward over a batch of token ids, built only from the public,
 // device-dispatching ops (so the same code runs wherever the ops are implemented).
 //

@@ -1,5 +1,5 @@
 // attention.h — the public attention entry point: forward and backward for every variant of the
-// attention contract (design.md): GQA/MQA, causal with bottom-right alignment, sliding window,
+// attention contract (docs/design.md): GQA/MQA, causal with bottom-right alignment, sliding window,
 // sink tokens, gpt-oss sink logits, custom scale. Dispatches on the tensors' device and the chosen
 // implementation:
 //   cpu  + naive : materialises S and P, accumulates in double — the oracle

@@ -1,4 +1,4 @@
-// rmsnorm.h — RMSNorm over the last dim, computed in fp32 (design.md's model contract):
+// rmsnorm.h — RMSNorm over the last dim, computed in fp32 (docs/design.md's model contract):
 //   forward   rstd (rows) = 1 / sqrt(mean(x^2) + eps);  y (..., d) = x * rstd * w
 //   backward  dx (..., d) (+)= rstd * (dy*w - xhat * mean(dy*w*xhat)),  xhat = x * rstd
 //             dw (d) (+)= sum over rows of dy * xhat   (row order fixed: deterministic)

@@ -16,7 +16,7 @@
 #include "common/temp_folder.h"
 #include "core/error.h"
 #include "flashtrain/commands.h"
-#include "flashtrain/train_run.h"
+#include "flashtrain/train_options.h"
 
 namespace ft::cli {
 namespace {

@@ -653,7 +653,7 @@ struct ForcedFlashHook {
   int reset_;
 };
 
-// The Hopper kernels launch their heads in L2-sized sections (flash_api.cu), which hold every head at
+// The Hopper kernels launch their heads in L2-sized sections (flash_sm90_scheduler.cuh), which hold every head at
 // these sizes; forced sections of 1, 2, 3 and 5 grid heads (a partial last section, sections across batches
 // and across a GQA group) give the same outputs bit for bit — dQ too in the deterministic mode.
 TEST(FlashAttention, HopperHeadSectionsGiveTheSameOutputs) {
@@ -717,7 +717,7 @@ TEST(FlashAttention, HopperPersistentForwardGivesTheSameOutputs) {
 }
 
 // The deterministic Hopper backward adds the dQ pieces of its last grid heads first key tile first and
-// those of the others last key tile first (ascending_heads_for in flash_traits.h: none at these sizes).
+// those of the others last key tile first (ascending_heads_for in flash_sm90_scheduler.cuh: none at these sizes).
 // Forced to take either order, and with query rows that see no key, each gives the gradients of the
 // all-descending run up to the order of its fp32 sums (within a unit in the last place of bf16 at the
 // largest magnitude), O and dsinks bit for bit, and the same bits from run to run.

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "common/temp_folder.h"
-#include "flashtrain/train_run.h"
+#include "flashtrain/train_options.h"
 #include "model/safetensors.h"
 #include "mpi/mpi_test_util.h"
 
@@ -24,7 +24,6 @@ namespace ft::test {
 namespace {
 
 using cli::TrainOptions;
-using cli::TrainResult;
 
 // A folder every rank sees: rank 0 creates it and broadcasts its path; removed after all ranks are done.
 class SharedFolder {
@@ -67,14 +66,14 @@ TrainOptions tiny(std::int64_t steps, std::int64_t batch) {
 
 TrainResult train(const TrainOptions& options, Communicator& comm, std::string* log = nullptr) {
   std::ostringstream out;
-  TrainResult result = cli::run_training(cli::resolve_train_options(options), out, comm);
+  TrainResult result = run_training(cli::resolve_train_options(options), out, comm);
   if (log) *log = out.str();
   return result;
 }
 
 TrainResult train_alone(const TrainOptions& options) {
   std::ostringstream out;
-  return cli::run_training(cli::resolve_train_options(options), out);
+  return run_training(cli::resolve_train_options(options), out);
 }
 
 // Every tensor of a checkpoint, as floats by name.

@@ -10,14 +10,13 @@
 #include <vector>
 
 #include "core/error.h"
-#include "flashtrain/train_run.h"
+#include "flashtrain/train_options.h"
 #include "mpi/mpi_test_util.h"
 
 namespace ft::test {
 namespace {
 
 using cli::TrainOptions;
-using cli::TrainResult;
 
 TrainOptions tiny() {
   TrainOptions o;
@@ -36,7 +35,7 @@ TrainOptions tiny() {
 
 TrainResult train(const TrainOptions& options, std::string* log = nullptr) {
   std::ostringstream out;
-  TrainResult result = cli::run_training(cli::resolve_train_options(options), out, world());
+  TrainResult result = run_training(cli::resolve_train_options(options), out, world());
   if (log) *log = out.str();
   return result;
 }
@@ -89,7 +88,7 @@ TEST(TrainZero, RefusesCheckpointsUnknownModesAndOneProcess) {
   EXPECT_THROW(cli::resolve_train_options(o), Error);
   o.zero = "owner_broadcast";
   std::ostringstream out;
-  EXPECT_THROW(cli::run_training(cli::resolve_train_options(o), out), Error);  // a world of one
+  EXPECT_THROW(run_training(cli::resolve_train_options(o), out), Error);  // a world of one
 }
 
 }  // namespace

@@ -24,16 +24,17 @@ void cuda_flash_forward(const AttentionTensors& t, const AttentionShape& s, cons
                         FlashKernels kernels);
 void cuda_flash_backward(const AttentionTensors& t, const AttentionGrads& g, const AttentionShape& s,
                          const Stream& stream, bool deterministic, FlashKernels kernels);
-// The Hopper kernels launch their heads in sections sized to the L2 (flash_api.cu); heads > 0 forces
-// sections of that many grid heads from now on (tests, so that sections engage at small sizes), 0 returns
-// to the L2-sized ones.
+// Test hooks of the Hopper kernels' tile scheduling (flash_sm90_scheduler.{cuh,cu}).
+// The Hopper kernels launch their heads in sections sized to the L2 (Note [L2 head sections]); heads > 0 forces
+// sections of that many grid heads from now on (tests, so that sections engage at small sizes), 0 returns to
+// the L2-sized ones.
 void force_flash_section_heads(int heads);
 // The Hopper forward runs one persistent block per SM, each taking query tiles until none are left
-// (flash_fwd_sm90_kernel.cuh); blocks > 0 launches that many instead from now on (tests, so that every
+// (Note [Persistent forward tiles]); blocks > 0 launches that many instead from now on (tests, so that every
 // block takes many tiles at small sizes), 0 returns to one per SM.
 void force_flash_forward_blocks(int blocks);
 // The deterministic Hopper backward adds the dQ pieces of its last grid heads in ascending key-tile order
-// and of the others in descending order (flash_traits.h, ascending_heads_for); heads >= 0 forces that
+// and of the others in descending order (Note [Ordered dQ additions]); heads >= 0 forces that
 // many ascending heads from now on (tests, so that both orders run at small sizes), -1 returns to the rule.
 void force_flash_ascending_heads(int heads);
 // CUDA naive baseline: cuBLASLt GEMMs and a softmax kernel, S and P materialised (cuda/naive_*.cu).

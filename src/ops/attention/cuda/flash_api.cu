@@ -2,11 +2,9 @@
 // kernels' parameter blocks, choose the kernel family (Hopper sm90 or portable sm80, cuda_flash_kernels),
 // allocate the backward scratch on the caller's stream (with the fp32 dQ accumulator where the dK/dV
 // kernel accumulates dQ), and dispatch on head dim and dtype to the per-head-dim launchers
-// (flash_{fwd,bwd}_hdim*.cu).
-#include <algorithm>
-#include <atomic>
+// (flash_{fwd,bwd}_hdim*.cu). The Hopper kernels' launch sections, block count and addition order come
+// from flash_sm90_scheduler.h.
 #include <cstdint>
-#include <limits>
 #include <type_traits>
 
 #include <cuda_bf16.h>
@@ -18,6 +16,7 @@
 #include "core/error.h"
 #include "ops/attention/attention_impls.h"
 #include "ops/attention/cuda/flash_launch.h"
+#include "ops/attention/cuda/flash_sm90_scheduler.h"
 #include "ops/attention/cuda/flash_traits.h"
 
 namespace ft::attention_impl {
@@ -64,30 +63,6 @@ FlashShape flash_shape(const AttentionShape& s, bool vec16) {
   f.scale_log2 = static_cast<float>(s.scale * 1.4426950408889634);
   f.vec16 = vec16;
   return f;
-}
-
-// The Hopper kernels run the tiles of this many grid heads together (the backward's launch order,
-// section_grid in flash_launch_template.cuh; the forward's tile order, FwdTileOrder in
-// flash_fwd_sm90_kernel.cuh): as many as a third of the L2 holds the streamed operands of (bytes_per_head:
-// K and V for the forward, Q, dO, L and D for the backward). Launching every head's longest tiles
-// first instead streams the operands of all heads at once, and past the L2 they come from memory. H200,
-// interleaved runs: d = 128, causal, B 2, H 16, N 8192 — forward 488 -> 527 TFLOP/s, backward 2.98 -> 2.81
-// ms non-deterministic and 3.35 -> 3.23 deterministic (sections of 4 heads; 8 did as well forward, less
-// backward); the leaderboard backward 3.22 -> 3.14 and 3.61 -> 3.58 ms. H100: the d = 128 forward's L2 hit
-// rate 65% -> 92%. The count is balanced over the grid heads (section_heads_for in flash_traits.h).
-std::atomic<int> forced_section_heads{0};
-std::atomic<int> forced_ascending_heads{-1};  // force_flash_ascending_heads; -1: ascending_heads_for
-std::atomic<int> forced_forward_blocks{0};    // force_flash_forward_blocks; 0: one per SM
-
-int section_heads(std::int64_t bytes_per_head, std::int64_t grid_heads, int device) {
-  std::int64_t heads = forced_section_heads.load();
-  if (heads == 0) {
-    int l2_bytes = 0;
-    FT_CUDA_CHECK(cudaDeviceGetAttribute(&l2_bytes, cudaDevAttrL2CacheSize, device));
-    const std::int64_t fit = l2_bytes / 3 / std::max<std::int64_t>(1, bytes_per_head);
-    heads = flash::section_heads_for(fit, grid_heads);
-  }
-  return static_cast<int>(std::clamp<std::int64_t>(heads, 1, grid_heads));
 }
 
 // The bytes of K and V each query head streams (a GQA group's heads share their kv head's).
@@ -178,21 +153,6 @@ void dispatch(DType dtype, std::int64_t head_dim, Fn&& fn) {
 
 }  // namespace
 
-void force_flash_ascending_heads(int heads) {
-  FT_CHECK(heads >= -1, "force_flash_ascending_heads: heads must be >= -1, given ", heads);
-  forced_ascending_heads.store(heads);
-}
-
-void force_flash_forward_blocks(int blocks) {
-  FT_CHECK(blocks >= 0, "force_flash_forward_blocks: blocks must be >= 0, given ", blocks);
-  forced_forward_blocks.store(blocks);
-}
-
-void force_flash_section_heads(int heads) {
-  FT_CHECK(heads >= 0, "force_flash_section_heads: heads must be >= 0, given ", heads);
-  forced_section_heads.store(heads);
-}
-
 FlashKernels cuda_flash_kernels(const AttentionTensors& t, const AttentionGrads* g, const AttentionShape& s,
                                 FlashKernels kernels) {
   return choose_kernels(t, g, s, operands_aligned16(t, g), kernels);
@@ -213,21 +173,13 @@ void cuda_flash_forward(const AttentionTensors& t, const AttentionShape& s, cons
   p.lse = TensorRef{t.lse.data(), t.lse.stride(0), t.lse.stride(1), t.lse.stride(2)};
   p.sinks = s.has_sinks ? t.sinks.data_as<const float>() : nullptr;
   auto cuda_stream = static_cast<cudaStream_t>(stream.handle());
-  Buffer tile_counter;  // one int: the Hopper forward's next query tile
+  Buffer tile_counter;  // one int: the Hopper forward's next query tile (Note [Persistent forward tiles])
   if (p.shape.sm90) {
     const int device = t.q.device().index;
     const std::int64_t kv_bytes = kv_bytes_per_query_head(s, t.q.dtype());
-    p.section_heads = section_heads(kv_bytes, s.batch * s.heads_q, device);
-    const std::int64_t block_m = 64 * flash::flash_sm90_tiles(static_cast<int>(s.head_dim)).fwd_wg;
-    const std::int64_t tiles = s.batch * s.heads_q * ((s.len_q + block_m - 1) / block_m);
-    // The blocks number tiles as int, up to tiles + blocks - 1 (the claims that find none left).
-    constexpr std::int64_t kMaxTiles = std::numeric_limits<int>::max() / 2;
-    FT_CHECK_KIND(unsupported, tiles <= kMaxTiles, "flash attention (CUDA, sm90): ", tiles, " query tiles of ",
-                  block_m, " rows (B x Hq = ", s.batch * s.heads_q, ", Nq = ", s.len_q, ") exceed the forward's ",
-                  kMaxTiles);
-    int blocks = forced_forward_blocks.load();
-    if (blocks == 0) FT_CUDA_CHECK(cudaDeviceGetAttribute(&blocks, cudaDevAttrMultiProcessorCount, device));
-    p.blocks = static_cast<int>(std::min<std::int64_t>(tiles, blocks));
+    p.section_heads = flash::sm90_section_heads(kv_bytes, s.batch * s.heads_q, device);
+    const int block_m = flash::sm90_fwd_block_m(static_cast<int>(s.head_dim));
+    p.blocks = flash::sm90_forward_blocks(s.batch * s.heads_q, s.len_q, block_m, device);
     tile_counter = Buffer(sizeof(int), t.q.device(), "attention.flash.tile_counter", stream);
     FT_CUDA_CHECK(cudaMemsetAsync(tile_counter.data(), 0, sizeof(int), cuda_stream));
     p.tile_counter = static_cast<int*>(tile_counter.data());
@@ -286,14 +238,11 @@ void cuda_flash_backward(const AttentionTensors& t, const AttentionGrads& g, con
   if (p.shape.sm90) {
     const std::int64_t elem = static_cast<std::int64_t>(size_of(t.q.dtype()));
     const std::int64_t qdo_bytes = 2 * s.len_q * (s.head_dim * elem + 4) * (s.heads_q / s.heads_kv);  // Q dO L D
-    p.dkdv_section_heads = section_heads(qdo_bytes, s.batch * s.heads_kv, device_of.index);
+    p.dkdv_section_heads = flash::sm90_section_heads(qdo_bytes, s.batch * s.heads_kv, device_of.index);
   }
   if (ordered_dq) {
-    const std::int64_t block_n = flash::sm90_bwd_block_n(static_cast<int>(s.head_dim));
-    const int forced = forced_ascending_heads.load();
-    p.ascending_heads = static_cast<int>(
-        forced >= 0 ? std::min<std::int64_t>(forced, s.batch * s.heads_kv)
-                    : flash::ascending_heads_for(s.batch * s.heads_kv, (s.len_k + block_n - 1) / block_n));
+    const int block_n = flash::sm90_bwd_block_n(static_cast<int>(s.head_dim));
+    p.ascending_heads = flash::sm90_ascending_heads(s.batch * s.heads_kv, s.len_k, block_n);
   }
 
   auto cuda_stream = static_cast<cudaStream_t>(stream.handle());

@@ -1,12 +1,13 @@
 // flash_bwd_atomic.cuh — internal (CUDA builds only): the pieces of the non-deterministic backward
-// (AttentionOptions::deterministic = false, FA2's own scheme). The dK/dV kernel (flash_bwd_kernel.cuh
-// and flash_bwd_sm90_kernel.cuh, kAtomicDq) also computes dQ_tile = dS K for every (query tile, key
-// tile) it visits and adds it into an fp32 accumulator dq_accum (B, Hq, len_q_pad, D), zeroed by the
-// pre-pass (flash_bwd_kernel.cuh) — the sm80 kernel with atomics through accumulate_dq_tile below, the
-// sm90 one with TMA reductions of staged tiles; a convert kernel then writes dq = scale * dq_accum in q's
-// dtype and layout. The order of the additions depends on scheduling, so dQ may differ between runs in its last
+// (AttentionOptions::deterministic = false, FA2's own scheme). The dK/dV kernel (flash_bwd_sm80_kernel.cuh
+// and flash_bwd_sm90_kernel.cuh, kAtomicDq) also computes dQ_tile = dS K for every (query tile, key tile)
+// it visits and adds it into an fp32 accumulator dq_accum (B, Hq, len_q_pad, D), zeroed by the pre-pass
+// (flash_bwd_sm80_kernel.cuh) — the sm80 kernel with atomics through accumulate_dq_tile below, the sm90
+// one with TMA reductions of staged tiles; a convert kernel then writes dq = scale * dq_accum in q's dtype
+// and layout. The order of the additions depends on scheduling, so dQ may differ between runs in its last
 // bits (dK, dV and dsinks do not). The deterministic mode runs the sm90 kernel with its additions put in a
-// fixed order instead (kOrderedDq, flash_bwd_sm90_kernel.cuh), through the same accumulator.
+// fixed order instead (kOrderedDq; See Note [Ordered dQ additions] in flash_sm90_scheduler.cuh), through
+// the same accumulator.
 #pragma once
 
 #include <cstdint>

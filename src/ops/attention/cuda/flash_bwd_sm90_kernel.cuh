@@ -1,5 +1,5 @@
 // flash_bwd_sm90_kernel.cuh — internal (CUDA builds only): the Hopper (sm_90a) backward kernel, 16-bit
-// inputs, head dims 64 and 128. It follows the sm80 scheme of flash_bwd_kernel.cuh, whose pre-pass (D_i,
+// inputs, head dims 64 and 128. It follows the sm80 scheme of flash_bwd_sm80_kernel.cuh, whose pre-pass (D_i,
 // L_i log2(e), sink partials, dq_accum zeroed) and sink-gradient sum it shares, and fuses dQ into the dK/dV
 // kernel as FA2's atomic mode does (flash_bwd_atomic.cuh):
 //   one block per (batch x kv head, key tile), each warpgroup owning 64 keys; it loops over the query
@@ -9,47 +9,25 @@
 //   write their dS^T to shared memory, and one step later each computes its half of that step's
 //   dQ_tile = dS K over all the block's keys (M-major dS, N-major K), stages it as fp32 boxes, and the
 //   boxes are added into dq_accum with TMA reductions; a convert kernel then writes dQ.
-// AttentionOptions::deterministic = false lets each warpgroup add its boxes as soon as they are staged,
-// in whatever order the blocks reach a query tile; its blocks launch first key tile first (the longest
-// causal blocks first). Deterministic (the default, kOrderedDq) fixes that order, so repeated runs give
-// bit-identical gradients: a query tile's counter (dq_order) says how many key tiles have added into it,
-// and a key tile adds once every key tile before it in its head's order has (the first one stores its
-// boxes instead, so the pre-pass zeroes only the rows that see no key). A block waits only on blocks
-// launched before it (which run or have run: the hardware starts a grid's blocks in order), so a head's
-// order is its launch order. For most heads it is descending: last key tile launched first, each block
-// taking its query tiles first first, so a key tile reaches every causal query tile it shares with the
-// next one a step later than that one and nothing waits, but the head's longest blocks launch last. The
-// heads launched last (p.ascending_heads of them, usually a quarter: ascending_heads_for in
-// flash_traits.h) go the other way, so the grid does not end on its longest blocks: first key tile first,
-// ascending, each block taking its query tiles last first; blocks launched together then wait on each
-// other about a step each, which costs less than the tail. The choice depends on the shape alone, not on
-// the device or the launch sections, so the gradients do not either.
-// Two writer warps of the producer warpgroup (even and odd steps) wait on the counter, issue the
-// reductions (or stores) the consumers staged and, once they have landed, advance the counter.
+// The additions run in whatever order the blocks come (AttentionOptions::deterministic = false) or, by
+// default, in a fixed order (kOrderedDq), so that repeated runs give bit-identical gradients: see Note
+// [Ordered dQ additions] in flash_sm90_scheduler.cuh.
 // The kernel is warp-specialised as the forward (flash_fwd_sm90_kernel.cuh): warpgroup 0 is the producer —
 // one thread issues the TMA copies of the resident K and V tiles and of every step's Q and dO tiles (and
 // bulk copies of its L and D rows) into a ring of 128-byte-swizzled buffers guarded by mbarriers — and the
 // consumer warpgroups do the products. Tile sizes come from kSm90Tiles (flash_traits.h). Heads launch in
-// L2-sized sections (section_head), in which the forward also takes its tiles (FwdTileOrder).
+// L2-sized sections (section_head; see Note [L2 head sections]).
 #pragma once
 
 #include <cstdint>
 
 #include "ops/attention/cuda/flash_bwd_atomic.cuh"
-#include "ops/attention/cuda/flash_bwd_kernel.cuh"
+#include "ops/attention/cuda/flash_bwd_sm80_kernel.cuh"
 #include "ops/attention/cuda/flash_fwd_sm90_kernel.cuh"
 #include "ops/attention/cuda/flash_sm90_pipeline.cuh"
+#include "ops/attention/cuda/flash_sm90_scheduler.cuh"
 
 namespace ft::flash::sm90 {
-
-// The grid head (batch x kv head) of a block of a sectioned grid (section heads, tiles, sections):
-// blocks launch x fastest, then y, then z, so one section's tiles go before the next section's, and
-// within a section tile by tile over its heads (flash_launch_template.cuh, section_grid). The last
-// section may hold fewer heads: its other blocks have none (-1) and return at once.
-__device__ __forceinline__ int section_head(int grid_heads) {
-  const int bh = blockIdx.z * gridDim.x + blockIdx.x;
-  return bh < grid_heads ? bh : -1;
-}
 
 // The TMA maps of the backward's operands (flash_tma.h), passed beside FlashBwdParams; boxes are the
 // kernel's query and key tiles (dq_accum: fp32 boxes of kDqBoxRows rows).
@@ -62,9 +40,9 @@ inline constexpr int kDqBoxRows = 64, kDqBoxCols = kPanelRowBytes / static_cast<
 
 template <class T, int D>
 struct BwdKvTraits {
-  static constexpr FlashSm90Tiles kTiles = flash_sm90_tiles(D);
-  static constexpr int kConsumers = kTiles.kv_wg, kBlockN = sm90_bwd_block_n(D);  // keys
-  static constexpr int kBlockM = kTiles.kv_m, kStages = kTiles.kv_st;        // queries
+  static constexpr Sm90BwdTiles kTiles = flash_sm90_tiles(D).bwd;
+  static constexpr int kConsumers = kTiles.consumers, kBlockN = sm90_bwd_block_n(D);  // keys
+  static constexpr int kBlockM = kTiles.block_m, kStages = kTiles.stages;             // queries
   static constexpr int kConsumerThreads = 128 * kConsumers;
   static constexpr int kThreads = 128 + kConsumerThreads;  // producer warpgroup first
   static constexpr int kProducerRegs = 24;
@@ -123,23 +101,6 @@ __device__ __forceinline__ void store_dq_boxes(float* boxes, const float (&acc)[
     }
 }
 
-// Ordered dQ additions: how many key tiles add into query tile `tile` before key tile n_block (of n_tiles)
-// does, i.e. visit it and come earlier in the head's order — lower key tiles when `ascending`, else higher
-// ones. A count of 0 makes n_block the first, which stores its piece. Every lane of the warp calls it and
-// gets the count.
-template <bool kHasMask, int BN, int BM>
-__device__ __forceinline__ int key_tiles_before(int n_block, int n_tiles, bool ascending, int tile, const FlashShape& s,
-                                                int lane) {
-  const int first = ascending ? 0 : n_block + 1, end = ascending ? n_block : n_tiles;
-  int count = 0;
-  for (int base = first; base < end; base += 32) {
-    const int n = base + lane;
-    const bool visits = n < end && key_tile_queries<kHasMask, BN, BM>(n * BN, s).contains(tile);
-    count += __popc(__ballot_sync(0xffffffffu, visits));
-  }
-  return count;
-}
-
 template <class T, int D, bool kHasMask, bool kOrderedDq>
 __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
     flash_bwd_sm90_kernel(const __grid_constant__ FlashBwdParams p, const __grid_constant__ BwdTmaMaps maps) {
@@ -167,7 +128,7 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
   const int bh = section_head(grid_heads);
   if (bh < 0) return;
   // The launch and addition order of this block's head: ascending key tiles, except with ordered
-  // additions for all but the last heads (see the top of the file).
+  // additions for all but the last heads (see Note [Ordered dQ additions]).
   const bool ascending = !kOrderedDq || bh >= grid_heads - p.ascending_heads;
   const int n_block = ascending ? blockIdx.y : gridDim.y - 1 - blockIdx.y;
   const int b = bh / s.heads_kv, hk = bh % s.heads_kv;
@@ -341,11 +302,8 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
     const bool full = tile_full(row_keys<kHasMask>(m0, s), row_keys<kHasMask>(min(m0 + BM, s.len_q) - 1, s), n0, BN,
                                 s.len_k);
     probs_t(acc_s, sL + slot * BM, queries, full, m0, t, s.scale_log2);
-    // dS^T before dV is issued: P^T's A fragments need not live beside both fp32 tiles (at D=64 that
-    // removed the spills and took the leaderboard backward 3.09 -> 2.91 ms on an H100). Issuing dV before
-    // dP^T lands, to run it beside dS^T, took the backward of the former deterministic pair of kernels (this
-    // one without dQ, then a dQ kernel) 3.20 -> 3.25-3.30 ms at D=128 and 3.51-3.53 -> 3.64-3.65 ms on the
-    // leaderboard (H200, interleaved).
+    // dS^T before dV is issued: P^T's A fragments need not live beside both fp32 tiles (else they spill
+    // at D=64). Why not dV before dP^T lands: docs/perf-notes.md#backward-step-order.
     wgmma_wait<0>();  // dP^T
     fence_accumulators(acc_dp);
     dscores_t(acc_dp, acc_s, sD + slot * BM, t);

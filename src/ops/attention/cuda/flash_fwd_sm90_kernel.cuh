@@ -1,29 +1,28 @@
 // flash_fwd_sm90_kernel.cuh — internal (CUDA builds only): the Hopper (sm_90a) FlashAttention forward kernel,
-// 16-bit inputs, head dims 64 and 128, warp-specialised and persistent. One block per SM takes query tiles
-// (a batch x query head's kBlockM rows) one after another: the first its own index, then the next from a
-// counter in global memory, in the order of FwdTileOrder (launch sections of heads, longest causal tiles
-// first). Warpgroup 0 is the producer — one thread claims the tiles and issues TMA copies of each tile's Q
-// and of every visited K and V tile into a ring of kStages 128-byte-swizzled buffers that runs on across
-// tiles, after the consumers free a slot (Q once every consumer's last S of the tile landed) — and keeps 24
-// registers; each consumer warpgroup owns 64 query rows of the tile and takes the freed registers. A
-// consumer waits on a slot's mbarriers, runs S = Q K^T as wgmma with both operands in shared memory,
-// rounds P to the input dtype in registers, runs O += P V with P from registers and V read N-major, then
-// frees the slot. Where the tile table says so (kOverlap, d=128) the loop is software-pipelined: the next
-// key tile's QK^T is issued before this one's PV, so a warpgroup's softmax overlaps its own products; with
-// kPingPong the two consumer warpgroups also take turns issuing their products (named barriers, the turns
-// running on across tiles), so one's softmax runs while the other's products hold the tensor cores.
-// Otherwise warpgroups never wait for each other. Masking, the online softmax on exp2 and the final
-// normalisation with sink logits are the sm80 kernel's own steps (flash_fwd_kernel.cuh), so both paths
-// compute the same function; with kTensorRowSums (d=64) the rows of P are summed by the P V product, over
-// a panel of ones beside V, so the sums are of P as rounded for that product (the sm80 kernel sums P in
-// fp32). O goes from the accumulators straight to global memory, so the next tile's Q can land meanwhile.
+// 16-bit inputs, head dims 64 and 128, warp-specialised and persistent. One block per SM takes query tiles (a
+// batch x query head's kBlockM rows) one after another: the first its own index, then the next from a counter
+// in global memory, in the order of FwdTileOrder (launch sections of heads, longest causal tiles first; see
+// Note [Persistent forward tiles] in flash_sm90_scheduler.cuh). Warpgroup 0 is the producer — one thread claims
+// the tiles and issues TMA copies of each tile's Q and of every visited K and V tile into a ring of kStages
+// 128-byte-swizzled buffers that runs on across tiles, after the consumers free a slot (Q once every consumer's
+// last S of the tile landed) — and keeps 24 registers; each consumer warpgroup owns 64 query rows of the tile
+// and takes the freed registers. A consumer waits on a slot's mbarriers, runs S = Q K^T as wgmma with both
+// operands in shared memory, rounds P to the input dtype in registers, runs O += P V with P from registers and
+// V read N-major, then frees the slot. Where the tile table says so, a warpgroup's softmax overlaps its own
+// products and the two consumer warpgroups take turns issuing theirs (See Note [Forward overlap and
+// ping-pong]); otherwise warpgroups never wait for each other. Masking, the online softmax on exp2 and the
+// final normalisation with sink logits are the sm80 kernel's own steps (flash_fwd_sm80_kernel.cuh), so both
+// paths compute the same function, except that at d=64 the tensor cores sum the rows of P (See Note
+// [Tensor-core row sums]). O goes from the accumulators straight to global memory, so the next tile's Q can
+// land meanwhile.
 #pragma once
 
 #include <cstdint>
 
-#include "ops/attention/cuda/flash_fwd_kernel.cuh"
+#include "ops/attention/cuda/flash_fwd_sm80_kernel.cuh"
 #include "ops/attention/cuda/flash_sm90_pipeline.cuh"
 #include "ops/attention/cuda/flash_sm90_ptx.cuh"
+#include "ops/attention/cuda/flash_sm90_scheduler.cuh"
 
 namespace ft::flash::sm90 {
 
@@ -55,38 +54,35 @@ struct FwdTmaMaps {
   TmaTensor q, k, v;  // boxes of (kBlockM or kBlockN rows) x 64 columns
 };
 
-// The query tiles of a forward in the order its persistent blocks take them: launch sections of
-// section_heads grid heads (batch x query head; flash_api.cu, section_heads) one after another, within a
-// section tile by tile, longest (causal) first, over its heads, so a section's K and V stay in L2 while its
-// tiles run. The last section may hold fewer heads.
-struct FwdTileOrder {
-  int grid_heads, section_heads, q_tiles;
-  __device__ FwdTileOrder(const FlashFwdParams& p, int block_m)
-      : grid_heads(p.shape.batch * p.shape.heads_q),
-        section_heads(p.section_heads),
-        q_tiles((p.shape.len_q + block_m - 1) / block_m) {}
-  __device__ int count() const { return grid_heads * q_tiles; }
-  // Tile `tile` (< count()) -> its grid head bh and query tile y (y = 0 holds the last rows).
-  __device__ void at(int tile, int& bh, int& y) const {
-    const int per_section = section_heads * q_tiles;
-    const int section = tile / per_section, in_section = tile - section * per_section;
-    const int heads = min(section_heads, grid_heads - section * section_heads);
-    y = in_section / heads;
-    bh = section * section_heads + (in_section - y * heads);
-  }
-};
+// Note [Forward overlap and ping-pong]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Where the tile table says so (Sm90FwdTiles::overlap, d=128) the consumers' loop is software-pipelined:
+// key tile it's S = Q K^T is issued before key tile it-1's O += P V, so a warpgroup's softmax of tile it
+// runs while its own P V is on the tensor cores, and O is rescaled only after that product lands. P of
+// tile it-1 and S of tile it are live together, hence the register budget of two consumer warpgroups.
+// ptxas would move the wait for P V up to the start of the softmax; schedule_boundary keeps it after.
+// With Sm90FwdTiles::ping_pong the two consumer warpgroups also take turns issuing their products
+// (issue_in_turn, named barriers, the turns running on across tiles), so one's softmax runs while the
+// other's products hold the tensor cores. Measurements: docs/perf-notes.md#forward-overlap-and-ping-pong.
+
+// Note [Tensor-core row sums]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// With Sm90FwdTiles::tensor_row_sums (d=64) the tensor cores sum the rows of P: O += P V runs 8 columns
+// wider (m64n72k16), over a panel of ones after the V ring (sOnes), so those columns of the accumulator
+// hold the row sums, rescaled with O, instead of a floating-point add per score (softmax_scores<false>).
+// The sums are of P as rounded for that product; the sm80 kernel sums P in fp32. Measurements:
+// docs/perf-notes.md#forward-exp2-and-row-sums.
 
 template <class T, int D>
 struct FwdTraits {
-  static constexpr FlashSm90Tiles kTiles = flash_sm90_tiles(D);
-  static constexpr int kConsumers = kTiles.fwd_wg, kBlockM = 64 * kConsumers;
-  static constexpr int kBlockN = kTiles.fwd_n, kStages = kTiles.fwd_st;
-  static constexpr bool kOverlap = kTiles.fwd_ov;  // next tile's QK^T issued before this one's PV
-  static constexpr bool kPingPong = kTiles.fwd_pp;  // the 2 consumer warpgroups issue their products in turn
+  static constexpr Sm90FwdTiles kTiles = flash_sm90_tiles(D).fwd;
+  static constexpr int kConsumers = kTiles.consumers, kBlockM = sm90_fwd_block_m(D);
+  static constexpr int kBlockN = kTiles.block_n, kStages = kTiles.stages;
+  static constexpr bool kOverlap = kTiles.overlap;  // next tile's QK^T issued before this one's PV
+  static constexpr bool kPingPong = kTiles.ping_pong;  // the 2 consumer warpgroups issue their products in turn
   static_assert(!kPingPong || (kOverlap && kConsumers == 2), "ping-pong needs the overlapped loop and 2 consumers");
-  // The tensor cores sum the rows of P: O += P V runs 8 columns wider, over a panel of ones after V
-  // (sOnes), and those columns of the accumulator hold the row sums, rescaled with O.
-  static constexpr bool kTensorRowSums = kTiles.fwd_ts;
+  // See Note [Tensor-core row sums].
+  static constexpr bool kTensorRowSums = kTiles.tensor_row_sums;
   static_assert(!kTensorRowSums || D == 64, "row sums on the tensor cores need d = 64 (a 72-column P V)");
   static constexpr int kAccTiles = D / 8 + (kTensorRowSums ? 1 : 0);  // accumulator column tiles of O
   static constexpr int kConsumerThreads = 128 * kConsumers;
@@ -110,10 +106,8 @@ struct FwdTraits {
 // One warpgroup's rows of an output tile, from its accumulator straight to global memory: this thread's
 // rows row_g and row_g + 8 of `out` (row 0 of a head, rows row_stride elements apart), scaled by factor[0]
 // and factor[1], columns 8 j + 2 t and 8 j + 2 t + 1 of D as 4-byte stores; rows outside [0, len) are not
-// written. The quads of a warp fill 16 bytes of 8 rows per store. Not store_acc (flash_tile.cuh) with a row
-// bound: that one stores rows g and g + 8 in turn, tile by tile, and took the forward's SM cycles under ncu
-// at base clocks 1.346M -> 1.363M (d=128 causal B2 H16 N8192) and 1.781M -> 1.796M (leaderboard) (H100,
-// interleaved); this stores row g whole, then row g + 8.
+// written. The quads of a warp fill 16 bytes of 8 rows per store; row g whole, then row g + 8. Why not
+// store_acc (flash_tile.cuh) with a row bound: docs/perf-notes.md#persistent-forward.
 template <class T, int D, int NT>
 __device__ __forceinline__ void store_rows_global(T* out, std::int64_t row_stride, int row_g, int len,
                                                   const float (&acc)[NT][4], const float (&factor)[2], int t) {
@@ -186,7 +180,7 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
     tma_prefetch_map(maps.k);
     tma_prefetch_map(maps.v);
     RingPosition<kStages> pos;
-    int tile = blockIdx.x;
+    int tile = first_tile();
     for (std::uint32_t q_phase = 0;; q_phase ^= 1) {
       mbar_wait(q_free, q_phase ^ 1);  // every consumer read the last tile's Q and its index
       if (tile >= order.count()) {
@@ -211,10 +205,8 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
         mbar_arrive_expect_tx(&v_full[pos.slot], Tr::kTileBytes);
         tma_load_tile<T, BN, D>(sV + pos.slot * BN * D, maps.v, n0, hk, b, &v_full[pos.slot]);
       }
-      // The next tile is claimed only once this one's copies are issued, so that the blocks that free up
-      // first take the tiles left: claimed at a tile's start, the causal forward's last tiles went to
-      // blocks still busy (SM cycles elapsed 1.6% over the launched grid's, d=128 B2 H16 N8192, H100).
-      tile = atomicAdd(p.tile_counter, 1) + static_cast<int>(gridDim.x);
+      // Claimed once this tile's copies are issued: see Note [Persistent forward tiles].
+      tile = claim_next_tile(p.tile_counter);
     }
   }
 
@@ -247,11 +239,11 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
     mbar_arrive(&slot_free[slot]);
   };
 
-  // Ping-pong: warpgroup wg issues its products after bar.sync on barrier 3 + wg, then arrives on the
-  // other's, so one warpgroup's softmax runs while the other's products hold the tensor cores. Both take
-  // the same turns (n_iters + 1 per tile), tile after tile: warpgroup 1 opens warpgroup 0's first turn,
-  // and warpgroup 0 takes its arrival after the last turn at the end. A turn: the fence, the products
-  // `issue` issues and, with ping-pong, the turn barriers around them.
+  // Ping-pong (See Note [Forward overlap and ping-pong]): warpgroup wg issues its products after bar.sync
+  // on barrier 3 + wg, then arrives on the other's. Both take the same turns (n_iters + 1 per tile), tile
+  // after tile: warpgroup 1 opens warpgroup 0's first turn, and warpgroup 0 takes its arrival after the
+  // last turn at the end. A turn: the fence, the products `issue` issues and, with ping-pong, the turn
+  // barriers around them.
   auto issue_in_turn = [&](auto&& issue) {
     if constexpr (Tr::kPingPong) named_barrier_sync(3 + wg, 2 * 128);
     wgmma_fence();
@@ -309,10 +301,8 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
       for (int kk = 0; kk < BN / 16; ++kk) a_from_acc<T>(pa[kk], acc_s, kk);
     };
     if constexpr (Tr::kOverlap) {
-      // Software-pipelined: key tile it's S = Q K^T is issued before key tile it-1's O += P V, so this
-      // warpgroup's softmax of tile it runs while its own P V is on the tensor cores. O is rescaled only
-      // after that product lands. P of tile it-1 and S of tile it are live together, hence the register
-      // budget.
+      // Software-pipelined: key tile it's S = Q K^T is issued before key tile it-1's O += P V. See Note
+      // [Forward overlap and ping-pong].
       if (n_iters > 0) {
         mbar_wait(&k_full[pos.slot], pos.phase);
         issue_in_turn([&] { issue_scores(acc_s, pos.slot); });

@@ -9,9 +9,9 @@
 
 #include "core/cuda_check.h"
 #include "core/error.h"
-#include "ops/attention/cuda/flash_bwd_kernel.cuh"
+#include "ops/attention/cuda/flash_bwd_sm80_kernel.cuh"
 #include "ops/attention/cuda/flash_bwd_sm90_kernel.cuh"
-#include "ops/attention/cuda/flash_fwd_kernel.cuh"
+#include "ops/attention/cuda/flash_fwd_sm80_kernel.cuh"
 #include "ops/attention/cuda/flash_launch.h"
 #include "ops/attention/cuda/flash_tma.h"
 
@@ -58,13 +58,6 @@ inline dim3 tile_grid(int heads, int len, int tile) {
   FT_CHECK_KIND(unsupported, tiles <= 65535, "flash attention: ", tiles, " tiles of ", tile,
                 " rows exceed the 65535 blocks of a grid's y dimension (sequence length ", len, ")");
   return dim3(static_cast<unsigned>(heads), tiles);
-}
-
-// A Hopper kernel's grid of `heads` grid heads in sections of `section` heads: (section, tiles, sections),
-// so blocks launch section by section (section_head in flash_bwd_sm90_kernel.cuh).
-inline dim3 section_grid(int heads, int section, int len, int tile) {
-  const dim3 tiles = tile_grid(section, len, tile);
-  return dim3(tiles.x, tiles.y, ceil_div(heads, section));
 }
 
 }  // namespace detail
@@ -123,7 +116,8 @@ void run_flash_bwd_sm90(const FlashBwdParams& p, cudaStream_t stream) {
   using Tr = sm90::BwdKvTraits<T, D>;
   sm90::BwdTmaMaps maps = bwd_tma_maps<T, D>(p, Tr::kBlockM, Tr::kBlockN);
   maps.dq_accum = detail::dq_accum_map<D>(p, sm90::kDqBoxRows);
-  const dim3 grid = detail::section_grid(s.batch * s.heads_kv, p.dkdv_section_heads, s.len_k, Tr::kBlockN);
+  const dim3 grid =
+      sm90::section_grid(detail::tile_grid(p.dkdv_section_heads, s.len_k, Tr::kBlockN), s.batch * s.heads_kv);
   auto run = [&](auto kernel) { detail::launch(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, p, maps); };
   if (s.has_mask && p.deterministic)
     run(sm90::flash_bwd_sm90_kernel<T, D, true, true>);

@@ -36,8 +36,9 @@ struct FlashFwdParams {
   TensorRef lse;      // (B, Hq, Nq) fp32 output (row_stride is the Nq stride)
   const float* sinks = nullptr;  // (Hq) fp32 sink logits, or null
   // The Hopper kernel is persistent: `blocks` blocks (one per SM, at most one per tile) take the query
-  // tiles of section_heads (batch x query head)s at a time (flash_api.cu, section_heads), the first tile
-  // of each block its index, the next ones from *tile_counter (an int, zero at launch).
+  // tiles of section_heads (batch x query head)s at a time, the first tile of each block its index, the
+  // next ones from *tile_counter (an int, zero at launch). See Notes [Persistent forward tiles] and [L2
+  // head sections] (flash_sm90_scheduler.cuh).
   int section_heads = 1;
   int blocks = 0;
   int* tile_counter = nullptr;
@@ -66,10 +67,11 @@ struct FlashBwdParams {
   // (B * Hq, pre_blocks) int, zeroed by the pre-pass, for the ordered additions (deterministic Hopper
   // kernel): how many key tiles have added into the query tile starting at that block's rows.
   int* dq_order = nullptr;
-  // With dq_order: how many of the last grid heads add in ascending key-tile order (ascending_heads_for).
+  // With dq_order: how many of the last grid heads add in ascending key-tile order (See Note [Ordered dQ
+  // additions] in flash_sm90_scheduler.cuh).
   int ascending_heads = 0;
   // Launch geometry of the Hopper kernel: the grid heads (batch x kv head) whose tiles are launched
-  // together (flash_api.cu, section_grid).
+  // together (See Note [L2 head sections] in flash_sm90_scheduler.cuh).
   int dkdv_section_heads = 1;
 };
 

@@ -174,7 +174,7 @@ __device__ __forceinline__ void tma_store_wait_all() {
 #endif
 }
 
-// ---- counters between blocks (the ordered dQ additions, flash_bwd_sm90_kernel.cuh) ----
+// ---- counters between blocks (See Note [Ordered dQ additions] in flash_sm90_scheduler.cuh) ----
 
 // Spins until *counter (global) reads `value` with acquire semantics at GPU scope; bulk copies this
 // thread issues afterwards are ordered after the read.

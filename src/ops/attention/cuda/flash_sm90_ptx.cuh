@@ -158,7 +158,7 @@ __device__ __forceinline__ void wgmma_ss(float (&d)[N / 8][4], std::uint64_t des
 
 // d (64 x N) += A B, A (64 x 16) from this warpgroup's registers (the mma.sync A fragment of each warp's
 // 16 rows), B (16 x N) from shared memory, N-major when kTransB = 1. N = 72 is a 64-column product with
-// 8 more columns (the forward's row sums: P times a panel of ones).
+// 8 more columns (the forward's row sums: See Note [Tensor-core row sums]).
 template <class T, int N, int kTransB>
 __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const std::uint32_t (&a)[4], std::uint64_t desc_b) {
   static_assert(N == 64 || N == 72 || N == 128, "wgmma_rs: N must be 64, 72 or 128");

@@ -1,5 +1,6 @@
-// flash_bwd_kernel.cuh — internal (CUDA builds only): the FlashAttention-2 backward kernels. The
-// default scheme is deterministic, without atomics:
+// flash_bwd_sm80_kernel.cuh — internal (CUDA builds only): the portable (sm_80 and later, mma.sync)
+// FlashAttention-2 backward kernels, and the pre-pass and element steps the Hopper backward
+// (flash_bwd_sm90_kernel.cuh) shares with them. The default scheme is deterministic, without atomics:
 //   1. pre-pass  : D_i = dO_i . O_i (fp32), L_i * log2(e) padded for the tile kernels, and per-block
 //                  partial sums of exp(s_h - L_i) D_i for the sink-logit gradient (and, in the
 //                  non-deterministic scheme, zeros in the dQ accumulator);
@@ -18,7 +19,7 @@
 #include <cstdint>
 
 #include "ops/attention/cuda/flash_bwd_atomic.cuh"
-#include "ops/attention/cuda/flash_fwd_kernel.cuh"
+#include "ops/attention/cuda/flash_fwd_sm80_kernel.cuh"
 
 namespace ft::flash {
 
@@ -99,9 +100,9 @@ constexpr int pre_lanes_per_row() {
 
 // Pre-pass, one block per (batch x query head, kPreRows padded rows): D_i, L_i log2(e) and the sink
 // partials; where dq_accum is set it also zeroes the block's rows of dq_accum, and where dq_order is,
-// the block's counter. With dq_order (the Hopper kernel's ordered additions) the first key tile to visit
-// a query tile stores its dQ piece, so only the rows that see no key (all of an unvisited tile's) are
-// zeroed.
+// the block's counter. With dq_order (the Hopper kernel's ordered additions: See Note [Ordered dQ
+// additions] in flash_sm90_scheduler.cuh) the first key tile to visit a query tile stores its dQ piece, so
+// only the rows that see no key (all of an unvisited tile's) are zeroed.
 // Each row's dot product is spread over pre_lanes_per_row lanes reading 16-byte chunks of O and dO where
 // both allow it (else elements), and summed over those lanes in a fixed order.
 template <class T, int D>
@@ -184,22 +185,22 @@ __device__ __forceinline__ void load_row_values(float* smem, const float* gmem, 
   for (int idx = tid; idx < kRows / 4; idx += kThreads) cp_async_16(smem + 4 * idx, gmem + 4 * idx, true);
 }
 
-// The dK/dV kernel's tiles: the deterministic row (kv_*) or, with kAtomicDq, the atomic row (at_*),
-// whose kernel also computes dQ (flash_traits.h).
+// The dK/dV kernel's tiles: the deterministic kernel's (dkdv) or, with kAtomicDq, the atomic kernel's,
+// which also computes dQ (flash_traits.h).
 template <class T, int D, bool kAtomicDq>
 struct BwdKvTraits {
   static constexpr FlashTiles kTiles = flash_tiles(sizeof(T), D);
   static constexpr int kLdS = kLd<T, D>;
   // Key tile kN (16 kWarpM rows per warp), query tile kM, head dim split kWarpsD ways.
-  static constexpr int kN = kAtomicDq ? kTiles.at_n : kTiles.kv_n;
-  static constexpr int kM = kAtomicDq ? kTiles.at_m : kTiles.kv_m;
-  static constexpr int kWarpM = kAtomicDq ? kTiles.at_wm : kTiles.kv_wm;
-  static constexpr int kWarpsD = kAtomicDq ? kTiles.at_wd : kTiles.kv_wd;
-  static constexpr int kStages = kAtomicDq ? kTiles.at_st : kTiles.kv_st;
+  static constexpr int kN = kAtomicDq ? kTiles.atomic.block_n : kTiles.dkdv.block_n;
+  static constexpr int kM = kAtomicDq ? kTiles.atomic.block_m : kTiles.dkdv.block_m;
+  static constexpr int kWarpM = kAtomicDq ? kTiles.atomic.warp_m : kTiles.dkdv.warp_m;
+  static constexpr int kWarpsD = kAtomicDq ? kTiles.atomic.warps_d : kTiles.dkdv.warps_d;
+  static constexpr int kStages = kAtomicDq ? kTiles.atomic.stages : kTiles.dkdv.stages;
   static constexpr int kThreads = kN / (16 * kWarpM) * kWarpsD * 32;
   // dQ = dS K (kAtomicDq): the (kM, D) tile in kDqWarpsD column groups of kDqCols columns, each warp
   // 16 kDqWarpM rows, kDqChunk columns at a time (bounds its accumulator registers).
-  static constexpr int kDqWarpsD = kAtomicDq ? kTiles.at_qd : 1;
+  static constexpr int kDqWarpsD = kAtomicDq ? kTiles.atomic.dq_warps_d : 1;
   static constexpr int kDqWarpM = kM / (16 * (kThreads / 32 / kDqWarpsD));
   static constexpr int kDqCols = D / kDqWarpsD;
   static constexpr int kDqChunk = kDqCols <= 96 ? kDqCols : 64;
@@ -218,10 +219,10 @@ struct BwdKvTraits {
 
 template <class T, int D>
 struct BwdDqTraits {
-  static constexpr FlashTiles kTiles = flash_tiles(sizeof(T), D);
+  static constexpr Sm80DqTiles kTiles = flash_tiles(sizeof(T), D).dq;
   static constexpr int kLdS = kLd<T, D>;
   // Query tile kM (16 kWarpM rows per warp), key tile kN.
-  static constexpr int kM = kTiles.dq_m, kN = kTiles.dq_n, kWarpM = kTiles.dq_wm, kStages = kTiles.dq_st;
+  static constexpr int kM = kTiles.block_m, kN = kTiles.block_n, kWarpM = kTiles.warp_m, kStages = kTiles.stages;
   static constexpr int kThreads = kM / (16 * kWarpM) * 32;
   // sQ, sdO (kM, kLdS) | sK, sV (kStages, kN, kLdS)
   static constexpr int kSmemBytes = (2 * kM + 2 * kStages * kN) * kLdS * static_cast<int>(sizeof(T));

@@ -1,9 +1,10 @@
-// flash_fwd_kernel.cuh — internal (CUDA builds only): the FlashAttention-2 forward kernel (Algorithm 1).
-// One block per (batch x query head, query tile); each warp owns 16 * warp_m query rows. The block
-// loops once over the key tiles of the visible band (sink tiles first, then the window), K/V tiles
-// streamed with cp.async through a ring of kStages buffers. Online softmax in fp32 on exp2 with scale * log2(e)
-// and the row max applied by one FFMA; O is rescaled only when a row max moved; P is rounded to the input
-// dtype before P V; O and L are written once at the end.
+// flash_fwd_sm80_kernel.cuh — internal (CUDA builds only): the portable (sm_80 and later, mma.sync)
+// FlashAttention-2 forward kernel (Algorithm 1), and the per-tile softmax steps the Hopper forward
+// (flash_fwd_sm90_kernel.cuh) shares with it. One block per (batch x query head, query tile); each warp
+// owns 16 * warp_m query rows. The block loops once over the key tiles of the visible band (sink tiles
+// first, then the window), K/V tiles streamed with cp.async through a ring of kStages buffers. Online
+// softmax in fp32 on exp2 with scale * log2(e) and the row max applied by one FFMA; O is rescaled only
+// when a row max moved; P is rounded to the input dtype before P V; O and L are written once at the end.
 #pragma once
 
 #include <cstdint>
@@ -47,7 +48,7 @@ __device__ __forceinline__ void mask_scores(float (&acc_s)[NS][4], int row_g, in
 // The running max (the reference P is taken against) moves only when a score passes it by more than
 // kMaxSlack, so P stays <= 2^kMaxSlack and O is rescaled far less often; L and the final normalisation
 // use the same reference, so the result is the softmax's either way. Without kSumRows the row sums are
-// left to the caller (the Hopper forward at d=64 has the tensor cores sum P), row_sum untouched.
+// left to the caller, row_sum untouched (See Note [Tensor-core row sums] in flash_fwd_sm90_kernel.cuh).
 inline constexpr float kMaxSlack = 8.f;
 template <bool kSumRows = true, int NS>
 __device__ __forceinline__ void softmax_scores(float (&acc_s)[NS][4], float (&row_max)[2], float (&row_sum)[2],
@@ -156,9 +157,9 @@ __device__ __forceinline__ void prefetch_kv(T* sK, T* sV, const T* k, std::int64
 
 template <class T, int D>
 struct FwdKernelTraits {
-  static constexpr FlashTiles kTiles = flash_tiles(sizeof(T), D);
-  static constexpr int kBlockM = kTiles.fwd_m, kBlockN = kTiles.fwd_n, kStages = kTiles.fwd_st;
-  static constexpr int kWarpM = kTiles.fwd_wm;  // 16-row blocks per warp
+  static constexpr Sm80FwdTiles kTiles = flash_tiles(sizeof(T), D).fwd;
+  static constexpr int kBlockM = kTiles.block_m, kBlockN = kTiles.block_n, kStages = kTiles.stages;
+  static constexpr int kWarpM = kTiles.warp_m;  // 16-row blocks per warp
   static constexpr int kWarps = kBlockM / (16 * kWarpM), kThreads = kWarps * 32;
   static constexpr int kLdS = kLd<T, D>;
   // sQ (kBlockM, kLdS) | sK (kStages, kBlockN, kLdS) | sV (kStages, kBlockN, kLdS)

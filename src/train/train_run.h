@@ -1,8 +1,7 @@
-// train_run.h — `flashtrain train` without CLI11: the options as given on the command line
-// (TrainOptions), their validated and resolved form (TrainPlan), the training loop (run_training:
+// train_run.h — the training library: a validated run (TrainPlan), the training loop (run_training:
 // micro-batch accumulation, global-norm clipping, AdamW on the cosine schedule, evaluation, logging,
 // atomic checkpoints and bit-exact resume), the throughput model (FLOPs per token, peak FLOP/s table,
-// MFU) and the results document. cmd_train.cpp declares the options and calls these.
+// MFU) and the results document. The CLI (apps/flashtrain/train_options.h) turns options into a plan.
 // Data parallelism: run_training over a Communicator of world > 1 (mpirun / srun) trains one model replica
 // per rank under DistributedDataParallel (dist/ddp.h): rank 0's parameters are broadcast once (after any
 // --resume / --init-from, which every rank loads), every rank draws the same global batch of world x batch
@@ -37,44 +36,7 @@
 #include "ops/attention.h"
 #include "optim/lr_schedule.h"
 
-namespace ft::cli {
-
-// The command line's values, before validation. Unset optionals take the defaults resolve_train_options
-// documents.
-struct TrainOptions {
-  std::string size = "small";
-  std::optional<std::int64_t> vocab;    // default: the size's (10000; tiny 97)
-  std::optional<std::int64_t> context;  // default: the size's (512; tiny 32)
-  std::int64_t batch = 4;               // sequences per micro-batch
-  std::string precision = "bf16";
-  bool tf32 = false;
-  bool cuda_graph = false;  // capture the step in a CUDA graph and replay it (model/graphed_step.h)
-  std::string attention = "flash";
-  std::string device = "auto";
-  std::int64_t steps = 1000;
-  std::int64_t accumulate = 1;  // micro-batches per optimizer step
-  double lr = 1e-3;
-  std::optional<double> min_lr;         // default: lr / 10
-  std::optional<std::int64_t> warmup;   // default: steps / 10
-  double weight_decay = 0.01;
-  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
-  double clip = 1.0;  // max global gradient norm; 0 = no clipping
-  std::string data;      // uint16 token file; empty = random tokens
-  std::string val_data;  // optional validation token file
-  std::int64_t eval_interval = 100;
-  std::int64_t eval_batches = 10;
-  std::uint64_t seed = 0;
-  std::int64_t log_interval = 10;
-  std::string checkpoint_dir;
-  std::int64_t checkpoint_interval = 0;  // 0 = only after the last step
-  std::string resume;     // checkpoint path, or "latest" (the newest in checkpoint_dir)
-  std::string init_from;  // safetensors of model parameters only
-  std::string json_path;
-  std::string ddp_strategy = "bucketed";  // data-parallel runs only: naive, flat, overlapped, bucketed
-  double bucket_mb = 25;                  // bucketed: MiB of fp32 gradients per bucket
-  std::string grad_comm_dtype = "fp32";   // fp32, or bf16 (gradients rounded for the all-reduce)
-  std::string zero = "off";               // data-parallel runs only: off, owner_broadcast, reduce_scatter
-};
+namespace ft {
 
 // The validated run: every default filled in, names parsed, the resume path resolved.
 struct TrainPlan {
@@ -106,10 +68,6 @@ struct TrainPlan {
   // Per rank; a data-parallel step trains world times as many.
   std::int64_t tokens_per_step() const { return batch * model.context_length * accumulate; }
 };
-
-// Validates options (ft::Error invalid_argument naming the option and the value given; io when --resume
-// latest finds no checkpoint) and fills in the defaults. auto devices become cuda:0 when a GPU is visible.
-TrainPlan resolve_train_options(const TrainOptions& options);
 
 // One logged step. Timings and throughput cover the steps since the previous logged one.
 struct TrainLogRow {
@@ -172,4 +130,8 @@ nlohmann::json train_document(const TrainPlan& plan, const TrainResult& result);
 // "step_000100.safetensors": the checkpoint written after `step`.
 std::string checkpoint_file_name(std::int64_t step);
 
-}  // namespace ft::cli
+// The checkpoint the folder's `latest` file names (the newest run_training wrote there); ft::Error io when
+// there is none.
+std::string latest_checkpoint(const std::string& folder);
+
+}  // namespace ft

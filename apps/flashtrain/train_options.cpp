@@ -1,0 +1,106 @@
+// train_options.cpp — `flashtrain train`'s option validation: every value checked (ft::Error naming the
+// option and the value given), the defaults filled in, names parsed, `--resume latest` resolved.
+#include "flashtrain/train_options.h"
+
+#include <filesystem>
+
+#include "core/error.h"
+#include "flashtrain/cli_parse.h"
+
+namespace ft::cli {
+
+namespace fs = std::filesystem;
+
+TrainPlan resolve_train_options(const TrainOptions& o) {
+  TrainPlan plan;
+  plan.model = for_option("--size", [&] { return model_config(o.size); });
+  if (o.vocab) {
+    FT_CHECK(*o.vocab >= 1, "--vocab must be >= 1, given ", *o.vocab);
+    plan.model.vocab_size = *o.vocab;
+  }
+  if (o.context) {
+    FT_CHECK(*o.context >= 1, "--context must be >= 1, given ", *o.context);
+    plan.model.context_length = *o.context;
+  }
+  plan.model.validate();
+  plan.precision = for_option("--precision", [&] { return parse_precision(o.precision); });
+  plan.tf32 = o.tf32;
+  plan.cuda_graph = o.cuda_graph;
+  plan.attention = for_option("--attention", [&] { return parse_attention_impl(o.attention); });
+  plan.device = device_or_auto(for_option("--device", [&] { return parse_device_option(o.device); }));
+
+  FT_CHECK(o.batch >= 1, "--batch must be >= 1, given ", o.batch);
+  FT_CHECK(o.steps >= 1, "--steps must be >= 1, given ", o.steps);
+  FT_CHECK(o.accumulate >= 1, "--accumulate must be >= 1 micro-batch per step, given ", o.accumulate);
+  plan.batch = o.batch;
+  plan.steps = o.steps;
+  plan.accumulate = o.accumulate;
+  if (plan.cuda_graph) {
+    FT_CHECK_KIND(unsupported, plan.device.is_cuda(), "--cuda-graph captures the step in a CUDA graph and needs a "
+                  "CUDA device, given --device ", o.device, o.device == "auto" ? " (no GPU is visible)" : "");
+    FT_CHECK(plan.accumulate == 1, "--cuda-graph graphs a step of one micro-batch: give --accumulate 1 (and a "
+             "larger --batch), given --accumulate ", plan.accumulate);
+  }
+
+  FT_CHECK(o.lr > 0, "--lr must be > 0, given ", o.lr);
+  const double min_lr = o.min_lr.value_or(o.lr / 10);
+  FT_CHECK(min_lr >= 0 && min_lr <= o.lr, "--min-lr must be in [0, --lr = ", o.lr, "], given ", min_lr);
+  const std::int64_t warmup = o.warmup.value_or(o.steps / 10);
+  FT_CHECK(warmup >= 0 && warmup <= o.steps, "--warmup must be in [0, --steps = ", o.steps, "], given ", warmup);
+  plan.schedule = CosineSchedule{.max_lr = o.lr, .min_lr = min_lr, .warmup_iters = warmup, .cycle_iters = o.steps};
+  FT_CHECK(o.weight_decay >= 0, "--weight-decay must be >= 0, given ", o.weight_decay);
+  FT_CHECK(o.beta1 >= 0 && o.beta1 < 1, "--beta1 must be in [0, 1), given ", o.beta1);
+  FT_CHECK(o.beta2 >= 0 && o.beta2 < 1, "--beta2 must be in [0, 1), given ", o.beta2);
+  FT_CHECK(o.eps > 0, "--eps must be > 0, given ", o.eps);
+  FT_CHECK(o.clip >= 0, "--clip must be >= 0 (0 = no clipping), given ", o.clip);
+  plan.adamw = AdamWConfig{.lr = o.lr, .beta1 = o.beta1, .beta2 = o.beta2, .eps = o.eps, .weight_decay = o.weight_decay};
+  plan.clip = o.clip;
+
+  plan.data = o.data;
+  plan.val_data = o.val_data;
+  FT_CHECK(o.eval_interval >= 1, "--eval-interval must be >= 1, given ", o.eval_interval);
+  FT_CHECK(o.eval_batches >= 1, "--eval-batches must be >= 1, given ", o.eval_batches);
+  plan.eval_interval = o.eval_interval;
+  plan.eval_batches = o.eval_batches;
+  plan.seed = o.seed;
+  FT_CHECK(o.log_interval >= 1, "--log-interval must be >= 1, given ", o.log_interval);
+  plan.log_interval = o.log_interval;
+
+  FT_CHECK(o.checkpoint_interval >= 0, "--checkpoint-interval must be >= 0 (0 = after the last step only), given ",
+           o.checkpoint_interval);
+  FT_CHECK(o.checkpoint_interval == 0 || !o.checkpoint_dir.empty(), "--checkpoint-interval ", o.checkpoint_interval,
+           " needs --checkpoint-dir (where to write the checkpoints)");
+  plan.checkpoint_dir = o.checkpoint_dir;
+  plan.checkpoint_interval = o.checkpoint_interval;
+  FT_CHECK(o.resume.empty() || o.init_from.empty(),
+           "--resume and --init-from exclude each other: a checkpoint already holds the parameters");
+  if (o.resume == "latest") {
+    FT_CHECK(!o.checkpoint_dir.empty(), "--resume latest needs --checkpoint-dir (the folder to resume from)");
+    plan.resume_path = latest_checkpoint(o.checkpoint_dir);
+  } else {
+    plan.resume_path = o.resume;
+  }
+  if (!plan.resume_path.empty())
+    FT_CHECK_KIND(io, fs::is_regular_file(plan.resume_path), "--resume: checkpoint ", plan.resume_path,
+                  " does not exist");
+  plan.init_from = o.init_from;
+  plan.json_path = o.json_path;
+
+  plan.ddp.strategy = for_option("--ddp-strategy", [&] { return parse_ddp_strategy(o.ddp_strategy); });
+  FT_CHECK(o.bucket_mb > 0, "--bucket-mb must be > 0 (MiB of gradients per bucket), given ", o.bucket_mb);
+  plan.ddp.bucket_size_mb = o.bucket_mb;
+  FT_CHECK(o.grad_comm_dtype == "fp32" || o.grad_comm_dtype == "bf16",
+           "--grad-comm-dtype must be fp32 or bf16, given '", o.grad_comm_dtype, "'");
+  plan.ddp.bf16_communication = o.grad_comm_dtype == "bf16";
+  if (o.zero != "off") {
+    FT_CHECK(o.zero == "owner_broadcast" || o.zero == "reduce_scatter",
+             "--zero must be off, owner_broadcast or reduce_scatter, given '", o.zero, "'");
+    plan.zero = parse_zero_mode(o.zero);
+    FT_CHECK(o.checkpoint_dir.empty() && o.resume.empty(), "--zero ", o.zero,
+             " cannot be combined with --checkpoint-dir or --resume: checkpoints hold the whole AdamW state, "
+             "which ZeRO shards over the ranks (not saved or restored yet); leave --zero off to checkpoint");
+  }
+  return plan;
+}
+
+}  // namespace ft::cli
