@@ -24,7 +24,9 @@ average over them), then clipping of the global gradient norm to --clip and one 
 (torch.optim.AdamW semantics) at the learning rate of the cosine schedule: linear warm-up from 0 to
 --lr over --warmup steps, then a cosine decay to --min-lr at --steps.
 
-Data: --data maps a file of uint16 token ids (raw little-endian, or .npy of dtype '<u2'); every
+Data: --data maps a file of token ids, told apart by content: .npy of dtype '<u2' or '<u4' (uint16 or
+uint32), or raw little-endian ids, uint16 when --vocab is at most 65536 and uint32 above; every id is
+checked against --vocab when the file is opened. Every
 sequence is a window at a uniformly random position (seed --seed + 1). Without --data the tokens
 are uniform random ids (a throughput run; the loss cannot fall below ln(vocab)). --val-data is read
 the same way (seed --seed + 2); each evaluation averages the loss over the same --eval-batches
@@ -43,9 +45,11 @@ written atomically, then DIR/latest names the newest. --resume restores all of i
 --steps with the same losses as an uninterrupted run (give the same options). --init-from loads
 model parameters only, from a checkpoint or a reference model's exported state dict.
 
-Failures: in a job of several ranks, an error on any rank (a missing file, a bad option, out of memory)
-ends every rank at once with that rank's message; a peer that hangs or dies ends the job after --timeout
-seconds of waiting for it.
+Failures: in a job of several ranks, the ranks first check that they were started alike (every option
+that shapes the run, the build, and the size and first MiB of every file they read): a difference is one
+error naming the option and each rank's value, on every rank, before step 1. An error on any one rank
+(an unwritable --json, out of memory, ...) ends every rank at once with that rank's message; a peer
+that hangs or dies ends the job after --timeout seconds of waiting for it.
 
 Data parallel: started by mpirun or srun with N processes, every rank trains a replica of the model
 (DDP): rank 0's parameters are broadcast at the start (after --resume / --init-from, which every rank
@@ -112,7 +116,7 @@ void add_train_options(CLI::App& command, TrainOptions& o) {
   command.add_option("--beta2", o.beta2, "AdamW beta2");
   command.add_option("--eps", o.eps, "AdamW epsilon");
   command.add_option("--clip", o.clip, "Clip the global gradient norm to this; 0 = no clipping");
-  command.add_option("--data", o.data, "Training tokens: a uint16 file (raw or .npy); default: random tokens");
+  command.add_option("--data", o.data, "Training tokens: a uint16/uint32 file (raw or .npy); default: random tokens");
   command.add_option("--val-data", o.val_data, "Validation tokens (same format), evaluated every --eval-interval");
   command.add_option("--eval-interval", o.eval_interval, "Steps between evaluations on --val-data (and the last)");
   command.add_option("--eval-batches", o.eval_batches, "Batches each evaluation averages over");

@@ -5,11 +5,13 @@
 #pragma once
 
 #include <exception>
+#include <cstdio>
 #include <string>
 
 #include <CLI/CLI.hpp>
 
 #include "core/error.h"
+#include "dist/config_agreement.h"
 #include "dist/context.h"
 
 namespace ft::cli {
@@ -30,10 +32,20 @@ std::string error_text(const std::exception& error);
 
 // fn() on this rank. In a job of several ranks an exception ends the job (abort_job, exit status 2) after
 // printing error_text with this rank's number; in a world of one it propagates to main as usual.
+// RanksDisagree, which every rank raises alike, ends the job in order instead: each rank prints it, waits
+// for the others to have printed it too (a barrier: the launcher ends the job when the first rank exits
+// non-zero), and returns exit status 2.
 template <class Fn>
 int run_job(DistributedContext& context, Fn&& fn) {
   try {
     return fn();
+  } catch (const RanksDisagree& e) {
+    if (context.world_size() <= 1) throw;
+    const std::string line = "flashtrain: error: " + e.message() + "\n";
+    std::fputs(line.c_str(), stderr);  // one write: the ranks' lines do not interleave
+    std::fflush(stderr);
+    context.host_communicator().barrier()->wait();
+    return 2;
   } catch (const std::exception& e) {
     if (context.world_size() <= 1) throw;
     context.abort_job(error_text(e));
