@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # test.sh — the test command: install what is missing, configure and build everything into build/
 # (the CUDA sources too, compiled only, when nvcc is found), then run the test suites: CTest labels
-# cpu and mpi, the Python tests (python/tests, tests/python) when there are any, and label gpu when
-# a GPU is visible. Every suite runs even when an earlier one fails; a summary closes the output and
-# the exit status is non-zero when any suite failed. When clang with libFuzzer is available, the file
-# readers' fuzz targets are built into build-fuzz/ and run (CTest label fuzz: the seed corpora, then
-# FT_FUZZ_SECONDS, default 30, of fuzzing per target).
+# cpu and mpi, the Python tests (tests/python) when there are any, a program built against the
+# installed package (examples/consumer), and label gpu when a GPU is visible. Every suite runs even
+# when an earlier one fails; a summary closes the output and the exit status is non-zero when any
+# suite failed. When clang with libFuzzer is available, the file readers' fuzz targets are built into
+# build-fuzz/ and run (CTest label fuzz: the seed corpora, then FT_FUZZ_SECONDS, default 30, of fuzzing
+# per target).
 #   bash scripts/test.sh
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -69,15 +70,12 @@ run_ctest() {
 run_ctest cpu  # one at a time: the OpenMP tests use every core themselves
 run_ctest mpi  # one test at a time: each already spreads over several ranks
 
-python_dirs=()
-for dir in "$FT_ROOT/python/tests" "$FT_ROOT/tests/python"; do
-  [[ -d "$dir" ]] && python_dirs+=("$dir")
-done
-if ((${#python_dirs[@]} > 0)); then
+python_tests="$FT_ROOT/tests/python"
+if [[ -d "$python_tests" ]]; then
   echo
-  echo "== pytest ${python_dirs[*]}"
+  echo "== pytest $python_tests"
   log="$log_dir/pytest.log"
-  PYTHONPATH="$FT_BUILD/python${PYTHONPATH:+:$PYTHONPATH}" python3 -m pytest -q "${python_dirs[@]}" 2>&1 | tee "$log"
+  PYTHONPATH="$FT_BUILD/python${PYTHONPATH:+:$PYTHONPATH}" python3 -m pytest -q "$python_tests" 2>&1 | tee "$log"
   status=${PIPESTATUS[0]}
   if [[ $status -eq 5 ]]; then
     summary+=("$(printf '  %-14s %s' pytest "no tests collected")")
@@ -85,7 +83,25 @@ if ((${#python_dirs[@]} > 0)); then
     record pytest "$status" "$log"
   fi
 else
-  summary+=("$(printf '  %-14s %s' pytest "skipped (no python/tests or tests/python)")")
+  summary+=("$(printf '  %-14s %s' pytest "skipped (no tests/python)")")
+fi
+
+# The installed package: build/ installed into build/install, then examples/consumer configured, built
+# and run against it (find_package(flashtrain), flashtrain::flashtrain).
+echo
+echo "== examples/consumer against the installed package"
+log="$log_dir/consumer.log"
+{ cmake --install "$FT_BUILD" --prefix "$FT_BUILD/install" --component library &&
+  cmake -S "$FT_ROOT/examples/consumer" -B "$FT_BUILD/consumer" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_PREFIX_PATH="$FT_BUILD/install" &&
+  cmake --build "$FT_BUILD/consumer" && "$FT_BUILD/consumer/consumer"; } 2>&1 | tee "$log"
+if [[ ${PIPESTATUS[0]} -eq 0 ]]; then
+  summary+=("$(printf '  %-14s %s' consumer "ok (built and ran against build/install)")")
+  total_passed=$((total_passed + 1))
+else
+  summary+=("$(printf '  %-14s %s' consumer "FAILED (see $log)")")
+  total_failed=$((total_failed + 1))
+  any_failed=1
 fi
 
 # The fuzz suite: only where clang can link a libFuzzer target.

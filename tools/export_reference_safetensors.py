@@ -14,10 +14,10 @@ installed, else this script writes the same format itself (a JSON header and the
 
 To check that flashtrain computes the reference model's logits from the exported file, load it with
 flashtrain.model.TransformerLM(...).load_safetensors(path) and compare .logits(tokens) with the reference
-model's output; python/tests/test_reference_logits.py does exactly that for a random reference model (fp32 on
+model's output; tests/python/test_reference_logits.py does exactly that for a random reference model (fp32 on
 the CPU and CUDA, bf16), running this script as a subprocess:
 
-    PYTHONPATH=build/python python3 -m pytest -q python/tests/test_reference_logits.py
+    PYTHONPATH=build/python python3 -m pytest -q tests/python/test_reference_logits.py
 """
 
 import argparse

@@ -130,4 +130,14 @@ void add_number_checks(CLI::App& app) {
   for (CLI::App* sub : app.get_subcommands({})) add_number_checks(*sub);
 }
 
+void add_model_memory_options(CLI::App& command, std::string& recompute, std::int64_t& loss_chunk) {
+  command.add_option("--recompute", recompute,
+                     "Training: activation recomputation, none, selective (keep attention outputs, recompute norms, "
+                     "projections, SwiGLU inputs) or full (keep block inputs only); gradients are bit-identical");
+  command.add_option("--loss-chunk", loss_chunk,
+                     "Rows per chunk of the fused LM head + cross-entropy, which never holds (B, T, V) logits; 0 = "
+                     "materialise the logits")
+      ->check(at_least(0));
+}
+
 }  // namespace ft::cli

@@ -45,6 +45,9 @@ CLI::Validator at_least(std::int64_t min);  // integers >= min
 // naming the option, at parse time.
 void add_number_checks(CLI::App& app);
 
+// --recompute and --loss-chunk, the model's memory options `train` and the benchmarks share.
+void add_model_memory_options(CLI::App& command, std::string& recompute, std::int64_t& loss_chunk);
+
 // "a,b,c" -> each item parsed by parse_one; an empty item, or an item parse_one rejects, is an
 // ft::Error naming the option.
 template <class T, class Parse>

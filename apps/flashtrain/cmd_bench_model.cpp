@@ -27,7 +27,9 @@ constexpr const char* kFooter = R"(
 Each case (size x context x precision x mode) builds the model (and, for train, the AdamW state), draws
 one random batch of --batch sequences (uniform ids, seed --seed) and runs --warmup warm-up steps, then
 --steps timed steps, synchronising the device after each. Modes: fwd = forward and loss; fwd_bwd =
-forward and backward; train = forward, backward, clipping the gradient norm to 1.0, AdamW. Columns:
+forward and backward; train = forward, backward, clipping the gradient norm to 1.0, AdamW. The loss is the
+fused LM head + cross-entropy in chunks of --loss-chunk rows (no (B, T, V) logits; 0 materialises them);
+the training modes recompute activations as --recompute says (bit-identical gradients). Columns:
 first_step_ms = the first step run (with --warmup 0 a timed one: compare --warmup 0, 1, 2 to see the
 warm-up effect, also in std_ms); step_ms = the median of the timed steps; mean, std, min likewise;
 peak_gib = peak memory flashtrain holds on the device over the timed steps; tokens_per_s = batch x
@@ -40,15 +42,16 @@ replays). Results are the eager step's bit for bit. The ops' temporaries become 
 peak_gib does not count.
 
 NVTX ranges (Nsight Systems / Compute can filter by them): "warmup step N" and "step N" around each step;
-inside, the model's "model forward", "layer forward", "model backward", "layer backward",
-"optimizer step", and one range per op (e.g. "attention.forward.flash").
+inside, the model's "model forward", "layer forward", "fused lm_head loss", "model backward", "layer
+recompute", "layer backward", "optimizer step", and one range per op (e.g. "attention.forward.flash").
 
 --profile memory records the allocator's timeline (every allocation and free: bytes, tag, phase, time)
 for one case: phases init (model, optimizer state, token ids), warmup (the --warmup steps, if any),
 then one step: forward, backward, optimizer (as --mode has them). It prints the peak of each phase split
 into parameters (the fp32 masters), gradients, optimizer_state, activations (the model's saved
-tensors), workspace (per-layer and op temporaries, bf16 casts of two blocks' weights) and other (token
-ids, memory held before), and writes the timeline to --memory-json (draw it with tools/plot_memory.py).
+tensors; --recompute shrinks them), workspace (per-layer and op temporaries, bf16 casts of two blocks'
+weights, the fused loss's (--loss-chunk, V) logits tiles) and other (token ids, memory held before), and
+writes the timeline to --memory-json (draw it with tools/plot_memory.py).
 
 --profile kernels (CUDA builds with CUPTI, one case) runs the --warmup steps unprofiled, then records
 every kernel, memcpy and memset of the --steps timed steps with CUPTI's activity API, each attributed to
@@ -122,7 +125,11 @@ int run_bench_model(const BenchModelOptions& options) {
               << name_of(c.mode) << (rows.back().oom ? ": OOM" : ": done") << "\n";
   }
   std::cout << "model benchmark on " << describe_device(config.device) << ": batch " << config.batch << ", vocab "
-            << config.models.front().vocab_size << ", " << name_of(config.attention) << " attention, "
+            << config.models.front().vocab_size << ", " << name_of(config.attention) << " attention, recompute "
+            << name_of(config.recompute) << ", "
+            << (config.loss_chunk > 0 ? str("fused loss in chunks of ", config.loss_chunk, " rows")
+                                      : std::string("materialised logits"))
+            << ", "
             << config.warmup << " warm-up + " << config.steps << " timed steps"
             << (config.cuda_graph ? ", train step in a CUDA graph" : "") << "\n\n"
             << format_model_bench(rows, options.csv);
@@ -136,13 +143,17 @@ int run_bench_model(const BenchModelOptions& options) {
 
 void add_model_definition_options(CLI::App& command, BenchModelOptions& o) {
   command.add_option("--size", o.sizes,
-                     "Model sizes, comma-separated: tiny, small, medium, large, xl, 2.7b (default: small)");
-  command.add_option("--d-model", o.d_model, "Explicit model (with --d-ff, --layers, --heads; no --size): d_model")
+                     "Model sizes, comma-separated: tiny, small, medium, large, xl, 2.7b, 8b (default: small); "
+                     "the options below replace their fields");
+  command.add_option("--d-model", o.d_model, "d_model (without --size: with --d-ff, --layers, --heads, an explicit "
+                     "model)")->check(at_least(1));
+  command.add_option("--d-ff", o.d_ff, "FFN inner size")->check(at_least(1));
+  command.add_option("--layers", o.layers, "Number of blocks")->check(at_least(1));
+  command.add_option("--heads", o.heads, "Attention heads (d_model / heads: even, at most 256)")->check(at_least(1));
+  command.add_option("--vocab", o.vocab, "Vocabulary size (default: the size's; 10000 for an explicit model)")
       ->check(at_least(1));
-  command.add_option("--d-ff", o.d_ff, "Explicit model: FFN inner size")->check(at_least(1));
-  command.add_option("--layers", o.layers, "Explicit model: number of blocks")->check(at_least(1));
-  command.add_option("--heads", o.heads, "Explicit model: attention heads")->check(at_least(1));
-  command.add_option("--vocab", o.vocab, "Vocabulary size")->check(at_least(1));
+  command.add_option("--rope-theta", o.rope_theta, "RoPE base theta (default: 10000)");
+  add_model_memory_options(command, o.recompute, o.loss_chunk);
 }
 
 void add_bench_model_options(CLI::App& command, BenchModelOptions& o) {

@@ -9,6 +9,7 @@
 #include <memory>
 
 #include "dist/context.h"
+#include "flashtrain/cli_parse.h"
 #include "flashtrain/commands.h"
 #include "flashtrain/job.h"
 #include "flashtrain/output_paths.h"
@@ -94,9 +95,17 @@ int run_train(const TrainOptions& options, const JobOptions& job) {
 
 void add_train_options(CLI::App& command, TrainOptions& o) {
   command.option_defaults()->always_capture_default()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
-  command.add_option("--size", o.size, "Model size: tiny, small, medium, large, xl or 2.7b");
-  command.add_option("--vocab", o.vocab, "Vocabulary size (default: the size's, 10000; tiny 97)");
-  command.add_option("--context", o.context, "Context length T of every sequence (default: 512; tiny 32)");
+  command.add_option("--size", o.size,
+                     "Model size: tiny, small, medium, large, xl, 2.7b or 8b; the options below replace its fields");
+  command.add_option("--d-model", o.d_model, "d_model (default: the size's)");
+  command.add_option("--d-ff", o.d_ff, "FFN inner size (default: the size's)");
+  command.add_option("--layers", o.layers, "Number of blocks (default: the size's)");
+  command.add_option("--heads", o.heads, "Attention heads; d_model / heads must be even and at most 256 (default: "
+                     "the size's)");
+  command.add_option("--vocab", o.vocab, "Vocabulary size (default: the size's, 10000; tiny 97; 8b 151936)");
+  command.add_option("--context", o.context,
+                     "Context length T of every sequence (default: the size's, 512; tiny 32; 8b 32768)");
+  command.add_option("--rope-theta", o.rope_theta, "RoPE base theta (default: 10000)");
   command.add_option("--batch", o.batch, "Sequences per micro-batch");
   command.add_option("--precision", o.precision,
                      "fp32, or bf16 mixed precision (fp32 master weights, bf16 GEMM and attention operands)");
@@ -105,6 +114,7 @@ void add_train_options(CLI::App& command, TrainOptions& o) {
                    "CUDA: capture the whole step (forward, backward, clipping, AdamW) in a CUDA graph at the second "
                    "step and replay it (the first runs eagerly as its warm-up); needs --accumulate 1 and one process");
   command.add_option("--attention", o.attention, "Attention implementation: flash or naive");
+  add_model_memory_options(command, o.recompute, o.loss_chunk);
   command.add_option("--device", o.device, "cpu, cuda, cuda:N, or auto (cuda:0 when a GPU is visible, else cpu)");
   command.add_option("--steps", o.steps, "Optimizer steps to train to (a resumed run continues to this step)");
   command.add_option("--accumulate", o.accumulate, "Micro-batches per optimizer step (gradient accumulation)");

@@ -298,32 +298,14 @@ nlohmann::json ddp_bench_document(const DdpBenchConfig& config, const std::vecto
   FT_CHECK(!rows.empty(), "ddp_bench_document: expected at least one row");
   nlohmann::json out_rows = nlohmann::json::array();
   for (const DdpBenchRow& r : rows) {
-    const ModelConfig& m = r.c.model.model;
-    nlohmann::json row{{"strategy", strategy_name(r.c.strategy)},
-                       {"bucket_mb", r.c.bucket_mb ? nlohmann::json(*r.c.bucket_mb) : nlohmann::json(nullptr)},
-                       {"world", r.world},
-                       {"backend", r.backend},
-                       {"size", m.name},
-                       {"d_model", m.d_model},
-                       {"layers", m.num_layers},
-                       {"ctx", m.context_length},
-                       {"precision", name_of(r.c.model.precision)},
-                       {"local_batch", r.local_batch},
-                       {"parameters", r.parameters},
-                       {"bf16_comm", config.bf16_comm && r.c.strategy.has_value()}};
-    if (r.oom) {
-      row["oom"] = true;
-      row["error"] = r.oom_message;
-    } else {
+    nlohmann::json row = data_parallel_row(r);
+    row.update({{"strategy", strategy_name(r.c.strategy)},
+                {"bucket_mb", r.c.bucket_mb ? nlohmann::json(*r.c.bucket_mb) : nlohmann::json(nullptr)},
+                {"bf16_comm", config.bf16_comm && r.c.strategy.has_value()}});
+    if (!r.oom)
       row.update({{"collectives", r.collectives},
-                  {"step_ms", r.step.median},
-                  {"mean_ms", r.step.mean},
-                  {"min_ms", r.step.min},
-                  {"max_ms", r.step.max},
                   {"comm_ms", r.comm_ms ? nlohmann::json(*r.comm_ms) : nlohmann::json(nullptr)},
-                  {"peak_gib", r.peak_gib},
-                  {"tokens_per_s", r.tokens_per_s}});
-    }
+                  {"peak_gib", r.peak_gib}});
     out_rows.push_back(std::move(row));
   }
   const ModelBenchConfig& m = config.model;
@@ -349,15 +331,20 @@ void bench_ddp(const DdpBenchConfig& config, Communicator& comm, Communicator& h
   const bool root = host.rank() == 0;
   const std::vector<DdpBenchRow> rows = run_ddp_bench(config, comm, host, root ? &std::cerr : nullptr);
   if (!root) return;
-  const ModelBenchConfig& m = config.model;
-  out << "DDP benchmark: " << rows.front().world << " rank(s), backend " << rows.front().backend << ", "
-      << describe_device(m.device) << "; local batch " << m.batch << ", vocab " << m.models.front().vocab_size << ", "
-      << (config.bf16_comm ? "bf16" : "fp32") << " gradient all-reduce, " << m.warmup << " warm-up + " << m.steps
-      << " timed steps\n\n"
-      << format_ddp_bench(rows, csv);
-  if (!json_path.empty()) {
-    write_json_reported(json_path, ddp_bench_document(config, rows), out);
-  }
+  report_data_parallel_bench(out, "DDP benchmark", str(config.bf16_comm ? "bf16" : "fp32", " gradient all-reduce"),
+                             config.model, rows.front().world, rows.front().backend, format_ddp_bench(rows, csv),
+                             json_path, [&] { return ddp_bench_document(config, rows); });
+}
+
+void report_data_parallel_bench(std::ostream& out, const std::string& title, const std::string& detail,
+                                const ModelBenchConfig& m, int world, const std::string& backend,
+                                const std::string& table, const std::string& json_path,
+                                const std::function<nlohmann::json()>& document) {
+  out << title << ": " << world << " rank(s), backend " << backend << ", " << describe_device(m.device)
+      << "; local batch " << m.batch << ", vocab " << m.models.front().vocab_size << ", " << detail << ", "
+      << m.warmup << " warm-up + " << m.steps << " timed steps\n\n"
+      << table;
+  if (!json_path.empty()) write_json_reported(json_path, document(), out);
 }
 
 DataParallelReplica::DataParallelReplica(const ModelBenchCase& c, const ModelBenchConfig& config,

@@ -131,6 +131,41 @@ void bench_ddp(const DdpBenchConfig& config, Communicator& comm, Communicator& h
 // steps, attention, tf32, seed.
 nlohmann::json data_parallel_config(const ModelBenchConfig& m, int world, const std::string& backend);
 
+// The fields every data-parallel results row has (a DdpBenchRow or ZeroBenchRow r): world, backend, the
+// model (size, d_model, layers, ctx, precision), local_batch, parameters, then either oom and error or the
+// step time's summary (step_ms: median, mean_ms, min_ms, max_ms) and tokens_per_s. Each bench adds its own.
+template <class Row>
+nlohmann::json data_parallel_row(const Row& r) {
+  const ModelConfig& m = r.c.model.model;
+  nlohmann::json row{{"world", r.world},
+                     {"backend", r.backend},
+                     {"size", m.name},
+                     {"d_model", m.d_model},
+                     {"layers", m.num_layers},
+                     {"ctx", m.context_length},
+                     {"precision", name_of(r.c.model.precision)},
+                     {"local_batch", r.local_batch},
+                     {"parameters", r.parameters}};
+  if (r.oom) {
+    row["oom"] = true;
+    row["error"] = r.oom_message;
+  } else {
+    row.update({{"step_ms", r.step.median},
+                {"mean_ms", r.step.mean},
+                {"min_ms", r.step.min},
+                {"max_ms", r.step.max},
+                {"tokens_per_s", r.tokens_per_s}});
+  }
+  return row;
+}
+
+// Rank 0's report of a data-parallel bench to out: "<title>: W rank(s), backend B, <device>; local batch b,
+// vocab v, <detail>, w warm-up + s timed steps", the table, then document() written to json_path (when given).
+void report_data_parallel_bench(std::ostream& out, const std::string& title, const std::string& detail,
+                                const ModelBenchConfig& m, int world, const std::string& backend,
+                                const std::string& table, const std::string& json_path,
+                                const std::function<nlohmann::json()>& document);
+
 // Runs bench ddp or bench zero in this job's DistributedContext: resolve(options, host) gives the
 // config (each rank's device), whose model runs on the stream NCCL orders itself after, then
 // bench(config, comm, host, csv, json_path, std::cout) over the data-parallel communicator. Returns 0.

@@ -126,7 +126,8 @@ nlohmann::json case_fields(const ModelBenchCase& c, const ModelBenchConfig& conf
   return {{"size", m.name},           {"d_model", m.d_model},   {"d_ff", m.d_ff},
           {"layers", m.num_layers},   {"heads", m.num_heads},   {"vocab", m.vocab_size},
           {"ctx", m.context_length},  {"batch", config.batch},  {"precision", name_of(c.precision)},
-          {"mode", name_of(c.mode)},  {"attention", name_of(config.attention)}};
+          {"mode", name_of(c.mode)},  {"attention", name_of(config.attention)},
+          {"rope_theta", m.rope_theta}, {"recompute", name_of(config.recompute)}};
 }
 
 // The case and the run settings a profile document's config shares (kernel and memory profiles).
@@ -151,6 +152,8 @@ ModelOptions model_bench_options(const ModelBenchCase& c, const ModelBenchConfig
   o.seed = config.seed;
   o.allow_tf32 = config.tf32;
   o.training = c.mode != BenchMode::fwd;
+  o.recompute = config.recompute;
+  o.loss_chunk = config.loss_chunk;
   o.stream = stream;
   return o;
 }
@@ -173,40 +176,39 @@ BenchMode parse_bench_mode(std::string_view text) {
 
 ModelBenchConfig resolve_bench_model_options(const BenchModelOptions& o) {
   ModelBenchConfig config;
-  const bool explicit_model = o.d_model || o.d_ff || o.layers || o.heads;
+  const ModelShapeOverrides shape{.d_model = o.d_model, .d_ff = o.d_ff, .num_layers = o.layers,
+                                  .num_heads = o.heads, .vocab_size = o.vocab, .context_length = {},
+                                  .rope_theta = o.rope_theta};
+  const bool explicit_model = o.sizes.empty() && shape.changes_blocks();
   if (explicit_model) {
-    FT_CHECK(o.sizes.empty(), "--size '", o.sizes,
-             "' and --d-model/--d-ff/--layers/--heads exclude each other: give a size name or the hyperparameters");
     std::string missing;
     for (auto [name, value] : {std::pair{"--d-model", o.d_model}, std::pair{"--d-ff", o.d_ff},
                                std::pair{"--layers", o.layers}, std::pair{"--heads", o.heads}})
       if (!value) missing += std::string(missing.empty() ? "" : ", ") + name;
-    FT_CHECK(missing.empty(), "an explicit model needs --d-model, --d-ff, --layers and --heads; missing ", missing);
+    FT_CHECK(missing.empty(), "an explicit model needs --d-model, --d-ff, --layers and --heads; missing ", missing,
+             " (or give --size to replace a named size's fields)");
     ModelConfig m;
     m.name = "custom";
-    m.d_model = *o.d_model;
-    m.d_ff = *o.d_ff;
-    m.num_layers = *o.layers;
-    m.num_heads = *o.heads;
     config.models.push_back(m);
   } else {
     config.models = parse_list<ModelConfig>("--size", o.sizes.empty() ? "small" : o.sizes,
                                             [](const std::string& name) { return model_config(name); });
   }
-  FT_CHECK(o.vocab >= 1, "--vocab must be >= 1, given ", o.vocab);
   config.contexts = parse_list<std::int64_t>("--context", o.contexts, [](const std::string& text) {
     const std::int64_t ctx = parse_integer(text);
     FT_CHECK(ctx >= 1, "expected context lengths >= 1, given ", ctx);
     return ctx;
   });
   for (ModelConfig& m : config.models) {
-    m.vocab_size = o.vocab;
     m.context_length = config.contexts.front();
-    for_option(explicit_model ? "--d-model/--d-ff/--layers/--heads" : "--vocab", [&] { m.validate(); });
+    m = for_option("--d-model/--d-ff/--layers/--heads/--vocab/--rope-theta", [&] { return with_overrides(m, shape); });
   }
   config.precisions = parse_list<Precision>("--precision", o.precisions, parse_precision);
   config.modes = parse_list<BenchMode>("--mode", o.modes, parse_bench_mode);
   config.attention = for_option("--attention", [&] { return parse_attention_impl(o.attention); });
+  config.recompute = for_option("--recompute", [&] { return parse_recompute(o.recompute); });
+  FT_CHECK(o.loss_chunk >= 0, "--loss-chunk must be >= 0 (0 = materialised logits), given ", o.loss_chunk);
+  config.loss_chunk = o.loss_chunk;
   config.tf32 = o.tf32;
   config.device = device_or_auto(for_option("--device", [&] { return parse_device_option(o.device); }));
 
@@ -350,6 +352,8 @@ nlohmann::json model_bench_document(const ModelBenchConfig& config, const std::v
                      {"warmup", config.warmup},
                      {"steps", config.steps},
                      {"attention", name_of(config.attention)},
+                     {"recompute", name_of(config.recompute)},
+                     {"loss_chunk", config.loss_chunk},
                      {"tf32", config.tf32},
                      {"cuda_graph", config.cuda_graph},
                      {"seed", config.seed},

@@ -33,9 +33,11 @@ BenchMode parse_bench_mode(std::string_view text);  // "fwd" | "fwd_bwd" | "trai
 
 // The command line's values, before validation (lists are comma-separated strings).
 struct BenchModelOptions {
-  std::string sizes;                    // named sizes; empty = "small" unless the hyperparameters are given
-  std::optional<std::int64_t> d_model, d_ff, layers, heads;  // an explicit model: all four, and no --size
-  std::int64_t vocab = 10000;
+  std::string sizes;  // named sizes; empty = "small" unless all four block hyperparameters are given
+  // Replace each size's fields; without --size, d_model, d_ff, layers and heads make an explicit model.
+  std::optional<std::int64_t> d_model, d_ff, layers, heads;
+  std::optional<std::int64_t> vocab;  // default: the size's (10000; tiny 97; 8b 151936)
+  std::optional<double> rope_theta;   // default: 10000
   std::string contexts = "512";
   std::int64_t batch = 4;
   std::int64_t warmup = 5;
@@ -43,6 +45,8 @@ struct BenchModelOptions {
   std::string modes = "fwd,fwd_bwd";
   std::string precisions = "fp32";
   std::string attention = "flash";
+  std::string recompute = "none";  // none, selective or full (training modes)
+  std::int64_t loss_chunk = 1024;  // rows per chunk of the fused LM head loss; 0 = materialised logits
   bool tf32 = false;
   bool cuda_graph = false;
   std::string device = "auto";
@@ -60,11 +64,13 @@ struct BenchModelOptions {
 inline constexpr double kBenchClipNorm = 1.0;
 
 struct ModelBenchConfig {
-  std::vector<ModelConfig> models;  // named sizes or one "custom" model; context_length set per case
+  std::vector<ModelConfig> models;  // named sizes (with the overrides) or one "custom" model; context per case
   std::vector<std::int64_t> contexts;
   std::vector<Precision> precisions;
   std::vector<BenchMode> modes;
   AttentionImpl attention = AttentionImpl::flash;
+  Recompute recompute = Recompute::none;  // the training modes' activation recomputation
+  std::int64_t loss_chunk = 1024;         // ModelOptions::loss_chunk
   bool tf32 = false;
   bool cuda_graph = false;  // train mode: the step captured in a CUDA graph and replayed (model/graphed_step.h)
   Device device = Device::cpu();

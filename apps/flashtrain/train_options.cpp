@@ -14,19 +14,17 @@ namespace fs = std::filesystem;
 TrainPlan resolve_train_options(const TrainOptions& o) {
   TrainPlan plan;
   plan.model = for_option("--size", [&] { return model_config(o.size); });
-  if (o.vocab) {
-    FT_CHECK(*o.vocab >= 1, "--vocab must be >= 1, given ", *o.vocab);
-    plan.model.vocab_size = *o.vocab;
-  }
-  if (o.context) {
-    FT_CHECK(*o.context >= 1, "--context must be >= 1, given ", *o.context);
-    plan.model.context_length = *o.context;
-  }
-  plan.model.validate();
+  const ModelShapeOverrides shape{.d_model = o.d_model, .d_ff = o.d_ff, .num_layers = o.layers, .num_heads = o.heads,
+                                  .vocab_size = o.vocab, .context_length = o.context, .rope_theta = o.rope_theta};
+  plan.model = for_option("--d-model/--d-ff/--layers/--heads/--vocab/--context/--rope-theta",
+                          [&] { return with_overrides(plan.model, shape); });
   plan.precision = for_option("--precision", [&] { return parse_precision(o.precision); });
   plan.tf32 = o.tf32;
   plan.cuda_graph = o.cuda_graph;
   plan.attention = for_option("--attention", [&] { return parse_attention_impl(o.attention); });
+  plan.recompute = for_option("--recompute", [&] { return parse_recompute(o.recompute); });
+  FT_CHECK(o.loss_chunk >= 0, "--loss-chunk must be >= 0 (0 = materialised logits), given ", o.loss_chunk);
+  plan.loss_chunk = o.loss_chunk;
   plan.device = device_or_auto(for_option("--device", [&] { return parse_device_option(o.device); }));
 
   FT_CHECK(o.batch >= 1, "--batch must be >= 1, given ", o.batch);

@@ -15,13 +15,17 @@ namespace ft::cli {
 // documents.
 struct TrainOptions {
   std::string size = "small";
-  std::optional<std::int64_t> vocab;    // default: the size's (10000; tiny 97)
-  std::optional<std::int64_t> context;  // default: the size's (512; tiny 32)
+  std::optional<std::int64_t> vocab;    // default: the size's (10000; tiny 97; 8b 151936)
+  std::optional<std::int64_t> context;  // default: the size's (512; tiny 32; 8b 32768)
+  std::optional<std::int64_t> d_model, d_ff, layers, heads;  // default: the size's
+  std::optional<double> rope_theta;                         // default: 10000
   std::int64_t batch = 4;               // sequences per micro-batch
   std::string precision = "bf16";
   bool tf32 = false;
   bool cuda_graph = false;  // capture the step in a CUDA graph and replay it (model/graphed_step.h)
   std::string attention = "flash";
+  std::string recompute = "none";  // none, selective or full
+  std::int64_t loss_chunk = 1024;  // rows per chunk of the fused LM head loss; 0 = materialised logits
   std::string device = "auto";
   std::int64_t steps = 1000;
   std::int64_t accumulate = 1;  // micro-batches per optimizer step

@@ -254,33 +254,16 @@ nlohmann::json zero_bench_document(const ZeroBenchConfig& config, const std::vec
   FT_CHECK(!rows.empty(), "zero_bench_document: expected at least one row");
   nlohmann::json out_rows = nlohmann::json::array();
   for (const ZeroBenchRow& r : rows) {
-    const ModelConfig& m = r.c.model.model;
     const bool ddp = uses_ddp(r.c);
-    nlohmann::json row{{"sharded", r.c.mode.has_value()},
-                       {"zero", mode_name(r.c.mode)},
-                       {"strategy", ddp ? nlohmann::json("bucketed") : nlohmann::json(nullptr)},
-                       {"bucket_mb", ddp ? nlohmann::json(config.bucket_mb) : nlohmann::json(nullptr)},
-                       {"world", r.world},
-                       {"backend", r.backend},
-                       {"size", m.name},
-                       {"d_model", m.d_model},
-                       {"layers", m.num_layers},
-                       {"ctx", m.context_length},
-                       {"precision", name_of(r.c.model.precision)},
-                       {"local_batch", r.local_batch},
-                       {"parameters", r.parameters}};
-    if (r.oom) {
-      row["oom"] = true;
-      row["error"] = r.oom_message;
-    } else {
+    nlohmann::json row = data_parallel_row(r);
+    row.update({{"sharded", r.c.mode.has_value()},
+                {"zero", mode_name(r.c.mode)},
+                {"strategy", ddp ? nlohmann::json("bucketed") : nlohmann::json(nullptr)},
+                {"bucket_mb", ddp ? nlohmann::json(config.bucket_mb) : nlohmann::json(nullptr)}});
+    if (!r.oom) {
       nlohmann::json memory;
       for (std::size_t i = 0; i < 3; ++i) memory[kZeroMemoryPoints[i]] = point_json(r.points[i]);
-      row.update({{"step_ms", r.step.median},
-                  {"mean_ms", r.step.mean},
-                  {"min_ms", r.step.min},
-                  {"max_ms", r.step.max},
-                  {"tokens_per_s", r.tokens_per_s},
-                  {"peak_gib", gib(r.peak_bytes)},
+      row.update({{"peak_gib", gib(r.peak_bytes)},
                   {"optimizer_state_gib", gib(r.optimizer_state_bytes)},
                   {"optimizer_state_bytes", r.optimizer_state_bytes},
                   {"memory_rank", r.memory_rank},
@@ -312,15 +295,9 @@ void bench_zero(const ZeroBenchConfig& config, Communicator& comm, Communicator&
   const bool root = host.rank() == 0;
   const std::vector<ZeroBenchRow> rows = run_zero_bench(config, comm, host, root ? &std::cerr : nullptr);
   if (!root) return;
-  const ModelBenchConfig& m = config.model;
-  out << "ZeRO-1 benchmark: " << rows.front().world << " rank(s), backend " << rows.front().backend << ", "
-      << describe_device(m.device) << "; local batch " << m.batch << ", vocab " << m.models.front().vocab_size
-      << ", DDP bucketed " << config.bucket_mb << " MiB where used, " << m.warmup << " warm-up + " << m.steps
-      << " timed steps\n\n"
-      << format_zero_bench(rows, csv);
-  if (!json_path.empty()) {
-    write_json_reported(json_path, zero_bench_document(config, rows), out);
-  }
+  report_data_parallel_bench(out, "ZeRO-1 benchmark", str("DDP bucketed ", config.bucket_mb, " MiB where used"),
+                             config.model, rows.front().world, rows.front().backend, format_zero_bench(rows, csv),
+                             json_path, [&] { return zero_bench_document(config, rows); });
 }
 
 }  // namespace ft::cli

@@ -18,17 +18,18 @@ from . import _C
 class TransformerLM:
     """The Transformer LM for inference (forward only; no gradients or backward buffers are allocated).
 
-    size: a named config ("tiny", "small", "medium", "large", "xl", "2.7b") or None; the keyword fields replace
-    its values (without a size, d_model, d_ff, num_layers and num_heads are required; vocab_size defaults to
-    10000 and context_length to 512). device: "cpu" or "cuda[:N]". precision: "fp32" (exact fp32 GEMMs) or
+    size: a named config ("tiny", "small", "medium", "large", "xl", "2.7b", "8b") or None; the keyword fields
+    replace its values (without a size, d_model, d_ff, num_layers and num_heads are required; vocab_size defaults
+    to 10000, context_length to 512 and rope_theta to 10000). A bad shape (num_heads not dividing d_model, an odd
+    head dim or one above 256) raises ValueError naming the field. device: "cpu" or "cuda[:N]". precision: "fp32" (exact fp32 GEMMs) or
     "bf16" (autocast-style mixed precision: bf16 GEMM and attention operands, fp32 norms and accumulation).
     max_batch: sequences per forward (logits() splits larger batches). Parameters start randomly initialised."""
 
     def __init__(self, size=None, *, d_model=None, d_ff=None, num_layers=None, num_heads=None, vocab_size=None,
-                 context_length=None, device="cpu", precision="fp32", max_batch=4):
+                 context_length=None, rope_theta=None, device="cpu", precision="fp32", max_batch=4):
         self._model = _C.TransformerLM(size, d_model=d_model, d_ff=d_ff, num_layers=num_layers, num_heads=num_heads,
-                                       vocab_size=vocab_size, context_length=context_length, device=device,
-                                       precision=precision, max_batch=max_batch)
+                                       vocab_size=vocab_size, context_length=context_length, rope_theta=rope_theta,
+                                       device=device, precision=precision, max_batch=max_batch)
 
     def load_safetensors(self, path):
         """Every parameter from a safetensors file under its state-dict name (token_embeddings.weight,
@@ -69,10 +70,12 @@ class TransformerLM:
 
     @property
     def config(self):
-        """The model's sizes as a dict (name, d_model, d_ff, num_layers, num_heads, vocab_size, context_length)."""
+        """The model's sizes as a dict (name, d_model, d_ff, num_layers, num_heads, vocab_size, context_length,
+        rope_theta)."""
         m = self._model
         return {"name": m.config_name, "d_model": m.d_model, "d_ff": m.d_ff, "num_layers": m.num_layers,
-                "num_heads": m.num_heads, "vocab_size": m.vocab_size, "context_length": m.context_length}
+                "num_heads": m.num_heads, "vocab_size": m.vocab_size, "context_length": m.context_length,
+                "rope_theta": m.rope_theta}
 
     @property
     def vocab_size(self):

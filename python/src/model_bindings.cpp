@@ -37,32 +37,26 @@ using TokenArray = nb::ndarray<const std::int32_t, nb::ndim<2>, nb::c_contig, nb
 using LogitsArray = nb::ndarray<float, nb::ndim<3>, nb::c_contig, nb::device::cpu>;            // (B, T, V)
 using Size = std::optional<std::int64_t>;
 
-// A named size's config with the given fields replaced, or (size = None) a config of the given fields,
-// where d_model, d_ff, num_layers and num_heads are required and the vocabulary and context length default
-// to ModelConfig's (10000, 512).
-ModelConfig config_of(const std::optional<std::string>& size, Size d_model, Size d_ff, Size num_layers,
-                      Size num_heads, Size vocab_size, Size context_length) {
+// A named size's config with the set fields replaced, or (size = None) a config of the given fields, where
+// d_model, d_ff, num_layers and num_heads are required and the vocabulary and context length default to
+// ModelConfig's (10000, 512).
+ModelConfig config_of(const std::optional<std::string>& size, const ModelShapeOverrides& shape) {
   ModelConfig config;
   if (size) {
     config = model_config(*size);
   } else {
     config.name = "custom";
     std::string missing;
-    const std::pair<const char*, Size> required[] = {
-        {"d_model", d_model}, {"d_ff", d_ff}, {"num_layers", num_layers}, {"num_heads", num_heads}};
+    const std::pair<const char*, Size> required[] = {{"d_model", shape.d_model},
+                                                     {"d_ff", shape.d_ff},
+                                                     {"num_layers", shape.num_layers},
+                                                     {"num_heads", shape.num_heads}};
     for (const auto& [field, value] : required)
       if (!value) missing += str(missing.empty() ? "" : ", ", field);
     FT_CHECK(missing.empty(), "TransformerLM: without a size, d_model, d_ff, num_layers and num_heads are required: ",
              "missing ", missing);
   }
-  const std::pair<std::int64_t*, Size> fields[] = {
-      {&config.d_model, d_model},       {&config.d_ff, d_ff},
-      {&config.num_layers, num_layers}, {&config.num_heads, num_heads},
-      {&config.vocab_size, vocab_size}, {&config.context_length, context_length}};
-  for (const auto& [field, value] : fields)
-    if (value) *field = *value;
-  config.validate();
-  return config;
+  return with_overrides(config, shape);
 }
 
 ModelOptions options_of(const std::string& device, const std::string& precision, std::int64_t max_batch) {
@@ -71,15 +65,17 @@ ModelOptions options_of(const std::string& device, const std::string& precision,
   options.precision = parse_precision(precision);
   options.max_batch = max_batch;
   options.training = false;
+  options.loss_chunk = 0;  // logits() reads the materialised (B, T, V) logits
   return options;
 }
 
 class InferenceModel {
  public:
   InferenceModel(const std::optional<std::string>& size, Size d_model, Size d_ff, Size num_layers, Size num_heads,
-                 Size vocab_size, Size context_length, const std::string& device, const std::string& precision,
-                 std::int64_t max_batch)
-      : model_(config_of(size, d_model, d_ff, num_layers, num_heads, vocab_size, context_length),
+                 Size vocab_size, Size context_length, std::optional<double> rope_theta, const std::string& device,
+                 const std::string& precision, std::int64_t max_batch)
+      : model_(config_of(size, {.d_model = d_model, .d_ff = d_ff, .num_layers = num_layers, .num_heads = num_heads,
+                                .vocab_size = vocab_size, .context_length = context_length, .rope_theta = rope_theta}),
                options_of(device, precision, max_batch)),
         staging_(model_.options().device, max_batch, model_.config().context_length) {}
 
@@ -140,12 +136,13 @@ class InferenceModel {
 void register_model_bindings(nb::module_& m) {
   nb::class_<InferenceModel>(m, "TransformerLM",
                              "The flashtrain Transformer LM for inference (forward only); see flashtrain.model.")
-      .def(nb::init<const std::optional<std::string>&, Size, Size, Size, Size, Size, Size, const std::string&,
-                    const std::string&, std::int64_t>(),
+      .def(nb::init<const std::optional<std::string>&, Size, Size, Size, Size, Size, Size, std::optional<double>,
+                    const std::string&, const std::string&, std::int64_t>(),
            "size"_a.none() = nb::none(), nb::kw_only(), "d_model"_a.none() = nb::none(), "d_ff"_a.none() = nb::none(),
            "num_layers"_a.none() = nb::none(), "num_heads"_a.none() = nb::none(), "vocab_size"_a.none() = nb::none(),
-           "context_length"_a.none() = nb::none(), "device"_a = "cpu", "precision"_a = "fp32", "max_batch"_a = 4,
-           "size: a named config (tiny, small, medium, large, xl, 2.7b) or None; the other fields replace its\n"
+           "context_length"_a.none() = nb::none(), "rope_theta"_a.none() = nb::none(), "device"_a = "cpu",
+           "precision"_a = "fp32", "max_batch"_a = 4,
+           "size: a named config (tiny, small, medium, large, xl, 2.7b, 8b) or None; the other fields replace its\n"
            "values (without a size d_model, d_ff, num_layers and num_heads are required). device: 'cpu' or\n"
            "'cuda[:N]'. precision: 'fp32' or 'bf16'. max_batch: sequences per forward. Parameters start\n"
            "randomly initialised (seed 0).")
@@ -163,6 +160,7 @@ void register_model_bindings(nb::module_& m) {
       .def_prop_ro("num_heads", [](const InferenceModel& self) { return self.config().num_heads; })
       .def_prop_ro("vocab_size", [](const InferenceModel& self) { return self.config().vocab_size; })
       .def_prop_ro("context_length", [](const InferenceModel& self) { return self.config().context_length; })
+      .def_prop_ro("rope_theta", [](const InferenceModel& self) { return self.config().rope_theta; })
       .def_prop_ro("device", [](const InferenceModel& self) { return self.options().device.to_string(); })
       .def_prop_ro("precision",
                    [](const InferenceModel& self) { return std::string(name_of(self.options().precision)); })

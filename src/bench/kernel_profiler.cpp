@@ -167,6 +167,20 @@ void CUPTIAPI buffer_requested(std::uint8_t** buffer, std::size_t* size, std::si
   *max_records = 0;                    // as many as fit
 }
 
+// The record of one kernel, memcpy or memset activity: the fields every CUPTI record of work on a stream has.
+template <class Activity>
+KernelRecord record_of(ActivityKind kind, std::string name, const Activity& activity) {
+  KernelRecord r;
+  r.kind = kind;
+  r.name = std::move(name);
+  r.device = static_cast<int>(activity.deviceId);
+  r.stream = activity.streamId;
+  r.start_ns = activity.start;
+  r.end_ns = activity.end;
+  r.correlation = activity.correlationId;
+  return r;
+}
+
 // On CUPTI's thread: the kernel, memcpy, memset and external-correlation records of one buffer.
 void CUPTIAPI buffer_completed(CUcontext context, std::uint32_t stream_id, std::uint8_t* buffer, std::size_t,
                                std::size_t valid_bytes) {
@@ -187,44 +201,22 @@ void CUPTIAPI buffer_completed(CUcontext context, std::uint32_t stream_id, std::
       case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL:
       case CUPTI_ACTIVITY_KIND_KERNEL: {
         const auto* k = reinterpret_cast<const CUpti_ActivityKernel10*>(activity);
-        KernelRecord r;
-        r.kind = ActivityKind::kernel;
         const std::string mangled = k->name ? k->name : "";
         auto it = readable.find(mangled);
         if (it == readable.end()) it = readable.emplace(mangled, demangle(k->name)).first;
-        r.name = it->second;
-        r.device = static_cast<int>(k->deviceId);
-        r.stream = k->streamId;
-        r.start_ns = k->start;
-        r.end_ns = k->end;
-        r.correlation = k->correlationId;
-        add(std::move(r));
+        add(record_of(ActivityKind::kernel, it->second, *k));
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMCPY: {
         const auto* m = reinterpret_cast<const CUpti_ActivityMemcpy6*>(activity);
-        KernelRecord r;
-        r.kind = ActivityKind::memcpy;
-        r.name = memcpy_name(m->copyKind);
-        r.device = static_cast<int>(m->deviceId);
-        r.stream = m->streamId;
-        r.start_ns = m->start;
-        r.end_ns = m->end;
-        r.correlation = m->correlationId;
+        KernelRecord r = record_of(ActivityKind::memcpy, memcpy_name(m->copyKind), *m);
         r.bytes = m->bytes;
         add(std::move(r));
         break;
       }
       case CUPTI_ACTIVITY_KIND_MEMSET: {
         const auto* m = reinterpret_cast<const CUpti_ActivityMemset4*>(activity);
-        KernelRecord r;
-        r.kind = ActivityKind::memset;
-        r.name = "memset";
-        r.device = static_cast<int>(m->deviceId);
-        r.stream = m->streamId;
-        r.start_ns = m->start;
-        r.end_ns = m->end;
-        r.correlation = m->correlationId;
+        KernelRecord r = record_of(ActivityKind::memset, "memset", *m);
         r.bytes = m->bytes;
         add(std::move(r));
         break;

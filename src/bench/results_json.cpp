@@ -1,14 +1,12 @@
 // results_json.cpp — building the benchmark results document and writing it atomically.
 #include "bench/results_json.h"
 
-#include <unistd.h>
-
 #include <chrono>
 #include <ctime>
 #include <filesystem>
-#include <fstream>
 #include <system_error>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/version.h"
 
@@ -51,25 +49,7 @@ void write_json_atomic(const std::string& path, const nlohmann::json& doc) {
   }
   FT_CHECK_KIND(io, !fs::is_directory(target), "cannot write JSON to ", path, ": it is a folder");
 
-  // The temporary file sits beside the target so that the rename stays within one file system.
-  const fs::path temporary = target.string() + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(temporary, std::ios::out | std::ios::trunc);
-    FT_CHECK_KIND(io, out.is_open(), "cannot open ", temporary.string(), " for writing");
-    out << doc.dump(2) << '\n';
-    out.flush();
-    if (!out) {
-      out.close();
-      fs::remove(temporary, ec);
-      FT_THROW(io, "writing ", temporary.string(), " failed (disk full?)");
-    }
-  }
-  fs::rename(temporary, target, ec);
-  if (ec) {
-    std::error_code ignored;
-    fs::remove(temporary, ignored);
-    FT_THROW(io, "cannot rename ", temporary.string(), " to ", path, ": ", ec.message());
-  }
+  write_file_atomic(path, doc.dump(2) + "\n");
 }
 
 void write_json_reported(const std::string& path, const nlohmann::json& doc, std::ostream& log) {

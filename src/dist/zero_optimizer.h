@@ -16,7 +16,7 @@
 // Global-norm clipping (max_grad_norm > 0): every rank sums the squares of its owned, grouped, averaged
 // gradients, the partial sums are all-gathered (a double sent as two floats: hi + lo, so the sum keeps
 // double precision), and the rank's update applies clip_factor(norm): AdamW reads each owned gradient as
-// g * factor (GradScale, ops/adamw.h: the parameters and state are clip-then-step's bit for bit, and no
+// g * factor (GradScale, optim/adamw.h: the parameters and state are clip-then-step's bit for bit, and no
 // pass over the gradients scales them), SGD scales its owned gradients in place first. The norm covers
 // the grouped parameters (those the optimizer updates), as torch's clip_grad_norm_ over them.
 // Devices: as DDP's (dist/ddp.h), the flat buffers live on the CPU (host communicator) or a CUDA device
@@ -43,7 +43,7 @@
 #include "dist/communicator.h"
 #include "dist/ddp.h"
 #include "dist/zero_shard_plan.h"
-#include "ops/adamw.h"
+#include "optim/adamw.h"
 
 namespace ft {
 

@@ -1,48 +1,15 @@
-// init.cpp — counter-based truncated-normal draws (splitmix64 + Box-Muller) filling each parameter.
+// init.cpp — filling any element range of the flat parameter buffer: each parameter it overlaps gets the
+// truncated-normal draws of its own sequence (keyed by seed and parameter index) at its element indices, or 1.
 #include "model/init.h"
 
+#include <algorithm>
 #include <cmath>
-#include <numbers>
 
-#include "core/buffer.h"
 #include "core/error.h"
-#include "core/tensor_io.h"
+#include "ops/cast.h"
+#include "ops/random_fill.h"
 
 namespace ft {
-
-namespace {
-
-std::uint64_t splitmix64(std::uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
-// A uniform double in (0, 1] from 53 random bits.
-double unit_interval(std::uint64_t bits) { return (static_cast<double>(bits >> 11) + 1.0) * 0x1.0p-53; }
-
-// Draw `attempt` of element `i` of the stream: a standard normal (Box-Muller).
-double normal_draw(std::uint64_t stream, std::uint64_t i, std::uint64_t attempt) {
-  const std::uint64_t counter = splitmix64(stream ^ splitmix64(i * 64 + attempt));
-  const double u1 = unit_interval(splitmix64(counter)), u2 = unit_interval(splitmix64(~counter));
-  return std::sqrt(-2.0 * std::log(u1)) * std::cos(2.0 * std::numbers::pi * u2);
-}
-
-// out (n) <- std * truncated-normal draws of the stream, cut at +-3.
-void fill_truncated_normal(float* out, std::int64_t n, std::uint64_t stream, double std) {
-#if defined(_OPENMP)
-#pragma omp parallel for schedule(static)
-#endif
-  for (std::int64_t i = 0; i < n; ++i) {
-    double z = normal_draw(stream, static_cast<std::uint64_t>(i), 0);
-    for (std::uint64_t attempt = 1; std::fabs(z) > 3.0; ++attempt)
-      z = normal_draw(stream, static_cast<std::uint64_t>(i), attempt);
-    out[i] = static_cast<float>(std * z);
-  }
-}
-
-}  // namespace
 
 double init_std(const ParameterInfo& info) {
   switch (info.kind) {
@@ -56,23 +23,42 @@ double init_std(const ParameterInfo& info) {
   return 0.0;
 }
 
-void init_parameters(const ParameterLayout& layout, const ParameterBuffer& params, std::uint64_t seed) {
+void init_parameters_range(const ParameterLayout& layout, const Tensor& slice, std::int64_t begin,
+                           std::uint64_t seed, const Stream& stream) {
+  FT_CHECK(slice.defined() && slice.dtype() == DType::f32 && slice.dim() == 1 && slice.is_contiguous(),
+           "init_parameters_range: expected a contiguous 1-D fp32 slice, given ", slice.describe());
+  const std::int64_t end = begin + slice.numel();
+  FT_CHECK(begin >= 0 && end <= layout.numel(), "init_parameters_range: elements [", begin, ", ", end,
+           ") must lie in the ", layout.numel(), " parameters of the layout");
+  // The layout's parameters are sorted by offset: start at the last one beginning at or before `begin`.
+  const auto& tensors = layout.tensors();
+  auto it = std::upper_bound(tensors.begin(), tensors.end(), begin,
+                             [](std::int64_t at, const ParameterInfo& info) { return at < info.offset; });
+  for (it = it == tensors.begin() ? it : it - 1; it != tensors.end() && it->offset < end; ++it) {
+    const ParameterInfo& info = *it;
+    const std::int64_t from = std::max(begin, info.offset), to = std::min(end, info.offset + info.numel);
+    if (from >= to) continue;
+    const Tensor part = slice.narrow(0, from - begin, to - from);
+    if (info.kind == ParameterKind::norm) {
+      fill(part, 1.0, stream);
+      continue;
+    }
+    TruncatedNormalFill draw;
+    draw.key = derive_key(seed, info.index);
+    draw.first = from - info.offset;
+    draw.stddev = init_std(info);
+    draw.cut = 3.0;
+    draw.stream = stream;
+    fill_truncated_normal(part, draw);
+  }
+}
+
+void init_parameters(const ParameterLayout& layout, const ParameterBuffer& params, std::uint64_t seed,
+                     const Stream& stream) {
   FT_CHECK(params.flat().dtype() == DType::f32 && params.flat().numel() == layout.numel(),
            "init_parameters: expected an fp32 buffer of ", layout.numel(), " elements, given ",
            params.flat().describe());
-  const bool on_host = params.flat().device().is_cpu();
-  for (const ParameterInfo& info : layout.tensors()) {
-    const Tensor& view = params[info.index];
-    if (info.kind == ParameterKind::norm) {
-      fill_constant(view, 1.0);
-      continue;
-    }
-    OwnedTensor staging;  // (info.shape) host copy when the parameters live on a device
-    if (!on_host) staging = OwnedTensor(info.shape, DType::f32, Device::cpu(), "init staging");
-    float* out = on_host ? view.data_as<float>() : staging->data_as<float>();
-    fill_truncated_normal(out, info.numel, splitmix64(seed ^ splitmix64(info.index)), init_std(info));
-    if (!on_host) copy(view, staging);
-  }
+  init_parameters_range(layout, params.flat(), 0, seed, stream);
 }
 
 }  // namespace ft

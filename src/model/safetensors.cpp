@@ -2,17 +2,9 @@
 // full validation of header and offsets, copies into tensors on any device).
 #include "model/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <atomic>
 #include <bit>
-#include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <limits>
 #include <numeric>
 #include <set>
@@ -21,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/tensor_io.h"
 #include "model/safetensors_header.h"
@@ -53,77 +46,6 @@ const DTypeInfo& info_of(SafetensorsDType dtype) {
     if (info.dtype == dtype) return info;
   FT_THROW(invalid_argument, "unknown safetensors dtype ", static_cast<int>(dtype));
 }
-
-std::string errno_text(int error) { return std::strerror(error); }
-
-// A file descriptor closed on scope exit.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  ~Fd() {
-    if (fd_ >= 0) ::close(fd_);
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  int get() const { return fd_; }
-  int release() { return std::exchange(fd_, -1); }
-
- private:
-  int fd_;
-};
-
-void write_all(int fd, const void* data, std::size_t bytes, const std::string& path) {
-  const auto* p = static_cast<const std::uint8_t*>(data);
-  while (bytes > 0) {
-    const std::size_t chunk = std::min<std::size_t>(bytes, std::size_t{1} << 30);
-    const ssize_t written = ::write(fd, p, chunk);
-    if (written < 0) {
-      if (errno == EINTR) continue;
-      FT_THROW(io, "writing ", path, " failed: ", errno_text(errno));
-    }
-    p += written;
-    bytes -= static_cast<std::size_t>(written);
-  }
-}
-
-// The temporary file a save writes; removed on destruction unless committed by the rename.
-class TemporaryFile {
- public:
-  explicit TemporaryFile(const std::string& target) {
-    static std::atomic<std::uint64_t> sequence{0};
-    path_ = target + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(sequence++);
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-    FT_CHECK_KIND(io, fd_ >= 0, "cannot create ", path_, " (the temporary file for ", target,
-                  "): ", errno_text(errno));
-  }
-  ~TemporaryFile() {
-    if (fd_ >= 0) ::close(fd_);
-    if (!committed_) ::unlink(path_.c_str());
-  }
-  TemporaryFile(const TemporaryFile&) = delete;
-  TemporaryFile& operator=(const TemporaryFile&) = delete;
-
-  int fd() const { return fd_; }
-  const std::string& path() const { return path_; }
-
-  // fsync, close, rename over target, fsync the folder so the rename itself is durable.
-  void commit(const std::string& target) {
-    FT_CHECK_KIND(io, ::fsync(fd_) == 0, "fsync of ", path_, " failed: ", errno_text(errno));
-    const int fd = std::exchange(fd_, -1);
-    FT_CHECK_KIND(io, ::close(fd) == 0, "closing ", path_, " failed: ", errno_text(errno));
-    FT_CHECK_KIND(io, ::rename(path_.c_str(), target.c_str()) == 0, "cannot rename ", path_, " to ", target,
-                  ": ", errno_text(errno));
-    committed_ = true;
-    const std::filesystem::path parent = std::filesystem::path(target).parent_path();
-    Fd folder(::open(parent.empty() ? "." : parent.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (folder.get() >= 0) ::fsync(folder.get());  // best effort: some file systems refuse folder fsync
-  }
-
- private:
-  std::string path_;
-  int fd_ = -1;
-  bool committed_ = false;
-};
 
 // Throws the io error for a corrupt file, "safetensors file PATH is corrupt: WHAT", at the caller's line.
 #define FT_CORRUPT(path, ...) FT_THROW(io, "safetensors file ", path, " is corrupt: ", __VA_ARGS__)
@@ -194,21 +116,21 @@ void save_safetensors(const std::string& path, const std::vector<NamedTensor>& t
   text.append((8 - text.size() % 8) % 8, ' ');
   const std::uint64_t header_bytes = text.size();
 
-  TemporaryFile temporary(path);
-  write_all(temporary.fd(), &header_bytes, sizeof(header_bytes), temporary.path());
-  write_all(temporary.fd(), text.data(), text.size(), temporary.path());
+  AtomicFile file(path);
+  file.write(&header_bytes, sizeof(header_bytes));
+  file.write(text);
   for (std::size_t i : order) {
     const Tensor& t = tensors[i].tensor;
     const std::size_t bytes = static_cast<std::size_t>(t.numel()) * t.element_size();
     if (t.device().is_cpu() && t.is_contiguous()) {
-      write_all(temporary.fd(), t.data(), bytes, temporary.path());
+      file.write(t.data(), bytes);
     } else {
       OwnedTensor staging(t.shape(), t.dtype(), Device::cpu(), "safetensors staging");  // t's shape, contiguous
       copy(staging, t);
-      write_all(temporary.fd(), staging->data(), bytes, temporary.path());
+      file.write(staging->data(), bytes);
     }
   }
-  temporary.commit(path);
+  file.commit();
 }
 
 // ---- reading -----------------------------------------------------------------------------------------

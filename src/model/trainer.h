@@ -1,7 +1,7 @@
 // trainer.h — Trainer: the training-step API over a TransformerLM.
 //   forward_backward(inputs, targets)  one micro-batch: gradients of loss / accumulation_steps are written
 //                                      (first micro-batch after zero_grads) or added (the others)
-//   optimizer_step()                   optional global-norm clipping, then AdamW (ops/adamw.h) with the
+//   optimizer_step()                   optional global-norm clipping, then AdamW (optim/adamw.h) with the
 //                                      learning rate of the cosine schedule at this step; step += 1. The
 //                                      clipping is folded into the update (GradScale): the parameters and
 //                                      state are clip-then-AdamW's bit for bit, while the gradients are
@@ -28,7 +28,7 @@
 
 #include "model/parameters.h"
 #include "model/transformer.h"
-#include "ops/adamw.h"
+#include "optim/adamw.h"
 #include "optim/lr_schedule.h"
 
 namespace ft {

@@ -3,7 +3,10 @@
 // report. Forward and backward live in transformer_forward.cpp and transformer_backward.cpp.
 #include "model/transformer.h"
 
+#include <algorithm>
+
 #include "core/error.h"
+#include "core/tensor_io.h"
 #include "model/init.h"
 #include "ops/cast.h"
 
@@ -16,13 +19,17 @@ TransformerLM::TransformerLM(const ModelConfig& config, const ModelOptions& opti
   FT_CHECK(options_.max_seq_len >= 1 && options_.max_seq_len <= config_.context_length,
            "TransformerLM: max_seq_len must be in [1, context_length = ", config_.context_length, "], given ",
            options_.max_seq_len);
+  FT_CHECK(options_.loss_chunk >= 0, "TransformerLM: loss_chunk must be >= 0 (0 = materialised logits), given ",
+           options_.loss_chunk);
+  // The attention the model runs takes its head dim (checked now rather than at the first forward).
+  check_attention_head_dim(config_.head_dim(), options_.attention, options_.device);
   const Device device = options_.device;
   params_ = ParameterBuffer(layout_, DType::f32, device, "parameters", options_.stream);
   if (options_.training) grads_ = ParameterBuffer(layout_, DType::f32, device, "gradients", options_.stream);
   plan_memory();
   activations_ = Buffer(activation_layout_.bytes(), device, "activations", options_.stream);
   workspace_ = Buffer(workspace_layout_.bytes(), device, "workspace", options_.stream);
-  init_parameters(layout_, params_, options_.seed);
+  init_parameters(layout_, params_, options_.seed, options_.stream);
 }
 
 void TransformerLM::plan_memory() {
@@ -33,15 +40,22 @@ void TransformerLM::plan_memory() {
   const DType c = compute_dtype();
   const bool bf16 = options_.precision == Precision::bf16;
 
+  const bool fused = fused_loss();
+  const std::size_t chunk = fused ? std::min(static_cast<std::size_t>(options_.loss_chunk), rows) : 0;
+  const Recompute recompute = options_.training ? options_.recompute : Recompute::none;
+
   ArenaLayout& a = activation_layout_;
-  // One block's tensors (the FFN's h lives in the workspace), named with prefix p.
-  const auto add_layer = [&](const std::string& p) {
+  // One block's tensors (the FFN's h lives in the workspace), named with prefix p; attn.o and attn.lse only when
+  // with_attention.
+  const auto add_layer = [&](const std::string& p, bool with_attention) {
     LayerSlots s{};
     s.ln1_y = a.add(p + "ln1.y", rows * d, c);                  // (B, T, d)
     s.ln1_rstd = a.add(p + "ln1.rstd", rows, DType::f32);       // (B, T)
     s.qkv = a.add(p + "attn.qkv", rows * 3 * d, c);             // (B, T, 3, H, Dh)
-    s.attn_o = a.add(p + "attn.o", rows * d, c);                // (B, T, H, Dh)
-    s.attn_lse = a.add(p + "attn.lse", rows * static_cast<std::size_t>(config_.num_heads), DType::f32);  // (B, H, T)
+    if (with_attention) {
+      s.attn_o = a.add(p + "attn.o", rows * d, c);              // (B, T, H, Dh)
+      s.attn_lse = a.add(p + "attn.lse", rows * static_cast<std::size_t>(config_.num_heads), DType::f32);  // (B,H,T)
+    }
     s.x_mid = a.add(p + "x_mid", rows * d, DType::f32);         // (B, T, d)
     s.ln2_y = a.add(p + "ln2.y", rows * d, c);                  // (B, T, d)
     s.ln2_rstd = a.add(p + "ln2.rstd", rows, DType::f32);       // (B, T)
@@ -50,9 +64,20 @@ void TransformerLM::plan_memory() {
     return s;
   };
   if (options_.training) {
+    // Recomputation: the tensors it remakes live once, shared by every block (see Note [Recomputation]).
+    LayerSlots shared{};
+    if (recompute != Recompute::none) shared = add_layer("recomputed block.", recompute == Recompute::full);
     residual_slots_.push_back(a.add("layers.0.x", rows * d, DType::f32));  // (B, T, d)
     for (std::size_t l = 0; l < L; ++l) {
-      layer_slots_.push_back(add_layer("layers." + std::to_string(l) + "."));
+      const std::string p = "layers." + std::to_string(l) + ".";
+      LayerSlots s = shared;
+      if (recompute == Recompute::none) {
+        s = add_layer(p, true);
+      } else if (recompute == Recompute::selective) {
+        s.attn_o = a.add(p + "attn.o", rows * d, c);  // (B, T, H, Dh)
+        s.attn_lse = a.add(p + "attn.lse", rows * static_cast<std::size_t>(config_.num_heads), DType::f32);
+      }
+      layer_slots_.push_back(s);
       const std::string next = l + 1 < L ? "layers." + std::to_string(l + 1) + ".x" : "ln_final.x";
       residual_slots_.push_back(a.add(next, rows * d, DType::f32));  // (B, T, d)
     }
@@ -60,12 +85,14 @@ void TransformerLM::plan_memory() {
     // Forward only: one residual stream, overwritten by each layer's output once its x_mid is made, and one
     // layer's temporaries that every layer reuses.
     residual_slots_.assign(L + 1, a.add("x (residual stream)", rows * d, DType::f32));  // (B, T, d)
-    layer_slots_.assign(L, add_layer("layer."));
+    layer_slots_.assign(L, add_layer("layer.", true));
   }
   lnf_y_ = a.add("ln_final.y", rows * d, c);                     // (B, T, d)
   lnf_rstd_ = a.add("ln_final.rstd", rows, DType::f32);          // (B, T)
-  logits_ = a.add("lm_head.logits", rows * vocab, DType::f32);   // (B, T, V)
-  if (bf16 && options_.training) dlogits_ = a.add("lm_head.dlogits", rows * vocab, DType::bf16);  // (B, T, V)
+  if (!fused) {
+    logits_ = a.add("lm_head.logits", rows * vocab, DType::f32);  // (B, T, V)
+    if (bf16 && options_.training) dlogits_ = a.add("lm_head.dlogits", rows * vocab, DType::bf16);  // (B, T, V)
+  }
 
   ArenaLayout& w = workspace_layout_;
   if (bf16) {
@@ -77,8 +104,20 @@ void TransformerLM::plan_memory() {
     ws_.lm_head_weight = w.add("lm_head.weight (bf16)", vocab * d, DType::bf16);  // (V, d)
     w.skip_to_end();
   }
+  if (fused) ws_.loss = w.add("loss (one double)", 2, DType::f32);  // the bytes of one double
+  // The fused loss's tiles, overlaying the per-layer temporaries from `tiles` on.
+  const auto add_loss_tiles = [&](std::size_t tiles) {
+    if (!fused) return;
+    w.rewind_to(tiles);
+    ws_.loss_logits = w.add("lm_head.logits tile", chunk * vocab, DType::f32);  // (chunk, V)
+    if (bf16 && options_.training)
+      ws_.loss_dlogits = w.add("lm_head.dlogits tile", chunk * vocab, DType::bf16);  // (chunk, V)
+    w.skip_to_end();
+  };
   if (!options_.training) {
+    const std::size_t tiles = w.end();
     ws_.ffn_h = w.add("ffn.h", rows * f, c);  // (B, T, d_ff), the forward's only temporary
+    add_loss_tiles(tiles);
     return;
   }
   ws_.dres = w.add("dx (residual stream)", rows * d, DType::f32);                  // (B, T, d)
@@ -91,6 +130,7 @@ void TransformerLM::plan_memory() {
   w.rewind_to(overlay);
   ws_.attn_do = w.add("attn.d_o", rows * d, c);            // (B, T, H, Dh)
   ws_.attn_dqkv = w.add("attn.dqkv", rows * 3 * d, c);     // (B, T, 3, H, Dh)
+  add_loss_tiles(overlay);
 }
 
 Tensor TransformerLM::act(std::size_t offset, DType dtype, Shape shape) const {
@@ -173,7 +213,19 @@ Tensor TransformerLM::lm_head_weight() const {
   return work(ws_.lm_head_weight, DType::bf16, {config_.vocab_size, config_.d_model});
 }
 
+double TransformerLM::read_back(const double* value) const {
+  if (options_.device.is_cpu()) return *value;
+  options_.stream.synchronize();
+  double host = 0;  // copied as the two f32 widths of its bytes (ft::DType has no f64)
+  copy(Tensor(&host, DType::f32, Device::cpu(), {2}),
+       Tensor(const_cast<double*>(value), DType::f32, options_.device, {2}));
+  return host;
+}
+
 Tensor TransformerLM::logits() const {
+  FT_CHECK(!fused_loss(),
+           "TransformerLM::logits: the model computes its loss with the fused LM head (ModelOptions::loss_chunk = ",
+           options_.loss_chunk, "), which keeps no (B, T, V) logits; build it with loss_chunk = 0 to read them");
   FT_CHECK(logits_batch_.B > 0,
            "TransformerLM::logits: no logits are held; call forward() first (forward_backward "
            "overwrites them with their gradient)");

@@ -10,9 +10,11 @@
 //                  x (B,T,d) fp32, ln1.y (B,T,d) c, ln1.rstd (B,T), attn.qkv (B,T,3,H,Dh) c (q and k
 //                  after RoPE), attn.o (B,T,H,Dh) c, attn.lse (B,H,T), x_mid (B,T,d) fp32, ln2.y (B,T,d) c,
 //                  ln2.rstd (B,T), ffn.a = w1 y (B,T,d_ff) c, ffn.b = w3 y (B,T,d_ff) c; then ln_final.y,
-//                  ln_final.rstd, logits (B,T,V) fp32 (overwritten by their gradient in fp32 mode) and
-//                  dlogits (B,T,V) bf16 in bf16 mode. c = the compute dtype (fp32 or bf16). The SwiGLU
-//                  product h is not kept: backward recomputes it from a and b.
+//                  ln_final.rstd and, with the materialised loss (loss_chunk = 0) only, logits (B,T,V) fp32
+//                  (overwritten by their gradient in fp32 mode) and dlogits (B,T,V) bf16 in bf16 training.
+//                  c = the compute dtype (fp32 or bf16). The SwiGLU product h is not kept: backward recomputes
+//                  it from a and b. With recomputation (see Note [Recomputation]) most of a block's tensors live
+//                  once, in slots every block shares, instead of once per block.
 //   workspace      bf16 mode: the weights as GEMM operands, cast from the masters when needed (as autocast
 //                  casts on use; no bf16 copy of the parameters persists): two slots of one block's bf16
 //                  parameters — block l's are cast into slot l % 2 right before its forward and again right
@@ -21,12 +23,28 @@
 //                  (V, d) bf16 cast, made before its forward GEMM and read again by its backward, which
 //                  follows with nothing cast in between; the head's slot overlays the block slots. Every
 //                  cast and GEMM is ordered on the model's one stream, so no slot is overwritten while read.
+//                  With the fused loss (loss_chunk > 0, see Note [Fused LM head loss] in fused_lm_head.h):
+//                  the loss (one double) and the (chunk, V) fp32 logits tile (and in bf16 training its bf16
+//                  gradient tile), which overlay the per-layer temporaries below (the loss runs between the
+//                  last block's forward and the first block's backward).
 //                  Then the temporaries of one layer at a time (gradient of the residual stream, its bf16
 //                  copy, norm input gradients, h and dh, d_o and dqkv — the FFN and attention groups overlay).
 // An inference model (ModelOptions::training = false) allocates no gradients and keeps nothing for backward:
 // its arena holds one residual stream x (each layer writes x_next over its x once x_mid is made), x_mid and
 // one layer's temporaries shared by every layer (ln1.y, ln1.rstd, qkv, o, lse, ln2.y, ln2.rstd, a, b), then
-// ln_final.y, ln_final.rstd and the logits; its workspace holds the bf16 weight slots (bf16 mode) and ffn.h.
+// ln_final.y, ln_final.rstd and the logits (materialised loss); its workspace holds the bf16 weight slots
+// (bf16 mode), ffn.h and the fused loss's tile.
+//
+// Note [Recomputation]
+// Training with ModelOptions::recompute (config.h): the forward writes the recomputed tensors of every block
+// into one set of shared slots (each block overwriting the last's), and the backward of block l (but the
+// last, whose tensors are still there) first runs the block's forward again from its kept input x_l, with
+// the weights the backward casts anyway, up to ffn.a and ffn.b (the w2 GEMM and x_{l+1} are not needed).
+//   full       keeps x_l per block; recomputes ln1, qkv (and RoPE), attention, x_mid, ln2, a and b.
+//   selective  keeps x_l, attn.o and attn.lse per block (the attention is the expensive part); recomputes
+//              ln1, qkv (and RoPE), the output projection (x_mid), ln2, a and b, and skips the attention.
+// The same ops run on the same inputs in the same order, so every recomputed tensor, hence every gradient,
+// is bit for bit the one `none` gives.
 // The fused QKV GEMM uses q_proj, k_proj, v_proj as one (3d, d) matrix (they are adjacent in the layout)
 // writing (B,T,3,H,Dh); attention reads q, k, v as strided (B,H,T,Dh) views of it without copies.
 #pragma once
@@ -57,6 +75,10 @@ struct ModelOptions {
   bool allow_tf32 = false;  // fp32 GEMMs on CUDA may use TF32
   Stream stream;            // every op is ordered on this stream
   bool training = true;     // false: forward only (no gradients, no backward-only activations or workspace)
+  // Rows per chunk of the fused LM head loss (fused_lm_head.h; at most max_batch * max_seq_len are used);
+  // 0 = the materialised loss: (B, T, V) fp32 logits in the arena, readable through logits().
+  std::int64_t loss_chunk = 1024;
+  Recompute recompute = Recompute::none;  // training only: see Note [Recomputation]
 };
 
 // Bytes held per kind.
@@ -65,7 +87,7 @@ struct MemoryReport {
   std::size_t gradients = 0;
   std::size_t optimizer_state = 0;
   std::size_t activations = 0;
-  std::size_t workspace = 0;  // with the bf16 weight slots in bf16 mode
+  std::size_t workspace = 0;  // with the bf16 weight slots in bf16 mode and the fused loss's tiles
   std::size_t total() const { return parameters + gradients + optimizer_state + activations + workspace; }
 };
 
@@ -89,7 +111,8 @@ class TransformerLM {
   TransformerLM& operator=(const TransformerLM&) = delete;
 
   // The mean cross-entropy of inputs (B, T) predicting targets (B, T) (int32 ids on the model's device,
-  // B <= max_batch, T <= max_seq_len); no gradients. Leaves the logits readable through logits().
+  // B <= max_batch, T <= max_seq_len); no gradients. With the materialised loss (loss_chunk = 0) leaves the
+  // logits readable through logits().
   double forward(const TokenIds& inputs, const TokenIds& targets);
   // Forward, then backward: the gradients of loss_scale * loss, written (or added) into gradients(), the
   // hook told as each becomes final (order: gradient_ready_order()). Returns the (unscaled) mean loss.
@@ -102,7 +125,8 @@ class TransformerLM {
   void forward_backward_to(double* loss, const TokenIds& inputs, const TokenIds& targets,
                            const BackwardOptions& options = {});
 
-  // (B, T, V) fp32 logits of the last forward() call.
+  // (B, T, V) fp32 logits of the last forward() call; throws ft::Error (invalid_argument) with the fused loss,
+  // which keeps none.
   Tensor logits() const;
 
   const ModelConfig& config() const { return config_; }
@@ -127,8 +151,13 @@ class TransformerLM {
   struct WorkspaceSlots {
     std::size_t block_weights[2];  // bf16 mode: (block_numel()) bf16 each; block l uses slot l % 2
     std::size_t lm_head_weight;    // bf16 mode: (V, d) bf16, overlaying the block slots
+    std::size_t loss;                         // fused loss: (1) double
+    std::size_t loss_logits, loss_dlogits;    // fused loss: (chunk, V) fp32; bf16 training: (chunk, V) bf16
     std::size_t dres, dres_c, dnorm, dtmp, ffn_h, ffn_dh, attn_do, attn_dqkv;
   };
+  // What block_forward runs: the whole block, or its recomputation before the block's backward (see Note
+  // [Recomputation]).
+  enum class BlockPass { forward, recompute_full, recompute_selective };
   // The GEMM weights of one block.
   struct BlockWeights {
     Tensor qkv;          // (3d, d): q_proj, k_proj, v_proj fused
@@ -149,11 +178,15 @@ class TransformerLM {
   void plan_memory();
   void check_training(const char* what) const;
   Batch check_batch(const TokenIds& inputs, const TokenIds& targets) const;
-  // Enqueues the forward and the loss (with its gradient when for_backward); returns the mean loss read back,
-  // or leaves it in *loss_to and returns 0 when loss_to is not null.
-  double run_forward(const Batch& b, const TokenIds& inputs, const TokenIds& targets, bool for_backward,
-                     double loss_scale, double* loss_to);
+  // Enqueues the forward and the loss (with its gradient when backward is given; the fused loss computes the
+  // LM head's gradients here too); returns the mean loss read back, or leaves it in *loss_to and returns 0
+  // when loss_to is not null.
+  double run_forward(const Batch& b, const TokenIds& inputs, const TokenIds& targets, const BackwardOptions* backward,
+                     double* loss_to);
+  // The final norm's output -> the loss: materialised logits, or the fused loss (see run_forward).
+  double lm_head_loss(const Batch& b, const TokenIds& targets, const BackwardOptions* backward, double* loss_to);
   void layer_forward(std::int64_t l, const Batch& b);
+  void block_forward(std::int64_t l, const Batch& b, const BlockWeights& w, BlockPass pass);
   // forward_backward (loss_to null) or forward_backward_to; `what` names the caller in errors.
   double run_forward_backward(const char* what, const TokenIds& inputs, const TokenIds& targets,
                               const BackwardOptions& options, double* loss_to);
@@ -177,6 +210,9 @@ class TransformerLM {
   Tensor lm_head_weight() const;
   Tensor fused_qkv(const ParameterBuffer& buffer, std::int64_t l) const;  // (3d, d): q_proj, k_proj, v_proj
   DType compute_dtype() const { return options_.precision == Precision::bf16 ? DType::bf16 : DType::f32; }
+  bool fused_loss() const { return options_.loss_chunk > 0; }
+  // A double the model's device wrote (after the stream's work so far), read back to the host.
+  double read_back(const double* value) const;
 
   ModelConfig config_;
   ModelOptions options_;

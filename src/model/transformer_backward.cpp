@@ -1,7 +1,9 @@
 // transformer_backward.cpp — TransformerLM backward: LM head (in bf16 mode with the forward's cast of its
-// weight), final RMSNorm, the blocks from the last to the first (in bf16 mode the cast of the block's weights
-// again; FFN: w2, SwiGLU with h recomputed, w3 and w1, ln2; attention: output projection, attention, inverse
-// RoPE, fused QKV, ln1), the embedding; the gradient-ready hook told as each gradient is final.
+// weight; the fused loss made its gradients in the forward), final RMSNorm, the blocks from the last to the
+// first (in bf16 mode the cast of the block's weights again; with recomputation the block's forward again,
+// see Note [Recomputation]; FFN: w2, SwiGLU with h recomputed, w3 and w1, ln2; attention: output projection,
+// attention, inverse RoPE, fused QKV, ln1), the embedding; the gradient-ready hook told as each gradient is
+// final.
 #include "core/error.h"
 #include "core/nvtx.h"
 #include "model/transformer.h"
@@ -32,7 +34,7 @@ double TransformerLM::run_forward_backward(const char* what, const TokenIds& inp
   check_training(what);
   const Batch b = check_batch(inputs, targets);
   logits_batch_ = {};
-  const double loss = run_forward(b, inputs, targets, true, options.loss_scale, loss_to);
+  const double loss = run_forward(b, inputs, targets, &options, loss_to);
   if (options.on_backward_start) options.on_backward_start();
   run_backward(b, inputs, options);
   return loss;
@@ -51,11 +53,13 @@ void TransformerLM::run_backward(const Batch& b, const TokenIds& inputs, const B
   const std::size_t lm_head = layout_.lm_head_index(), ln_final = layout_.ln_final_index();
 
   // LM head: dlogits (from the cross-entropy) -> d ln_final.y, d lm_head. In bf16 mode its weight is the cast
-  // the forward made, still in its slot (nothing was cast since).
-  const Tensor dlogits = act(options_.precision == Precision::bf16 ? dlogits_ : logits_, c, {b.B, b.T, V});
+  // the forward made, still in its slot (nothing was cast since). The fused loss made both already.
   const Tensor dnorm = work(ws_.dnorm, DType::f32, {b.B, b.T, d});  // (B, T, d) fp32
-  linear_backward({dnorm, grads_[lm_head], acc}, dlogits, act(lnf_y_, c, {b.B, b.T, d}), lm_head_weight(),
-                  {options_.allow_tf32, stream});
+  if (!fused_loss()) {
+    const Tensor dlogits = act(options_.precision == Precision::bf16 ? dlogits_ : logits_, c, {b.B, b.T, V});
+    linear_backward({dnorm, grads_[lm_head], acc}, dlogits, act(lnf_y_, c, {b.B, b.T, d}), lm_head_weight(),
+                    {options_.allow_tf32, stream});
+  }
   notify(options, lm_head);
 
   // Final norm: starts the residual stream's gradient dres = d x_L.
@@ -83,6 +87,12 @@ void TransformerLM::layer_backward(std::int64_t l, const Batch& b, const Backwar
   const RmsNormOptions norm{config_.norm_eps, stream};
   const auto index = [&](LayerSlot slot) { return layout_.layer_index(l, slot); };
   const BlockWeights w = cast_block_weights(l);  // bf16: cast again, into weight slot l % 2
+  // The last block's recomputed tensors are still in the shared slots (see Note [Recomputation]).
+  if (options_.recompute != Recompute::none && l != config_.num_layers - 1) {
+    NvtxRange recompute(str("layer ", l, " recompute"));
+    block_forward(l, b, w, options_.recompute == Recompute::full ? BlockPass::recompute_full
+                                                                   : BlockPass::recompute_selective);
+  }
 
   const Tensor dres = work(ws_.dres, DType::f32, {b.B, b.T, d});    // (B, T, d) fp32: d x_{l+1}, then d x_mid, d x_l
   const Tensor dres_c = work(ws_.dres_c, c, {b.B, b.T, d});         // (B, T, d) dres as a GEMM operand

@@ -1,9 +1,14 @@
 // transformer_forward.cpp — TransformerLM forward: embedding, the pre-norm blocks (in bf16 mode the cast of
 // the block's weights; RMSNorm, fused QKV GEMM, RoPE on q and k, causal attention, output projection,
-// residual add; RMSNorm, SwiGLU FFN, residual add), final RMSNorm, LM head (in bf16 mode after the cast of
-// its weight) and mean cross-entropy (with its softmax gradient when backward follows).
+// residual add; RMSNorm, SwiGLU FFN, residual add; or a block's recomputation before its backward, see Note
+// [Recomputation]), final RMSNorm, LM head (in bf16 mode after the cast of its weight) and mean cross-entropy
+// (with its softmax gradient when backward follows): materialised, or fused in chunks with the LM head's
+// backward (see Note [Fused LM head loss]).
+#include <algorithm>
+
 #include "core/error.h"
 #include "core/nvtx.h"
+#include "model/fused_lm_head.h"
 #include "model/transformer.h"
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
@@ -34,16 +39,16 @@ TransformerLM::Batch TransformerLM::check_batch(const TokenIds& inputs, const To
 double TransformerLM::forward(const TokenIds& inputs, const TokenIds& targets) {
   const Batch b = check_batch(inputs, targets);
   logits_batch_ = {};
-  const double loss = run_forward(b, inputs, targets, false, 1.0, nullptr);
-  logits_batch_ = b;
+  const double loss = run_forward(b, inputs, targets, nullptr, nullptr);
+  if (!fused_loss()) logits_batch_ = b;
   return loss;
 }
 
-double TransformerLM::run_forward(const Batch& b, const TokenIds& inputs, const TokenIds& targets, bool for_backward,
-                                  double loss_scale, double* loss_to) {
+double TransformerLM::run_forward(const Batch& b, const TokenIds& inputs, const TokenIds& targets,
+                                  const BackwardOptions* backward, double* loss_to) {
   NvtxRange range("model forward");
   const Stream& stream = options_.stream;
-  const std::int64_t L = config_.num_layers, d = config_.d_model, V = config_.vocab_size;
+  const std::int64_t L = config_.num_layers, d = config_.d_model;
   const DType c = compute_dtype();
 
   embedding_forward(residual(0, b), inputs, params_[ParameterLayout::embedding_index()], stream);
@@ -52,13 +57,45 @@ double TransformerLM::run_forward(const Batch& b, const TokenIds& inputs, const 
   const Tensor lnf_y = act(lnf_y_, c, {b.B, b.T, d});  // (B, T, d)
   rmsnorm_forward(lnf_y, act(lnf_rstd_, DType::f32, {b.B, b.T}), residual(L, b), params_[layout_.ln_final_index()],
                   {config_.norm_eps, stream});
+  return lm_head_loss(b, targets, backward, loss_to);
+}
+
+double TransformerLM::lm_head_loss(const Batch& b, const TokenIds& targets, const BackwardOptions* backward,
+                                   double* loss_to) {
+  const Stream& stream = options_.stream;
+  const std::int64_t d = config_.d_model, V = config_.vocab_size, rows = b.B * b.T;
+  const DType c = compute_dtype();
+  const Tensor lnf_y = act(lnf_y_, c, {b.B, b.T, d});  // (B, T, d)
+  const double loss_scale = backward ? backward->loss_scale : 1.0;
+  if (fused_loss()) {
+    // Loss and, for backward, the LM head's gradients at once: d lm_head and d ln_final.y (see Note [Fused LM
+    // head loss]); the backward goes on from d ln_final.y.
+    const std::int64_t chunk = std::min(options_.loss_chunk, options_.max_batch * options_.max_seq_len);
+    FusedLmHeadLoss f;
+    f.hidden = lnf_y.reshape({rows, d});
+    f.targets = {targets.data, {rows}, targets.device};
+    f.weight = cast_lm_head();
+    f.logits = work(ws_.loss_logits, DType::f32, {chunk, V});  // (chunk, V)
+    if (backward) {
+      if (options_.precision == Precision::bf16) f.dlogits = work(ws_.loss_dlogits, DType::bf16, {chunk, V});
+      f.dhidden = work(ws_.dnorm, DType::f32, {rows, d});  // (B T, d)
+      f.dweight = grads_[layout_.lm_head_index()];
+      f.accumulate_dweight = backward->accumulate;
+    }
+    f.grad_scale = loss_scale;
+    f.allow_tf32 = options_.allow_tf32;
+    f.stream = stream;
+    auto* loss = loss_to ? loss_to : reinterpret_cast<double*>(static_cast<char*>(workspace_.data()) + ws_.loss);
+    fused_lm_head_loss(loss, f);
+    return loss_to ? 0 : read_back(loss);
+  }
   const Tensor logits = act(logits_, DType::f32, {b.B, b.T, V});  // (B, T, V)
   linear_forward(logits, lnf_y, cast_lm_head(), {options_.allow_tf32, stream});
   // fp32: the gradient overwrites the logits in place; bf16: a bf16 buffer, the LM head's backward operand.
   Tensor dlogits;
-  if (for_backward)
+  if (backward)
     dlogits = options_.precision == Precision::bf16 ? act(dlogits_, DType::bf16, {b.B, b.T, V}) : logits;
-  const CrossEntropyOptions loss_options{loss_scale, stream};
+  const CrossEntropyOptions loss_options{.grad_scale = loss_scale, .stream = stream};
   if (!loss_to) return cross_entropy(logits, targets, dlogits, loss_options);
   cross_entropy_to(loss_to, logits, targets, dlogits, loss_options);
   return 0;
@@ -66,6 +103,10 @@ double TransformerLM::run_forward(const Batch& b, const TokenIds& inputs, const 
 
 void TransformerLM::layer_forward(std::int64_t l, const Batch& b) {
   NvtxRange range(str("layer ", l, " forward"));
+  block_forward(l, b, cast_block_weights(l), BlockPass::forward);  // bf16: cast into weight slot l % 2
+}
+
+void TransformerLM::block_forward(std::int64_t l, const Batch& b, const BlockWeights& w, BlockPass pass) {
   const LayerSlots& s = layer_slots_[static_cast<std::size_t>(l)];
   const Stream& stream = options_.stream;
   const std::int64_t d = config_.d_model, f = config_.d_ff;
@@ -73,7 +114,6 @@ void TransformerLM::layer_forward(std::int64_t l, const Batch& b) {
   const LinearOptions lin{options_.allow_tf32, stream};
   const RmsNormOptions norm{config_.norm_eps, stream};
   const auto index = [&](LayerSlot slot) { return layout_.layer_index(l, slot); };
-  const BlockWeights w = cast_block_weights(l);  // bf16: cast into weight slot l % 2
 
   // Attention sub-block: x_mid = x + output_proj(attention(rope(q), rope(k), v)), q,k,v = qkv_proj(ln1(x)).
   const Tensor x = residual(l, b);                      // (B, T, d) fp32
@@ -84,11 +124,13 @@ void TransformerLM::layer_forward(std::int64_t l, const Batch& b) {
   const RopeOptions rope{config_.rope_theta, 0, stream};
   rope_forward(attn.tensors.q, rope);
   rope_forward(attn.tensors.k, rope);
-  AttentionOptions attn_options;
-  attn_options.causal = true;
-  attn_options.impl = options_.attention;
-  attn_options.stream = stream;
-  attention_forward(attn.tensors, attn_options);
+  if (pass != BlockPass::recompute_selective) {  // selective recomputation keeps o and lse
+    AttentionOptions attn_options;
+    attn_options.causal = true;
+    attn_options.impl = options_.attention;
+    attn_options.stream = stream;
+    attention_forward(attn.tensors, attn_options);
+  }
   const Tensor x_mid = act(s.x_mid, DType::f32, {b.B, b.T, d});  // (B, T, d) fp32
   linear_forward(x_mid, attn.o_rows, w.output_proj, lin);
   residual_add(x_mid, x, stream);
@@ -100,6 +142,7 @@ void TransformerLM::layer_forward(std::int64_t l, const Batch& b) {
   const Tensor g = act(s.ffn_b, c, {b.B, b.T, f});  // (B, T, d_ff) w3 y (the arena's ffn.b)
   linear_forward(a, ln2_y, w.w1, lin);
   linear_forward(g, ln2_y, w.w3, lin);
+  if (pass != BlockPass::forward) return;  // the backward recomputes h itself and needs no x_next
   const Tensor h = work(ws_.ffn_h, c, {b.B, b.T, f});  // (B, T, d_ff)
   swiglu_forward(h, a, g, stream);
   const Tensor x_next = residual(l + 1, b);  // (B, T, d) fp32

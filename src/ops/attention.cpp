@@ -11,6 +11,9 @@
 #include "core/error.h"
 #include "core/nvtx.h"
 #include "ops/attention/attention_impls.h"
+#if FT_HAS_CUDA
+#include "ops/attention/cuda/flash_traits.h"
+#endif
 #include "ops/op_common.h"
 
 namespace ft {
@@ -211,6 +214,18 @@ AttentionShape validate_attention(const AttentionTensors& t, const AttentionOpti
     }
   }
   return s;
+}
+
+void check_attention_head_dim(std::int64_t head_dim, AttentionImpl impl, Device device) {
+  FT_CHECK_KIND(unsupported, head_dim >= 1 && head_dim <= kMaxHeadDim, "attention: unsupported head dim ", head_dim,
+                ": expected 1 to ", kMaxHeadDim);
+#if FT_HAS_CUDA
+  if (impl != AttentionImpl::flash || !device.is_cuda()) return;
+  FT_CHECK_KIND(unsupported, flash::head_dim_index(static_cast<int>(head_dim)) >= 0,
+                "flash attention (CUDA): unsupported head dim ", head_dim, ": expected one of ", flash::kHeadDimList);
+#else
+  (void)impl, (void)device;  // a CPU-only build runs no CUDA attention
+#endif
 }
 
 FlashKernels flash_kernels_for(const AttentionTensors& t, const AttentionOptions& options) {

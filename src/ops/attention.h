@@ -85,6 +85,10 @@ struct AttentionShape {
 AttentionShape validate_attention(const AttentionTensors& t, const AttentionOptions& options,
                                   const AttentionGrads* grads = nullptr);
 
+// Throws ft::Error (unsupported) unless `impl` on `device` computes attention of head dim `head_dim`: every
+// implementation takes 1 to 256, the CUDA flash kernels 16, 32, 64, 80, 96, 128 or 256 (as a call would).
+void check_attention_head_dim(std::int64_t head_dim, AttentionImpl impl, Device device);
+
 // The kernel family a CUDA flash call with these tensors and options runs (sm80 or sm90); throws as
 // the call would where options.kernels asks for what cannot run.
 FlashKernels flash_kernels_for(const AttentionTensors& t, const AttentionOptions& options);

@@ -6,7 +6,7 @@
 // share a device. Dispatches on it: CPU or CUDA (the sum of squares synchronises the stream).
 // The *_to / *_from forms keep the sum of squares where the gradients live instead of reading it back —
 // nothing waits for the device, so a CUDA graph can capture a whole clipped step; they give the same
-// gradients bit for bit. clip_grad_scale folds the clipping into AdamW instead (ops/adamw.h GradScale):
+// gradients bit for bit. clip_grad_scale folds the clipping into AdamW instead (optim/adamw.h, GradScale):
 // the update reads each gradient scaled as clip_grad_norm_from would leave it, without a pass over memory.
 #pragma once
 
@@ -14,7 +14,7 @@
 
 #include "core/stream.h"
 #include "core/tensor.h"
-#include "ops/adamw.h"
+#include "optim/adamw.h"
 
 namespace ft {
 

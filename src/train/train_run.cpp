@@ -5,9 +5,6 @@
 // logging and writing), the MFU model and the results document.
 #include "train/train_run.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -16,6 +13,7 @@
 #include <fstream>
 
 #include "bench/results_json.h"
+#include "core/atomic_file.h"
 #include "core/buffer.h"
 #include "core/error.h"
 #include "core/tensor_io.h"
@@ -45,19 +43,6 @@ std::string format(const char* pattern, auto... values) {
   char text[256];
   std::snprintf(text, sizeof text, pattern, values...);
   return text;
-}
-
-// Writes text to path atomically: a temporary file beside it, fsync'ed, renamed over it.
-void write_text_atomic(const fs::path& path, const std::string& text) {
-  const fs::path temporary = path.string() + ".tmp";
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  FT_CHECK_KIND(io, fd >= 0, "cannot create ", temporary.string());
-  const bool written = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size()) && ::fsync(fd) == 0;
-  ::close(fd);
-  if (!written || std::rename(temporary.c_str(), path.c_str()) != 0) {
-    fs::remove(temporary);
-    FT_THROW(io, "cannot write ", path.string());
-  }
 }
 
 // Training token batches: windows of a memory-mapped file, or uniform random ids. Either way the whole
@@ -242,6 +227,8 @@ class TrainingRun {
     o.device = plan.device;
     o.seed = plan.seed;
     o.allow_tf32 = plan.tf32;
+    o.recompute = plan.recompute;
+    o.loss_chunk = plan.loss_chunk;
     o.stream = stream;
     return o;
   }
@@ -390,7 +377,7 @@ class TrainingRun {
     const std::string path = (folder / name).string();
     const TrainingCounters counters{.step = step(), .optimizer_step = step(), .data_rng = train_data_.state()};
     save_checkpoint(path, named_parameters(), named_optimizer_state(), counters);
-    write_text_atomic(folder / kLatestFile, name + "\n");
+    write_file_atomic((folder / kLatestFile).string(), name + "\n");
     log_ << "  checkpoint " << path << "\n";
     return path;
   }
@@ -531,6 +518,10 @@ nlohmann::json train_document(const TrainPlan& plan, const TrainResult& result) 
   const ModelConfig& m = plan.model;
   nlohmann::json config = {
       {"size", m.name},
+      {"d_model", m.d_model},
+      {"d_ff", m.d_ff},
+      {"layers", m.num_layers},
+      {"heads", m.num_heads},
       {"parameters", result.parameters},
       {"vocab", m.vocab_size},
       {"ctx", m.context_length},
@@ -541,6 +532,9 @@ nlohmann::json train_document(const TrainPlan& plan, const TrainResult& result) 
       {"tf32", plan.tf32},
       {"cuda_graph", plan.cuda_graph},
       {"attention", name_of(plan.attention)},
+      {"rope_theta", m.rope_theta},
+      {"recompute", name_of(plan.recompute)},
+      {"loss_chunk", plan.loss_chunk},
       {"steps", plan.steps},
       {"first_step", result.first_step},
       {"lr", plan.schedule.max_lr},

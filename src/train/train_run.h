@@ -32,20 +32,22 @@
 #include "dist/ddp.h"
 #include "dist/zero_optimizer.h"
 #include "model/config.h"
-#include "ops/adamw.h"
 #include "ops/attention.h"
+#include "optim/adamw.h"
 #include "optim/lr_schedule.h"
 
 namespace ft {
 
 // The validated run: every default filled in, names parsed, the resume path resolved.
 struct TrainPlan {
-  ModelConfig model;  // size with vocab and context applied
+  ModelConfig model;  // size with the shape options applied
   Precision precision = Precision::bf16;
   bool tf32 = false;
   bool cuda_graph = false;  // CUDA, one process, accumulate 1
   Stream stream;            // data parallel on GPUs: the model's stream (DistributedContext::model_stream)
   AttentionImpl attention = AttentionImpl::flash;
+  Recompute recompute = Recompute::none;
+  std::int64_t loss_chunk = 1024;  // ModelOptions::loss_chunk
   Device device = Device::cpu();
   std::int64_t batch = 4;
   std::int64_t steps = 1000;

@@ -212,6 +212,17 @@ TEST(AttentionValidation, FlashKernelNames) {
   }
 }
 
+TEST(AttentionValidation, HeadDimCheckNamesTheLimit) {
+  EXPECT_NO_THROW(check_attention_head_dim(48, AttentionImpl::flash, Device::cpu()));  // the CPU takes any up to 256
+  try {
+    check_attention_head_dim(258, AttentionImpl::naive, Device::cpu());
+    FAIL() << "accepted head dim 258";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::unsupported);
+    EXPECT_NE(e.message().find("unsupported head dim 258: expected 1 to 256"), std::string::npos) << e.message();
+  }
+}
+
 // flash_kernels_for names the CUDA kernel family; CPU tensors have none, and the error says so.
 TEST(AttentionValidation, FlashKernelsForNeedsCudaTensors) {
   const Call c;

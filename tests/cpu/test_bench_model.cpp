@@ -102,6 +102,30 @@ TEST(BenchModelOptions, ExplicitHyperparameters) {
   EXPECT_EQ(c.models[0].context_length, 64);
 }
 
+TEST(BenchModelOptions, FlagsReplaceANamedSizesFields) {
+  const ModelBenchConfig c = resolve("--size 8b,small --layers 2 --rope-theta 500000 --context 4096 --device cpu");
+  ASSERT_EQ(c.models.size(), 2u);
+  EXPECT_EQ(c.models[0].name, "8b-custom");
+  EXPECT_EQ(c.models[0].d_model, 4096);
+  EXPECT_EQ(c.models[0].d_ff, 11008);
+  EXPECT_EQ(c.models[0].num_layers, 2);
+  EXPECT_EQ(c.models[0].num_heads, 32);
+  EXPECT_EQ(c.models[0].vocab_size, 151936);
+  EXPECT_EQ(c.models[0].rope_theta, 500000.0);
+  EXPECT_EQ(c.models[0].context_length, 4096);
+  EXPECT_EQ(c.models[1].name, "small-custom");
+  EXPECT_EQ(c.models[1].num_layers, 2);
+  EXPECT_EQ(c.models[1].vocab_size, 10000);
+  EXPECT_EQ(c.recompute, Recompute::none);
+  EXPECT_EQ(c.loss_chunk, 1024);
+  const ModelBenchConfig memory = resolve("--size tiny --recompute full --loss-chunk 0 --device cpu");
+  EXPECT_EQ(memory.recompute, Recompute::full);
+  EXPECT_EQ(memory.loss_chunk, 0);
+  const ModelBenchConfig vocab_only = resolve("--size 8b --vocab 1000 --device cpu");
+  EXPECT_EQ(vocab_only.models[0].name, "8b");  // the blocks keep the named shape
+  EXPECT_EQ(vocab_only.models[0].vocab_size, 1000);
+}
+
 TEST(BenchModelOptions, MemoryProfileNeedsOneCase) {
   const ModelBenchConfig c =
       resolve("--size tiny --context 32 --mode train --profile memory --memory-json m.json --device cpu");
@@ -128,9 +152,11 @@ TEST(BenchModelOptions, BadValuesGiveClearErrors) {
       {"--device tpu", "expected auto, cpu, cuda or cuda:N, given 'tpu'"},
       {"--d-model 768", "an explicit model needs --d-model, --d-ff, --layers and --heads; missing --d-ff, --layers, "
                         "--heads"},
-      {"--size small --d-model 768 --d-ff 3072 --layers 12 --heads 12", "exclude each other"},
+      {"--size small --heads 1", "the head dim d_model / num_heads must be at most 256"},
       {"--d-model 100 --d-ff 64 --layers 1 --heads 3", "num_heads must divide d_model"},
       {"--profile kernels", "kernels"},
+      {"--recompute half", "--recompute: unknown recompute policy 'half': expected none, selective or full"},
+      {"--loss-chunk -1", "expected an integer >= 0, given '-1'"},
       {"--memory-json m.json", "--memory-json m.json needs --profile memory"},
       {"--profile memory --mode fwd,train", "--profile memory records one step of one case"},
       {"--profile memory --context 128,256", "given 1 size(s), 2 context(s)"},
@@ -233,7 +259,7 @@ TEST(BenchModelRun, WarmupZeroTimesTheFirstStep) {
 TEST(BenchModelRun, OutOfMemoryIsARowAndTheSweepGoesOn) {
   // 2^31 - 1 x 2^16 embedding: 2^49 bytes, beyond any address space, so the allocation fails at once.
   const ModelBenchConfig huge =
-      resolve("--d-model 65536 --d-ff 4 --layers 1 --heads 2 --vocab 2147483647 --context 8 --batch 1 "
+      resolve("--d-model 65536 --d-ff 4 --layers 1 --heads 512 --vocab 2147483647 --context 8 --batch 1 "
               "--warmup 0 --steps 1 --device cpu");
   const std::int64_t held = Allocator::instance().stats(Device::cpu()).current_bytes;
   const ModelBenchRow r = run_model_bench_case(expand_model_cases(huge).front(), huge);

@@ -7,10 +7,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <string>
 
 #include "core/allocator.h"
+#include "core/buffer.h"
 #include "core/error.h"
 #include "core/tensor_io.h"
 #include "model/config.h"
@@ -48,12 +50,46 @@ TEST(ModelConfig, TableMatchesDesign) {
     EXPECT_EQ(c.vocab_size, 10000) << r.name;
     EXPECT_NO_THROW(c.validate());
   }
-  EXPECT_EQ(model_config_names(), (std::vector<std::string>{"tiny", "small", "medium", "large", "xl", "2.7b"}));
+  EXPECT_EQ(model_config_names(),
+            (std::vector<std::string>{"tiny", "small", "medium", "large", "xl", "2.7b", "8b"}));
+  // The CS336 leaderboard shape: about 8.13B parameters.
+  const ModelConfig b8 = model_config("8b");
+  EXPECT_EQ(b8.d_model, 4096);
+  EXPECT_EQ(b8.d_ff, 11008);
+  EXPECT_EQ(b8.num_layers, 34);
+  EXPECT_EQ(b8.num_heads, 32);
+  EXPECT_EQ(b8.head_dim(), 128);
+  EXPECT_EQ(b8.vocab_size, 151936);
+  EXPECT_EQ(b8.context_length, 32768);
+  EXPECT_EQ(ParameterLayout(b8).numel(), closed_form_count(b8));
+  EXPECT_NEAR(static_cast<double>(closed_form_count(b8)), 8.13e9, 0.01e9);
+}
+
+TEST(ModelConfig, OverridesReplaceTheSetFields) {
+  ModelShapeOverrides o;
+  o.vocab_size = 500;
+  o.rope_theta = 5e5;
+  ModelConfig c = with_overrides(model_config("small"), o);
+  EXPECT_EQ(c.name, "small");
+  EXPECT_EQ(c.vocab_size, 500);
+  EXPECT_EQ(c.rope_theta, 5e5);
+  EXPECT_EQ(c.d_model, 768);
+  o.num_layers = 3;
+  o.d_model = 512;
+  o.num_heads = 4;
+  c = with_overrides(model_config("small"), o);
+  EXPECT_EQ(c.name, "small-custom");
+  EXPECT_EQ(c.num_layers, 3);
+  EXPECT_EQ(c.head_dim(), 128);
+  EXPECT_EQ(c.d_ff, 3072);
+  o.num_heads = 1;  // head dim 512
+  test::expect_error([&] { with_overrides(model_config("small"), o); }, ErrorKind::invalid_argument,
+                     {"at most 256", "512"});
 }
 
 TEST(ModelConfig, UnknownNameListsTheKnownOnes) {
   test::expect_error([] { model_config("huge"); }, ErrorKind::invalid_argument,
-                     {"huge", "tiny", "small", "medium", "large", "xl", "2.7b"});
+                     {"huge", "tiny", "small", "medium", "large", "xl", "2.7b", "8b"});
   test::expect_error([] { parse_precision("fp8"); }, ErrorKind::invalid_argument, {"fp8", "fp32", "bf16"});
   EXPECT_EQ(parse_precision("bf16"), Precision::bf16);
 }
@@ -170,12 +206,47 @@ TEST(Init, StatisticsFollowTheContractAndSeedsAreDeterministic) {
   EXPECT_DOUBLE_EQ(init_std(layout[0]), 1.0);
 }
 
+// The element bits of a host fp32 tensor.
+std::vector<std::uint32_t> bits_of(const Tensor& t) {
+  std::vector<std::uint32_t> out(static_cast<std::size_t>(t.numel()));
+  std::memcpy(out.data(), t.data(), out.size() * sizeof(std::uint32_t));
+  return out;
+}
+
+TEST(Init, AnySliceEqualsThatPartOfTheWholeInitBitwise) {
+  ModelConfig c = model_config("tiny");
+  c.vocab_size = 101;  // parameter sizes that no slice size below divides
+  const ParameterLayout layout(c);
+  const ParameterBuffer whole(layout, DType::f32, Device::cpu(), "test");
+  init_parameters(layout, whole, 42);
+  const std::vector<std::uint32_t> expected = bits_of(whole.flat());
+  // Consecutive slices of uneven sizes covering the buffer, crossing parameter boundaries.
+  const std::int64_t sizes[] = {1, 7, 6463, 4096, 64, 65, 12345, 999};
+  std::int64_t begin = 0;
+  for (std::size_t i = 0; begin < layout.numel(); ++i) {
+    const std::int64_t n = std::min(sizes[i % std::size(sizes)], layout.numel() - begin);
+    OwnedTensor slice({n}, DType::f32, Device::cpu(), "slice");
+    init_parameters_range(layout, slice, begin, 42, {});
+    const std::vector<std::uint32_t> got = bits_of(slice);
+    ASSERT_TRUE(std::equal(got.begin(), got.end(), expected.begin() + begin))
+        << "slice [" << begin << ", " << begin + n << ")";
+    begin += n;
+  }
+  test::expect_error(
+      [&] {
+        OwnedTensor slice({8}, DType::f32, Device::cpu(), "slice");
+        init_parameters_range(layout, slice, layout.numel() - 4, 42, {});
+      },
+      ErrorKind::invalid_argument, {"must lie in the", std::to_string(layout.numel())});
+}
+
 TEST(TransformerLM, MemoryReportAccountsEveryBuffer) {
   const ModelConfig c = model_config("tiny");
   for (Precision p : {Precision::fp32, Precision::bf16}) {
     ModelOptions o;
     o.precision = p;
     o.max_batch = 2;
+    o.loss_chunk = 0;  // the materialised logits in the arena
     const TransformerLM model(c, o);
     const MemoryReport m = model.memory();
     const auto n = static_cast<std::size_t>(model.layout().numel());
@@ -217,6 +288,7 @@ TEST(TransformerLM, Bf16CastsWeightsIntoWorkspaceSlotsInsteadOfKeepingACopy) {
       o.max_batch = 2;
       o.max_seq_len = 16;
       o.training = training;
+      o.loss_chunk = 0;  // no fused loss tiles in the workspace
       Allocator& allocator = Allocator::instance();
       const std::int64_t before = allocator.stats(Device::cpu()).current_bytes;
       const TransformerLM model(c, o);

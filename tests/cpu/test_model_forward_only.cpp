@@ -27,8 +27,8 @@ TEST(ForwardOnly, LossAndLogitsAreBitIdenticalToTheTrainingModel) {
   for (Precision precision : {Precision::fp32, Precision::bf16})
     for (AttentionImpl impl : {AttentionImpl::naive, AttentionImpl::flash}) {
       SCOPED_TRACE(str(name_of(precision), " ", name_of(impl)));
-      TransformerLM train(kTiny, test::tiny_options(precision, impl));
-      TransformerLM infer(kTiny, inference_options(precision, impl));
+      TransformerLM train(kTiny, test::materialised(test::tiny_options(precision, impl)));
+      TransformerLM infer(kTiny, test::materialised(inference_options(precision, impl)));
       for (const test::TokenBatch* b : {&full, &part, &full}) {  // the shared slots serve each batch afresh
         const double want = train.forward(b->input_ids(), b->target_ids());
         const double got = infer.forward(b->input_ids(), b->target_ids());

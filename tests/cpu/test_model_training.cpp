@@ -10,7 +10,7 @@
 
 #include "core/tensor_io.h"
 #include "model/trainer.h"
-#include "ops/adamw.h"
+#include "optim/adamw.h"
 #include "optim/grad_clip.h"
 #include "optim/lr_schedule.h"
 #include "test_model_util.h"
@@ -86,8 +86,8 @@ TEST(Training, LossFallsOnALearnableTask) {
 
 TEST(Training, Bf16MixedPrecisionStaysCloseToFp32) {
   const auto batch = test::random_batch(4, 16, kTiny.vocab_size, 22);
-  TransformerLM fp32(kTiny, test::tiny_options(Precision::fp32));
-  TransformerLM bf16(kTiny, test::tiny_options(Precision::bf16));
+  TransformerLM fp32(kTiny, test::materialised(test::tiny_options(Precision::fp32)));
+  TransformerLM bf16(kTiny, test::materialised(test::tiny_options(Precision::bf16)));
   EXPECT_EQ(read_as_double(fp32.parameters().flat()), read_as_double(bf16.parameters().flat()));
   const double l32 = fp32.forward(batch.input_ids(), batch.target_ids());
   const double l16 = bf16.forward(batch.input_ids(), batch.target_ids());
@@ -223,7 +223,7 @@ TEST(Trainer, HookSeesMicroBatchPositions) {
 }
 
 TEST(TransformerLM, LogitsAreCausal) {
-  TransformerLM model(kTiny, test::tiny_options(Precision::fp32, AttentionImpl::flash, 1, 12));
+  TransformerLM model(kTiny, test::materialised(test::tiny_options(Precision::fp32, AttentionImpl::flash, 1, 12)));
   auto batch = test::random_batch(1, 12, kTiny.vocab_size, 70);
   model.forward(batch.input_ids(), batch.target_ids());
   const auto before = read_as_double(model.logits());
@@ -238,7 +238,7 @@ TEST(TransformerLM, LogitsAreCausal) {
 }
 
 TEST(TransformerLM, MalformedBatchesGiveClearErrors) {
-  TransformerLM model(kTiny, test::tiny_options(Precision::fp32, AttentionImpl::flash, 2, 8));
+  TransformerLM model(kTiny, test::materialised(test::tiny_options(Precision::fp32, AttentionImpl::flash, 2, 8)));
   const auto ok = test::random_batch(2, 8, kTiny.vocab_size, 60);
   const auto long_batch = test::random_batch(1, 9, kTiny.vocab_size, 61);
   test::expect_error([&] { model.forward(long_batch.input_ids(), long_batch.target_ids()); },
@@ -255,6 +255,9 @@ TEST(TransformerLM, MalformedBatchesGiveClearErrors) {
   test::expect_error([&] { model.logits(); }, ErrorKind::invalid_argument, {"forward()"});
   model.forward(ok.input_ids(), ok.target_ids());
   EXPECT_EQ(model.logits().shape(), (Shape{2, 8, 97}));
+  TransformerLM fused(kTiny, test::tiny_options(Precision::fp32, AttentionImpl::flash, 2, 8));
+  fused.forward(ok.input_ids(), ok.target_ids());
+  test::expect_error([&] { fused.logits(); }, ErrorKind::invalid_argument, {"fused LM head", "loss_chunk = 0"});
   ModelOptions too_long = test::tiny_options();
   too_long.max_seq_len = 33;
   test::expect_error([&] { TransformerLM m(kTiny, too_long); }, ErrorKind::invalid_argument, {"context_length = 32"});

@@ -22,6 +22,12 @@ inline ModelOptions tiny_options(Precision precision = Precision::fp32, Attentio
   return o;
 }
 
+// o with the materialised loss: (B, T, V) logits kept, readable through TransformerLM::logits().
+inline ModelOptions materialised(ModelOptions o) {
+  o.loss_chunk = 0;
+  return o;
+}
+
 // (B, T) ids with their next-token targets, host memory.
 struct TokenBatch {
   std::int64_t B = 0, T = 0;

@@ -1,6 +1,6 @@
 // test_ops_cross_entropy.cpp — mean cross-entropy against a double reference, the fused dlogits against
-// central finite differences (separate buffer, in place, bf16, grad_scale), stability with huge logits,
-// out-of-range targets and malformed calls.
+// central finite differences (separate buffer, in place, bf16, grad_scale), chunks of a batch adding up to
+// its mean (mean_rows, accumulate_loss), stability with huge logits, out-of-range targets and malformed calls.
 #include <gtest/gtest.h>
 
 #include "ops/cross_entropy.h"
@@ -54,6 +54,40 @@ TEST(CrossEntropy, LossAndGradientMatchReference) {
   OwnedTensor d16({rows, vocab}, DType::bf16, Device::cpu(), "test");
   cross_entropy(again, {kTargets.data(), {rows}}, d16);
   expect_close(read_as_double(d16), numeric, 1e-2, "bf16 dlogits");
+}
+
+TEST(CrossEntropy, ChunksWithMeanRowsAddUpToTheWholeMean) {
+  const auto x = normals(rows * vocab, 4, 2.0);
+  const auto whole = tensor_of({rows, vocab}, DType::f32, x);
+  OwnedTensor dwhole({rows, vocab}, DType::f32, Device::cpu(), "test");
+  const double want = cross_entropy(whole, {kTargets.data(), {rows}}, dwhole);
+  // Rows 0..3, then 4..5, each divided by all 6 rows; the second call adds its share.
+  double got = -1;
+  OwnedTensor dchunks({rows, vocab}, DType::f32, Device::cpu(), "test");
+  for (auto [first, count] : {std::pair<std::int64_t, std::int64_t>{0, 4}, {4, 2}}) {
+    const auto part = tensor_of({count, vocab}, DType::f32,
+                                std::vector<double>(x.begin() + first * vocab, x.begin() + (first + count) * vocab));
+    CrossEntropyOptions o;
+    o.mean_rows = rows;
+    o.accumulate_loss = first > 0;
+    cross_entropy_to(&got, part, {kTargets.data() + first, {count}}, dchunks->narrow(0, first, count), o);
+  }
+  EXPECT_NEAR(got, want, 1e-12 * want);
+  EXPECT_EQ(read_as_double(dchunks), read_as_double(dwhole));  // the same scale: grad_scale / 6
+  test::expect_error(
+      [&] {
+        CrossEntropyOptions o;
+        o.mean_rows = rows - 1;
+        cross_entropy(whole, {kTargets.data(), {rows}}, Tensor(), o);
+      },
+      ErrorKind::invalid_argument, {"mean_rows", "6 rows", "5"});
+  test::expect_error(
+      [&] {
+        CrossEntropyOptions o;
+        o.accumulate_loss = true;
+        cross_entropy(whole, {kTargets.data(), {rows}}, Tensor(), o);
+      },
+      ErrorKind::invalid_argument, {"accumulate_loss", "cross_entropy_to"});
 }
 
 TEST(CrossEntropy, StableForHugeLogits) {

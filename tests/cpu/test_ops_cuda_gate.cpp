@@ -4,7 +4,6 @@
 // The CUDA views here are never dereferenced.
 #include <gtest/gtest.h>
 
-#include "ops/adamw.h"
 #include "ops/cast.h"
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
@@ -13,6 +12,7 @@
 #include "ops/rmsnorm.h"
 #include "ops/rope.h"
 #include "ops/swiglu.h"
+#include "optim/adamw.h"
 #include "optim/grad_clip.h"
 #include "test_ops_util.h"
 

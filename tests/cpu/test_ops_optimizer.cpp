@@ -7,7 +7,7 @@
 #include <limits>
 #include <numbers>
 
-#include "ops/adamw.h"
+#include "optim/adamw.h"
 #include "optim/grad_clip.h"
 #include "optim/lr_schedule.h"
 #include "test_ops_util.h"

@@ -118,6 +118,24 @@ TEST(TrainOptions, ParsesEveryField) {
   EXPECT_EQ(plan.checkpoint_interval, 10);
 }
 
+TEST(TrainOptions, ShapeOptionsReplaceTheSizesFields) {
+  const TrainPlan plan = resolve_train_options(
+      parse_train("--size 8b --layers 2 --d-model 256 --heads 2 --d-ff 512 --context 4096 --rope-theta 1e6"));
+  EXPECT_EQ(plan.model.name, "8b-custom");
+  EXPECT_EQ(plan.model.num_layers, 2);
+  EXPECT_EQ(plan.model.d_model, 256);
+  EXPECT_EQ(plan.model.num_heads, 2);
+  EXPECT_EQ(plan.model.d_ff, 512);
+  EXPECT_EQ(plan.model.vocab_size, 151936);
+  EXPECT_EQ(plan.model.context_length, 4096);
+  EXPECT_EQ(plan.model.rope_theta, 1e6);
+  EXPECT_EQ(plan.recompute, Recompute::none);
+  EXPECT_EQ(plan.loss_chunk, 1024);
+  const TrainPlan memory = resolve_train_options(parse_train("--size tiny --recompute selective --loss-chunk 0"));
+  EXPECT_EQ(memory.recompute, Recompute::selective);
+  EXPECT_EQ(memory.loss_chunk, 0);
+}
+
 TEST(TrainOptions, RejectsBadValuesNamingTheOption) {
   const auto bad = [](const std::string& line, const std::vector<std::string>& fragments,
                       ErrorKind kind = ErrorKind::invalid_argument) {
@@ -130,6 +148,11 @@ TEST(TrainOptions, RejectsBadValuesNamingTheOption) {
   bad("--steps 0", {"--steps"});
   bad("--size tiny --context 0", {"--context"});
   bad("--size tiny --vocab 0", {"--vocab"});
+  bad("--size tiny --heads 3", {"--heads", "num_heads must divide d_model", "64", "3"});
+  bad("--size tiny --heads 64", {"--heads", "even for RoPE"});
+  bad("--size tiny --d-model 1024 --heads 2", {"--d-model", "at most 256", "512"});
+  bad("--size tiny --rope-theta 0", {"--rope-theta", "rope_theta"});
+  bad("--recompute some", {"--recompute", "'some'", "none, selective or full"});
   bad("--precision fp8", {"--precision", "fp8"});
   bad("--attention sdpa", {"--attention", "sdpa"});
   bad("--device tpu", {"--device", "tpu"});

@@ -34,6 +34,7 @@ ModelOptions options_for(Precision precision, AttentionImpl impl, Device device)
   o.max_seq_len = 16;
   o.seed = 1234;
   o.device = device;
+  o.loss_chunk = 0;  // the materialised logits, compared below (test_model_fused_loss_cuda covers the fused loss)
   return o;
 }
 

@@ -20,7 +20,6 @@
 #include "core/error.h"
 #include "core/half.h"
 #include "core/tensor_io.h"
-#include "ops/adamw.h"
 #include "ops/cast.h"
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
@@ -29,6 +28,7 @@
 #include "ops/rmsnorm.h"
 #include "ops/rope.h"
 #include "ops/swiglu.h"
+#include "optim/adamw.h"
 #include "optim/grad_clip.h"
 
 namespace ft {

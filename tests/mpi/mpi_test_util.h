@@ -1,49 +1,25 @@
 // mpi_test_util.h — shared by the mpi tests (tests/mpi/test_*.cpp, each run as 2 ranks under mpirun): the
-// job's DistributedContext, created before the first test and destroyed (MPI_Finalize) after the last by a
-// gtest environment; a communicator wrapper that records every collective it forwards; and a helper that
-// gathers one value vector from every rank; the small Transformer config the model-level tests share.
+// job's DistributedContext (common/distributed_context.h) and its host communicator world(); a communicator
+// wrapper that records every collective it forwards; and a helper that gathers one value vector from every
+// rank; the small Transformer config the model-level tests share.
 #pragma once
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
-#include <memory>
 #include <string>
 #include <vector>
 
+#include "common/distributed_context.h"
 #include "core/tensor.h"
-#include "dist/context.h"
 #include "model/config.h"
 
 namespace ft::test {
 
-// Every collective's wait is bounded: a test that leaves its peer behind ends the job within a minute.
-inline DistributedContext*& context_slot() {
-  static DistributedContext* context = nullptr;
-  return context;
-}
-inline DistributedContext& context() { return *context_slot(); }
 inline Communicator& world() { return context().host_communicator(); }
 
-class MpiEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    DistributedOptions options;
-    options.backend = DistributedBackend::mpi;
-    options.communicator.timeout_seconds = 60;
-    context_ = std::make_unique<DistributedContext>(options);
-    context_slot() = context_.get();
-  }
-  void TearDown() override {
-    context_slot() = nullptr;
-    context_.reset();
-  }
-
- private:
-  std::unique_ptr<DistributedContext> context_;
-};
-
-inline ::testing::Environment* const mpi_environment = ::testing::AddGlobalTestEnvironment(new MpiEnvironment);
+inline ::testing::Environment* const mpi_environment =
+    ::testing::AddGlobalTestEnvironment(new DistributedTestEnvironment);
 
 // One collective as the wrapper saw it.
 struct CollectiveRecord {

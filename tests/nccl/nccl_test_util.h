@@ -1,54 +1,35 @@
 // nccl_test_util.h — shared by the nccl tests (tests/nccl/test_*.cpp, each run as 2 ranks under
-// mpirun on a machine with 2 GPUs, rank r on cuda:r): the job's DistributedContext, created before the first
-// test and destroyed (NCCL communicator, then MPI_Finalize) after the last by a gtest environment that
-// fails — never skips — when fewer than 2 GPUs are visible; and host <-> GPU copies of value vectors.
+// mpirun on a machine with 2 GPUs, rank r on cuda:r): the job's DistributedContext
+// (common/distributed_context.h), whose environment fails — never skips — when fewer than 2 GPUs are
+// visible; and host <-> GPU copies of value vectors.
 #pragma once
 
 #include <gtest/gtest.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
-#include <memory>
 #include <vector>
 
+#include "common/distributed_context.h"
 #include "core/buffer.h"
 #include "core/device.h"
 #include "core/tensor_io.h"
-#include "dist/context.h"
 
 namespace ft::test {
 
-inline DistributedContext*& context_slot() {
-  static DistributedContext* context = nullptr;
-  return context;
-}
-inline DistributedContext& context() { return *context_slot(); }
 // The host communicator (MPI) and this rank's GPU.
 inline Communicator& host() { return context().host_communicator(); }
 inline Device gpu() { return context().local_gpu(); }
 
-// Every collective's wait is bounded (60 s, then the job ends): a test that leaves its peer behind fails
-// instead of hanging.
-class MultiGpuEnvironment : public ::testing::Environment {
- public:
-  void SetUp() override {
-    DistributedOptions options;
-    options.backend = DistributedBackend::mpi;
-    options.communicator.timeout_seconds = 60;
-    context_ = std::make_unique<DistributedContext>(options);
-    context_slot() = context_.get();
+// The job's context, which fails the suite (never skips it) unless it has 2 ranks and 2 GPUs.
+class MultiGpuEnvironment : public DistributedTestEnvironment {
+ protected:
+  void check_job() override {
     ASSERT_EQ(context().world_size(), 2) << "the nccl tests run as 2 ranks (mpirun -np 2)";
     ASSERT_GE(cuda_device_count(), 2) << "the nccl tests need 2 GPUs (one per rank); this machine shows "
                                       << cuda_device_count();
     ASSERT_EQ(cudaSetDevice(gpu().index), cudaSuccess);
   }
-  void TearDown() override {
-    context_slot() = nullptr;
-    context_.reset();
-  }
-
- private:
-  std::unique_ptr<DistributedContext> context_;
 };
 
 inline ::testing::Environment* const nccl_environment =

@@ -5,7 +5,7 @@
 #include <cstdint>
 
 #include "core/tensor.h"
-#include "ops/adamw.h"
+#include "ops/optimizer_update.h"
 #include "ops/op_common.h"
 
 namespace ft::cpu {
@@ -30,9 +30,9 @@ void swiglu_backward(const ops::RowView& da, const ops::RowView& db, const ops::
                      const ops::RowView& b);
 
 // cross_entropy.cpp — logits (rows, vocab) fp32, targets (rows), dlogits (rows, vocab) fp32 / bf16 or null
-// data; returns the mean loss.
+// data; returns the sum of the row losses / divisor (dlogits scaled by grad_scale / divisor).
 double cross_entropy(const ops::RowView& logits, const std::int32_t* targets, const ops::RowView& dlogits,
-                     double grad_scale);
+                     double grad_scale, double divisor);
 
 // optimizer.cpp — flat fp32 buffers of n elements. adamw_step reads each gradient as g * grad_factor.
 void adamw_step(float* params, const float* grads, float* exp_avg, float* exp_avg_sq, std::int64_t n,
@@ -40,6 +40,10 @@ void adamw_step(float* params, const float* grads, float* exp_avg, float* exp_av
 void sgd_step(float* params, const float* grads, std::int64_t n, double lr);
 double sum_squares(const float* x, std::int64_t n);
 void scale(float* x, std::int64_t n, double factor);
+
+// random_fill.cpp — out (n) fp32 <- std * the truncated normals first .. first + n - 1 of sequence key.
+void fill_truncated_normal(float* out, std::int64_t n, std::uint64_t key, std::int64_t first, double stddev,
+                           double cut);
 
 // residual.cpp — x (rows, d) fp32 += y (rows, d) fp32 / bf16.
 void residual_add(const ops::RowView& x, const ops::RowView& y);

@@ -35,9 +35,9 @@ double row_loss(const float* x /* (V) */, std::int64_t V, std::int32_t target, T
 }  // namespace
 
 double cross_entropy(const ops::RowView& logits, const std::int32_t* targets, const ops::RowView& dlogits,
-                     double grad_scale) {
+                     double grad_scale, double divisor) {
   const std::int64_t rows = logits.rows, V = logits.cols;
-  const float scale = static_cast<float>(grad_scale / static_cast<double>(rows));
+  const float scale = static_cast<float>(grad_scale / divisor);
   std::vector<double> losses(static_cast<std::size_t>(rows));  // (rows)
   with_dtype(dlogits.data ? dlogits.dtype : DType::f32, [&](auto tag) {
     using T = decltype(tag);
@@ -50,7 +50,7 @@ double cross_entropy(const ops::RowView& logits, const std::int32_t* targets, co
   });
   double total = 0;
   for (double l : losses) total += l;
-  return total / static_cast<double>(rows);
+  return total / divisor;
 }
 
 }  // namespace ft::cpu

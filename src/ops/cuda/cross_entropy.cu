@@ -58,24 +58,25 @@ __global__ void row_kernel(const float* x_base, std::int64_t x_stride, const std
   }
 }
 
-// mean (1) <- sum of loss (rows) / rows, summed in a fixed order.
+// mean (1) (+)= sum of loss (rows) / divisor, summed in a fixed order.
 __global__ void __launch_bounds__(kMeanThreads) mean_kernel(const double* __restrict__ loss, std::int64_t rows,
+                                                            double divisor, bool accumulate,
                                                             double* __restrict__ mean) {
   __shared__ double scratch[32];
   double sum = 0;
   for (std::int64_t r = threadIdx.x; r < rows; r += kMeanThreads) sum += loss[r];
   sum = block_reduce(sum, SumOp{}, scratch);
-  if (threadIdx.x == 0) *mean = sum / static_cast<double>(rows);
+  if (threadIdx.x == 0) *mean = accumulate ? *mean + sum / divisor : sum / divisor;
 }
 
 int row_threads(std::int64_t V) { return V >= 16384 ? 1024 : V >= 2048 ? 512 : V >= 256 ? 128 : 32; }
 
-// row_loss (rows) <- each row's loss, *mean <- their mean; dlogits written when it has data.
+// row_loss (rows) <- each row's loss, *mean (+)= their sum / divisor; dlogits written when it has data.
 void enqueue(const ops::RowView& logits, const std::int32_t* targets, const ops::RowView& dlogits, double grad_scale,
-             double* row_loss, double* mean, cudaStream_t s) {
+             double divisor, bool accumulate, double* row_loss, double* mean, cudaStream_t s) {
   const std::int64_t rows = logits.rows, V = logits.cols;
   FT_CHECK(rows <= 0x7fffffff, "cross_entropy: at most 2^31 - 1 rows per call, given ", rows);
-  const float scale = static_cast<float>(grad_scale / static_cast<double>(rows));
+  const float scale = static_cast<float>(grad_scale / divisor);
   const auto* x = static_cast<const float*>(logits.data);
   const bool has_dl = dlogits.data != nullptr;
   const DType dl_dtype = has_dl ? dlogits.dtype : DType::f32;
@@ -94,20 +95,20 @@ void enqueue(const ops::RowView& logits, const std::int32_t* targets, const ops:
                                                    row_loss);
   });
   FT_CUDA_CHECK_LAUNCH();
-  mean_kernel<<<1, kMeanThreads, 0, s>>>(row_loss, rows, mean);
+  mean_kernel<<<1, kMeanThreads, 0, s>>>(row_loss, rows, divisor, accumulate, mean);
   FT_CUDA_CHECK_LAUNCH();
 }
 
 }  // namespace
 
 double cross_entropy(const ops::RowView& logits, const std::int32_t* targets, const ops::RowView& dlogits,
-                     double grad_scale, Device device, const Stream& stream) {
+                     double grad_scale, double divisor, Device device, const Stream& stream) {
   const std::int64_t rows = logits.rows;
   CudaDeviceGuard guard(device.index);
   const cudaStream_t s = cuda_stream(stream);
   Buffer loss(static_cast<std::size_t>(rows + 1) * sizeof(double), device, "cross-entropy losses", stream);
   auto* row_loss = static_cast<double*>(loss.data());  // (rows), then the mean
-  enqueue(logits, targets, dlogits, grad_scale, row_loss, row_loss + rows, s);
+  enqueue(logits, targets, dlogits, grad_scale, divisor, false, row_loss, row_loss + rows, s);
   double mean = 0;
   FT_CUDA_CHECK(cudaMemcpyAsync(&mean, row_loss + rows, sizeof(mean), cudaMemcpyDeviceToHost, s));
   FT_CUDA_CHECK(cudaStreamSynchronize(s));
@@ -115,11 +116,13 @@ double cross_entropy(const ops::RowView& logits, const std::int32_t* targets, co
 }
 
 void cross_entropy_to(double* mean, const ops::RowView& logits, const std::int32_t* targets,
-                      const ops::RowView& dlogits, double grad_scale, Device device, const Stream& stream) {
+                      const ops::RowView& dlogits, double grad_scale, double divisor, bool accumulate,
+                      Device device, const Stream& stream) {
   CudaDeviceGuard guard(device.index);
   Buffer row_loss(static_cast<std::size_t>(logits.rows) * sizeof(double), device, "cross-entropy losses",
                   stream);  // (rows)
-  enqueue(logits, targets, dlogits, grad_scale, static_cast<double*>(row_loss.data()), mean, cuda_stream(stream));
+  enqueue(logits, targets, dlogits, grad_scale, divisor, accumulate, static_cast<double*>(row_loss.data()), mean,
+          cuda_stream(stream));
 }
 
 }  // namespace ft::gpu

@@ -9,7 +9,7 @@
 
 #include "core/stream.h"
 #include "core/tensor.h"
-#include "ops/adamw.h"
+#include "ops/optimizer_update.h"
 #include "ops/op_common.h"
 #include "ops/token_ids.h"
 
@@ -56,12 +56,14 @@ void swiglu_backward(const ops::RowView& da, const ops::RowView& db, const ops::
                      const ops::RowView& b, Device device, const Stream& stream);
 
 // cross_entropy.cu — logits (rows, vocab) fp32, targets (rows) int32 in range (device memory), dlogits
-// (rows, vocab) fp32 (may be logits itself) / bf16 or no data. cross_entropy returns the mean loss
-// (synchronises); cross_entropy_to leaves it in `mean` (one double, device memory) and does not.
+// (rows, vocab) fp32 (may be logits itself) / bf16 or no data; the row losses' sum and dlogits divided by
+// divisor. cross_entropy returns that mean (synchronises); cross_entropy_to leaves it in `mean` (one double,
+// device memory; added to it when accumulate) and does not.
 double cross_entropy(const ops::RowView& logits, const std::int32_t* targets, const ops::RowView& dlogits,
-                     double grad_scale, Device device, const Stream& stream);
+                     double grad_scale, double divisor, Device device, const Stream& stream);
 void cross_entropy_to(double* mean, const ops::RowView& logits, const std::int32_t* targets,
-                      const ops::RowView& dlogits, double grad_scale, Device device, const Stream& stream);
+                      const ops::RowView& dlogits, double grad_scale, double divisor, bool accumulate,
+                      Device device, const Stream& stream);
 
 // optimizer.cu — flat fp32 buffers of n elements. adamw_step uses `factors`, or reads *from (device memory)
 // when the kernel runs if from is not null, and reads each gradient as g * grad_scale's factor (its sum of
@@ -79,6 +81,11 @@ void sum_squares_to(double* total, const std::vector<Tensor>& tensors, const Str
 void scale(float* x, std::int64_t n, double factor, Device device, const Stream& stream);
 void clip_scale(const std::vector<Tensor>& tensors, const double* sum_squares, double max_norm, double eps,
                 const Stream& stream);
+
+// random_fill.cu — out (n) fp32 <- std * the truncated normals first .. first + n - 1 of sequence key,
+// bit for bit the CPU's.
+void fill_truncated_normal(float* out, std::int64_t n, std::uint64_t key, std::int64_t first, double stddev,
+                           double cut, Device device, const Stream& stream);
 
 // residual.cu — x (rows, d) fp32 += y (rows, d) fp32 / bf16.
 void residual_add(const ops::RowView& x, const ops::RowView& y, Device device, const Stream& stream);

@@ -3,13 +3,11 @@
 // the fp32 -> dtype store of GQA-accumulated gradients. One warp per row, fp32 arithmetic.
 #include "ops/attention/cuda/naive_kernels.h"
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
 #include <cmath>
 
 #include "core/cuda_check.h"
 #include "ops/attention/visibility.h"
+#include "ops/cuda/common.cuh"
 
 namespace ft::attention_impl::naive {
 
@@ -19,24 +17,8 @@ constexpr int kWarpsPerBlock = 8;
 constexpr int kThreads = kWarpsPerBlock * 32;
 constexpr int kSinkThreads = 256;
 
-__device__ __forceinline__ float to_f32(float x) { return x; }
-__device__ __forceinline__ float to_f32(__half x) { return __half2float(x); }
-__device__ __forceinline__ float to_f32(__nv_bfloat16 x) { return __bfloat162float(x); }
-
-template <class T>
-__device__ __forceinline__ T from_f32(float x);
-template <>
-__device__ __forceinline__ float from_f32<float>(float x) {
-  return x;
-}
-template <>
-__device__ __forceinline__ __half from_f32<__half>(float x) {
-  return __float2half_rn(x);
-}
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_f32<__nv_bfloat16>(float x) {
-  return __float2bfloat16_rn(x);
-}
+using gpu::from_f32;
+using gpu::to_f32;
 
 // (m, l) <- the running max and sum of exp(x - m) of two partial softmax rows merged; -inf max = empty.
 __device__ __forceinline__ void merge_softmax(float& m, float& l, float m_other, float l_other) {
@@ -46,10 +28,7 @@ __device__ __forceinline__ void merge_softmax(float& m, float& l, float m_other,
   m = m_new;
 }
 
-__device__ __forceinline__ float warp_sum(float x) {
-  for (int offset = 16; offset > 0; offset /= 2) x += __shfl_xor_sync(0xffffffffu, x, offset);
-  return x;
-}
+__device__ __forceinline__ float warp_sum(float x) { return gpu::warp_reduce(x, gpu::SumOp{}); }
 
 // The query row this warp handles, or -1 past the end.
 __device__ __forceinline__ std::int64_t warp_row(std::int64_t rows) {
@@ -61,17 +40,6 @@ std::int64_t query_rows(const AttentionShape& s) { return s.batch * s.heads_q * 
 
 unsigned blocks_for(std::int64_t rows) {
   return static_cast<unsigned>((rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
-}
-
-// Calls fn(T{}) with T the CUDA element type of `dtype`.
-template <class Fn>
-void dispatch(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::f32: fn(float{}); return;
-    case DType::f16: fn(__half{}); return;
-    case DType::bf16: fn(__nv_bfloat16{}); return;
-  }
-  FT_THROW(unsupported, "naive attention: unknown dtype");
 }
 
 // s (B, Hq, Nq, Nk) fp32 -> p (B, Hq, Nq, Nk) T. kForward: lse is computed into lse_out; otherwise it is
@@ -188,7 +156,7 @@ __global__ void store_rows_kernel(const float* __restrict__ src, T* __restrict__
 
 void softmax_forward(const float* s, void* p, DType dtype, float* lse, RowStrides lse_strides, const float* sinks,
                      const AttentionShape& shape, cudaStream_t stream) {
-  dispatch(dtype, [&](auto tag) {
+  gpu::with_cuda_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     softmax_rows_kernel<T, true><<<blocks_for(query_rows(shape)), kThreads, 0, stream>>>(
         s, static_cast<T*>(p), lse, nullptr, lse_strides, sinks, shape);
@@ -198,7 +166,7 @@ void softmax_forward(const float* s, void* p, DType dtype, float* lse, RowStride
 
 void probabilities(const float* s, void* p, DType dtype, const float* lse, RowStrides lse_strides,
                    const AttentionShape& shape, cudaStream_t stream) {
-  dispatch(dtype, [&](auto tag) {
+  gpu::with_cuda_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     softmax_rows_kernel<T, false><<<blocks_for(query_rows(shape)), kThreads, 0, stream>>>(
         s, static_cast<T*>(p), nullptr, lse, lse_strides, nullptr, shape);
@@ -208,7 +176,7 @@ void probabilities(const float* s, void* p, DType dtype, const float* lse, RowSt
 
 void row_dot(const void* d_o, RowStrides d_o_strides, const void* o, RowStrides o_strides, DType dtype,
              float* delta, const AttentionShape& shape, cudaStream_t stream) {
-  dispatch(dtype, [&](auto tag) {
+  gpu::with_cuda_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     row_dot_kernel<T><<<blocks_for(query_rows(shape)), kThreads, 0, stream>>>(
         static_cast<const T*>(d_o), d_o_strides, static_cast<const T*>(o), o_strides, delta, shape);
@@ -218,7 +186,7 @@ void row_dot(const void* d_o, RowStrides d_o_strides, const void* o, RowStrides 
 
 void softmax_backward(void* p_ds, DType dtype, const float* dp, const float* delta, const AttentionShape& shape,
                       cudaStream_t stream) {
-  dispatch(dtype, [&](auto tag) {
+  gpu::with_cuda_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     softmax_backward_kernel<T><<<blocks_for(query_rows(shape)), kThreads, 0, stream>>>(
         static_cast<T*>(p_ds), dp, delta, query_rows(shape), shape.len_k);
@@ -235,7 +203,7 @@ void sink_grad(const float* sinks, const float* lse, RowStrides lse_strides, con
 
 void store_rows(const float* src, void* dst, DType dtype, RowStrides dst_strides, std::int64_t batch,
                 std::int64_t heads, std::int64_t len, std::int64_t dim, cudaStream_t stream) {
-  dispatch(dtype, [&](auto tag) {
+  gpu::with_cuda_dtype(dtype, [&](auto tag) {
     using T = decltype(tag);
     store_rows_kernel<T><<<blocks_for(batch * heads * len), kThreads, 0, stream>>>(
         src, static_cast<T*>(dst), dst_strides, batch, heads, len, dim);

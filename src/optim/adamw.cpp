@@ -1,6 +1,6 @@
 // adamw.cpp — validation of optimiser-update calls, AdamW's per-step factors, and dispatch to the CPU
-// kernels (cpu/optimizer.cpp) or the CUDA kernels (cuda/optimizer.cu).
-#include "ops/adamw.h"
+// kernels (ops/cpu/optimizer.cpp) or the CUDA kernels (ops/cuda/optimizer.cu).
+#include "optim/adamw.h"
 
 #include <cmath>
 

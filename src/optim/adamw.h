@@ -1,4 +1,4 @@
-// adamw.h — the fused optimiser updates over flat fp32 buffers (parameters, gradients and state in one
+// adamw.h — the optimiser updates (AdamW, SGD) over flat fp32 buffers (parameters, gradients and state in one
 // allocation each, or any equally shaped contiguous views of them — a ZeRO-1 shard works the same way):
 //   adamw_step  torch.optim.AdamW semantics, one fused pass per element, step t = 1, 2, ...:
 //                 p <- p * (1 - lr * wd)                          (decoupled weight decay)
@@ -6,20 +6,22 @@
 //                 v <- beta2 * v + (1 - beta2) * g^2
 //                 p <- p - lr / (1 - beta1^t) * m / (sqrt(v) / sqrt(1 - beta2^t) + eps)
 //   sgd_step    p <- p - lr * g
-// The per-step factors (AdamWFactors) are computed once on the host in double and rounded to fp32, as torch
-// does; adamw_step_from reads them from memory when the update runs instead of taking them at the call, so
-// a captured CUDA graph can replay one step for every t (the host rewrites the factors between launches).
+// The per-step factors (AdamWFactors, ops/optimizer_update.h) are computed once on the host in double and
+// rounded to fp32, as torch does; adamw_step_from reads them from memory when the update runs instead of
+// taking them at the call, so a captured CUDA graph can replay one step for every t (the host rewrites the
+// factors between launches).
 // Global-norm clipping can be folded into the update (GradScale): each gradient is read as g * factor, in
 // fp32 as scaling it in place rounds, so the update is bit for bit clip-then-step's, while the gradients
 // themselves are left unscaled and the pass over memory that scaling in place costs is saved.
-// Dispatches on the device: CPU or CUDA (one fused kernel; the CPU's float operations in the CPU's order,
-// without FMA contraction).
+// Dispatches on the device to the kernels of ops/cpu/optimizer.cpp and ops/cuda/optimizer.cu: CPU or CUDA
+// (one fused kernel; the CPU's float operations in the CPU's order, without FMA contraction).
 #pragma once
 
 #include <cstdint>
 
 #include "core/stream.h"
 #include "core/tensor.h"
+#include "ops/optimizer_update.h"
 
 namespace ft {
 
@@ -29,28 +31,6 @@ struct AdamWConfig {
   double beta2 = 0.999;
   double eps = 1e-8;
   double weight_decay = 0.01;
-};
-
-// The fp32 factors of one AdamW step, as the update kernels use them.
-struct AdamWFactors {
-  float decay = 1;                  // 1 - lr * wd
-  float beta2 = 0;
-  float one_minus_beta1 = 0;        // 1 - beta1
-  float one_minus_beta2 = 0;        // 1 - beta2
-  float step_size = 0;              // lr / (1 - beta1^t)
-  float bias_correction2_sqrt = 1;  // sqrt(1 - beta2^t)
-  float eps = 0;
-};
-
-// What the update multiplies each gradient by before using it: `factor`, or, when sum_squares is set, the
-// clipping factor of the global norm sqrt(*sum_squares) (optim/grad_clip.h's grad_sum_squares_to total,
-// read when the update runs): max_norm / (norm + eps), rounded to fp32, when norm > max_norm, else 1 (also
-// for a NaN norm, as clip_grad_norm_from leaves the gradients). The default changes nothing.
-struct GradScale {
-  double factor = 1.0;                  // finite and >= 0 (0: an infinite norm's clipping); with sum_squares, 1
-  const double* sum_squares = nullptr;  // one double in the parameters' device memory (host memory on the CPU)
-  double max_norm = 0;                  // > 0 with sum_squares
-  double eps = 0;                       // >= 0: the clipping's guard in max_norm / (norm + eps)
 };
 
 // The factors of step `step` (>= 1, counting this one); ft::Error for a malformed config or step.

@@ -97,3 +97,14 @@ def test_mismatched_d_o_is_a_value_error():
     o, lse = attention(q, k, v)
     with pytest.raises(ValueError, match=r"d_o has the wrong shape"):
         attention_backward(o[:, :, :4], q, k, v, o, lse)
+
+
+def test_model_shape_errors_are_value_errors_naming_the_field():
+    from flashtrain.model import TransformerLM
+    with pytest.raises(ValueError, match="num_heads must divide d_model"):
+        TransformerLM(d_model=64, d_ff=128, num_layers=1, num_heads=3, vocab_size=50, context_length=8)
+    with pytest.raises(ValueError, match="at most 256"):
+        TransformerLM("tiny", d_model=1024, num_heads=2)
+    model = TransformerLM("tiny", num_layers=1, rope_theta=5e5)
+    assert model.config["name"] == "tiny-custom"
+    assert model.config["rope_theta"] == 5e5
