@@ -45,6 +45,8 @@ std::vector<RunSetting> run_settings(const TrainPlan& plan) {
       {"--tf32", plan.tf32 ? "on" : "off"},
       {"--cuda-graph", plan.cuda_graph ? "on" : "off"},
       {"--attention", name_of(plan.attention)},
+      {"--recompute", name_of(plan.recompute)},
+      {"--loss-chunk", str(plan.loss_chunk)},
       {"--device", plan.device.is_cpu() ? "cpu" : "cuda"},
       {"--batch", str(plan.batch)},
       {"--steps", str(plan.steps)},
