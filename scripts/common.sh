@@ -4,6 +4,25 @@
 # "-DCMAKE_CUDA_ARCHITECTURES=90a"), FT_JOBS (parallel build jobs, default: all cores).
 
 FT_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+
+# The folder pip installs console scripts (cmake, ninja) into for this user: FT_PIP_SCRIPTS_DIR when set,
+# else the environment's scripts folder (a virtual environment, or root) or the user site's bin.
+ft_pip_scripts_dir() {
+  local python=${PYTHON:-python3}
+  if [[ -n "${FT_PIP_SCRIPTS_DIR:-}" ]]; then
+    echo "$FT_PIP_SCRIPTS_DIR"
+  elif "$python" -c 'import os, sys; sys.exit(not (sys.prefix != sys.base_prefix or os.getuid() == 0))' 2>/dev/null; then
+    "$python" -c 'import sysconfig; print(sysconfig.get_path("scripts"))'
+  else
+    "$python" -c 'import os, site; print(os.path.join(site.getuserbase(), "bin"))' 2>/dev/null
+  fi
+}
+
+# CMake and Ninja installed by pip (install_deps.sh does when the system's are missing or too old) come
+# first on PATH.
+if ft_pip_dir=$(ft_pip_scripts_dir) && [[ -n "$ft_pip_dir" ]]; then
+  if [[ -x "$ft_pip_dir/cmake" || -x "$ft_pip_dir/ninja" ]]; then PATH="$ft_pip_dir:$PATH"; fi
+fi
 FT_BUILD="$FT_ROOT/build"
 FT_BIN="$FT_BUILD/bin/flashtrain"
 

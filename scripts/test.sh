@@ -4,7 +4,9 @@
 # cpu and mpi, the Python tests (tests/python) when there are any, a program built against the
 # installed package (examples/consumer), and label gpu when a GPU is visible. Every suite runs even
 # when an earlier one fails; a summary closes the output and the exit status is non-zero when any
-# suite failed.
+# suite failed. When clang with libFuzzer is available, the file readers' fuzz targets are built into
+# build-fuzz/ and run (CTest label fuzz: the seed corpora, then FT_FUZZ_SECONDS, default 30, of fuzzing
+# per target).
 #   bash scripts/test.sh
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
@@ -100,6 +102,26 @@ else
   summary+=("$(printf '  %-14s %s' consumer "FAILED (see $log)")")
   total_failed=$((total_failed + 1))
   any_failed=1
+fi
+
+# The fuzz suite: only where clang can link a libFuzzer target.
+if echo 'extern "C" int LLVMFuzzerTestOneInput(const unsigned char*, unsigned long) { return 0; }' |
+   clang++ -fsanitize=fuzzer -x c++ - -o /dev/null >/dev/null 2>&1; then
+  fuzz_build="$FT_ROOT/build-fuzz"
+  echo
+  echo "== fuzz targets (clang, libFuzzer) in $fuzz_build"
+  if CXX=clang++ CC=clang cmake -S "$FT_ROOT" -B "$fuzz_build" -G Ninja -DFT_FUZZ=ON -DFT_CUDA=OFF \
+       -DFT_BUILD_TESTS=OFF -DFT_BUILD_PYTHON=OFF -DCMAKE_DISABLE_FIND_PACKAGE_MPI=ON \
+       -DFT_FUZZ_SECONDS="${FT_FUZZ_SECONDS:-30}" >"$log_dir/fuzz-configure.log" 2>&1 &&
+     cmake --build "$fuzz_build" -j "${FT_JOBS:-$(nproc)}" --target fuzz_all >"$log_dir/fuzz-build.log" 2>&1; then
+    FT_BUILD="$fuzz_build" run_ctest fuzz
+  else
+    echo "fuzz targets failed to configure or build: see $log_dir/fuzz-*.log"
+    summary+=("$(printf '  %-14s %s' "ctest fuzz" "FAILED (build)")")
+    any_failed=1
+  fi
+else
+  summary+=("$(printf '  %-14s %s' "ctest fuzz" "skipped (no clang with libFuzzer: apt-get install clang)")")
 fi
 
 if ft_gpu_visible; then

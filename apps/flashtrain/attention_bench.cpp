@@ -11,6 +11,7 @@
 #include "core/buffer.h"
 #include "core/error.h"
 #include "core/tensor_io.h"
+#include "flashtrain/out_of_memory.h"
 
 namespace ft::cli {
 
@@ -154,13 +155,13 @@ AttentionBenchRow run_attention_bench_case(const AttentionBenchCase& c, const At
     row.fwd_tflops = fwd / (row.fwd_ms * 1e9);
     row.bwd_tflops = 2.5 * fwd / (row.bwd_ms * 1e9);
     row.fwd_bwd_tflops = 3.5 * fwd / (row.fwd_bwd_ms * 1e9);
-  } catch (const Error& e) {
-    if (e.kind() != ErrorKind::out_of_memory) throw;
+  } catch (const std::exception& e) {
+    if (!is_out_of_memory(e)) throw;
     const AttentionBenchCase ran = row.c;
     row = AttentionBenchRow();
     row.c = ran;
     row.oom = true;
-    row.oom_message = e.message();
+    row.oom_message = out_of_memory_message(e);
   }
   return row;
 }

@@ -2,6 +2,8 @@
 #include "flashtrain/cli_parse.h"
 
 #include <charconv>
+#include <cmath>
+#include <cstdint>
 #include <string>
 
 #include "core/error.h"
@@ -96,6 +98,36 @@ CLI::Validator at_least(std::int64_t min) {
         FT_CHECK(ok, "expected an integer >= ", min, ", given '", value, "'");
       },
       "");
+}
+
+void add_number_checks(CLI::App& app) {
+  const auto integer = from_parser([](const std::string& value) { parse_integer(value); }, "");
+  const auto unsigned_integer = from_parser(
+      [](const std::string& value) {
+        const std::string_view digits = trim(value);
+        std::uint64_t parsed = 0;
+        const auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), parsed);
+        FT_CHECK(!digits.empty() && ec == std::errc() && end == digits.data() + digits.size(),
+                 "expected a whole number in [0, 2^64), given '", value, "'");
+      },
+      "");
+  const auto finite = from_parser(
+      [](const std::string& value) {
+        const std::string_view text = trim(value);
+        double parsed = 0;
+        const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), parsed);
+        FT_CHECK(!text.empty() && ec == std::errc() && end == text.data() + text.size() && std::isfinite(parsed),
+                 "expected a finite number, given '", value, "'");
+      },
+      "");
+  for (CLI::Option* option : app.get_options()) {
+    const std::string full = option->get_type_name();  // "FLOAT", or "FLOAT:POSITIVE" with a validator
+    const std::string type = full.substr(0, full.find(':'));
+    if (type == "INT") option->check(integer);
+    else if (type == "UINT") option->check(unsigned_integer);
+    else if (type == "FLOAT") option->check(finite);
+  }
+  for (CLI::App* sub : app.get_subcommands({})) add_number_checks(*sub);
 }
 
 void add_model_memory_options(CLI::App& command, std::string& recompute, std::int64_t& loss_chunk) {

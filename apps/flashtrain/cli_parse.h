@@ -38,6 +38,13 @@ CLI::Validator window_validator();
 CLI::Validator device_validator();
 CLI::Validator at_least(std::int64_t min);  // integers >= min
 
+// Checks every numeric option of app and its subcommands, by the type CLI11 converts it to, before the
+// conversion (which saturates out-of-range integers and accepts inf and nan): INT options take a whole
+// decimal number within int64, UINT options one within uint64 and not negative, FLOAT options a finite
+// number. So `--steps 99999999999999999999`, `--seed -1`, `--lr inf` and `--max-seconds nan` are errors
+// naming the option, at parse time.
+void add_number_checks(CLI::App& app);
+
 // --recompute and --loss-chunk, the model's memory options `train` and the benchmarks share.
 void add_model_memory_options(CLI::App& command, std::string& recompute, std::int64_t& loss_chunk);
 

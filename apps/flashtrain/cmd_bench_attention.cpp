@@ -13,6 +13,7 @@
 #include "flashtrain/attention_bench.h"
 #include "flashtrain/cli_parse.h"
 #include "flashtrain/commands.h"
+#include "flashtrain/output_paths.h"
 
 namespace ft::cli {
 
@@ -96,6 +97,7 @@ AttentionBenchConfig resolve(const BenchAttentionOptions& o) {
 
 int run_bench_attention(const BenchAttentionOptions& options) {
   const AttentionBenchConfig config = resolve(options);
+  check_output_file(options.json_path, "--json");
   std::vector<AttentionBenchRow> rows;
   for (const AttentionBenchCase& c : expand_cases(config)) {
     AttentionBenchRow row = run_attention_bench_case(c, config);

@@ -11,6 +11,8 @@
 #include "dist/context.h"
 #include "flashtrain/comm_bench.h"
 #include "flashtrain/commands.h"
+#include "flashtrain/job.h"
+#include "flashtrain/output_paths.h"
 
 namespace ft::cli {
 
@@ -45,6 +47,7 @@ struct BenchCommOptions {
   int iters = 10;
   bool csv = false;
   std::string json_path;
+  JobOptions job;
 };
 
 int run_bench_comm(const BenchCommOptions& options) {
@@ -52,17 +55,20 @@ int run_bench_comm(const BenchCommOptions& options) {
   config.sizes = parse_byte_sizes(options.sizes);
   config.warmup = options.warmup;
   config.iters = options.iters;
-  DistributedContext context;  // MPI under a launcher, a world of one otherwise
-  if (options.backend == "nccl") {
-    // ft::Error (unsupported) without NCCL in the build or without a GPU for this rank.
-    Communicator& comm = context.device_communicator();
-    config.device = context.local_gpu();
-    bench_comm(config, comm, context.host_communicator(), options.csv, options.json_path, std::cout);
-  } else {
-    bench_comm(config, context.host_communicator(), context.host_communicator(), options.csv, options.json_path,
-               std::cout);
-  }
-  return 0;
+  DistributedContext context(distributed_options(options.job));  // MPI under a launcher, a world of one otherwise
+  return run_job(context, [&] {
+    if (context.rank() == 0) check_output_file(options.json_path, "--json");
+    if (options.backend == "nccl") {
+      // ft::Error (unsupported) without NCCL in the build or without a GPU for this rank.
+      Communicator& comm = context.device_communicator();
+      config.device = context.local_gpu();
+      bench_comm(config, comm, context.host_communicator(), options.csv, options.json_path, std::cout);
+    } else {
+      bench_comm(config, context.host_communicator(), context.host_communicator(), options.csv, options.json_path,
+                 std::cout);
+    }
+    return 0;
+  });
 }
 
 // CLI11 validator: parse_byte_sizes accepts the list.
@@ -97,6 +103,7 @@ void register_bench_comm(CLI::App& bench, Action& action) {
       ->check(CLI::Range(1, 100000));
   command->add_flag("--csv", o.csv, "Print CSV instead of a markdown table");
   command->add_option("--json", o.json_path, "Write the results document (benchmark comm) to this path (rank 0)");
+  add_job_options(*command, o.job);
   command->callback([&action, options] { action = [options] { return run_bench_comm(*options); }; });
 }
 

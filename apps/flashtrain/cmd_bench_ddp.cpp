@@ -86,6 +86,7 @@ void register_bench_ddp(CLI::App& bench, Action& action) {
   command->add_option("--timeline-json", o.timeline_prefix,
                       "--profile timeline: rank 0 writes PREFIX-<strategy>.json (bucketed: PREFIX-bucketed-<mb>mb.json) "
                       "per row; draw with tools/plot_timeline.py");
+  add_job_options(*command, o.job);
   command->callback([&action, options] { action = [options] { return run_bench_ddp(*options); }; });
 }
 

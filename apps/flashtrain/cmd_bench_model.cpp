@@ -16,6 +16,7 @@
 #include "bench/statistics.h"
 #include "flashtrain/cli_parse.h"
 #include "flashtrain/commands.h"
+#include "flashtrain/output_paths.h"
 #include "flashtrain/model_bench.h"
 
 namespace ft::cli {
@@ -100,6 +101,7 @@ int run_kernel_profile(const ModelBenchConfig& config, const ModelBenchCase& c, 
 
 int run_bench_model(const BenchModelOptions& options) {
   const ModelBenchConfig config = resolve_bench_model_options(options);
+  check_output_file(options.json_path, "--json");
   const std::vector<ModelBenchCase> cases = expand_model_cases(config);
   if (config.profile_kernels) return run_kernel_profile(config, cases.front(), options.csv);
   if (config.profile_memory) {

@@ -50,6 +50,7 @@ void register_bench_zero(CLI::App& bench, Action& action) {
   command->add_option("--bucket-mb", o.bucket_mb, "MiB per gradient bucket of the DDP in the off and owner_broadcast rows");
   command->add_flag("--csv", o.csv, "Print CSV instead of markdown tables");
   command->add_option("--json", o.json_path, "Write the results document (benchmark zero) to this path (rank 0)");
+  add_job_options(*command, o.job);
   command->callback([&action, options] { action = [options] { return run_bench_zero(*options); }; });
 }
 

@@ -12,6 +12,8 @@
 #include "dist/context.h"
 #include "flashtrain/cli_parse.h"
 #include "flashtrain/commands.h"
+#include "flashtrain/job.h"
+#include "flashtrain/output_paths.h"
 #include "flashtrain/train_options.h"
 
 namespace ft::cli {
@@ -24,7 +26,9 @@ average over them), then clipping of the global gradient norm to --clip and one 
 (torch.optim.AdamW semantics) at the learning rate of the cosine schedule: linear warm-up from 0 to
 --lr over --warmup steps, then a cosine decay to --min-lr at --steps.
 
-Data: --data maps a file of uint16 token ids (raw little-endian, or .npy of dtype '<u2'); every
+Data: --data maps a file of token ids, told apart by content: .npy of dtype '<u2' or '<u4' (uint16 or
+uint32), or raw little-endian ids, uint16 when --vocab is at most 65536 and uint32 above; every id is
+checked against --vocab when the file is opened. Every
 sequence is a window at a uniformly random position (seed --seed + 1). Without --data the tokens
 are uniform random ids (a throughput run; the loss cannot fall below ln(vocab)). --val-data is read
 the same way (seed --seed + 2); each evaluation averages the loss over the same --eval-batches
@@ -42,6 +46,12 @@ AdamW state under optimizer.m.* and optimizer.v.*, step and data generator in th
 written atomically, then DIR/latest names the newest. --resume restores all of it and continues to
 --steps with the same losses as an uninterrupted run (give the same options). --init-from loads
 model parameters only, from a checkpoint or a reference model's exported state dict.
+
+Failures: in a job of several ranks, the ranks first check that they were started alike (every option
+that shapes the run, the build, and the size and first MiB of every file they read): a difference is one
+error naming the option and each rank's value, on every rank, before step 1. An error on any one rank
+(an unwritable --json, out of memory, ...) ends every rank at once with that rank's message; a peer
+that hangs or dies ends the job after --timeout seconds of waiting for it.
 
 Data parallel: started by mpirun or srun with N processes, every rank trains a replica of the model
 (DDP): rank 0's parameters are broadcast at the start (after --resume / --init-from, which every rank
@@ -73,14 +83,20 @@ and index.json), resumed with the same number of ranks; `flashtrain checkpoint g
 parameter file of one. ZeRO-1's checkpoints would hold the whole optimizer state, which no rank has:
 --zero owner_broadcast / reduce_scatter cannot be combined with --checkpoint-dir or --resume.)";
 
-int run_train(const TrainOptions& options) {
-  DistributedContext context;  // MPI under a launcher, a world of one otherwise
-  TrainPlan plan = resolve_train_options(options);
-  plan.device = rank_device(plan.device, context.host_communicator());  // GPU local_rank under mpirun
-  if (context.world_size() > 1) plan.stream = context.model_stream(plan.device);
-  Communicator& comm = context.data_parallel_communicator(plan.device);
-  run_training(plan, std::cout, comm, context.host_communicator());
-  return 0;
+int run_train(const TrainOptions& options, const JobOptions& job) {
+  DistributedContext context(distributed_options(job));  // MPI under a launcher, a world of one otherwise
+  return run_job(context, [&] {
+    TrainPlan plan = resolve_train_options(options);
+    if (context.rank() == 0) {  // the rank that writes them: fail before the first step, not after the last
+      check_output_file(plan.json_path, "--json");
+      if (!plan.checkpoint_dir.empty()) prepare_checkpoint_folder(plan.checkpoint_dir, "--checkpoint-dir", std::cout);
+    }
+    plan.device = rank_device(plan.device, context.host_communicator());  // GPU local_rank under mpirun
+    if (context.world_size() > 1) plan.stream = context.model_stream(plan.device);
+    Communicator& comm = context.data_parallel_communicator(plan.device);
+    run_training(plan, std::cout, comm, context.host_communicator());
+    return 0;
+  });
 }
 
 }  // namespace
@@ -118,7 +134,7 @@ void add_train_options(CLI::App& command, TrainOptions& o) {
   command.add_option("--beta2", o.beta2, "AdamW beta2");
   command.add_option("--eps", o.eps, "AdamW epsilon");
   command.add_option("--clip", o.clip, "Clip the global gradient norm to this; 0 = no clipping");
-  command.add_option("--data", o.data, "Training tokens: a uint16 file (raw or .npy); default: random tokens");
+  command.add_option("--data", o.data, "Training tokens: a uint16/uint32 file (raw or .npy); default: random tokens");
   command.add_option("--val-data", o.val_data, "Validation tokens (same format), evaluated every --eval-interval");
   command.add_option("--eval-interval", o.eval_interval, "Steps between evaluations on --val-data (and the last)");
   command.add_option("--eval-batches", o.eval_batches, "Batches each evaluation averages over");
@@ -144,8 +160,10 @@ void register_train(CLI::App& app, Action& action) {
   CLI::App* command = app.add_subcommand("train", "Train the Transformer LM: logs loss and throughput, checkpoints");
   command->footer(kFooter);
   auto options = std::make_shared<TrainOptions>();
+  auto job = std::make_shared<JobOptions>();
   add_train_options(*command, *options);
-  command->callback([&action, options] { action = [options] { return run_train(*options); }; });
+  add_job_options(*command, *job);
+  command->callback([&action, options, job] { action = [options, job] { return run_train(*options, *job); }; });
 }
 
 }  // namespace ft::cli

@@ -17,6 +17,7 @@
 #include "core/nvtx.h"
 #include "dist/ddp_transformer.h"
 #include "flashtrain/cli_parse.h"
+#include "flashtrain/out_of_memory.h"
 #include "train/train_run.h"
 #include "model/parameters.h"
 
@@ -127,11 +128,11 @@ DdpBenchRow run_ddp_row(const DdpBenchCase& c, const DdpBenchConfig& config, Dat
       comm_ms.push_back(ms.value_or(0.0));
     }
     if (!config.timeline_prefix.empty()) profile_timeline(c, config, replica, host, sync);
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {
     // Host collectives complete on the host, so the ranks can agree on an OOM row and go on; a device
     // communicator may hold collectives the out-of-memory rank never issued: end the run instead.
-    if (e.kind() != ErrorKind::out_of_memory || comm.compute_stream()) throw;
-    oom_message = e.message();
+    if (!is_out_of_memory(e) || comm.compute_stream()) throw;
+    oom_message = out_of_memory_message(e);
   }
   if (any_rank(host, !oom_message.empty())) return oom_row(c, config, host.world_size(), comm.backend(), oom_message);
 
@@ -242,9 +243,9 @@ std::vector<DdpBenchRow> run_ddp_bench(const DdpBenchConfig& config, Communicato
     std::string oom_message;
     try {
       replica.emplace(cases[first].model, config.model, false, host.rank());
-    } catch (const Error& e) {
-      if (e.kind() != ErrorKind::out_of_memory) throw;
-      oom_message = e.message();
+    } catch (const std::exception& e) {
+      if (!is_out_of_memory(e)) throw;
+      oom_message = out_of_memory_message(e);
     }
     const bool oom = any_rank(host, !oom_message.empty());
     if (oom) replica.reset();

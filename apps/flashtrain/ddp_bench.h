@@ -34,7 +34,9 @@
 #include "dist/communicator.h"
 #include "dist/context.h"
 #include "dist/ddp.h"
+#include "flashtrain/job.h"
 #include "flashtrain/model_bench.h"
+#include "flashtrain/output_paths.h"
 #include "model/data_loader.h"
 #include "model/token_staging.h"
 #include "model/trainer.h"
@@ -54,6 +56,7 @@ struct BenchDdpOptions {
   std::string json_path;
   std::string profile;          // "" or "timeline"
   std::string timeline_prefix;  // --profile timeline: rank 0 writes PREFIX-<row>.json per row
+  JobOptions job;               // --timeout
 };
 
 // The model options of a data-parallel benchmark with its defaults: local batch 2, bf16, 3 warm-up and 10
@@ -166,15 +169,19 @@ void report_data_parallel_bench(std::ostream& out, const std::string& title, con
 // Runs bench ddp or bench zero in this job's DistributedContext: resolve(options, host) gives the
 // config (each rank's device), whose model runs on the stream NCCL orders itself after, then
 // bench(config, comm, host, csv, json_path, std::cout) over the data-parallel communicator. Returns 0.
+// The collectives' timeout is options.job's; one rank's error ends every rank (run_job).
 template <class Options, class Resolve, class Bench>
 int run_data_parallel_bench(const Options& options, Resolve&& resolve, Bench&& bench) {
-  DistributedContext context;  // MPI under a launcher, a world of one otherwise
-  Communicator& host = context.host_communicator();
-  auto config = resolve(options, host);
-  config.model.stream = context.model_stream(config.model.device);
-  Communicator& comm = context.data_parallel_communicator(config.model.device);
-  bench(config, comm, host, options.csv, options.json_path, std::cout);
-  return 0;
+  DistributedContext context(distributed_options(options.job));  // MPI under a launcher, else a world of one
+  return run_job(context, [&] {
+    Communicator& host = context.host_communicator();
+    auto config = resolve(options, host);
+    if (host.rank() == 0) check_output_file(options.json_path, "--json");
+    config.model.stream = context.model_stream(config.model.device);
+    Communicator& comm = context.data_parallel_communicator(config.model.device);
+    bench(config, comm, host, options.csv, options.json_path, std::cout);
+    return 0;
+  });
 }
 
 // This rank's replica of a model case: the model on the config's device, its Trainer (clipping to 1.0)

@@ -5,12 +5,15 @@
 //   flashtrain attention check --help
 //   flashtrain train --size tiny --steps 100
 //   flashtrain data prepare --tokenizer tokenizer.json --input corpus/ --output tokens.npy
+#include <cstdio>
 #include <exception>
 #include <iostream>
 #include <string>
 
 #include "core/error.h"
+#include "flashtrain/cli_parse.h"
 #include "flashtrain/commands.h"
+#include "flashtrain/job.h"
 
 namespace {
 
@@ -47,6 +50,8 @@ std::string subcommand_names(const CLI::App& root) {
 
 int main(int argc, char** argv) {
   using namespace ft::cli;
+  // Line-buffered stdout even into a pipe or file: the log of a run that is killed keeps every line written.
+  std::setvbuf(stdout, nullptr, _IOLBF, 0);
   CLI::App app{"flashtrain — FlashAttention-2 kernels, a Transformer LM engine, benchmarks and data-parallel "
                "training in C++20/CUDA",
                "flashtrain"};
@@ -78,6 +83,8 @@ int main(int argc, char** argv) {
 
   register_generate(app, action);
 
+  add_number_checks(app);
+
   try {
     app.parse(argc, argv);
     if (!action) {
@@ -89,14 +96,9 @@ int main(int argc, char** argv) {
     return action();
   } catch (const CLI::ParseError& e) {
     return app.exit(e) == 0 ? 0 : 2;  // --help and --version are "errors" with status 0
-  } catch (const ft::Error& e) {
-    // Mistakes in the request read best without a source location; failures inside keep theirs.
-    const bool users = e.kind() == ft::ErrorKind::invalid_argument || e.kind() == ft::ErrorKind::unsupported ||
-                       e.kind() == ft::ErrorKind::io;
-    std::cerr << error_line(users ? e.message() : e.what()) << std::endl;
-    return 2;
   } catch (const std::exception& e) {
-    std::cerr << error_line(e.what()) << std::endl;
+    // Mistakes in the request read best without a source location; failures inside keep theirs.
+    std::cerr << error_line(error_text(e)) << std::endl;
     return 2;
   }
 }

@@ -17,6 +17,7 @@
 #include "core/nvtx.h"
 #include "core/tensor_io.h"
 #include "flashtrain/cli_parse.h"
+#include "flashtrain/out_of_memory.h"
 #include "model/data_loader.h"
 #include "model/graphed_step.h"
 #include "model/parameters.h"
@@ -290,13 +291,13 @@ ModelBenchRow run_model_bench_case(const ModelBenchCase& c, const ModelBenchConf
     allocator.reset_peak(config.device);
     for (std::int64_t i = 1; i <= config.steps; ++i) row.step_ms.push_back(step.timed(str("step ", i)));
     row.peak_gib = static_cast<double>(allocator.stats(config.device).peak_bytes) / kBytesPerGiB;
-  } catch (const Error& e) {
-    if (e.kind() != ErrorKind::out_of_memory) throw;
+  } catch (const std::exception& e) {
+    if (!is_out_of_memory(e)) throw;
     row = ModelBenchRow();
     row.c = c;
     row.parameters = ParameterLayout(c.model).numel();
     row.oom = true;
-    row.oom_message = e.message();
+    row.oom_message = out_of_memory_message(e);
     return row;
   }
   row.timed = summarize(row.step_ms);

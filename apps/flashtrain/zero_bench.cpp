@@ -14,6 +14,7 @@
 #include "dist/zero_transformer.h"
 #include "flashtrain/cli_parse.h"
 #include "flashtrain/ddp_bench.h"
+#include "flashtrain/out_of_memory.h"
 #include "model/parameters.h"
 
 namespace ft::cli {
@@ -102,9 +103,9 @@ ZeroBenchRow run_zero_row(const ZeroBenchCase& c, const ZeroBenchConfig& config,
   std::string oom_message;
   try {
     replica.emplace(c.model, m, c.mode.has_value(), host.rank());
-  } catch (const Error& e) {
-    if (e.kind() != ErrorKind::out_of_memory) throw;
-    oom_message = e.message();
+  } catch (const std::exception& e) {
+    if (!is_out_of_memory(e)) throw;
+    oom_message = out_of_memory_message(e);
   }
   if (any_rank(host, !oom_message.empty())) return oom_row(row, oom_message);  // before any collective
 
@@ -151,10 +152,10 @@ ZeroBenchRow run_zero_row(const ZeroBenchCase& c, const ZeroBenchConfig& config,
     const std::vector<MemoryPhaseSummary> summary = summarize_memory_timeline(recorder.stop());
     for (const MemoryPhaseSummary& s : summary) mine.peak_bytes = std::max(mine.peak_bytes, s.peak_bytes);
     for (std::size_t i = 0; i < 3; ++i) mine.points[i] = point_of(summary, kPointPhases[i]);
-  } catch (const Error& e) {
+  } catch (const std::exception& e) {
     // As in bench ddp: only host collectives let the ranks agree on an OOM row after a step has started.
-    if (e.kind() != ErrorKind::out_of_memory || comm.compute_stream()) throw;
-    oom_message = e.message();
+    if (!is_out_of_memory(e) || comm.compute_stream()) throw;
+    oom_message = out_of_memory_message(e);
   }
   if (any_rank(host, !oom_message.empty())) return oom_row(row, oom_message);
 

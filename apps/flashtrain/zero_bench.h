@@ -36,6 +36,7 @@
 #include "bench/statistics.h"
 #include "dist/communicator.h"
 #include "dist/zero_optimizer.h"
+#include "flashtrain/job.h"
 #include "flashtrain/model_bench.h"
 
 namespace ft::cli {
@@ -47,6 +48,7 @@ struct BenchZeroOptions {
   double bucket_mb = 25;    // the DDP of the off and owner_broadcast rows
   bool csv = false;
   std::string json_path;
+  JobOptions job;  // --timeout
 };
 
 struct ZeroBenchConfig {

@@ -11,7 +11,10 @@ float16 and bfloat16, on the host or a CUDA device.
 
 Errors keep the library's message: ValueError (invalid argument), TypeError (a dtype other than
 float32/float16/bfloat16), NotImplementedError (unsupported here: head dim, a CUDA array in a CPU-only
-build, ...), MemoryError (out of memory), RuntimeError (CUDA failures and the rest).
+build, ...), MemoryError (out of memory), RuntimeError (files that are missing or corrupt, CUDA failures
+and the rest; bytes of a message that are not UTF-8 appear as \\xNN escapes). Outputs must not share
+memory with each other or with an input (ValueError). NaN in an input gives NaN in the outputs it
+reaches: a query row of NaN gives that row's O and L NaN.
 """
 import importlib
 

@@ -36,7 +36,9 @@ class TransformerLM:
         """Every parameter from a safetensors file under its state-dict name (token_embeddings.weight,
         layers.N.attn.q_proj.weight, ..., lm_head.weight), fp32; optimizer.* entries of a checkpoint are
         ignored. A missing, unexpected or mismatched (dtype or shape) tensor raises RuntimeError listing all
-        of them, before any parameter changes."""
+        of them, before any parameter changes; so does a file that is missing, corrupt (its header is read
+        without recursion, within size and nesting limits) or not a regular file (a FIFO or a folder is
+        refused at once). A path holding a NUL character raises ValueError, as open() does."""
         self._model.load_safetensors(os.fspath(path))
 
     def logits(self, tokens):

@@ -2,6 +2,7 @@
 #include "errors.h"
 
 #include <exception>
+#include <string_view>
 
 #include <nanobind/nanobind.h>
 
@@ -29,7 +30,13 @@ void translate(const std::exception_ptr& error, void*) {
   try {
     std::rethrow_exception(error);
   } catch (const Error& e) {
-    PyErr_SetString(python_type_of(e.kind()), e.what());
+    // Messages quote file names and contents: bytes that are not UTF-8 become \xNN escapes rather than
+    // a UnicodeDecodeError in place of the documented type.
+    const std::string_view text = e.what();
+    PyObject* message = PyUnicode_DecodeUTF8(text.data(), static_cast<Py_ssize_t>(text.size()), "backslashreplace");
+    if (!message) return;  // the decoder's own error (out of memory) is already set
+    PyErr_SetObject(python_type_of(e.kind()), message);
+    Py_DECREF(message);
   }
 }
 

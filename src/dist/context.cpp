@@ -2,7 +2,10 @@
 // the GPU bootstrap: this rank's GPU and the NCCL communicator.
 #include "dist/context.h"
 
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 #include "core/error.h"
 #include "dist/single_process_communicator.h"
@@ -129,6 +132,25 @@ Communicator& DistributedContext::data_parallel_communicator(const Device& devic
   if (world_size() > 1) return communicator_for(device);
   if (!identity_) identity_ = std::make_unique<SingleProcessCommunicator>();
   return *identity_;
+}
+
+void DistributedContext::abort_job(const std::string& message, int code) {
+  std::string line = message;  // one line
+  for (char& ch : line)
+    if (ch == '\n' || ch == '\r') ch = ' ';
+  std::fflush(stdout);
+  std::fprintf(stderr, "flashtrain: error: rank %d of %d: %s; ending every rank\n", rank(), world_size(),
+               line.c_str());
+  std::fflush(stderr);
+  // A moment for the launcher to forward the line before MPI_Abort ends the ranks and their output.
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+#if FT_HAS_NCCL
+  if (device_) static_cast<NcclCommunicator&>(*device_).abort();
+#endif
+#if FT_HAS_MPI
+  if (uses_mpi_) mpi_abort(code);
+#endif
+  std::_Exit(code);
 }
 
 void DistributedContext::set_compute_stream(const Stream& stream) {

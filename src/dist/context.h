@@ -25,6 +25,7 @@
 #pragma once
 
 #include <memory>
+#include <string>
 #include <string_view>
 
 #include "core/device.h"
@@ -81,6 +82,12 @@ class DistributedContext {
   // for the collective. Default: the legacy default stream (a default-constructed Stream). Takes effect for
   // collectives issued after the call, whether or not the device communicator exists yet.
   void set_compute_stream(const Stream& stream);
+  // Ends the whole job after this rank failed: prints "flashtrain: error: rank R of W: <message>; ending
+  // every rank" to stderr (flushing stdout and stderr first), aborts the NCCL communicator (kernels waiting
+  // on a peer end) and calls MPI_Abort, so every rank exits within moments with this rank's message shown,
+  // instead of the others waiting out their timeout in the next collective and this rank blocking in
+  // MPI_Finalize. Exit status `code`. Without MPI (a world of one) it exits this process.
+  [[noreturn]] void abort_job(const std::string& message, int code = 2);
   // The stream a data-parallel model on `device` should run on (ModelOptions::stream): on a GPU a
   // non-blocking stream owned by the context, created on first use and made the compute stream — the
   // legacy default stream would serialise the model's kernels with NCCL's; on the CPU the default Stream.

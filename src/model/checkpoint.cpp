@@ -3,9 +3,12 @@
 #include "model/checkpoint.h"
 
 #include <charconv>
+#include <cmath>
+#include <cstring>
 #include <set>
 
 #include "core/error.h"
+#include "core/half.h"
 
 namespace ft {
 
@@ -93,6 +96,39 @@ Int metadata_integer(const SafetensorsFile& file, const char* key) {
   return value;
 }
 
+// Element i of a tensor's mapped bytes (possibly unaligned) as a float.
+float element(const std::uint8_t* bytes, SafetensorsDType dtype, std::uint64_t i) {
+  if (dtype == SafetensorsDType::f32) {
+    float x;
+    std::memcpy(&x, bytes + 4 * i, 4);
+    return x;
+  }
+  std::uint16_t bits;
+  std::memcpy(&bits, bytes + 2 * i, 2);
+  return dtype == SafetensorsDType::bf16 ? to_float(bf16{bits}) : to_float(f16{bits});
+}
+
+// io error unless every value of the optimiser state is finite and every second moment ("optimizer.v.*",
+// AdamW's running mean of squared gradients) is >= 0: a corrupt state would resume "successfully" and
+// turn the parameters to NaN at the first step.
+void check_optimizer_state(const SafetensorsFile& file, const std::vector<NamedTensor>& opt_state) {
+  for (const auto& named : opt_state) {
+    const SafetensorsEntry& e = file.entry(named.name);
+    const bool second_moment = named.name.starts_with(optimizer_state_name("v", ""));
+    const std::uint8_t* bytes = file.bytes(e);
+    const std::uint64_t n = e.bytes() / size_of(e.dtype);
+    std::uint64_t first_bad = n;
+#pragma omp parallel for reduction(min : first_bad) schedule(static) if (n >= (1u << 20))
+    for (std::uint64_t i = 0; i < n; ++i) {
+      const float x = element(bytes, e.dtype, i);
+      if ((!std::isfinite(x) || (second_moment && x < 0)) && i < first_bad) first_bad = i;
+    }
+    FT_CHECK_KIND(io, first_bad == n, "checkpoint ", file.path(), ": optimiser state '", named.name, "' holds ",
+                  element(bytes, e.dtype, first_bad < n ? first_bad : 0), " at element ", first_bad,
+                  second_moment ? " (second moments must be finite and >= 0)" : " (the state must be finite)");
+  }
+}
+
 void copy_all(const SafetensorsFile& file, const std::vector<NamedTensor>& tensors) {
   for (const auto& named : tensors) file.read_into(named.name, named.tensor);
 }
@@ -138,6 +174,7 @@ TrainingCounters load_checkpoint(const std::string& path, const std::vector<Name
   for (const auto& p : params) expected.push_back(&p);
   for (const auto& s : opt_state) expected.push_back(&s);
   match_or_throw(file, expected, "checkpoint", [](std::string_view) { return false; });
+  check_optimizer_state(file, opt_state);
   copy_all(file, params);
   copy_all(file, opt_state);
   return counters;

@@ -34,7 +34,8 @@ void save_checkpoint(const std::string& path, const std::vector<NamedTensor>& pa
 
 // Reads a checkpoint written by save_checkpoint into params and opt_state (same names, dtypes and shapes;
 // any device) and returns its counters. The file must hold exactly these tensors: any missing, unexpected
-// or mismatched (dtype or shape) entry is an io error listing all of them, raised before anything is copied.
+// or mismatched (dtype or shape) entry is an io error listing all of them, raised before anything is copied;
+// so is optimiser state that is not finite, or a negative AdamW second moment (optimizer.v.*).
 TrainingCounters load_checkpoint(const std::string& path, const std::vector<NamedTensor>& params,
                                  const std::vector<NamedTensor>& opt_state);
 

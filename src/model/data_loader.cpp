@@ -1,5 +1,5 @@
-// data_loader.cpp — the SplitMix64 counter generator, the uint16 token file (raw or .npy header parsing),
-// window sampling with vocabulary checks, and random benchmark batches.
+// data_loader.cpp — the SplitMix64 counter generator, the uint16/uint32 token file (raw or .npy header
+// parsing, told apart by content), window sampling with vocabulary checks, and random benchmark batches.
 #include "model/data_loader.h"
 
 #include <algorithm>
@@ -9,6 +9,7 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "core/printable.h"
 
 namespace ft {
 
@@ -54,18 +55,26 @@ std::string_view npy_value(std::string_view header, std::string_view key) {
   return rest;
 }
 
+constexpr std::int64_t kUint16Ids = std::int64_t{1} << 16;  // vocabularies up to this fit uint16 ids
+
 struct NpyLayout {
   std::uint64_t data_offset = 0;
   std::uint64_t elements = 0;
+  int id_bytes = 2;
 };
 
-// Parses a .npy header: the array must be '<u2' in C order (or at most one dimension).
+bool has_npy_magic(const MappedFile& file) {
+  return file.size() >= 6 && std::memcmp(file.data(), "\x93NUMPY", 6) == 0;
+}
+
+// Parses the .npy header of a file that starts with the magic: the array must be '<u2' or '<u4' in C
+// order (or at most one dimension).
 NpyLayout parse_npy(const MappedFile& file) {
   const std::string& path = file.path();
   const std::uint8_t* p = file.data();
   const std::uint64_t size = file.size();
-  FT_CHECK_KIND(io, size >= 10 && std::memcmp(p, "\x93NUMPY", 6) == 0, "token file ", path,
-                " is not a .npy file: it does not start with the \\x93NUMPY magic");
+  FT_CHECK_KIND(io, size >= 10, "token file ", path, " starts with the .npy magic but is truncated inside its .npy "
+                "preamble (", size, " bytes)");
   const int major = p[6];
   std::uint64_t header_bytes = 0, start = 0;
   if (major == 1) {
@@ -86,18 +95,19 @@ NpyLayout parse_npy(const MappedFile& file) {
 
   std::string_view descr = npy_value(header, "descr");
   FT_CHECK_KIND(io, descr.size() >= 2 && (descr.front() == '\'' || descr.front() == '"'), "token file ", path,
-                ": no dtype ('descr') in the .npy header ", header);
+                ": no dtype ('descr') in the .npy header ", printable_excerpt(header));
   descr = descr.substr(1, descr.find(descr.front(), 1) - 1);
-  FT_CHECK_KIND(io, descr == "<u2", "token file ", path, " holds dtype '", descr,
-                "', expected '<u2' (little-endian uint16)");
+  FT_CHECK_KIND(io, descr == "<u2" || descr == "<u4", "token file ", path, " holds dtype '", printable_excerpt(descr),
+                "', expected '<u2' (little-endian uint16) or '<u4' (little-endian uint32)");
+  const int id_bytes = descr == "<u2" ? 2 : 4;
 
   const std::string_view fortran = npy_value(header, "fortran_order");
   FT_CHECK_KIND(io, fortran.starts_with("True") || fortran.starts_with("False"), "token file ", path,
-                ": no fortran_order in the .npy header ", header);
+                ": no fortran_order in the .npy header ", printable_excerpt(header));
 
   std::string_view shape = npy_value(header, "shape");
   FT_CHECK_KIND(io, shape.starts_with("(") && shape.find(')') != std::string_view::npos, "token file ", path,
-                ": no shape tuple in the .npy header ", header);
+                ": no shape tuple in the .npy header ", printable_excerpt(header));
   shape = shape.substr(1, shape.find(')') - 1);
   std::uint64_t elements = 1;
   int dims = 0;
@@ -111,7 +121,7 @@ NpyLayout parse_npy(const MappedFile& file) {
     std::uint64_t dim = 0;
     const auto [end, error] = std::from_chars(item.data(), item.data() + item.size(), dim);
     FT_CHECK_KIND(io, error == std::errc() && end == item.data() + item.size(), "token file ", path,
-                  ": shape entry '", item, "' in the .npy header is not a size");
+                  ": shape entry '", printable_excerpt(item), "' in the .npy header is not a size");
     FT_CHECK_KIND(io, dim == 0 || elements <= std::numeric_limits<std::uint64_t>::max() / dim, "token file ",
                   path, ": the .npy shape overflows");
     elements *= dim;
@@ -120,52 +130,90 @@ NpyLayout parse_npy(const MappedFile& file) {
   FT_CHECK_KIND(io, !fortran.starts_with("True") || dims <= 1, "token file ", path,
                 " is a Fortran-order .npy array of ", dims, " dimensions; save it in C order");
 
-  NpyLayout layout{start + header_bytes, elements};
-  FT_CHECK_KIND(io, layout.data_offset % 2 == 0, "token file ", path, ": the .npy data starts at odd offset ",
-                layout.data_offset);
+  NpyLayout layout{start + header_bytes, elements, id_bytes};
+  FT_CHECK_KIND(io, layout.data_offset % id_bytes == 0, "token file ", path, ": the .npy data starts at offset ",
+                layout.data_offset, ", not a multiple of its ", id_bytes, "-byte ids");
   const std::uint64_t data_bytes = size - layout.data_offset;
-  FT_CHECK_KIND(io, data_bytes / 2 == elements && data_bytes % 2 == 0, "token file ", path,
-                ": the .npy header says ", elements, " uint16 ids (", elements * 2, " bytes) but ", data_bytes,
-                " bytes of data follow it");
+  FT_CHECK_KIND(io, data_bytes / id_bytes == elements && data_bytes % id_bytes == 0, "token file ", path,
+                ": the .npy header says ", elements, " ", id_bytes == 2 ? "uint16" : "uint32", " ids (",
+                elements > data_bytes ? std::string("more") : std::to_string(elements * id_bytes), " bytes) but ",
+                data_bytes, " bytes of data follow it");
   return layout;
 }
 
 }  // namespace
 
-TokenFile::TokenFile(const std::string& path) : file_(path) {
-  const bool npy = path.size() >= 4 && path.compare(path.size() - 4, 4, ".npy") == 0;
+TokenFile::TokenFile(const std::string& path, std::int64_t vocab) : file_(path) {
+  FT_CHECK(vocab >= 1, "token file ", path, ": the vocabulary must hold at least 1 id, given ", vocab);
   std::uint64_t offset = 0, elements = 0;
-  if (npy) {
+  npy_ = has_npy_magic(file_);
+  if (npy_) {
     const NpyLayout layout = parse_npy(file_);
     offset = layout.data_offset;
     elements = layout.elements;
+    id_bytes_ = layout.id_bytes;
   } else {
-    FT_CHECK_KIND(io, file_.size() % 2 == 0, "token file ", path, " has an odd byte length (", file_.size(),
-                  "): expected raw uint16 ids, 2 bytes each");
-    elements = file_.size() / 2;
+    id_bytes_ = vocab > kUint16Ids ? 4 : 2;
+    FT_CHECK_KIND(io, file_.size() % id_bytes_ == 0, "token file ", path, " is ", file_.size(),
+                  " bytes, not a multiple of ", id_bytes_, ": expected raw little-endian ",
+                  id_bytes_ == 2 ? "uint16" : "uint32", " ids (", id_bytes_ == 2 ? "uint16 for a vocabulary of up to 65536"
+                  : "uint32 for a vocabulary above 65536", ", given ", vocab, ")");
+    elements = file_.size() / id_bytes_;
   }
-  tokens_ = reinterpret_cast<const std::uint16_t*>(file_.data() + offset);  // mmap base and offset are even
+  tokens_ = file_.data() + offset;  // mmap base and offset are multiples of the id size
   size_ = static_cast<std::int64_t>(elements);
 }
+
+std::string TokenFile::describe() const {
+  return str(path(), " (", size_, " ", id_bytes_ == 2 ? "uint16" : "uint32", " tokens, ", npy_ ? ".npy" : "raw", ")");
+}
+
+namespace {
+
+// The largest id of tokens [begin, end) of width Id.
+template <class Id>
+Id max_id(const Id* tokens, std::int64_t begin, std::int64_t end) {
+  Id largest = 0;
+#pragma omp simd reduction(max : largest)
+  for (std::int64_t i = begin; i < end; ++i) largest = tokens[i] > largest ? tokens[i] : largest;
+  return largest;
+}
+
+// The first position in [begin, begin + count) whose id is >= vocab, or -1.
+template <class Id>
+std::int64_t first_bad_id(const Id* tokens, std::int64_t vocab, std::int64_t begin, std::int64_t count) {
+  constexpr std::int64_t kChunk = std::int64_t{1} << 20;  // ids per chunk: a bad chunk is searched alone
+  const std::int64_t chunks = (count + kChunk - 1) / kChunk;
+  std::int64_t first_bad_chunk = std::numeric_limits<std::int64_t>::max();
+#pragma omp parallel for reduction(min : first_bad_chunk) schedule(static) if (chunks > 1)
+  for (std::int64_t c = 0; c < chunks; ++c) {
+    const std::int64_t lo = begin + c * kChunk, hi = std::min(begin + count, lo + kChunk);
+    if (static_cast<std::int64_t>(max_id(tokens, lo, hi)) >= vocab && c < first_bad_chunk) first_bad_chunk = c;
+  }
+  if (first_bad_chunk == std::numeric_limits<std::int64_t>::max()) return -1;
+  const std::int64_t lo = begin + first_bad_chunk * kChunk, hi = std::min(begin + count, lo + kChunk);
+  for (std::int64_t i = lo; i < hi; ++i)
+    if (static_cast<std::int64_t>(tokens[i]) >= vocab) return i;
+  return -1;
+}
+
+}  // namespace
 
 void TokenFile::check_ids(std::int64_t vocab, std::int64_t begin, std::int64_t count) const {
   FT_CHECK(begin >= 0 && count >= 0 && begin + count <= size_, "check_ids: tokens [", begin, ", ", begin + count,
            ") are outside the file's ", size_);
-  if (vocab > std::numeric_limits<std::uint16_t>::max()) return;  // every uint16 id fits
-  std::int64_t first_bad = std::numeric_limits<std::int64_t>::max();
-  // Threads only pay for whole-file scans, not for the windows of one batch.
-#pragma omp parallel for reduction(min : first_bad) schedule(static) if (count >= (1 << 22))
-  for (std::int64_t i = begin; i < begin + count; ++i)
-    if (tokens_[i] >= vocab && i < first_bad) first_bad = i;
-  FT_CHECK_KIND(io, first_bad == std::numeric_limits<std::int64_t>::max(), "token file ", path(), ": token id ",
-                first_bad < size_ ? tokens_[first_bad] : 0, " at position ", first_bad,
+  if (vocab > (id_bytes_ == 2 ? kUint16Ids : (std::int64_t{1} << 32))) return;  // every id of this width fits
+  const std::int64_t bad =
+      id_bytes_ == 2 ? first_bad_id(reinterpret_cast<const std::uint16_t*>(tokens_), vocab, begin, count)
+                     : first_bad_id(reinterpret_cast<const std::uint32_t*>(tokens_), vocab, begin, count);
+  FT_CHECK_KIND(io, bad < 0, "token file ", path(), ": token id ", bad >= 0 ? (*this)[bad] : 0, " at position ", bad,
                 " is outside the vocabulary of ", vocab, " ids");
 }
 
 // ---- loader ------------------------------------------------------------------------------------------
 
 DataLoader::DataLoader(const std::string& path, const DataLoaderOptions& options)
-    : file_(path), options_(options), rng_(options.seed) {
+    : file_(path, options.vocab), options_(options), rng_(options.seed) {
   FT_CHECK(options.batch >= 1, "DataLoader: batch must be at least 1, given ", options.batch);
   FT_CHECK(options.context >= 1, "DataLoader: context must be at least 1, given ", options.context);
   FT_CHECK(options.vocab >= 1 && options.vocab <= std::numeric_limits<std::int32_t>::max(),
@@ -190,8 +238,8 @@ void DataLoader::next(TokenBatch& out) {
     std::int32_t* inputs = out.inputs.data() + b * T;    // (T)
     std::int32_t* targets = out.targets.data() + b * T;  // (T)
     for (std::int64_t t = 0; t < T; ++t) {
-      inputs[t] = file_[start + t];
-      targets[t] = file_[start + t + 1];
+      inputs[t] = static_cast<std::int32_t>(file_[start + t]);  // < vocab < 2^31 once checked
+      targets[t] = static_cast<std::int32_t>(file_[start + t + 1]);
     }
   }
   rng_ = rng;

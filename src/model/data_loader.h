@@ -1,9 +1,10 @@
-// data_loader.h — training batches of token ids. TokenFile memory-maps a file of uint16 ids (raw .bin,
-// or .npy with dtype '<u2'); DataLoader samples B random windows of T+1 tokens from it into int32 inputs
+// data_loader.h — training batches of token ids. TokenFile memory-maps a file of uint16 or uint32 ids
+// (see Note [Token file formats]); DataLoader samples B random windows of T+1 tokens from it into int32 inputs
 // (B, T) and targets (B, T) (the inputs shifted one ahead), from a counter-based generator whose whole
 // state is a (seed, counter) pair, so a checkpoint can resume the exact batch sequence.
 // random_token_batch makes the uniform-id batches the benchmarks use. File problems (missing, too short,
-// odd byte length, bad .npy header, ids outside the vocabulary) are ft::Error kind io.
+// byte length not a multiple of the id size, bad .npy header, ids outside the vocabulary) are ft::Error
+// kind io naming the file.
 #pragma once
 
 #include <cstdint>
@@ -48,22 +49,38 @@ struct TokenBatch {
   TokenIds target_ids() const { return {targets.data(), {batch, context}, Device::cpu()}; }
 };
 
-// A read-only memory map of uint16 token ids. ".npy" files (by extension) must hold a C-order '<u2'
-// array (any shape, read flattened); any other file is raw little-endian uint16 of even byte length.
+// Note [Token file formats]
+// A token file is recognised by its content, never by its name: one that starts with the .npy magic
+// ("\x93NUMPY") is a .npy array, which must be C-order (or one-dimensional) of dtype '<u2' (uint16) or
+// '<u4' (uint32), read flattened; any other file is raw little-endian ids, uint16 when the vocabulary
+// fits them (<= 65536 ids) and uint32 when it does not (> 65536 ids: the 8b shape's 151936, say), so its
+// byte length must be a multiple of 2 or 4. A raw file whose first bytes happen to be the .npy magic is
+// read as .npy (and then refused when its header is not one).
 class TokenFile {
  public:
-  explicit TokenFile(const std::string& path);
+  // vocab: the vocabulary the ids index (>= 1); chooses the width of raw files.
+  TokenFile(const std::string& path, std::int64_t vocab);
 
   const std::string& path() const { return file_.path(); }
   std::int64_t size() const { return size_; }  // tokens
-  std::uint16_t operator[](std::int64_t i) const { return tokens_[i]; }
-  // io error naming the first id >= vocab in tokens [begin, begin + count) and its position.
+  int id_bytes() const { return id_bytes_; }    // 2 (uint16) or 4 (uint32)
+  bool is_npy() const { return npy_; }
+  std::uint32_t operator[](std::int64_t i) const {
+    if (id_bytes_ == 2) return reinterpret_cast<const std::uint16_t*>(tokens_)[i];
+    return reinterpret_cast<const std::uint32_t*>(tokens_)[i];
+  }
+  // io error naming the first id >= vocab in tokens [begin, begin + count) and its position. Whole-file
+  // scans run over threads in chunks that find the chunk's largest id first (a vectorised max) and look
+  // for the position only in a chunk that holds a bad id.
   void check_ids(std::int64_t vocab, std::int64_t begin, std::int64_t count) const;
+  std::string describe() const;  // "PATH (N uint16 tokens, raw)"
 
  private:
   MappedFile file_;
-  const std::uint16_t* tokens_ = nullptr;  // (size_)
+  const std::uint8_t* tokens_ = nullptr;  // (size_) ids of id_bytes_ each
   std::int64_t size_ = 0;
+  int id_bytes_ = 2;
+  bool npy_ = false;
 };
 
 // When ids are checked against the vocabulary: never, in each sampled window, or the whole file once.
@@ -74,7 +91,7 @@ struct DataLoaderOptions {
   std::int64_t context = 512;
   std::int64_t vocab = 10000;
   std::uint64_t seed = 0;  // data-parallel ranks should use distinct seeds
-  IdCheck check = IdCheck::per_batch;
+  IdCheck check = IdCheck::whole_file;  // at open: a bad id is found before training, not when sampled
 };
 
 class DataLoader {

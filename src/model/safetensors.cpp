@@ -8,6 +8,7 @@
 #include <limits>
 #include <numeric>
 #include <set>
+#include <string_view>
 #include <utility>
 
 #include <nlohmann/json.hpp>
@@ -15,6 +16,7 @@
 #include "core/atomic_file.h"
 #include "core/error.h"
 #include "core/tensor_io.h"
+#include "model/safetensors_header.h"
 
 namespace ft {
 
@@ -39,72 +41,14 @@ constexpr DTypeInfo kDTypes[] = {
     {SafetensorsDType::u64, "U64", 8},
 };
 
-// The Python library refuses headers above 100 MB; so do we (a corrupt length must not allocate GBs).
-constexpr std::uint64_t kMaxHeaderBytes = 100'000'000;
-
 const DTypeInfo& info_of(SafetensorsDType dtype) {
   for (const auto& info : kDTypes)
     if (info.dtype == dtype) return info;
   FT_THROW(invalid_argument, "unknown safetensors dtype ", static_cast<int>(dtype));
 }
 
-std::string dtype_list() {
-  std::string names;
-  for (const auto& info : kDTypes) names += std::string(names.empty() ? "" : ", ") + info.name;
-  return names;
-}
-
 // Throws the io error for a corrupt file, "safetensors file PATH is corrupt: WHAT", at the caller's line.
 #define FT_CORRUPT(path, ...) FT_THROW(io, "safetensors file ", path, " is corrupt: ", __VA_ARGS__)
-
-// A non-negative JSON integer, or a corruption error naming what it is.
-std::uint64_t json_unsigned(const nlohmann::json& value, const std::string& path, const std::string& what) {
-  if (!value.is_number_unsigned()) FT_CORRUPT(path, what, " is ", value.dump(), ", expected a non-negative integer");
-  return value.get<std::uint64_t>();
-}
-
-SafetensorsEntry parse_entry(const std::string& name, const nlohmann::json& value, std::uint64_t data_bytes,
-                             const std::string& path) {
-  const std::string where = "tensor '" + name + "'";
-  if (!value.is_object()) FT_CORRUPT(path, where, " is ", value.dump(), ", expected an object");
-  for (const char* key : {"dtype", "shape", "data_offsets"})
-    if (!value.contains(key)) FT_CORRUPT(path, where, " has no \"", key, "\"");
-
-  SafetensorsEntry entry;
-  entry.name = name;
-  const auto& dtype = value["dtype"];
-  if (!dtype.is_string()) FT_CORRUPT(path, where, ": dtype is ", dtype.dump(), ", expected a string");
-  const auto parsed = parse_safetensors_dtype(dtype.get<std::string>());
-  if (!parsed) FT_CORRUPT(path, where, ": unknown dtype ", dtype.dump(), " (expected one of ", dtype_list(), ")");
-  entry.dtype = *parsed;
-
-  const auto& shape = value["shape"];
-  if (!shape.is_array()) FT_CORRUPT(path, where, ": shape is ", shape.dump(), ", expected an array");
-  std::uint64_t bytes = size_of(entry.dtype);
-  bool overflow = false;
-  for (const auto& dim : shape) {
-    const std::uint64_t size = json_unsigned(dim, path, where + " shape dimension");
-    if (size > static_cast<std::uint64_t>(std::numeric_limits<std::int64_t>::max())) overflow = true;
-    else if (size != 0 && bytes > std::numeric_limits<std::uint64_t>::max() / size) overflow = true;
-    else bytes *= size;
-    entry.shape.push_back(static_cast<std::int64_t>(size));
-  }
-  if (overflow) FT_CORRUPT(path, where, ": shape ", shape.dump(), " overflows the byte count");
-
-  const auto& offsets = value["data_offsets"];
-  if (!offsets.is_array() || offsets.size() != 2)
-    FT_CORRUPT(path, where, ": data_offsets is ", offsets.dump(), ", expected [begin, end]");
-  entry.begin = json_unsigned(offsets[0], path, where + " data_offsets begin");
-  entry.end = json_unsigned(offsets[1], path, where + " data_offsets end");
-  if (entry.begin > entry.end) FT_CORRUPT(path, where, ": data_offsets ", offsets.dump(), " end before they begin");
-  if (entry.end > data_bytes)
-    FT_CORRUPT(path, where, ": data_offsets ", offsets.dump(), " are out of range: the data section holds ",
-            data_bytes, " bytes");
-  if (entry.bytes() != bytes)
-    FT_CORRUPT(path, where, ": ", entry.describe(), " is ", bytes, " bytes but data_offsets ", offsets.dump(),
-            " span ", entry.bytes());
-  return entry;
-}
 
 }  // namespace
 
@@ -202,37 +146,10 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : file_(path) {
     FT_CORRUPT(path, "the header length ", header_bytes, " exceeds the limit of ", kMaxHeaderBytes, " bytes");
   data_start_ = 8 + header_bytes;
   const std::uint64_t data_bytes = size - data_start_;
-
-  // Parse, noting names given twice at the top level (the parser would silently keep the last).
-  std::set<std::string> seen;
-  std::string duplicate;
-  const auto note_keys = [&](int depth, nlohmann::json::parse_event_t event, nlohmann::json& parsed) {
-    if (event == nlohmann::json::parse_event_t::key && depth == 1 && !seen.insert(parsed.get<std::string>()).second)
-      duplicate = parsed.get<std::string>();
-    return true;
-  };
-  const char* text = reinterpret_cast<const char*>(file_.data() + 8);
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(text, text + header_bytes, note_keys);
-  } catch (const nlohmann::json::exception& e) {
-    FT_CORRUPT(path, "the ", header_bytes, "-byte header is not valid JSON: ", e.what());
-  }
-  if (!header.is_object()) FT_CORRUPT(path, "the header is a JSON ", header.type_name(), ", expected an object");
-  if (!duplicate.empty()) FT_CORRUPT(path, "the header names '", duplicate, "' twice");
-
-  for (auto it = header.begin(); it != header.end(); ++it) {
-    if (it.key() == "__metadata__") {
-      if (!it->is_object()) FT_CORRUPT(path, "__metadata__ is ", it->dump(), ", expected an object of strings");
-      for (auto m = it->begin(); m != it->end(); ++m) {
-        if (!m->is_string())
-          FT_CORRUPT(path, "__metadata__ entry '", m.key(), "' is ", m->dump(), ", expected a string");
-        metadata_[m.key()] = m->get<std::string>();
-      }
-      continue;
-    }
-    entries_.push_back(parse_entry(it.key(), *it, data_bytes, path));
-  }
+  const std::string_view text(reinterpret_cast<const char*>(file_.data() + 8), header_bytes);
+  SafetensorsHeader header = parse_safetensors_header(text, data_bytes, path);
+  metadata_ = std::move(header.metadata);
+  entries_ = std::move(header.entries);
 
   // The tensors must tile the data section: sorted by offsets, each starts where the previous ended.
   std::sort(entries_.begin(), entries_.end(), [](const SafetensorsEntry& a, const SafetensorsEntry& b) {

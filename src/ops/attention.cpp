@@ -3,6 +3,10 @@
 #include "ops/attention.h"
 
 #include <cmath>
+#include <cstdint>
+#include <initializer_list>
+#include <iterator>
+#include <utility>
 
 #include "core/error.h"
 #include "core/nvtx.h"
@@ -76,6 +80,42 @@ void check_fp32_vector(const Tensor& t, const char* name, std::int64_t length, D
   FT_CHECK(length <= 1 || t.stride(0) == 1, "attention: ", name, " must be contiguous: given ", t.describe());
   FT_CHECK(t.device() == device, "attention: ", name, " must be on ", device.to_string(), ", given ",
            t.device().to_string());
+}
+
+// True when a and b certainly share memory: the same first element, or overlapping extents where one of
+// them is dense (no gaps). Interleaved views of one buffer, such as the q, k and v of a fused projection,
+// span each other's extents without sharing an element, so overlapping extents alone do not count.
+bool shares_memory(const Tensor& a, const Tensor& b) {
+  if (!a.defined() || !b.defined() || a.numel() == 0 || b.numel() == 0 || a.device() != b.device()) return false;
+  const auto* a0 = static_cast<const std::uint8_t*>(a.data());
+  const auto* b0 = static_cast<const std::uint8_t*>(b.data());
+  if (a0 == b0) return true;
+  const bool dense = a.span_bytes() == a.numel() * a.element_size() || b.span_bytes() == b.numel() * b.element_size();
+  return dense && a0 < b0 + b.span_bytes() && b0 < a0 + a.span_bytes();
+}
+
+// invalid_argument when an output shares memory with another output or with an input: the kernels
+// would read values they have already overwritten (or two results would land in one place).
+void check_no_alias(std::initializer_list<std::pair<const Tensor*, const char*>> outputs,
+                    std::initializer_list<std::pair<const Tensor*, const char*>> inputs) {
+  for (auto out = outputs.begin(); out != outputs.end(); ++out) {
+    for (auto other = std::next(out); other != outputs.end(); ++other)
+      FT_CHECK(!shares_memory(*out->first, *other->first), "attention: outputs ", out->second, " and ",
+               other->second, " share memory: give each output its own array");
+    for (const auto& in : inputs)
+      FT_CHECK(!shares_memory(*out->first, *in.first), "attention: output ", out->second, " shares memory with input ",
+               in.second, ": give the output its own array");
+  }
+}
+
+void check_forward_aliases(const AttentionTensors& t) {
+  check_no_alias({{&t.o, "o"}, {&t.lse, "lse"}}, {{&t.q, "q"}, {&t.k, "k"}, {&t.v, "v"}, {&t.sinks, "sinks"}});
+}
+
+void check_backward_aliases(const AttentionTensors& t, const AttentionGrads& g) {
+  check_no_alias({{&g.dq, "dq"}, {&g.dk, "dk"}, {&g.dv, "dv"}, {&g.dsinks, "dsinks"}},
+                 {{&t.q, "q"}, {&t.k, "k"}, {&t.v, "v"}, {&t.o, "o"}, {&t.lse, "lse"}, {&g.d_o, "d_o"},
+                  {&t.sinks, "sinks"}});
 }
 
 }  // namespace
@@ -204,6 +244,7 @@ void attention_forward(const AttentionTensors& t, const AttentionOptions& option
   NvtxRange range(options.impl == AttentionImpl::naive ? "attention.forward.naive" : "attention.forward.flash");
   const AttentionShape s = validate_attention(t, options);
   if (t.q.device().is_cpu()) {
+    check_forward_aliases(t);
     if (options.impl == AttentionImpl::naive)
       attention_impl::cpu_naive_forward(t, s);
     else
@@ -211,6 +252,7 @@ void attention_forward(const AttentionTensors& t, const AttentionOptions& option
     return;
   }
 #if FT_HAS_CUDA
+  check_forward_aliases(t);
   if (options.impl == AttentionImpl::naive)
     attention_impl::cuda_naive_forward(t, s, options.stream);
   else
@@ -224,6 +266,7 @@ void attention_backward(const AttentionTensors& t, const AttentionGrads& grads, 
   NvtxRange range(options.impl == AttentionImpl::naive ? "attention.backward.naive" : "attention.backward.flash");
   const AttentionShape s = validate_attention(t, options, &grads);
   if (t.q.device().is_cpu()) {
+    check_backward_aliases(t, grads);
     if (options.impl == AttentionImpl::naive)
       attention_impl::cpu_naive_backward(t, grads, s);
     else
@@ -231,6 +274,7 @@ void attention_backward(const AttentionTensors& t, const AttentionGrads& grads, 
     return;
   }
 #if FT_HAS_CUDA
+  check_backward_aliases(t, grads);
   if (options.impl == AttentionImpl::naive)
     attention_impl::cuda_naive_backward(t, grads, s, options.stream);
   else

@@ -93,7 +93,9 @@ void check_attention_head_dim(std::int64_t head_dim, AttentionImpl impl, Device 
 // the call would where options.kernels asks for what cannot run.
 FlashKernels flash_kernels_for(const AttentionTensors& t, const AttentionOptions& options);
 
-// o, lse <- attention(q, k, v).
+// o, lse <- attention(q, k, v). NaN in an input reaches the outputs it feeds (a NaN score makes its row's O
+// and L NaN, never an empty row). An output that shares memory with another output or an
+// input (the same array twice, or a dense one overlapping) is invalid_argument.
 void attention_forward(const AttentionTensors& t, const AttentionOptions& options);
 // dq, dk, dv (and dsinks) <- gradients, given q, k, v, o, lse and d_o. Outputs are overwritten.
 void attention_backward(const AttentionTensors& t, const AttentionGrads& grads, const AttentionOptions& options);

@@ -30,6 +30,7 @@
 #include "model/token_staging.h"
 #include "model/trainer.h"
 #include "model/transformer.h"
+#include "train/run_settings.h"
 
 namespace ft {
 
@@ -88,7 +89,7 @@ class TokenSource {
   }
   std::string describe() const {
     if (!loader_) return str("random tokens (uniform ids in [0, ", vocab_, "); no --data given)");
-    return str(loader_->file().path(), " (", loader_->file().size(), " uint16 tokens, random windows)");
+    return loader_->file().describe() + ", random windows";
   }
 
  private:
@@ -517,10 +518,12 @@ TrainResult run_training(const TrainPlan& plan, std::ostream& log) {
 }
 
 TrainResult run_training(const TrainPlan& plan, std::ostream& log, Communicator& comm) {
-  return TrainingRun(plan, log, comm, comm).run();
+  return run_training(plan, log, comm, comm);
 }
 
 TrainResult run_training(const TrainPlan& plan, std::ostream& log, Communicator& comm, Communicator& host) {
+  // Before anything whose size or count depends on the plan (the model, DDP's broadcast, the steps).
+  check_ranks_agree(host, run_settings(plan));
   return TrainingRun(plan, log, comm, host).run();
 }
 

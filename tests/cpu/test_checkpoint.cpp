@@ -47,7 +47,7 @@ struct FlatState {
   void randomize(std::uint64_t seed) {
     fill_normal(params, seed);
     fill_normal(m, seed + 1);
-    fill_normal(v, seed + 2);
+    fill_normal(v, seed + 2, 1.0, 0.1);  // second moments are >= 0 (10 std from 0)
   }
   void zero() {
     fill_constant(params, 0.0);

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common/file_bytes.h"
 #include "common/temp_folder.h"
 #include "core/buffer.h"
 #include "core/error.h"
@@ -35,21 +36,12 @@ std::string read_file(const std::string& path) {
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
-void write_file(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
-
-std::string le64(std::uint64_t v) {
-  std::string out(8, '\0');
-  std::memcpy(out.data(), &v, 8);
-  return out;
-}
+using testing_util::write_file;
+using testing_util::le64;
 
 // A safetensors file from a header text (padded with spaces to 8 bytes) and data bytes.
 std::string make_file(std::string header, const std::string& data) {
-  header.append((8 - header.size() % 8) % 8, ' ');
-  return le64(header.size()) + header + data;
+  return testing_util::safetensors_bytes(std::move(header), data);
 }
 
 // The contiguous bytes of a tensor's values (reads through any strides).
@@ -61,14 +53,7 @@ std::string bytes_of(const Tensor& t) {
 
 // Runs fn, expecting an io error whose message contains every part.
 void expect_io_error(const std::function<void()>& fn, const std::vector<std::string>& parts) {
-  try {
-    fn();
-    ADD_FAILURE() << "no error raised; expected one containing '" << parts.front() << "'";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::io) << e.what();
-    for (const auto& part : parts)
-      EXPECT_NE(e.message().find(part), std::string::npos) << "missing '" << part << "' in: " << e.message();
-  }
+  testing_util::expect_error(ErrorKind::io, fn, parts);
 }
 
 TEST(Safetensors, RoundTripOfDtypesShapesAndMetadata) {

@@ -10,12 +10,12 @@
 #include <cstdio>
 #include <functional>
 #include <string>
-#include <thread>
 #include <utility>
 #include <vector>
 
 #include "core/error.h"
 #include "core/half.h"
+#include "dist/backoff.h"
 #include "dist/mpi/mpi_runtime.h"
 
 namespace ft {
@@ -88,9 +88,10 @@ class MpiWork final : public Work {
   void wait() override {
     using clock = std::chrono::steady_clock;
     const auto deadline = clock::now() + std::chrono::duration<double>(options_.timeout_seconds);
+    Backoff backoff;
     while (!is_completed()) {
       if (clock::now() > deadline) timed_out();
-      std::this_thread::yield();  // ranks may share cores (oversubscribed CI runs)
+      backoff.pause();
     }
   }
 

@@ -3,6 +3,8 @@
 
 #include <mpi.h>
 
+#include <cstdlib>
+
 #include "core/error.h"
 
 namespace ft {
@@ -34,6 +36,11 @@ bool mpi_initialize() {
                 "MPI_Init_thread: flashtrain needs MPI_THREAD_SERIALIZED, the MPI library provides ",
                 thread_level_name(provided));
   return true;
+}
+
+void mpi_abort(int code) {
+  MPI_Abort(MPI_COMM_WORLD, code);
+  std::_Exit(code);  // MPI_Abort does not return; should the library's return, still end this rank
 }
 
 void mpi_finalize() {

@@ -5,6 +5,7 @@
 //                   Returns false, doing nothing, when MPI is already initialised (by the caller).
 //   mpi_finalize    MPI_Finalize unless MPI is already finalised.
 //   mpi_is_initialized  MPI_Initialized.
+//   mpi_abort       MPI_Abort(MPI_COMM_WORLD, code): the launcher ends every rank of the job.
 #pragma once
 
 namespace ft {
@@ -12,5 +13,6 @@ namespace ft {
 bool mpi_initialize();
 void mpi_finalize();
 bool mpi_is_initialized();
+[[noreturn]] void mpi_abort(int code);
 
 }  // namespace ft

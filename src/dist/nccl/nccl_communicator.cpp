@@ -12,11 +12,11 @@
 #include <cstdlib>
 #include <functional>
 #include <string>
-#include <thread>
 #include <utility>
 
 #include "core/cuda_check.h"
 #include "core/error.h"
+#include "dist/backoff.h"
 #include "ops/cast.h"
 #if FT_HAS_MPI
 #include <mpi.h>
@@ -136,12 +136,13 @@ struct NcclState {
   // failing `what` on an error or past the timeout.
   void settle(const std::string& what) {
     const auto deadline = deadline_after(options.timeout_seconds);
+    Backoff backoff;
     for (;;) {
       const ncclResult_t state = async_state();
       if (state == ncclSuccess) return;
       if (state != ncclInProgress) fail(error_message(what, state));
       if (Clock::now() > deadline) fail(timeout_message(what, rank, world, options.timeout_seconds));
-      std::this_thread::yield();
+      backoff.pause();
     }
   }
 
@@ -151,15 +152,17 @@ struct NcclState {
     if (!comm) return;
     const auto deadline = deadline_after(options.timeout_seconds);
     cudaError_t idle = cudaStreamQuery(stream);
+    Backoff backoff;
     while (idle == cudaErrorNotReady && Clock::now() < deadline) {
-      std::this_thread::yield();
+      backoff.pause();
       idle = cudaStreamQuery(stream);
     }
     bool finalized = false;
     if (idle == cudaSuccess) {
       ncclResult_t state = ncclCommFinalize(comm);
+      Backoff finalize_backoff;
       while (state == ncclInProgress && Clock::now() < deadline) {
-        std::this_thread::yield();
+        finalize_backoff.pause();
         state = async_state();
       }
       finalized = state == ncclSuccess;
@@ -222,10 +225,11 @@ class NcclWork final : public Work {
 
   void wait() override {
     const auto deadline = deadline_after(state_->options.timeout_seconds);
+    Backoff backoff;
     while (!is_completed()) {
       if (Clock::now() > deadline)
         state_->fail(timeout_message(what_, state_->rank, state_->world, state_->options.timeout_seconds));
-      std::this_thread::yield();  // ranks may share cores
+      backoff.pause();
     }
     if (joined_) return;
     CudaDeviceGuard guard(state_->device);  // the legacy default stream is the current device's

@@ -23,6 +23,11 @@ namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
+// max(a, b), NaN when either is (std::max keeps whichever NaN comes first and drops one that comes second).
+float nan_max(float a, float b) {
+  return std::isnan(a) || std::isnan(b) ? std::numeric_limits<float>::quiet_NaN() : std::max(a, b);
+}
+
 using cpu::from_float;
 using cpu::load;
 
@@ -161,13 +166,14 @@ class Tiling {
 };
 
 // S row r of a tile: s[c] = scale * q . k_c for the kn keys of the tile starting at key j0,
-// -inf for keys the row does not see (checked only when the tile needs a mask). Returns max s.
+// -inf for keys the row does not see (checked only when the tile needs a mask). Returns max s, NaN when
+// a visible score is NaN (so that NaN inputs give NaN outputs, not an empty row).
 float score_row(float* s, const float* q, const float* k_tile, std::int64_t kn, std::int64_t D, float scale,
                 bool mask, const KeyRange& range, std::int64_t j0) {
   float top = kNegInf;
   for (std::int64_t c = 0; c < kn; ++c) {
     s[c] = (mask && !range.contains(j0 + c)) ? kNegInf : scale * dot(q, k_tile + c * D, D);
-    top = std::max(top, s[c]);
+    top = nan_max(top, s[c]);
   }
   return top;
 }
@@ -208,7 +214,7 @@ void forward_head(const AttentionTensors& t, const AttentionShape& s, const Tili
         float* p = p_tile.data() + r * bk;  // (kn)
         const float top = score_row(p, q_tile.data() + r * D, k_tile.data(), kn, D, scale, mask,
                                     tiling.range(qt.row0 + r), j0);
-        const float m_new = std::max(m[r], top);
+        const float m_new = nan_max(m[r], top);
         if (m_new == kNegInf) continue;  // the row has seen nothing yet
         const float alpha = std::exp(m[r] - m_new);  // 0 while m = -inf
         float sum = 0;

@@ -85,7 +85,9 @@ ReferenceOutput reference_forward(const ReferenceProblem& p) {
       double* lse = out.lse.data() + (b * p.heads_q + h) * Nq;  // (Nq)
       for (std::int64_t i = 0; i < Nq; ++i) {
         const double* row = s.data() + i * Nk;
-        const double top = std::max(sink, *std::max_element(row, row + Nk));
+        double top = sink;  // the row's max, NaN when any score is (NaN inputs give NaN outputs)
+        for (std::int64_t j = 0; j < Nk; ++j)
+          top = std::isnan(top) || std::isnan(row[j]) ? std::numeric_limits<double>::quiet_NaN() : std::max(top, row[j]);
         if (top == kNegInf) continue;  // nothing visible and no sink: O = 0, L = -inf
         double sum = std::exp(sink - top);
         for (std::int64_t j = 0; j < Nk; ++j) sum += std::exp(row[j] - top);
