@@ -41,6 +41,7 @@ std::vector<RunSetting> run_settings(const TrainPlan& plan) {
       {"d_ff", str(m.d_ff)},
       {"layers", str(m.num_layers)},
       {"heads", str(m.num_heads)},
+      {"--rope-theta", number(m.rope_theta)},
       {"--precision", name_of(plan.precision)},
       {"--tf32", plan.tf32 ? "on" : "off"},
       {"--cuda-graph", plan.cuda_graph ? "on" : "off"},
@@ -71,7 +72,7 @@ std::vector<RunSetting> run_settings(const TrainPlan& plan) {
       {"--ddp-strategy", name_of(plan.ddp.strategy)},
       {"--bucket-mb", number(plan.ddp.bucket_size_mb)},
       {"--grad-comm-dtype", plan.ddp.bf16_communication ? "bf16" : "fp32"},
-      {"--zero", plan.zero ? name_of(*plan.zero) : "off"},
+      {"--zero", plan.sharded_stage != 0 ? str(plan.sharded_stage) : plan.zero ? name_of(*plan.zero) : "off"},
   };
   return s;
 }
