@@ -49,6 +49,7 @@ void register_bench_fsdp(CLI::App& bench, Action& action) {
   command->add_option("--bucket-mb", o.bucket_mb, "MiB per gradient bucket of stage 0's DDP");
   command->add_flag("--csv", o.csv, "Print CSV instead of a markdown table");
   command->add_option("--json", o.json_path, "Write the results document (benchmark fsdp) to this path (rank 0)");
+  add_job_options(*command, o.job);
   command->callback([&action, options] { action = [options] { return run_bench_fsdp(*options); }; });
 }
 

@@ -33,6 +33,7 @@
 #include "bench/memory_timeline.h"
 #include "bench/statistics.h"
 #include "dist/communicator.h"
+#include "flashtrain/job.h"
 #include "flashtrain/model_bench.h"
 
 namespace ft::cli {
@@ -45,6 +46,7 @@ struct BenchFsdpOptions {
   std::string grad_comm_dtype = "fp32";  // bf16: gradients reduced in bf16 (stages 0, 2, 3)
   bool csv = false;
   std::string json_path;
+  JobOptions job;  // --timeout
 };
 
 struct FsdpBenchConfig {
