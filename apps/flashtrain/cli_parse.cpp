@@ -140,4 +140,10 @@ void add_model_memory_options(CLI::App& command, std::string& recompute, std::in
       ->check(at_least(0));
 }
 
+ModelMemoryOptions resolve_model_memory_options(const std::string& recompute, std::int64_t loss_chunk) {
+  FT_CHECK(loss_chunk >= 0, "--loss-chunk must be >= 0 (0 = materialised logits), given ", loss_chunk);
+  return {.recompute = for_option("--recompute", [&] { return parse_recompute(recompute); }),
+          .loss_chunk = loss_chunk};
+}
+
 }  // namespace ft::cli

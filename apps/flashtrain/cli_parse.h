@@ -13,6 +13,7 @@
 
 #include "core/device.h"
 #include "core/error.h"
+#include "model/config.h"
 
 namespace ft::cli {
 
@@ -47,6 +48,12 @@ void add_number_checks(CLI::App& app);
 
 // --recompute and --loss-chunk, the model's memory options `train` and the benchmarks share.
 void add_model_memory_options(CLI::App& command, std::string& recompute, std::int64_t& loss_chunk);
+// The values of add_model_memory_options' options, validated (ft::Error naming the option and the value).
+struct ModelMemoryOptions {
+  Recompute recompute = Recompute::none;
+  std::int64_t loss_chunk = 0;
+};
+ModelMemoryOptions resolve_model_memory_options(const std::string& recompute, std::int64_t loss_chunk);
 
 // "a,b,c" -> each item parsed by parse_one; an empty item, or an item parse_one rejects, is an
 // ft::Error naming the option.

@@ -206,9 +206,9 @@ ModelBenchConfig resolve_bench_model_options(const BenchModelOptions& o) {
   config.precisions = parse_list<Precision>("--precision", o.precisions, parse_precision);
   config.modes = parse_list<BenchMode>("--mode", o.modes, parse_bench_mode);
   config.attention = for_option("--attention", [&] { return parse_attention_impl(o.attention); });
-  config.recompute = for_option("--recompute", [&] { return parse_recompute(o.recompute); });
-  FT_CHECK(o.loss_chunk >= 0, "--loss-chunk must be >= 0 (0 = materialised logits), given ", o.loss_chunk);
-  config.loss_chunk = o.loss_chunk;
+  const ModelMemoryOptions memory = resolve_model_memory_options(o.recompute, o.loss_chunk);
+  config.recompute = memory.recompute;
+  config.loss_chunk = memory.loss_chunk;
   config.tf32 = o.tf32;
   config.device = device_or_auto(for_option("--device", [&] { return parse_device_option(o.device); }));
 

@@ -22,9 +22,9 @@ TrainPlan resolve_train_options(const TrainOptions& o) {
   plan.tf32 = o.tf32;
   plan.cuda_graph = o.cuda_graph;
   plan.attention = for_option("--attention", [&] { return parse_attention_impl(o.attention); });
-  plan.recompute = for_option("--recompute", [&] { return parse_recompute(o.recompute); });
-  FT_CHECK(o.loss_chunk >= 0, "--loss-chunk must be >= 0 (0 = materialised logits), given ", o.loss_chunk);
-  plan.loss_chunk = o.loss_chunk;
+  const ModelMemoryOptions memory = resolve_model_memory_options(o.recompute, o.loss_chunk);
+  plan.recompute = memory.recompute;
+  plan.loss_chunk = memory.loss_chunk;
   plan.device = device_or_auto(for_option("--device", [&] { return parse_device_option(o.device); }));
 
   FT_CHECK(o.batch >= 1, "--batch must be >= 1, given ", o.batch);
