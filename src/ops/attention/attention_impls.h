@@ -3,6 +3,7 @@
 #pragma once
 
 #include "ops/attention.h"
+#include "ops/attention_varlen.h"
 
 namespace ft::attention_impl {
 
@@ -37,6 +38,13 @@ void force_flash_forward_blocks(int blocks);
 // and of the others in descending order (Note [Ordered dQ additions]); heads >= 0 forces that
 // many ascending heads from now on (tests, so that both orders run at small sizes), -1 returns to the rule.
 void force_flash_ascending_heads(int heads);
+// CUDA flash kernels over packed sequences (ops/attention_varlen.h), scheduled per sequence so that no work is
+// spent past a sequence's end. Same families and determinism rule as the dense calls.
+void cuda_flash_varlen_forward(const VarlenAttentionTensors& t, const VarlenAttentionShape& s, const Stream& stream,
+                               FlashKernels kernels);
+void cuda_flash_varlen_backward(const VarlenAttentionTensors& t, const VarlenAttentionGrads& g,
+                                const VarlenAttentionShape& s, const Stream& stream, bool deterministic,
+                                FlashKernels kernels);
 // CUDA naive baseline: cuBLASLt GEMMs and a softmax kernel, S and P materialised (cuda/naive_*.cu).
 void cuda_naive_forward(const AttentionTensors& t, const AttentionShape& s, const Stream& stream);
 void cuda_naive_backward(const AttentionTensors& t, const AttentionGrads& g, const AttentionShape& s,
