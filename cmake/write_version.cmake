@@ -1,14 +1,12 @@
 # write_version.cmake — writes version.cpp with the project version and the git commit, touching the
-# file only when its text changes (so a rebuild does not relink for nothing). Without git, the
-# FT_GIT_COMMIT cache variable names the commit.
+# file only when its text changes (so a rebuild does not relink for nothing). The FT_GIT_COMMIT cache
+# variable, when set, names the commit: copies of a working tree may carry no .git, or a stale one.
 execute_process(COMMAND git -C ${SOURCE_DIR} rev-parse --short=12 HEAD
                 OUTPUT_VARIABLE COMMIT OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET RESULT_VARIABLE status)
-if(NOT status EQUAL 0 OR COMMIT STREQUAL "")
-  if(FALLBACK_COMMIT)
-    set(COMMIT "${FALLBACK_COMMIT}")  # -DFT_GIT_COMMIT=..., for trees copied without .git
-  else()
-    set(COMMIT "unknown")
-  endif()
+if(FALLBACK_COMMIT)
+  set(COMMIT "${FALLBACK_COMMIT}")  # -DFT_GIT_COMMIT=...
+elseif(NOT status EQUAL 0 OR COMMIT STREQUAL "")
+  set(COMMIT "unknown")
 else()
   execute_process(COMMAND git -C ${SOURCE_DIR} status --porcelain --untracked-files=no
                   OUTPUT_VARIABLE DIRTY OUTPUT_STRIP_TRAILING_WHITESPACE ERROR_QUIET)
