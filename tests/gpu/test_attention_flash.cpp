@@ -16,17 +16,16 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <iostream>
 #include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "common/value_compare.h"
 #include "core/buffer.h"
 #include "core/device.h"
 #include "core/error.h"
-#include "core/half.h"
 #include "core/stream.h"
 #include "core/tensor_io.h"
 #include "ops/attention.h"
@@ -35,6 +34,11 @@
 
 namespace ft {
 namespace {
+
+using testing_util::max_abs;
+using testing_util::max_abs_diff;
+using testing_util::round_to;
+using testing_util::same_bits;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
@@ -56,15 +60,6 @@ struct FlashCase {
 };
 
 void PrintTo(const FlashCase& c, std::ostream* os) { *os << c.name; }
-
-double round_to(DType dtype, double x) {
-  switch (dtype) {
-    case DType::bf16: return to_float(to_bf16(static_cast<float>(x)));
-    case DType::f16: return to_float(to_f16(static_cast<float>(x)));
-    case DType::f32: return static_cast<float>(x);
-  }
-  return x;
-}
 
 // Problem inputs in logical (B, H, N, D) order, already rounded to the case's dtype.
 struct Inputs {
@@ -258,10 +253,6 @@ DeviceTensor device_lse(const FlashCase& c, const Stream& stream) {
   return t;
 }
 
-bool same_bits(const std::vector<double>& a, const std::vector<double>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
-}
-
 // Whether two backward runs gave bit-identical dQ, and bit-identical dK, dV and dsinks.
 struct RunToRun {
   bool dq_identical = false, rest_identical = false;
@@ -325,25 +316,6 @@ Outputs run_flash(const FlashCase& c, const Inputs& in, RunToRun* repeat) {
   out.dv = std::move(runs[0].dv);
   out.dsinks = std::move(runs[0].dsinks);
   return out;
-}
-
-// max |a - b|; equal infinities count as 0, NaN or an unmatched infinity as +inf.
-double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
-  if (a.size() != b.size()) return kInf;
-  double worst = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (a[i] == b[i]) continue;
-    const double diff = std::abs(a[i] - b[i]);
-    worst = std::isnan(diff) ? kInf : std::max(worst, diff);
-  }
-  return worst;
-}
-
-double max_abs(const std::vector<double>& a) {
-  double m = 0;
-  for (double x : a)
-    if (std::isfinite(x)) m = std::max(m, std::abs(x));
-  return m;
 }
 
 // Element-wise |got - ref| <= atol + rtol |ref|; returns the number of violations (NaN counts).
