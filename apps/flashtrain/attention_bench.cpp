@@ -12,11 +12,11 @@
 #include "core/error.h"
 #include "core/tensor_io.h"
 #include "flashtrain/out_of_memory.h"
+#include "flashtrain/varlen_bench.h"
 
 namespace ft::cli {
 
 namespace {
-
 
 std::vector<std::int64_t> powers_of_two(std::int64_t from, std::int64_t to) {
   std::vector<std::int64_t> out;
@@ -73,14 +73,30 @@ AttentionBenchConfig preset_sweep(const std::string& name, Device device) {
     config.deterministic = {true, false};
     if (device.is_cuda()) config.kernels = {FlashKernels::auto_select, FlashKernels::sm80};
     config.ones_grad = true;
+  } else if (name == "varlen") {
+    // Packed documents beside the dense causal kernel on the same 131072 tokens (16 x 8192).
+    config.impls = {AttentionImpl::flash};
+    config.batch = {16};
+    config.heads = {32};
+    config.heads_kv = {8};
+    config.head_dims = {128};
+    config.seqlens = {8192};
+    config.dtypes = {DType::bf16};
+    config.causal = true;
+    config.document_lengths = {{256, 16384}};
   } else {
-    FT_THROW(invalid_argument, "unknown sweep '", name, "': expected memory, scaling or leaderboard");
+    FT_THROW(invalid_argument, "unknown sweep '", name, "': expected memory, scaling, leaderboard or varlen");
   }
   return config;
 }
 
 double attention_forward_flops(const AttentionBenchCase& c) {
-  const double flops = 4.0 * c.batch * c.heads * static_cast<double>(c.seqlen) * c.seqlen * c.head_dim;
+  double squares = static_cast<double>(c.batch) * static_cast<double>(c.seqlen) * c.seqlen;  // sum of n^2
+  if (!c.documents.empty()) {
+    squares = 0;
+    for (std::int32_t n : c.documents) squares += static_cast<double>(n) * n;
+  }
+  const double flops = 4.0 * c.heads * squares * c.head_dim;
   return c.causal ? flops / 2 : flops;
 }
 
@@ -88,17 +104,29 @@ std::vector<AttentionBenchCase> expand_cases(const AttentionBenchConfig& config)
   const bool cuda_flash_options = config.device.is_cuda();
   const std::vector<FlashKernels> one_kernels{FlashKernels::auto_select};
   const std::vector<bool> one_mode{true};
+  std::vector<std::int32_t> documents;
+  if (config.document_lengths)
+    documents = document_lengths(config.batch.front() * config.seqlens.front(), config.document_lengths->first,
+                                 config.document_lengths->second, config.seed);
   std::vector<AttentionBenchCase> cases;
   for (auto impl : config.impls) {
     const bool varies = cuda_flash_options && impl == AttentionImpl::flash;
     for (auto kernels : varies ? config.kernels : one_kernels)
       for (bool deterministic : varies ? config.deterministic : one_mode)
         for (auto dtype : config.dtypes)
-          for (auto d : config.head_dims)
+          for (auto d : config.head_dims) {
+            if (!documents.empty())
+              for (auto h : config.heads)
+                for (auto hkv : config.heads_kv) {
+                  const std::int64_t total = config.batch.front() * config.seqlens.front();
+                  cases.push_back({impl, 1, h, total, d, dtype, config.causal, deterministic, kernels, hkv, documents});
+                }
             for (auto n : config.seqlens)
               for (auto b : config.batch)
                 for (auto h : config.heads)
-                  cases.push_back({impl, b, h, n, d, dtype, config.causal, deterministic, kernels});
+                  for (auto hkv : config.heads_kv)
+                    cases.push_back({impl, b, h, n, d, dtype, config.causal, deterministic, kernels, hkv, {}});
+          }
   }
   return cases;
 }
@@ -106,55 +134,85 @@ std::vector<AttentionBenchCase> expand_cases(const AttentionBenchConfig& config)
 bool same_case(const AttentionBenchCase& a, const AttentionBenchCase& b) {
   return a.impl == b.impl && a.batch == b.batch && a.heads == b.heads && a.seqlen == b.seqlen &&
          a.head_dim == b.head_dim && a.dtype == b.dtype && a.causal == b.causal &&
-         a.deterministic == b.deterministic && a.kernels == b.kernels;
+         a.deterministic == b.deterministic && a.kernels == b.kernels && a.kv_heads() == b.kv_heads() &&
+         a.documents == b.documents;
+}
+
+void time_attention_passes(AttentionBenchRow& row, const std::function<void()>& forward,
+                           const std::function<void()>& backward, const AttentionBenchConfig& config) {
+  const Device device = config.device;
+  Allocator& allocator = Allocator::instance();
+  allocator.reset_peak(device);
+  forward();
+  row.mem_before_bwd_gib = static_cast<double>(allocator.stats(device).current_bytes) / kBytesPerGiB;
+  backward();
+
+  row.fwd_ms = median_ms(device, forward, config);
+  row.bwd_ms = median_ms(device, backward, config);
+  row.fwd_bwd_ms = median_ms(device, [&] {
+    forward();
+    backward();
+  }, config);
+  row.peak_gib = static_cast<double>(allocator.stats(device).peak_bytes) / kBytesPerGiB;
+
+  const double fwd = attention_forward_flops(row.c);
+  row.fwd_tflops = fwd / (row.fwd_ms * 1e9);
+  row.bwd_tflops = 2.5 * fwd / (row.bwd_ms * 1e9);
+  row.fwd_bwd_tflops = 3.5 * fwd / (row.fwd_bwd_ms * 1e9);
+}
+
+namespace {
+
+// A dense case: (B, H, N, D) q, (B, Hkv, N, D) k and v.
+void time_dense_case(AttentionBenchRow& row, const AttentionBenchConfig& config) {
+  const AttentionBenchCase& c = row.c;
+  const Device device = config.device;
+  const Shape shape{c.batch, c.heads, c.seqlen, c.head_dim}, kv_shape{c.batch, c.kv_heads(), c.seqlen, c.head_dim};
+  OwnedTensor q(shape, c.dtype, device, "bench.q"), k(kv_shape, c.dtype, device, "bench.k"),
+      v(kv_shape, c.dtype, device, "bench.v"), o(shape, c.dtype, device, "bench.o"),
+      d_o(shape, c.dtype, device, "bench.d_o"), dq(shape, c.dtype, device, "bench.dq"),
+      dk(kv_shape, c.dtype, device, "bench.dk"), dv(kv_shape, c.dtype, device, "bench.dv");
+  OwnedTensor lse({c.batch, c.heads, c.seqlen}, DType::f32, device, "bench.lse");
+  fill_bench_inputs(q, k, v, d_o, config);
+
+  const AttentionTensors t{.q = q, .k = k, .v = v, .sinks = {}, .o = o, .lse = lse};
+  const AttentionGrads g{.d_o = d_o, .dq = dq, .dk = dk, .dv = dv, .dsinks = {}};
+  const AttentionOptions options = bench_options(c);
+  if (device.is_cuda() && c.impl == AttentionImpl::flash) row.c.kernels = flash_kernels_for(t, options);
+  time_attention_passes(row, [&] { attention_forward(t, options); }, [&] { attention_backward(t, g, options); },
+                        config);
+}
+
+}  // namespace
+
+void fill_bench_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& d_o,
+                       const AttentionBenchConfig& config) {
+  fill_normal(q, config.seed + 1);
+  fill_normal(k, config.seed + 2);
+  fill_normal(v, config.seed + 3);
+  if (config.ones_grad)
+    fill_constant(d_o, 1.0);
+  else
+    fill_normal(d_o, config.seed + 4);
+}
+
+AttentionOptions bench_options(const AttentionBenchCase& c) {
+  AttentionOptions options;
+  options.causal = c.causal;
+  options.impl = c.impl;
+  options.deterministic = c.deterministic;
+  options.kernels = c.kernels;
+  return options;
 }
 
 AttentionBenchRow run_attention_bench_case(const AttentionBenchCase& c, const AttentionBenchConfig& config) {
   AttentionBenchRow row;
   row.c = c;
-  const Device device = config.device;
-  Allocator& allocator = Allocator::instance();
   try {
-    const Shape shape{c.batch, c.heads, c.seqlen, c.head_dim};
-    OwnedTensor q(shape, c.dtype, device, "bench.q"), k(shape, c.dtype, device, "bench.k"),
-        v(shape, c.dtype, device, "bench.v"), o(shape, c.dtype, device, "bench.o"),
-        d_o(shape, c.dtype, device, "bench.d_o"), dq(shape, c.dtype, device, "bench.dq"),
-        dk(shape, c.dtype, device, "bench.dk"), dv(shape, c.dtype, device, "bench.dv");
-    OwnedTensor lse({c.batch, c.heads, c.seqlen}, DType::f32, device, "bench.lse");
-    fill_normal(q, config.seed + 1);
-    fill_normal(k, config.seed + 2);
-    fill_normal(v, config.seed + 3);
-    if (config.ones_grad)
-      fill_constant(d_o, 1.0);
+    if (c.documents.empty())
+      time_dense_case(row, config);
     else
-      fill_normal(d_o, config.seed + 4);
-
-    const AttentionTensors t{.q = q, .k = k, .v = v, .sinks = {}, .o = o, .lse = lse};
-    const AttentionGrads g{.d_o = d_o, .dq = dq, .dk = dk, .dv = dv, .dsinks = {}};
-    AttentionOptions options;
-    options.causal = c.causal;
-    options.impl = c.impl;
-    options.deterministic = c.deterministic;
-    options.kernels = c.kernels;
-    if (device.is_cuda() && c.impl == AttentionImpl::flash) row.c.kernels = flash_kernels_for(t, options);
-
-    allocator.reset_peak(device);
-    attention_forward(t, options);
-    row.mem_before_bwd_gib = static_cast<double>(allocator.stats(device).current_bytes) / kBytesPerGiB;
-    attention_backward(t, g, options);
-
-    row.fwd_ms = median_ms(device, [&] { attention_forward(t, options); }, config);
-    row.bwd_ms = median_ms(device, [&] { attention_backward(t, g, options); }, config);
-    row.fwd_bwd_ms = median_ms(device, [&] {
-      attention_forward(t, options);
-      attention_backward(t, g, options);
-    }, config);
-    row.peak_gib = static_cast<double>(allocator.stats(device).peak_bytes) / kBytesPerGiB;
-
-    const double fwd = attention_forward_flops(c);
-    row.fwd_tflops = fwd / (row.fwd_ms * 1e9);
-    row.bwd_tflops = 2.5 * fwd / (row.bwd_ms * 1e9);
-    row.fwd_bwd_tflops = 3.5 * fwd / (row.fwd_bwd_ms * 1e9);
+      time_varlen_case(row, config);
   } catch (const std::exception& e) {
     if (!is_out_of_memory(e)) throw;
     const AttentionBenchCase ran = row.c;
@@ -167,16 +225,24 @@ AttentionBenchRow run_attention_bench_case(const AttentionBenchCase& c, const At
 }
 
 std::string format_attention_bench(const std::vector<AttentionBenchRow>& rows, bool csv) {
-  ReportTable table({"impl", "kernels", "deterministic", "dtype", "causal", "B", "H", "N", "D", "fwd_ms", "bwd_ms",
-                     "fwd_bwd_ms", "fwd_tflops", "bwd_tflops", "fwd_bwd_tflops", "mem_before_bwd_gib", "peak_gib"});
+  ReportTable table({"impl", "kernels", "deterministic", "dtype", "causal", "varlen", "B", "H", "Hkv", "N", "D",
+                     "fwd_ms", "bwd_ms", "fwd_bwd_ms", "fwd_tflops", "bwd_tflops", "fwd_bwd_tflops",
+                     "mem_before_bwd_gib", "peak_gib"});
   for (const auto& r : rows) {
-    std::vector<std::string> cells{name_of(r.c.impl),         kernels_cell(r.c),
+    const bool varlen = !r.c.documents.empty();
+    std::vector<std::string> cells{name_of(r.c.impl),
+                                   kernels_cell(r.c),
                                    r.c.deterministic ? "yes" : "no",
-                                   name_of(r.c.dtype),        r.c.causal ? "yes" : "no",
-                                   std::to_string(r.c.batch), std::to_string(r.c.heads),
-                                   std::to_string(r.c.seqlen), std::to_string(r.c.head_dim)};
+                                   name_of(r.c.dtype),
+                                   r.c.causal ? "yes" : "no",
+                                   varlen ? str(r.c.documents.size(), " docs") : "no",
+                                   std::to_string(r.c.batch),
+                                   std::to_string(r.c.heads),
+                                   std::to_string(r.c.kv_heads()),
+                                   std::to_string(r.c.seqlen),
+                                   std::to_string(r.c.head_dim)};
     if (r.oom) {
-      cells.resize(17, "OOM");
+      cells.resize(19, "OOM");
     } else {
       for (double x : {r.fwd_ms, r.bwd_ms, r.fwd_bwd_ms}) cells.push_back(fixed(x, 3));
       for (double x : {r.fwd_tflops, r.bwd_tflops, r.fwd_bwd_tflops}) cells.push_back(fixed(x, 1));
@@ -194,6 +260,8 @@ nlohmann::json attention_bench_document(const AttentionBenchConfig& config, cons
                        {"N", r.c.seqlen},           {"D", r.c.head_dim},    {"dtype", name_of(r.c.dtype)},
                        {"causal", r.c.causal},      {"deterministic", r.c.deterministic},
                        {"kernels", kernels_cell(r.c)}};
+    if (r.c.kv_heads() != r.c.heads) row["Hkv"] = r.c.kv_heads();
+    if (!r.c.documents.empty()) row.update(varlen_row_fields(r.c.documents));
     if (r.oom) {
       row["oom"] = true;
       row["error"] = r.oom_message;
@@ -216,7 +284,11 @@ nlohmann::json attention_bench_document(const AttentionBenchConfig& config, cons
                      {"flush_l2", config.timing.flush_l2},
                      {"grad", config.ones_grad ? "ones (d sum(O))" : "random normal"},
                      {"timing", "median of CUDA-event timed repeats after warm-up"},
-                     {"flops", "forward 4*B*H*N^2*D, halved when causal; backward 2.5x forward"}};
+                     {"flops", "forward 4*B*H*N^2*D (varlen: the sum over the documents of 4*H*n^2*D), halved when "
+                               "causal; backward 2.5x forward"}};
+  if (config.document_lengths)
+    cfg["document_lengths"] = {{"min", config.document_lengths->first}, {"max", config.document_lengths->second},
+                               {"distribution", "uniform"}, {"seed", config.seed}};
   const char* benchmark = config.sweep == "leaderboard" ? "attention-leaderboard" : "attention";
   return results_document(benchmark, config.device, std::move(cfg), std::move(out_rows));
 }

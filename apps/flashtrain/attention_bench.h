@@ -1,11 +1,15 @@
 // attention_bench.h — `flashtrain bench attention`: times attention forward, backward and
 // forward+backward for one case or a sweep of cases (the CS336 sweeps: naive vs flash memory and
-// latency, the causal scaling sweep, the leaderboard case), with TFLOP/s, memory and OOM cells.
+// latency, the causal scaling sweep, the leaderboard case; packed documents beside the dense kernel), with
+// TFLOP/s, memory and OOM cells.
 // No CLI11 here: cmd_bench_attention.cpp parses options into these structs.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -24,6 +28,12 @@ struct AttentionBenchCase {
   bool causal = true;
   bool deterministic = true;  // AttentionOptions::deterministic (the CUDA flash backward's dQ scheme)
   FlashKernels kernels = FlashKernels::auto_select;  // AttentionOptions::kernels (CUDA flash only)
+  std::int64_t heads_kv = 0;  // key/value heads (GQA); 0 = heads
+  // Varlen (packed documents, varlen_bench.h): the documents' lengths, packed into one sequence of seqlen =
+  // their sum (batch 1); empty = a dense case.
+  std::vector<std::int32_t> documents;
+
+  std::int64_t kv_heads() const { return heads_kv > 0 ? heads_kv : heads; }
 };
 
 struct AttentionBenchRow {
@@ -37,9 +47,13 @@ struct AttentionBenchRow {
 };
 
 struct AttentionBenchConfig {
-  std::string sweep = "custom";  // memory | scaling | leaderboard | custom
+  std::string sweep = "custom";  // memory | scaling | leaderboard | varlen | custom
   std::vector<AttentionImpl> impls{AttentionImpl::flash};
   std::vector<std::int64_t> batch{1}, heads{1}, seqlens{1024}, head_dims{64};
+  std::vector<std::int64_t> heads_kv{0};  // 0 = the case's heads
+  // Varlen sweep: packed documents of lengths uniform in [min, max] (seeded by seed), as many tokens as the
+  // first batch x seqlen, run before the dense cases; none = no varlen case.
+  std::optional<std::pair<std::int64_t, std::int64_t>> document_lengths;
   std::vector<DType> dtypes{DType::bf16};
   bool causal = true;
   std::vector<bool> deterministic{true};  // backward modes: true = fixed-order sums, false = atomic dQ
@@ -53,11 +67,13 @@ struct AttentionBenchConfig {
 
 // The preset sweeps: "memory" (naive vs flash, batch 8, one head, d 16..128 x N 256..16384, fp32,
 // non-causal), "scaling" (batch 1, causal, N 128..65536, d 16..128, bf16 and fp32, flash and naive),
-// "leaderboard" ((16, 16384, 64), bf16, causal, fwd+bwd of sum(O), flash, both backward modes). Throws for
-// other names.
+// "leaderboard" ((16, 16384, 64), bf16, causal, fwd+bwd of sum(O), flash, both backward modes), "varlen"
+// (131072 tokens of documents 256..16384 long, Hq 32, Hkv 8, D 128, bf16, causal, beside the dense kernel at
+// (16, 8192)). Throws for other names.
 AttentionBenchConfig preset_sweep(const std::string& name, Device device);
 
-// Forward FLOPs 4*B*H*N^2*D (halved when causal); backward = 2.5x forward.
+// Forward FLOPs 4*B*H*N^2*D (halved when causal), H the query heads; varlen: the sum over the documents of
+// 4*H*n^2*D (halved when causal), the FLOPs the documents need. Backward = 2.5x forward.
 double attention_forward_flops(const AttentionBenchCase& c);
 
 // Times one case; an out-of-memory failure gives a row with oom = true instead of throwing. The row's case
@@ -65,8 +81,21 @@ double attention_forward_flops(const AttentionBenchCase& c);
 AttentionBenchRow run_attention_bench_case(const AttentionBenchCase& c, const AttentionBenchConfig& config);
 
 // Every combination of the config's lists, in order impl, kernels, deterministic, dtype, head_dim, seqlen,
-// batch, heads; kernels and deterministic vary only for CUDA flash.
+// batch, heads, heads_kv; kernels and deterministic vary only for CUDA flash. With document_lengths, each
+// (impl, kernels, deterministic, dtype, head_dim, heads, heads_kv) first gets its varlen case.
 std::vector<AttentionBenchCase> expand_cases(const AttentionBenchConfig& config);
+
+// q, k, v <- seeded normal draws; d_o <- ones (config.ones_grad) or seeded normal draws.
+void fill_bench_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& d_o,
+                       const AttentionBenchConfig& config);
+
+// The attention options of a case (its variant, implementation, backward mode and kernels).
+AttentionOptions bench_options(const AttentionBenchCase& c);
+
+// Times one case's forward, backward and forward+backward into row (medians, TFLOP/s from the row's case,
+// memory before the backward and peak); forward runs once before backward is first timed.
+void time_attention_passes(AttentionBenchRow& row, const std::function<void()>& forward,
+                           const std::function<void()>& backward, const AttentionBenchConfig& config);
 
 // Whether two rows ran the same thing (so a sweep keeps only the first).
 bool same_case(const AttentionBenchCase& a, const AttentionBenchCase& b);

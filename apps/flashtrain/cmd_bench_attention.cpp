@@ -3,6 +3,7 @@
 //   flashtrain bench attention --sweep leaderboard --json bench/results/attention-leaderboard-h100.json
 //   flashtrain bench attention --sweep leaderboard --deterministic true,false
 //   flashtrain bench attention --sweep leaderboard --kernels sm80,sm90
+//   flashtrain bench attention --sweep varlen --json bench/results/attention-varlen-h100.json
 //   flashtrain bench attention --impl flash,naive --seqlen 1024,4096 --head-dim 64 --dtype bf16
 #include <algorithm>
 #include <iostream>
@@ -29,6 +30,12 @@ Sweeps (--sweep; the list options below then override the preset's lists):
                (dO = 1; --grad normal draws it instead), deterministic and atomic-dQ backward
                (--deterministic true,false), on a GPU both the automatically chosen kernels and the
                portable sm80 ones (--kernels auto,sm80)
+  varlen       packed documents: 131072 tokens in documents of lengths uniform in [256, 16384]
+               (SplitMix64 seeded by --seed; the last one cut to the total) through varlen attention
+               (one causal sequence per document), Hq=32, Hkv=8, D=128, bf16, then beside it the dense
+               causal kernel at B=16, N=8192 on the same tokens; TFLOP/s counted on the FLOPs the
+               documents need (the sum of 4*H*n^2*D/2); rows carry "varlen": true, the document count,
+               total tokens and max_seqlen
   custom       the lists given by the options (the default)
 
 Every row reports the median of timed repeats after warm-up: forward, backward (given O and L)
@@ -61,7 +68,7 @@ bool parse_bool(std::string_view text) {
 
 struct BenchAttentionOptions {
   std::string sweep = "custom";
-  std::string impls, batch, heads, seqlens, head_dims, dtypes, deterministic, kernels, grad;
+  std::string impls, batch, heads, heads_kv, seqlens, head_dims, dtypes, deterministic, kernels, grad, doc_lengths;
   std::optional<bool> causal;
   std::string device = "auto";
   int warmup = 3;
@@ -81,6 +88,13 @@ AttentionBenchConfig resolve(const BenchAttentionOptions& o) {
   if (!o.impls.empty()) config.impls = parse_list<AttentionImpl>("--impl", o.impls, parse_attention_impl);
   if (!o.batch.empty()) config.batch = parse_list<std::int64_t>("--batch", o.batch, parse_positive);
   if (!o.heads.empty()) config.heads = parse_list<std::int64_t>("--heads", o.heads, parse_positive);
+  if (!o.heads_kv.empty()) config.heads_kv = parse_list<std::int64_t>("--heads-kv", o.heads_kv, parse_positive);
+  if (!o.doc_lengths.empty()) {
+    const auto range = parse_list<std::int64_t>("--doc-lengths", o.doc_lengths, parse_positive);
+    FT_CHECK(range.size() == 2 && range[0] <= range[1], "--doc-lengths: expected MIN,MAX with MIN <= MAX, given '",
+             o.doc_lengths, "'");
+    config.document_lengths = {{range[0], range[1]}};
+  }
   if (!o.seqlens.empty()) config.seqlens = parse_list<std::int64_t>("--seqlen", o.seqlens, parse_positive);
   if (!o.head_dims.empty()) config.head_dims = parse_list<std::int64_t>("--head-dim", o.head_dims, parse_positive);
   if (!o.dtypes.empty()) config.dtypes = parse_list<DType>("--dtype", o.dtypes, parse_dtype);
@@ -103,7 +117,8 @@ int run_bench_attention(const BenchAttentionOptions& options) {
     AttentionBenchRow row = run_attention_bench_case(c, config);
     const bool repeated = std::any_of(rows.begin(), rows.end(), [&](const auto& r) { return same_case(r.c, row.c); });
     std::cerr << "  " << name_of(c.impl) << " " << name_of(row.c.kernels) << (row.c.deterministic ? "" : " (atomic dQ)")
-              << " " << name_of(c.dtype) << " B=" << c.batch << " H=" << c.heads << " N=" << c.seqlen
+              << " " << name_of(c.dtype) << (c.documents.empty() ? "" : str(" varlen ", c.documents.size(), " docs"))
+              << " B=" << c.batch << " H=" << c.heads << " Hkv=" << c.kv_heads() << " N=" << c.seqlen
               << " D=" << c.head_dim << (row.oom ? ": OOM" : repeated ? ": same as an earlier row, dropped" : ": done")
               << "\n";
     if (!repeated) rows.push_back(std::move(row));
@@ -124,11 +139,15 @@ void register_bench_attention(CLI::App& bench, Action& action) {
   command->option_defaults()->always_capture_default();
   auto options = std::make_shared<BenchAttentionOptions>();
   BenchAttentionOptions& o = *options;
-  command->add_option("--sweep", o.sweep, "Preset sweep: memory, scaling, leaderboard or custom")
-      ->check(CLI::IsMember({"memory", "scaling", "leaderboard", "custom"}));
+  command->add_option("--sweep", o.sweep, "Preset sweep: memory, scaling, leaderboard, varlen or custom")
+      ->check(CLI::IsMember({"memory", "scaling", "leaderboard", "varlen", "custom"}));
   command->add_option("--impl", o.impls, "Implementations, comma-separated: flash, naive (custom default: flash)");
   command->add_option("--batch", o.batch, "Batch sizes B, comma-separated (custom default: 1)");
   command->add_option("--heads", o.heads, "Heads H, comma-separated (custom default: 1)");
+  command->add_option("--heads-kv", o.heads_kv, "Key/value heads (GQA), comma-separated (custom default: = --heads)");
+  command->add_option("--doc-lengths", o.doc_lengths,
+                      "MIN,MAX: also time packed documents of lengths uniform in [MIN, MAX] (varlen attention) on "
+                      "as many tokens as the first --batch x --seqlen (varlen sweep default: 256,16384)");
   command->add_option("--seqlen", o.seqlens, "Sequence lengths N, comma-separated (custom default: 1024)");
   command->add_option("--head-dim", o.head_dims, "Head dims D, comma-separated (custom default: 64)");
   command->add_option("--dtype", o.dtypes, "Dtypes, comma-separated: fp32, fp16, bf16 (custom default: bf16)");
