@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <random>
 #include <vector>
 
@@ -110,9 +111,11 @@ TEST(PackedCuda, StepEqualsTheDocumentsSteps) {
     const TokenBatch batch = packed_batch(7, config().vocab_size);
     const Step packed = packed_step(model, batch);
     const Step documents = per_document_steps(model, batch);
-    const double tol = precision == Precision::bf16 ? 3e-2 : 2e-3;  // fp32 attention runs on TF32 tensor cores
-    EXPECT_NEAR(packed.loss, documents.loss, tol * documents.loss);
-    EXPECT_LE(max_abs_diff(packed.grads, documents.grads), tol * max_abs(documents.grads));
+    // The tolerances of test_model_cuda.cpp (fp32 flash attention runs on TF32 tensor cores).
+    const bool bf16 = precision == Precision::bf16;
+    const double loss_tol = bf16 ? 1e-2 : 1e-3, grad_tol = bf16 ? 5e-2 : 2e-2;
+    EXPECT_NEAR(packed.loss, documents.loss, loss_tol * documents.loss);
+    EXPECT_LE(max_abs_diff(packed.grads, documents.grads), grad_tol * max_abs(documents.grads));
   }
 }
 
@@ -122,8 +125,8 @@ TEST(PackedCuda, StepMatchesTheCpu) {
   TransformerLM cpu(config(), options_of(Device::cpu(), Precision::fp32));
   const TokenBatch batch = packed_batch(8, config().vocab_size);
   const Step got = packed_step(gpu, batch), want = packed_step(cpu, batch);
-  EXPECT_NEAR(got.loss, want.loss, 2e-3 * want.loss);
-  EXPECT_LE(max_abs_diff(got.grads, want.grads), 2e-3 * max_abs(want.grads));
+  EXPECT_NEAR(got.loss, want.loss, 1e-3 * want.loss);
+  EXPECT_LE(max_abs_diff(got.grads, want.grads), 2e-2 * max_abs(want.grads));
 }
 
 // Five steps, a new document layout each: graphed (warm-up, capture, replays) against eager, bit for bit.
