@@ -42,12 +42,12 @@ struct HostLengths {
   std::vector<std::int32_t> q, k;
 };
 
-// The values of cu on the host: the host mirror when given, else the entries themselves (host memory), else
+// The values of cu on the host: the entries themselves in host memory, else the host mirror when given, else
 // a copy from the device ordered on `stream` (which waits for it).
 std::vector<std::int32_t> host_values(const CumulativeLengths& cu, const Stream& stream) {
   const auto n = static_cast<std::size_t>(cu.count);
-  if (cu.host) return {cu.host, cu.host + n};
   if (cu.device.is_cpu()) return {cu.data, cu.data + n};
+  if (cu.host) return {cu.host, cu.host + n};
   std::vector<std::int32_t> values(n);
 #if FT_HAS_CUDA
   CudaDeviceGuard guard(cu.device.index);
