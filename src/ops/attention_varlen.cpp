@@ -9,7 +9,8 @@
 // queries would leave its first len_q - len_k queries seeing nothing, which in packed data means the two
 // cumulative-length arrays describe different documents; so where the right side is bounded (causal
 // included), every sequence must have len_k >= len_q, and a call that breaks this is invalid_argument.
-// Without a right bound any lengths are accepted; a sequence with no keys gives O = 0 and L = -inf.
+// Without a right bound any lengths are accepted; a sequence with no keys gives O = 0 and, as a dense row
+// that sees no key, L = -inf, or with sink logits L = the head's sink logit.
 #include "ops/attention_varlen.h"
 
 #include <limits>
@@ -196,9 +197,12 @@ void cpu_forward(const VarlenAttentionTensors& t, const VarlenAttentionShape& s,
   for (std::int64_t b = 0; b < s.batch; ++b) {
     const std::int64_t q0 = n.q[b], len_q = n.q[b + 1] - q0, len_k = n.k[b + 1] - n.k[b];
     if (len_q == 0) continue;
-    if (len_k == 0) {  // nothing to see: O = 0, L = -inf
+    if (len_k == 0) {  // nothing to see: O = 0; L = the sink logit (only the sink column), else -inf
       fill_constant(t.o.narrow(0, q0, len_q), 0.0);
-      fill_constant(t.lse.narrow(1, q0, len_q), -std::numeric_limits<double>::infinity());
+      for (std::int64_t h = 0; h < s.heads_q; ++h) {
+        const double sink = s.has_sinks ? t.sinks.data_as<const float>()[h] : -std::numeric_limits<double>::infinity();
+        fill_constant(t.lse.select(0, h).narrow(0, q0, len_q), sink);
+      }
       continue;
     }
     const AttentionTensors d = sequence_tensors(t, n, b);

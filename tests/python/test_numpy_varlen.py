@@ -64,6 +64,8 @@ def packed_reference(q, k, v, d_o, cu_q, cu_k, options):
     for b in range(len(cu_q) - 1):
         qs, ks = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
         if cu_q[b] == cu_q[b + 1] or cu_k[b] == cu_k[b + 1]:
+            if dsinks is not None:  # queries without keys: L is the sink logit (a blind row sees only the sink)
+                lse[:, qs] = np.asarray(options["sinks"], dtype=np.float64)[:, None]
             continue
         o_b, lse_b, p = ref.forward(dense(q[qs]), dense(k[ks]), dense(v[ks]), **opts)
         grads = ref.backward(dense(d_o[qs]), dense(q[qs]), dense(k[ks]), dense(v[ks]), o_b, lse_b, p,
@@ -120,6 +122,10 @@ def test_sequences_without_keys_give_zero_output():
     o, lse = attention_varlen(q, k, v, *lengths_args(cu_q, cu_k))
     blind = slice(cu_q[2], cu_q[3])  # sequence 2: one query, no keys
     assert np.all(o[blind] == 0) and np.all(np.isneginf(lse[:, blind]))
+    q, k, v, cu_q, cu_k, options = make_problem("sink_logits_free", np.float32)
+    o, lse = attention_varlen(q, k, v, *lengths_args(cu_q, cu_k), **options)
+    assert np.all(o[blind] == 0)
+    np.testing.assert_array_equal(lse[:, blind], np.repeat(options["sinks"][:, None], blind.stop - blind.start, 1))
 
 
 @pytest.mark.parametrize("cu_k, message", [
