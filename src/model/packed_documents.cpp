@@ -32,7 +32,8 @@ void layout_documents(const std::int32_t* inputs, std::int64_t batch, std::int64
     out.cu_seqlens[static_cast<std::size_t>(e)] = static_cast<std::int32_t>(total);
 }
 
-DocumentStaging::DocumentStaging(Device device, std::int64_t batch, std::int64_t context) : device_(device) {
+DocumentStaging::DocumentStaging(Device device, std::int64_t batch, std::int64_t context, bool fixed_capacity)
+    : device_(device), fixed_capacity_(fixed_capacity) {
   FT_CHECK(batch >= 1 && context >= 1, "packed documents: the batch must be at least (1, 1), given (", batch, ", ",
            context, ")");
   const std::int64_t total = batch * context;
@@ -57,6 +58,7 @@ const PackedDocuments& DocumentStaging::place(const TokenBatch& batch, std::int3
   FT_CHECK(batch.batch == layout_.batch && batch.context == layout_.context, "packed documents: staging holds (",
            layout_.batch, ", ", layout_.context, ") batches, given (", batch.batch, ", ", batch.context, ")");
   layout_documents(batch.inputs.data(), batch.batch, batch.context, eos_id, layout_);
+  if (!fixed_capacity_) view_.cu_seqlens.count = layout_.documents + 1;
   if (device_.is_cuda()) {
     upload_ids(cu_seqlens_, device_, layout_.cu_seqlens);
     upload_ids(positions_, device_, layout_.positions);

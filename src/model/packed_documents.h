@@ -15,7 +15,9 @@
 // sum of the documents' gradients (each weighted by its share of the tokens).
 // The layout has a fixed capacity: B*T + 1 cumulative lengths whatever the number of documents (at most B*T),
 // the unused entries repeating the total so that they describe empty documents, and max_seqlen = T. A CUDA
-// graph of the step therefore captures one shape; the values change in place between replays.
+// graph of the step therefore captures one shape; the values change in place between replays. Eager steps
+// pass the attention only the documents' entries (documents + 1), so that the kernels neither schedule nor
+// size scratch for the empty ones; the staging's fixed_capacity chooses.
 #pragma once
 
 #include <cstdint>
@@ -30,7 +32,9 @@ namespace ft {
 
 // The documents of a (B, T) batch where the model reads them (see Note [Packed documents]).
 struct PackedDocuments {
-  CumulativeLengths cu_seqlens;  // (B*T + 1) over the batch's tokens flattened row-major, with a host mirror
+  // (documents + 1), or (B*T + 1) at fixed capacity, over the batch's tokens flattened row-major, with a host
+  // mirror
+  CumulativeLengths cu_seqlens;
   std::int64_t max_seqlen = 0;   // T: bounds every document's length
   TokenIds positions;            // (B, T): each token's position in its document
 };
@@ -52,8 +56,9 @@ void layout_documents(const std::int32_t* inputs, std::int64_t batch, std::int64
 // copies in preallocated buffers (the host vectors stay as the lengths' host mirror).
 class DocumentStaging {
  public:
-  // Room for batches of exactly batch x context tokens.
-  DocumentStaging(Device device, std::int64_t batch, std::int64_t context);
+  // Room for batches of exactly batch x context tokens. fixed_capacity: the view always holds B*T + 1 lengths
+  // (a CUDA graph captures the count); else documents + 1 of the last batch.
+  DocumentStaging(Device device, std::int64_t batch, std::int64_t context, bool fixed_capacity);
 
   // Lays out batch's documents (its inputs split at eos_id) and puts them on the device; the view's addresses
   // are the same for every call, its values those of the last call.
@@ -63,6 +68,7 @@ class DocumentStaging {
 
  private:
   Device device_;
+  bool fixed_capacity_;
   DocumentLayout layout_;
   Buffer cu_seqlens_, positions_;  // CUDA: (B*T + 1) and (B, T) int32
   PackedDocuments view_;

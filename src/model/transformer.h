@@ -134,7 +134,8 @@ class TransformerLM {
 
   // Packed documents (see Note [Packed documents]): with documents, the following forward and backward calls
   // confine attention to each document and restart RoPE positions at each document's start; their batch must
-  // be the documents' (B, T), and the documents' values must stay as they are until the calls' work is done.
+  // be the documents' (B, T), and the documents' values must stay as they are until the calls' work is done
+  // (a CUDA graph of the calls reads the values at replay, and the count as captured).
   // Not owned; null returns to whole-row causal attention.
   void set_documents(const PackedDocuments* documents) { documents_ = documents; }
   const PackedDocuments* documents() const { return documents_; }

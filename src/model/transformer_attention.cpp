@@ -39,8 +39,9 @@ void TransformerLM::check_documents(const Batch& b) const {
   const Shape shape{b.B, b.T};
   FT_CHECK(documents_->positions.shape == shape, "TransformerLM: the packed documents describe a ",
            shape_string(documents_->positions.shape), " batch, given a ", shape_string(shape), " one");
-  FT_CHECK(documents_->cu_seqlens.count == b.B * b.T + 1, "TransformerLM: packed documents need B*T + 1 = ",
-           b.B * b.T + 1, " cumulative lengths, given ", documents_->cu_seqlens.count);
+  FT_CHECK(documents_->cu_seqlens.count >= 2 && documents_->cu_seqlens.count <= b.B * b.T + 1,
+           "TransformerLM: packed documents need 2 to B*T + 1 = ", b.B * b.T + 1, " cumulative lengths, given ",
+           documents_->cu_seqlens.count);
   FT_CHECK(documents_->positions.device == options_.device && documents_->cu_seqlens.device == options_.device,
            "TransformerLM: packed documents must be on the model's device ", options_.device.to_string());
 }

@@ -144,7 +144,7 @@ class TrainingRun {
       val_start_ = val_data_->state();
     }
     if (plan.eos_id) {  // --pack-documents: every batch's documents, at fixed addresses the model reads
-      documents_.emplace(plan.device, plan.batch, plan.model.context_length);
+      documents_.emplace(plan.device, plan.batch, plan.model.context_length, /*fixed_capacity=*/plan.cuda_graph);
       model_.set_documents(&documents_->documents());
     }
   }

@@ -50,22 +50,26 @@ TEST(DocumentLayout, SplitsRowsAfterEachEndOfDocumentToken) {
 }
 
 TEST(DocumentStaging, KeepsItsAddressesAndRefusesOtherShapes) {
-  DocumentStaging staging(Device::cpu(), 2, 4);
-  TokenBatch batch{2, 4, {3, 1, 3, 1, 1, 1, 1, 3}, std::vector<std::int32_t>(8, 0)};
-  const PackedDocuments& first = staging.place(batch, kEos);
-  const std::int32_t* cu = first.cu_seqlens.data;
-  EXPECT_EQ(first.cu_seqlens.count, 9);
-  EXPECT_EQ(first.cu_seqlens.host, first.cu_seqlens.data);  // on the CPU the mirror is the data itself
-  EXPECT_EQ(first.max_seqlen, 4);
-  EXPECT_EQ(first.positions.shape, (Shape{2, 4}));
-  EXPECT_EQ(std::vector<std::int32_t>(cu, cu + 9), (std::vector<std::int32_t>{0, 1, 3, 4, 8, 8, 8, 8, 8}));
-  batch.inputs = {1, 1, 1, 1, 1, 1, 1, 1};
-  const PackedDocuments& second = staging.place(batch, kEos);
-  EXPECT_EQ(second.cu_seqlens.data, cu);
-  EXPECT_EQ(std::vector<std::int32_t>(cu, cu + 9), (std::vector<std::int32_t>{0, 4, 8, 8, 8, 8, 8, 8, 8}));
-  const TokenBatch wide{2, 5, std::vector<std::int32_t>(10, 1), std::vector<std::int32_t>(10, 0)};
-  const Error e = error_of([&] { staging.place(wide, kEos); });
-  EXPECT_NE(std::string(e.what()).find("staging holds (2, 4) batches, given (2, 5)"), std::string::npos) << e.what();
+  for (bool fixed : {true, false}) {
+    SCOPED_TRACE(fixed ? "fixed capacity" : "the documents' entries");
+    DocumentStaging staging(Device::cpu(), 2, 4, fixed);
+    TokenBatch batch{2, 4, {3, 1, 3, 1, 1, 1, 1, 3}, std::vector<std::int32_t>(8, 0)};
+    const PackedDocuments& first = staging.place(batch, kEos);
+    const std::int32_t* cu = first.cu_seqlens.data;
+    EXPECT_EQ(first.cu_seqlens.count, fixed ? 9 : 5);  // four documents
+    EXPECT_EQ(first.cu_seqlens.host, first.cu_seqlens.data);  // on the CPU the mirror is the data itself
+    EXPECT_EQ(first.max_seqlen, 4);
+    EXPECT_EQ(first.positions.shape, (Shape{2, 4}));
+    EXPECT_EQ(std::vector<std::int32_t>(cu, cu + 9), (std::vector<std::int32_t>{0, 1, 3, 4, 8, 8, 8, 8, 8}));
+    batch.inputs = {1, 1, 1, 1, 1, 1, 1, 1};
+    const PackedDocuments& second = staging.place(batch, kEos);
+    EXPECT_EQ(second.cu_seqlens.data, cu);
+    EXPECT_EQ(second.cu_seqlens.count, fixed ? 9 : 3);  // two documents
+    EXPECT_EQ(std::vector<std::int32_t>(cu, cu + 9), (std::vector<std::int32_t>{0, 4, 8, 8, 8, 8, 8, 8, 8}));
+    const TokenBatch wide{2, 5, std::vector<std::int32_t>(10, 1), std::vector<std::int32_t>(10, 0)};
+    const Error e = error_of([&] { staging.place(wide, kEos); });
+    EXPECT_NE(std::string(e.what()).find("staging holds (2, 4) batches, given (2, 5)"), std::string::npos) << e.what();
+  }
 }
 
 // A batch whose rows hold several documents: random ids (none of them kEos) with end-of-document tokens
@@ -176,6 +180,20 @@ TEST(PackedStep, RecomputationGivesTheSameStepBitForBit) {
     EXPECT_EQ(got.loss, want.loss);
     EXPECT_EQ(got.grads, want.grads);
   }
+}
+
+// Only the documents' entries (an eager step's staging) or the whole capacity (a graph's): the same step.
+TEST(PackedStep, TheDocumentsEntriesGiveTheCapacitysStepBitForBit) {
+  const test::TokenBatch batch = packed_batch();
+  TransformerLM model(kTiny, test::tiny_options(Precision::fp32, AttentionImpl::flash, 3, 16));
+  const StepResult capacity = packed_step(model, batch);
+  DocumentStaging staging(Device::cpu(), batch.B, batch.T, /*fixed_capacity=*/false);
+  const TokenBatch host{batch.B, batch.T, batch.inputs, batch.targets};
+  model.set_documents(&staging.place(host, kEos));
+  ASSERT_LT(staging.documents().cu_seqlens.count, batch.B * batch.T + 1);
+  EXPECT_EQ(model.forward_backward(batch.input_ids(), batch.target_ids()), capacity.loss);
+  model.set_documents(nullptr);
+  EXPECT_EQ(read_as_double(model.gradients().flat()), capacity.grads);
 }
 
 TEST(PackedStep, ABatchOtherThanTheDocumentsIsRefused) {

@@ -3,7 +3,7 @@
 //     its share of the tokens), fp32 and bf16;
 //   * the packed step on the GPU matches the packed step on the CPU (the CPU tiled varlen attention);
 //   * GraphedTrainStep with packed documents whose layout changes every step (fixed capacity, values in
-//     place) gives the eager steps' losses and final parameters bit for bit.
+//     place) gives the eager steps' (the documents' entries only) losses and final parameters bit for bit.
 // Needs the CUDA varlen kernels; skips without a device.
 // Run: ./build/bin/gpu_test_model_packed_cuda
 #include <gtest/gtest.h>
@@ -66,7 +66,7 @@ struct Step {
 
 Step packed_step(TransformerLM& model, const TokenBatch& batch) {
   TokenStaging tokens(model.options().device, kB, kT);
-  DocumentStaging docs(model.options().device, kB, kT);
+  DocumentStaging docs(model.options().device, kB, kT, /*fixed_capacity=*/false);
   const auto [inputs, targets] = tokens.place(batch);
   model.set_documents(&docs.place(batch, kEos));
   Step s;
@@ -140,7 +140,7 @@ TEST(PackedCuda, GraphedStepsEqualEagerSteps) {
     TransformerLM model(config(), options_of(kGpu, Precision::bf16, stream));
     Trainer trainer(model, trainer_config);
     TokenStaging tokens(kGpu, kB, kT);
-    DocumentStaging docs(kGpu, kB, kT);
+    DocumentStaging docs(kGpu, kB, kT, /*fixed_capacity=*/graphed == 1);  // a graph captures the count
     model.set_documents(&docs.documents());
     std::optional<GraphedTrainStep> graph;
     if (graphed) graph.emplace(trainer);
