@@ -526,7 +526,8 @@ std::vector<FlashCase> variant_and_head_dim_cases() {
 }
 
 // The variant and head-dim cases on the portable sm80 kernels: with the default (auto) choice a Hopper GPU
-// runs the sm90 kernels for bf16/fp16 at d = 64 and 128, so these keep the sm80 ones tested there too.
+// runs the sm90 kernels for bf16/fp16 at d = 64, 80, 96, 128 and 256 (the backward: all but 256), so these
+// keep the sm80 ones tested there too.
 std::vector<FlashCase> sm80_cases() {
   std::vector<FlashCase> cases = variant_and_head_dim_cases();
   for (FlashCase& c : cases) {
@@ -577,7 +578,7 @@ TEST(FlashAttention, AutoPicksHopperKernelsWhereTheyRun) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   const bool hopper = hopper_gpu();
   const FlashKernels expected = hopper ? FlashKernels::sm90 : FlashKernels::sm80;
-  for (std::int64_t d : {64, 128}) {
+  for (std::int64_t d : {64, 80, 96, 128, 256}) {
     ChoiceCase bf16({.name = "bf16", .dtype = DType::bf16, .heads_q = 2, .heads_kv = 2, .len_q = 64, .len_k = 64,
                      .head_dim = d});
     EXPECT_EQ(flash_kernels_for(bf16.tensors(), options_of(bf16.c, AttentionImpl::flash)), expected) << "d=" << d;
@@ -603,6 +604,23 @@ TEST(FlashAttention, Sm90KernelsRefuseWhatTheyCannotRun) {
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::unsupported);
     EXPECT_NE(e.message().find(hopper_gpu() ? "fp32" : "compute capability 9.0"), std::string::npos) << e.message();
+  }
+  if (!hopper_gpu()) return;
+  // d=256: the forward runs on the Hopper kernels, a backward forced onto them is refused naming their head dims.
+  ChoiceCase d256({.name = "d256", .dtype = DType::bf16, .heads_q = 2, .heads_kv = 2, .len_q = 64, .len_k = 64,
+                   .head_dim = 256, .kernels = FlashKernels::sm90});
+  const AttentionOptions options = options_of(d256.c, AttentionImpl::flash);
+  attention_forward(d256.tensors(), options);
+  DeviceTensor d_o = device_tensor(1, 2, 64, 256, d256.c, d256.stream, "test.d_o");
+  DeviceTensor dq = device_tensor(1, 2, 64, 256, d256.c, d256.stream, "test.dq");
+  DeviceTensor dk = device_tensor(1, 2, 64, 256, d256.c, d256.stream, "test.dk");
+  DeviceTensor dv = device_tensor(1, 2, 64, 256, d256.c, d256.stream, "test.dv");
+  try {
+    attention_backward(d256.tensors(), {.d_o = d_o.view, .dq = dq.view, .dk = dk.view, .dv = dv.view}, options);
+    FAIL() << "kernels sm90 accepted a d=256 backward";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::unsupported);
+    EXPECT_NE(e.message().find("64, 80, 96, 128 (backward)"), std::string::npos) << e.message();
   }
 }
 
@@ -658,7 +676,7 @@ struct ForcedFlashHook {
 // and across a GQA group) give the same outputs bit for bit — dQ too in the deterministic mode.
 TEST(FlashAttention, HopperHeadSectionsGiveTheSameOutputs) {
   if (!cuda_available() || !hopper_gpu()) GTEST_SKIP() << "needs a Hopper GPU";
-  for (std::int64_t d : {64, 128})
+  for (std::int64_t d : {64, 96, 128, 256})
     for (bool deterministic : {true, false}) {
       const FlashCase c{.name = "sections", .batch = 3, .heads_q = 4, .heads_kv = 2, .len_q = 300, .len_k = 300,
                         .head_dim = d, .causal = true, .sinks = true, .deterministic = deterministic};
@@ -697,7 +715,7 @@ TEST(FlashAttention, HopperPersistentForwardGivesTheSameOutputs) {
       {.name = "window_bnhd_q777_k600", .batch = 2, .heads_q = 2, .heads_kv = 2, .len_q = 777, .len_k = 600,
        .window_left = 200, .window_right = 30, .layout = Layout::bnhd},
   };
-  for (std::int64_t d : {64, 128})
+  for (std::int64_t d : {64, 80, 96, 128, 256})
     for (FlashCase c : cases) {
       c.head_dim = d;
       SCOPED_TRACE(str(c.name, " d ", d));
@@ -723,7 +741,7 @@ TEST(FlashAttention, HopperPersistentForwardGivesTheSameOutputs) {
 // largest magnitude), O and dsinks bit for bit, and the same bits from run to run.
 TEST(FlashAttention, HopperAscendingHeadsGiveTheSameGradients) {
   if (!cuda_available() || !hopper_gpu()) GTEST_SKIP() << "needs a Hopper GPU";
-  for (std::int64_t d : {64, 128}) {
+  for (std::int64_t d : {64, 96, 128}) {
     const FlashCase c{.name = "ascending", .batch = 2, .heads_q = 4, .heads_kv = 2, .len_q = 300, .len_k = 170,
                       .head_dim = d, .causal = true, .sinks = true};
     SCOPED_TRACE(str("d ", d));

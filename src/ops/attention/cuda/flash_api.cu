@@ -115,15 +115,18 @@ FlashKernels choose_kernels(const AttentionTensors& t, const AttentionGrads* g, 
                             bool aligned16, FlashKernels kernels) {
   if (kernels == FlashKernels::sm80) return FlashKernels::sm80;
   const bool layout = aligned16 && operands_forward_strides(t, g);
-  const bool fits =
-      t.q.dtype() != DType::f32 && flash::has_sm90_kernels(2, static_cast<int>(s.head_dim)) && layout;
+  const int d = static_cast<int>(s.head_dim);
+  const bool head_dim = g ? flash::has_sm90_backward(2, d) : flash::has_sm90_forward(2, d);
+  const bool fits = t.q.dtype() != DType::f32 && head_dim && layout;
   const bool device = sm90_device(t.q.device().index);
   if (kernels == FlashKernels::sm90) {
     FT_CHECK_KIND(unsupported, device, "flash attention: kernels sm90 need a compute capability 9.0 GPU (H100, H200) ",
                   "and a build for sm_90a (CMAKE_CUDA_ARCHITECTURES with 90a); given ", describe_device(t.q.device()));
-    FT_CHECK_KIND(unsupported, fits, "flash attention: kernels sm90 run bf16 or fp16 at head dims 64 and 128 with ",
-                  "16-byte aligned base pointers and positive 16-byte-multiple strides; given ", name_of(t.q.dtype()),
-                  " at head dim ", s.head_dim, layout ? "" : " with unaligned or broadcast operands");
+    FT_CHECK_KIND(unsupported, fits, "flash attention: kernels sm90 run bf16 or fp16 at head dims ",
+                  g ? flash::kSm90BackwardHeadDims : flash::kSm90ForwardHeadDims, g ? " (backward)" : " (forward)",
+                  " with 16-byte aligned base pointers and positive 16-byte-multiple strides; given ",
+                  name_of(t.q.dtype()), " at head dim ", s.head_dim,
+                  layout ? "" : " with unaligned or broadcast operands");
   }
   return fits && device ? FlashKernels::sm90 : FlashKernels::sm80;
 }

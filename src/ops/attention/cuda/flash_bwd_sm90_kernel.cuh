@@ -1,5 +1,6 @@
 // flash_bwd_sm90_kernel.cuh — internal (CUDA builds only): the Hopper (sm_90a) backward kernel, 16-bit
-// inputs, head dims 64 and 128. It follows the sm80 scheme of flash_bwd_sm80_kernel.cuh, whose pre-pass (D_i,
+// inputs, head dims 64, 80, 96 and 128 (80 and 96 over zero-padded columns: See Note [Padded head dims] in
+// flash_traits.h). It follows the sm80 scheme of flash_bwd_sm80_kernel.cuh, whose pre-pass (D_i,
 // L_i log2(e), sink partials, dq_accum zeroed) and sink-gradient sum it shares, and fuses dQ into the dK/dV
 // kernel as FA2's atomic mode does (flash_bwd_atomic.cuh):
 //   one block per (batch x kv head, key tile), each warpgroup owning 64 keys; it loops over the query
@@ -47,25 +48,28 @@ struct BwdKvTraits {
   static constexpr int kThreads = 128 + kConsumerThreads;  // producer warpgroup first
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = consumer_registers(kThreads, kProducerRegs);
-  // The dQ tile (kBlockM, D) is one piece of 64 queries x 64 columns per warpgroup, staged as
+  // Columns of the shared tiles and of the dK, dV and dQ accumulators: See Note [Padded head dims]
+  // (flash_traits.h).
+  static constexpr int kDs = sm90_smem_dim(D);
+  // The dQ tile (kBlockM, kDs) is one piece of 64 queries x 64 columns per warpgroup, staged as
   // kPanel / kDqBoxCols fp32 boxes (128-byte swizzled, as dq_accum's TMA map says).
   static constexpr int kDqBoxFloats = kDqBoxRows * kDqBoxCols, kDqBoxesPerPiece = kPanel / kDqBoxCols;
-  // sK, sV (kBlockN, D) | sQ, sdO (kStages, kBlockM, D) | sdS (2, kBlockN, kBlockM) for alternate steps,
+  // sK, sV (kBlockN, kDs) | sQ, sdO (kStages, kBlockM, kDs) | sdS (2, kBlockN, kBlockM) for alternate steps,
   // all swizzled, then sdQ (kConsumers, kDqBoxesPerPiece boxes) fp32 | sL, sD (kStages, kBlockM) fp32 |
   // mbarriers: K and V landed, each step's tiles landed, each slot free. dK and dV are staged as padded
   // (kBlockN, kLd) tiles over the 16-bit part after the loop.
   static constexpr int kDsElems = 2 * kBlockN * kBlockM;  // sdS
   static constexpr int kTileBytes =
-      ((2 * kBlockN + 2 * kStages * kBlockM) * D + kDsElems) * static_cast<int>(sizeof(T));
+      ((2 * kBlockN + 2 * kStages * kBlockM) * kDs + kDsElems) * static_cast<int>(sizeof(T));
   static constexpr int kDqStageFloats = kConsumers * kDqBoxesPerPiece * kDqBoxFloats;  // sdQ
-  static constexpr int kStepBytes = 2 * kBlockM * (D * static_cast<int>(sizeof(T)) + static_cast<int>(sizeof(float)));
+  static constexpr int kStepBytes = 2 * kBlockM * (kDs * static_cast<int>(sizeof(T)) + static_cast<int>(sizeof(float)));
   static constexpr int kBarriers = 1 + 2 * kStages;
   static constexpr int kFloatBytes = (kDqStageFloats + 2 * kStages * kBlockM) * static_cast<int>(sizeof(float));
   static constexpr int kSmemBytes = kTileBytes + kFloatBytes + kBarriers * 8 + kSmemSlack;
-  static_assert(D % kPanel == 0 && kBlockM % 64 == 0 && kQueryPad % kBlockM == 0 && kStages >= 2,
+  static_assert(D % 16 == 0 && kBlockM % 64 == 0 && kQueryPad % kBlockM == 0 && kStages >= 2,
                 "bad sm90 dK/dV tiles");
   static_assert(kTileBytes % kGroupBytes == 0, "sdQ must start 1024-byte aligned");
-  static_assert(kConsumers == 2 && kBlockM / 64 * (D / kPanel) == kConsumers,
+  static_assert(kConsumers == 2 && kBlockM / 64 * (kDs / kPanel) == kConsumers,
                 "dQ: one 64 x 64 piece of the dQ tile per warpgroup, two warpgroups");
   static_assert(kSmemBytes <= 227 * 1024, "sm90 dK/dV kernel: shared memory over the 227 KB of a block");
   static_assert(2 * kBlockN * kLd<T, D> * static_cast<int>(sizeof(T)) <= kTileBytes, "dK/dV staging does not fit");
@@ -107,16 +111,17 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
 #if FT_SM90_DEVICE
   using Tr = BwdKvTraits<T, D>;
   constexpr int BN = Tr::kBlockN, BM = Tr::kBlockM, kStages = Tr::kStages, kConsumerThreads = Tr::kConsumerThreads;
-  constexpr int kNtS = BM / 8;  // transposed score tiles (columns = queries)
-  constexpr int kNtD = D / 8;   // dK/dV tiles
+  constexpr int DS = Tr::kDs;
+  constexpr int kNtS = BM / 8;   // transposed score tiles (columns = queries)
+  constexpr int kNtD = DS / 8;   // dK/dV tiles
   const FlashShape& s = p.shape;
 
   extern __shared__ unsigned char smem_raw[];
-  T* sK = aligned_smem<T>(smem_raw);  // (BN, D) swizzled
-  T* sV = sK + BN * D;                // (BN, D) swizzled
-  T* sQ = sV + BN * D;                // (kStages, BM, D) swizzled
-  T* sdO = sQ + kStages * BM * D;     // (kStages, BM, D) swizzled
-  T* sdS = sdO + kStages * BM * D;    // (2, BN, BM) swizzled dS^T, alternate steps
+  T* sK = aligned_smem<T>(smem_raw);  // (BN, DS) swizzled
+  T* sV = sK + BN * DS;               // (BN, DS) swizzled
+  T* sQ = sV + BN * DS;               // (kStages, BM, DS) swizzled
+  T* sdO = sQ + kStages * BM * DS;    // (kStages, BM, DS) swizzled
+  T* sdS = sdO + kStages * BM * DS;   // (2, BN, BM) swizzled dS^T, alternate steps
   float* sdQ = reinterpret_cast<float*>(sdS + Tr::kDsElems);  // (kConsumers, 2 boxes) fp32
   float* sL = sdQ + Tr::kDqStageFloats;                        // (kStages, BM) L * log2(e)
   float* sD = sL + kStages * BM;                                 // (kStages, BM) D
@@ -150,7 +155,7 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
   };
   // Warpgroup w stages its piece of a step's dQ tile (queries 64 (w / kColPanels).., columns kPanel
   // (w % kColPanels).., over all BN keys) in its sdQ boxes; one thread adds them into dq_accum.
-  constexpr int kColPanels = D / kPanel;
+  constexpr int kColPanels = DS / kPanel;
   // Named barriers of warpgroup w's pieces: staged and, with ordered additions, read by the writer; those
   // keep one pair per step parity, each between warpgroup w and that parity's writer.
   auto full_barrier = [](int w, int parity) { return 6 + 2 * w + parity; };
@@ -162,7 +167,9 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
     const int row = step_row0(it) + 64 * (w / kColPanels), h = step_head(it);
 #pragma unroll
     for (int i = 0; i < Tr::kDqBoxesPerPiece; ++i) {
-      const TmaCoords at = tma_coords(maps.dq_accum, (w % kColPanels) * kPanel + i * kDqBoxCols, row, h, b);
+      const int col = (w % kColPanels) * kPanel + i * kDqBoxCols;
+      if (D % kPanel != 0 && col >= D) continue;  // a box of padded columns only
+      const TmaCoords at = tma_coords(maps.dq_accum, col, row, h, b);
       if (first)
         tma_store(maps.dq_accum, at, piece_boxes(w) + i * Tr::kDqBoxFloats);
       else
@@ -213,9 +220,9 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
     tma_prefetch_map(maps.q);
     tma_prefetch_map(maps.d_o);
     tma_prefetch_map(maps.dq_accum);
-    mbar_arrive_expect_tx(kv_full, 2 * BN * D * sizeof(T));
-    tma_load_tile<T, BN, D>(sK, maps.k, n0, hk, b, kv_full);
-    tma_load_tile<T, BN, D>(sV, maps.v, n0, hk, b, kv_full);
+    mbar_arrive_expect_tx(kv_full, 2 * BN * DS * sizeof(T));
+    tma_load_tile<T, BN, DS>(sK, maps.k, n0, hk, b, kv_full);
+    tma_load_tile<T, BN, DS>(sV, maps.v, n0, hk, b, kv_full);
     RingPosition<kStages> pos;
     for (int it = 0; it < n_iters; ++it, pos.advance()) {
       const int h = step_head(it), m0 = step_row0(it);
@@ -223,8 +230,8 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
       std::uint64_t* full = &step_full[pos.slot];
       mbar_wait(&slot_free[pos.slot], pos.phase ^ 1);
       mbar_arrive_expect_tx(full, Tr::kStepBytes);
-      tma_load_tile<T, BM, D>(sQ + pos.slot * BM * D, maps.q, m0, h, b, full);
-      tma_load_tile<T, BM, D>(sdO + pos.slot * BM * D, maps.d_o, m0, h, b, full);
+      tma_load_tile<T, BM, DS>(sQ + pos.slot * BM * DS, maps.q, m0, h, b, full);
+      tma_load_tile<T, BM, DS>(sdO + pos.slot * BM * DS, maps.d_o, m0, h, b, full);
       bulk_load(sL + pos.slot * BM, p.lse_log2 + row, BM * sizeof(float), full);
       bulk_load(sD + pos.slot * BM, p.dsum + row, BM * sizeof(float), full);
     }
@@ -285,14 +292,14 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
   RingPosition<kStages> pos;
   for (int it = 0; it < n_iters; ++it, pos.advance()) {
     const int slot = pos.slot;
-    const T* sQt = sQ + slot * BM * D;
-    const T* sdOt = sdO + slot * BM * D;
+    const T* sQt = sQ + slot * BM * DS;
+    const T* sdOt = sdO + slot * BM * DS;
     const int m0 = step_row0(it);
     mbar_wait(&step_full[slot], pos.phase);
 
     float acc_s[kNtS][4], acc_dp[kNtS][4];  // S^T = K Q^T, dP^T = V dO^T (the first k step overwrites)
     wgmma_fence();
-    gemm_ss_kmajor<T, BM, D>(acc_s, sK, BN, wg_row, sQt);
+    gemm_ss_kmajor<T, BM, D>(acc_s, sK, BN, wg_row, sQt);  // over D of the DS columns
     wgmma_commit();
     gemm_ss_kmajor<T, BM, D>(acc_dp, sV, BN, wg_row, sdOt);
     wgmma_commit();
@@ -311,7 +318,7 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
 #pragma unroll
     for (int kk = 0; kk < BM / 16; ++kk) a_from_acc<T>(pa[kk], acc_s, kk);
     wgmma_fence();
-    gemm_rs_nmajor<T, D, BM>(acc_dv, pa, sdOt);  // dV += P^T dO
+    gemm_rs_nmajor<T, DS, BM>(acc_dv, pa, sdOt);  // dV += P^T dO
     wgmma_commit();
 #pragma unroll
     for (int kk = 0; kk < BM / 16; ++kk) a_from_acc<T>(dsa[kk], acc_dp, kk);
@@ -320,7 +327,7 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
     if (it > 0) named_barrier_sync(ready_barrier(1 - wg, it - 1), kConsumerThreads);
     wgmma_fence();
     issue_dq(it + 1, acc_dq);  // buffer (it + 1) % 2 = (it - 1) % 2
-    gemm_rs_nmajor<T, D, BM>(acc_dk, dsa, sQt);  // dK += dS^T Q
+    gemm_rs_nmajor<T, DS, BM>(acc_dk, dsa, sQt);  // dK += dS^T Q
     wgmma_commit();
     wgmma_wait<1>();  // dQ: this warpgroup is done with buffer (it + 1) % 2
     fence_accumulators(acc_dv);
@@ -349,8 +356,10 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
   named_barrier_sync(1, kConsumerThreads);  // every product is done with sK, sV, sQ and sdO
   T* sdK = sK;                     // (BN, kLd) padded staging
   T* sdV = sdK + BN * kLd<T, D>;   // (BN, kLd)
-  store_acc<T, kNtD>(sdK, kLd<T, D>, warp_row, 0, acc_dk, s.scale, s.scale, lane);
-  store_acc<T, kNtD>(sdV, kLd<T, D>, warp_row, 0, acc_dv, 1.f, 1.f, lane);
+  // The first D columns of the accumulators (the others are padding: See Note [Padded head dims]).
+  using StoredCols = const float(&)[D / 8][4];
+  store_acc<T, D / 8>(sdK, kLd<T, D>, warp_row, 0, reinterpret_cast<StoredCols>(acc_dk), s.scale, s.scale, lane);
+  store_acc<T, D / 8>(sdV, kLd<T, D>, warp_row, 0, reinterpret_cast<StoredCols>(acc_dv), 1.f, 1.f, lane);
   named_barrier_sync(1, kConsumerThreads);
   T* dk = p.dk.at<T>(b, hk, n0);
   T* dv = p.dv.at<T>(b, hk, n0);

@@ -1,5 +1,6 @@
 // flash_fwd_sm90_kernel.cuh — internal (CUDA builds only): the Hopper (sm_90a) FlashAttention forward kernel,
-// 16-bit inputs, head dims 64 and 128, warp-specialised and persistent. One block per SM takes query tiles (a
+// 16-bit inputs, head dims 64, 80, 96, 128 and 256 (80 and 96 over zero-padded columns: See Note [Padded head
+// dims] in flash_traits.h), warp-specialised and persistent. One block per SM takes query tiles (a
 // batch x query head's kBlockM rows) one after another: the first its own index, then the next from a counter
 // in global memory, in the order of FwdTileOrder (launch sections of heads, longest causal tiles first; see
 // Note [Persistent forward tiles] in flash_sm90_scheduler.cuh). Warpgroup 0 is the producer — one thread claims
@@ -75,7 +76,7 @@ struct FwdTmaMaps {
 
 template <class T, int D>
 struct FwdTraits {
-  static constexpr Sm90FwdTiles kTiles = flash_sm90_tiles(D).fwd;
+  static constexpr Sm90FwdTiles kTiles = sm90_fwd_tiles(D);
   static constexpr int kConsumers = kTiles.consumers, kBlockM = sm90_fwd_block_m(D);
   static constexpr int kBlockN = kTiles.block_n, kStages = kTiles.stages;
   static constexpr bool kOverlap = kTiles.overlap;  // next tile's QK^T issued before this one's PV
@@ -84,23 +85,26 @@ struct FwdTraits {
   // See Note [Tensor-core row sums].
   static constexpr bool kTensorRowSums = kTiles.tensor_row_sums;
   static_assert(!kTensorRowSums || D == 64, "row sums on the tensor cores need d = 64 (a 72-column P V)");
-  static constexpr int kAccTiles = D / 8 + (kTensorRowSums ? 1 : 0);  // accumulator column tiles of O
+  // Columns of the shared tiles and of O's accumulator: See Note [Padded head dims] (flash_traits.h).
+  static constexpr int kDs = sm90_smem_dim(D);
+  static constexpr int kAccTiles = kDs / 8 + (kTensorRowSums ? 1 : 0);  // accumulator column tiles of O
   static constexpr int kConsumerThreads = 128 * kConsumers;
   static constexpr int kThreads = 128 + kConsumerThreads;  // producer warpgroup first
   // Registers per thread after reallocation (multiples of 8): the producer keeps 24, the consumers take
   // what it gives back (consumer_registers).
   static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = consumer_registers(kThreads, kProducerRegs);
-  static constexpr int kTileBytes = kBlockN * D * static_cast<int>(sizeof(T));  // one K or V tile
-  // sQ (kBlockM, D) | sK (kStages, kBlockN, D) | sV (kStages, kBlockN, D) | sOnes (kBlockN, 64) with
+  static constexpr int kTileBytes = kBlockN * kDs * static_cast<int>(sizeof(T));  // one K or V tile
+  // sQ (kBlockM, kDs) | sK (kStages, kBlockN, kDs) | sV (kStages, kBlockN, kDs) | sOnes (kBlockN, 64) with
   // kTensorRowSums, swizzled, then the mbarriers: Q landed, Q free, K and V of each slot landed, each slot
   // free; then the tile the producer claimed (an int in an 8-byte word).
   static constexpr int kBarriers = 2 + 3 * kStages + 1;
   static constexpr int kOnesElems = kTensorRowSums ? kBlockN * kPanel : 0;
   static constexpr int kSmemBytes =
-      ((kBlockM + 2 * kStages * kBlockN) * D + kOnesElems) * static_cast<int>(sizeof(T)) + kBarriers * 8 +
+      ((kBlockM + 2 * kStages * kBlockN) * kDs + kOnesElems) * static_cast<int>(sizeof(T)) + kBarriers * 8 +
       kSmemSlack;
-  static_assert(D % kPanel == 0 && kBlockN % 16 == 0 && kBlockN <= 256 && kStages >= 2, "bad sm90 forward tiles");
+  static_assert(kSmemBytes <= 227 * 1024, "sm90 forward: shared memory over the 227 KB of a block");
+  static_assert(D % 16 == 0 && kBlockN % 16 == 0 && kBlockN <= 256 && kStages >= 2, "bad sm90 forward tiles");
 };
 
 // One warpgroup's rows of an output tile, from its accumulator straight to global memory: this thread's
@@ -129,17 +133,17 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
     flash_fwd_sm90_kernel(const __grid_constant__ FlashFwdParams p, const __grid_constant__ FwdTmaMaps maps) {
 #if FT_SM90_DEVICE
   using Tr = FwdTraits<T, D>;
-  constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, kStages = Tr::kStages;
+  constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, kStages = Tr::kStages, DS = Tr::kDs;
   constexpr int kNtS = BN / 8;  // score tiles of a warp's 16 rows
   constexpr int kNtO = Tr::kAccTiles;  // output tiles (and the row sums' with kTensorRowSums)
   const FlashShape& s = p.shape;
   const FwdTileOrder order(p, BM);
 
   extern __shared__ unsigned char smem_raw[];
-  T* sQ = aligned_smem<T>(smem_raw);  // (BM, D) swizzled
-  T* sK = sQ + BM * D;                // (kStages, BN, D) swizzled
-  T* sV = sK + kStages * BN * D;      // (kStages, BN, D) swizzled
-  T* sOnes = sV + kStages * BN * D;   // (BN, 64) of ones with kTensorRowSums
+  T* sQ = aligned_smem<T>(smem_raw);  // (BM, DS) swizzled
+  T* sK = sQ + BM * DS;               // (kStages, BN, DS) swizzled
+  T* sV = sK + kStages * BN * DS;     // (kStages, BN, DS) swizzled
+  T* sOnes = sV + kStages * BN * DS;  // (BN, 64) of ones with kTensorRowSums
   std::uint64_t* q_full = reinterpret_cast<std::uint64_t*>(sOnes + Tr::kOnesElems);
   std::uint64_t* q_free = q_full + 1;
   std::uint64_t* k_full = q_free + 1;           // (kStages)
@@ -192,8 +196,8 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
       int bh, y;
       order.at(tile, bh, y);
       const int b = bh / s.heads_q, h = bh % s.heads_q, hk = h / s.group, m0 = tile_rows(y);
-      mbar_arrive_expect_tx(q_full, BM * D * sizeof(T));
-      tma_load_tile<T, BM, D>(sQ, maps.q, m0, h, b, q_full);
+      mbar_arrive_expect_tx(q_full, BM * DS * sizeof(T));
+      tma_load_tile<T, BM, DS>(sQ, maps.q, m0, h, b, q_full);
       KeyRange first, last;
       const KeyTiles tiles = tile_keys(m0, first, last);
       const int n_iters = tiles.count();
@@ -201,9 +205,9 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
         const int n0 = tiles.tile(it) * BN;
         mbar_wait(&slot_free[pos.slot], pos.phase ^ 1);
         mbar_arrive_expect_tx(&k_full[pos.slot], Tr::kTileBytes);
-        tma_load_tile<T, BN, D>(sK + pos.slot * BN * D, maps.k, n0, hk, b, &k_full[pos.slot]);
+        tma_load_tile<T, BN, DS>(sK + pos.slot * BN * DS, maps.k, n0, hk, b, &k_full[pos.slot]);
         mbar_arrive_expect_tx(&v_full[pos.slot], Tr::kTileBytes);
-        tma_load_tile<T, BN, D>(sV + pos.slot * BN * D, maps.v, n0, hk, b, &v_full[pos.slot]);
+        tma_load_tile<T, BN, DS>(sV + pos.slot * BN * DS, maps.v, n0, hk, b, &v_full[pos.slot]);
       }
       // Claimed once this tile's copies are issued: see Note [Persistent forward tiles].
       tile = claim_next_tile(p.tile_counter);
@@ -222,14 +226,14 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
   // S = Q K^T of the key tile in `slot` (unscaled; the first k step overwrites) and O += P V, each issued as
   // one wgmma group; their commits and waits are the loops' own.
   auto issue_scores = [&](float (&acc_s)[kNtS][4], int slot) {
-    gemm_ss_kmajor<T, BN, D>(acc_s, sQ, BM, wg_row, sK + slot * BN * D);
+    gemm_ss_kmajor<T, BN, D>(acc_s, sQ, BM, wg_row, sK + slot * BN * DS);  // K: D columns of DS
     wgmma_commit();
   };
   auto issue_pv = [&](float (&acc_o)[kNtO][4], const std::uint32_t (&pa)[BN / 16][4], int slot) {
     if constexpr (Tr::kTensorRowSums)  // the second panel of B is sOnes
-      gemm_rs_nmajor<T, D + 8, BN>(acc_o, pa, sV + slot * BN * D, smem_u32(sOnes) - smem_u32(sV + slot * BN * D));
+      gemm_rs_nmajor<T, D + 8, BN>(acc_o, pa, sV + slot * BN * DS, smem_u32(sOnes) - smem_u32(sV + slot * BN * DS));
     else
-      gemm_rs_nmajor<T, D, BN>(acc_o, pa, sV + slot * BN * D);
+      gemm_rs_nmajor<T, DS, BN>(acc_o, pa, sV + slot * BN * DS);
     wgmma_commit();
   };
   // Waits for every product issued (the last one a P V of the tile in `slot`), then frees the slot.
@@ -267,7 +271,7 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
 
     if (s.scale_log2 < 0.f) {  // S = |scale| (-Q) K^T: flip the sign bits of this warpgroup's rows
 #pragma unroll
-      for (int pn = 0; pn < D / kPanel; ++pn) {
+      for (int pn = 0; pn < DS / kPanel; ++pn) {
         uint4* rows = reinterpret_cast<uint4*>(sQ + pn * BM * kPanel + wg_row * kPanel);  // 64 rows x 128 bytes
         for (int i = ctid % 128; i < 64 * kPanelRowBytes / 16; i += 128) {
           uint4 x = rows[i];

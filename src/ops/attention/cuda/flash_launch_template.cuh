@@ -1,7 +1,8 @@
 // flash_launch_template.cuh — internal (CUDA builds only): the definitions behind flash_launch.h.
-// Each launcher picks the Hopper kernels where FlashShape::sm90 says so (16-bit inputs at head dims 64 and
-// 128 only) or the sm80 ones, the masked or unmasked kernel (causal / window / sink tokens, or none),
-// raises the dynamic shared-memory limit where the traits need more than 48 KB, and checks every launch.
+// Each launcher picks the Hopper kernels where FlashShape::sm90 says so (16-bit inputs at the head dims of
+// has_sm90_forward / has_sm90_backward) or the sm80 ones, the masked or unmasked kernel (causal / window /
+// sink tokens, or none), raises the dynamic shared-memory limit where the traits need more than 48 KB, and
+// checks every launch.
 // Included only by the per-head-dim instantiation files.
 #pragma once
 
@@ -74,7 +75,7 @@ void convert_dq_accum(const FlashBwdParams& p, cudaStream_t stream) {
 template <class T, int D>
 void run_flash_fwd(const FlashFwdParams& p, cudaStream_t stream) {
   const FlashShape& s = p.shape;
-  if constexpr (has_sm90_kernels(sizeof(T), D)) {
+  if constexpr (has_sm90_forward(sizeof(T), D)) {
     if (s.sm90) {
       using Tr = sm90::FwdTraits<T, D>;
       const dim3 grid(static_cast<unsigned>(p.blocks));
@@ -137,7 +138,7 @@ void run_flash_bwd(const FlashBwdParams& p, cudaStream_t stream) {
                  kPreThreads, 0, stream, p);
   if (p.sinks) run_flash_bwd_sink(p, stream);
 
-  if constexpr (has_sm90_kernels(sizeof(T), D)) {
+  if constexpr (has_sm90_backward(sizeof(T), D)) {
     if (s.sm90) {
       run_flash_bwd_sm90<T, D>(p, stream);
       return;

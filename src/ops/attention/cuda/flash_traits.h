@@ -136,10 +136,20 @@ inline constexpr FlashTiles kTiles32[] = {
 };
 
 // ---- Hopper (sm_90a) kernels: flash_fwd_sm90_kernel.cuh, flash_bwd_sm90_kernel.cuh ----
-// 16-bit inputs, head dims 64 and 128. Each consumer warpgroup (4 warps) owns 64 rows of its kernel's
-// row tile, so the row tile is 64 * consumers; one more warpgroup issues the TMA copies. Tiles are
-// 128-byte-swizzled (no padding). Registers bound the tiles: an accumulator of 64 x n takes n / 2 floats
-// per thread, and 1 block per SM leaves 65536 / threads registers to each thread.
+// 16-bit inputs, head dims 64, 80, 96, 128 and 256 (the backward: all but 256). Each consumer warpgroup
+// (4 warps) owns 64 rows of its kernel's row tile, so the row tile is 64 * consumers; one more warpgroup
+// issues the TMA copies. Tiles are 128-byte-swizzled panels of 64 columns (no padding), so head dims 80
+// and 96 run the d=128 tiles over zero columns: see Note [Padded head dims]. Registers bound the tiles:
+// an accumulator of 64 x n takes n / 2 floats per thread, and 1 block per SM leaves 65536 / threads
+// registers to each thread.
+
+// Note [Padded head dims]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// A head dim that is not a multiple of 64 (80, 96) fills its last 64-column panel in part: TMA copies the
+// whole box and fills the columns past D with zeros, so the shared tiles and the accumulators have
+// sm90_smem_dim(D) columns, the products over D (S = Q K^T, dP = dO V^T) stop after D / 16 k steps, and
+// the products into D columns (O, dK, dV, dQ) run over the padded width, their last columns zero and
+// never stored. The d=128 tile row serves both.
 
 // The forward kernel: 64 * consumers query rows per tile.
 struct Sm90FwdTiles {
@@ -166,23 +176,39 @@ struct FlashSm90Tiles {
   Sm90FwdTiles fwd;
   Sm90BwdTiles bwd;
 };
-// Rows for d=64 and d=128. A third backward buffer does not fit at d=64 (the dS^T and dQ staging take
-// 96 KB).
+// Rows for d=64 and d=128 (and 80, 96). A third backward buffer does not fit at d=64 (the dS^T and dQ
+// staging take 96 KB).
 inline constexpr FlashSm90Tiles kSm90Tiles[] = {
     // d=64
     {.fwd = {.consumers = 3, .block_n = 128, .stages = 2,
              .overlap = false, .ping_pong = false, .tensor_row_sums = true},
      .bwd = {.consumers = 2, .block_m = 128, .stages = 2}},
-    // d=128
+    // d=128 (and 80, 96)
     {.fwd = {.consumers = 2, .block_n = 128, .stages = 3,
              .overlap = true, .ping_pong = true, .tensor_row_sums = false},
      .bwd = {.consumers = 2, .block_m = 64, .stages = 2}},
 };
 constexpr FlashSm90Tiles flash_sm90_tiles(int d) { return d == 64 ? kSm90Tiles[0] : kSm90Tiles[1]; }
+// d=256, the forward only (its backward runs on sm80: dK and dV of a warpgroup's 64 keys would take 256
+// floats per thread). O takes 128 floats per thread, so keys come in tiles of 64 (S and P of the next
+// tile beside O), and two K/V buffers beside Q take 192 KB of shared memory.
+inline constexpr Sm90FwdTiles kSm90FwdTiles256 = {.consumers = 2, .block_n = 64, .stages = 2,
+                                                  .overlap = true, .ping_pong = true, .tensor_row_sums = false};
+constexpr Sm90FwdTiles sm90_fwd_tiles(int d) { return d == 256 ? kSm90FwdTiles256 : flash_sm90_tiles(d).fwd; }
+// Columns of the Hopper kernels' shared tiles and accumulators for head dim d: whole 64-column panels.
+// See Note [Padded head dims].
+constexpr int sm90_smem_dim(int d) { return (d + 63) / 64 * 64; }
 // Query rows per tile of the Hopper forward and keys per block of its backward: 64 per consumer warpgroup.
-constexpr int sm90_fwd_block_m(int d) { return 64 * flash_sm90_tiles(d).fwd.consumers; }
+constexpr int sm90_fwd_block_m(int d) { return 64 * sm90_fwd_tiles(d).consumers; }
 constexpr int sm90_bwd_block_n(int d) { return 64 * flash_sm90_tiles(d).bwd.consumers; }
-constexpr bool has_sm90_kernels(int elem_bytes, int d) { return elem_bytes == 2 && (d == 64 || d == 128); }
+// Whether the Hopper kernels run inputs of elem_bytes bytes at head dim d: the forward, or the backward.
+constexpr bool has_sm90_forward(int elem_bytes, int d) {
+  return elem_bytes == 2 && (d == 64 || d == 80 || d == 96 || d == 128 || d == 256);
+}
+constexpr bool has_sm90_backward(int elem_bytes, int d) { return has_sm90_forward(elem_bytes, d) && d != 256; }
+// The head dims of has_sm90_forward and has_sm90_backward, for messages.
+inline constexpr const char* kSm90ForwardHeadDims = "64, 80, 96, 128, 256";
+inline constexpr const char* kSm90BackwardHeadDims = "64, 80, 96, 128";
 
 constexpr int head_dim_index(int d) {
   for (int i = 0; i < static_cast<int>(sizeof(kHeadDims) / sizeof(kHeadDims[0])); ++i)
