@@ -12,11 +12,14 @@
 #include "core/error.h"
 #include "core/tensor_io.h"
 #include "flashtrain/out_of_memory.h"
+#include "ops/attention/visibility.h"
+#if FT_HAS_CUDA
+#include "ops/attention/attention_impls.h"
+#endif
 
 namespace ft::cli {
 
 namespace {
-
 
 std::vector<std::int64_t> powers_of_two(std::int64_t from, std::int64_t to) {
   std::vector<std::int64_t> out;
@@ -39,6 +42,42 @@ double median_ms(Device device, const std::function<void()>& work, const Attenti
 std::string kernels_cell(const AttentionBenchCase& c) {
   return c.impl == AttentionImpl::flash && c.kernels != FlashKernels::auto_select ? name_of(c.kernels) : "-";
 }
+
+std::int64_t kv_heads_of(const AttentionBenchCase& c) { return c.kv_heads > 0 ? c.kv_heads : c.heads; }
+
+bool has_window_or_sinks(const AttentionBenchCase& c) {
+  return c.window_left >= 0 || c.window_right >= 0 || c.sink_tokens > 0;
+}
+
+// "left,right" of the window ("-" for unbounded sides), or "-" without one; sink tokens after a "+".
+std::string mask_cell(const AttentionBenchCase& c) {
+  if (!has_window_or_sinks(c)) return "-";
+  auto side = [](std::int64_t w) { return w < 0 ? std::string("-") : std::to_string(w); };
+  const std::string sinks = c.sink_tokens > 0 ? "+" + std::to_string(c.sink_tokens) : "";
+  return side(c.window_left) + "," + side(c.causal ? 0 : c.window_right) + sinks;
+}
+
+// "forward/backward" candidate of a Hopper row ("-" for the others, which run no candidates).
+std::string variant_cell(const AttentionBenchCase& c) {
+  if (c.kernels != FlashKernels::sm90) return "-";
+  return std::to_string(c.fwd_variant) + "/" + std::to_string(c.bwd_variant);
+}
+
+#if FT_HAS_CUDA
+// The Hopper kernel candidates of a case, set for a scope (then back to the tile table's).
+struct ForcedVariants {
+  explicit ForcedVariants(const AttentionBenchCase& c) {
+    attention_impl::force_flash_forward_variant(c.fwd_variant);
+    attention_impl::force_flash_backward_variant(c.bwd_variant);
+  }
+  ~ForcedVariants() {
+    attention_impl::force_flash_forward_variant(0);
+    attention_impl::force_flash_backward_variant(0);
+  }
+  ForcedVariants(const ForcedVariants&) = delete;
+  ForcedVariants& operator=(const ForcedVariants&) = delete;
+};
+#endif
 
 }  // namespace
 
@@ -80,25 +119,41 @@ AttentionBenchConfig preset_sweep(const std::string& name, Device device) {
 }
 
 double attention_forward_flops(const AttentionBenchCase& c) {
-  const double flops = 4.0 * c.batch * c.heads * static_cast<double>(c.seqlen) * c.seqlen * c.head_dim;
-  return c.causal ? flops / 2 : flops;
+  const double per_pair = 4.0 * c.batch * c.heads * c.head_dim;
+  if (!has_window_or_sinks(c)) {
+    const double flops = per_pair * static_cast<double>(c.seqlen) * c.seqlen;
+    return c.causal ? flops / 2 : flops;
+  }
+  const std::int64_t right = c.causal ? 0 : c.window_right;
+  double pairs = 0;
+  for (std::int64_t i = 0; i < c.seqlen; ++i) {
+    const KeyRange r = visible_keys(i, c.seqlen, c.seqlen, c.window_left, right, c.sink_tokens);
+    pairs += static_cast<double>(r.sink_end + (r.end - r.begin));
+  }
+  return per_pair * pairs;
 }
 
 std::vector<AttentionBenchCase> expand_cases(const AttentionBenchConfig& config) {
   const bool cuda_flash_options = config.device.is_cuda();
   const std::vector<FlashKernels> one_kernels{FlashKernels::auto_select};
   const std::vector<bool> one_mode{true};
+  const std::vector<int> one_variant{0};
   std::vector<AttentionBenchCase> cases;
   for (auto impl : config.impls) {
     const bool varies = cuda_flash_options && impl == AttentionImpl::flash;
     for (auto kernels : varies ? config.kernels : one_kernels)
       for (bool deterministic : varies ? config.deterministic : one_mode)
-        for (auto dtype : config.dtypes)
-          for (auto d : config.head_dims)
-            for (auto n : config.seqlens)
-              for (auto b : config.batch)
-                for (auto h : config.heads)
-                  cases.push_back({impl, b, h, n, d, dtype, config.causal, deterministic, kernels});
+        for (int fwd_variant : varies ? config.fwd_variants : one_variant)
+          for (int bwd_variant : varies ? config.bwd_variants : one_variant)
+            for (auto dtype : config.dtypes)
+              for (auto d : config.head_dims)
+                for (auto n : config.seqlens)
+                  for (auto b : config.batch)
+                    for (auto h : config.heads)
+                      for (auto hkv : config.kv_heads)
+                        cases.push_back({impl, b, h, n, d, dtype, config.causal, deterministic, kernels, hkv,
+                                         config.window_left, config.window_right, config.sink_tokens, fwd_variant,
+                                         bwd_variant});
   }
   return cases;
 }
@@ -106,7 +161,9 @@ std::vector<AttentionBenchCase> expand_cases(const AttentionBenchConfig& config)
 bool same_case(const AttentionBenchCase& a, const AttentionBenchCase& b) {
   return a.impl == b.impl && a.batch == b.batch && a.heads == b.heads && a.seqlen == b.seqlen &&
          a.head_dim == b.head_dim && a.dtype == b.dtype && a.causal == b.causal &&
-         a.deterministic == b.deterministic && a.kernels == b.kernels;
+         a.deterministic == b.deterministic && a.kernels == b.kernels && kv_heads_of(a) == kv_heads_of(b) &&
+         a.window_left == b.window_left && a.window_right == b.window_right && a.sink_tokens == b.sink_tokens &&
+         a.fwd_variant == b.fwd_variant && a.bwd_variant == b.bwd_variant;
 }
 
 AttentionBenchRow run_attention_bench_case(const AttentionBenchCase& c, const AttentionBenchConfig& config) {
@@ -116,10 +173,11 @@ AttentionBenchRow run_attention_bench_case(const AttentionBenchCase& c, const At
   Allocator& allocator = Allocator::instance();
   try {
     const Shape shape{c.batch, c.heads, c.seqlen, c.head_dim};
-    OwnedTensor q(shape, c.dtype, device, "bench.q"), k(shape, c.dtype, device, "bench.k"),
-        v(shape, c.dtype, device, "bench.v"), o(shape, c.dtype, device, "bench.o"),
+    const Shape kv_shape{c.batch, kv_heads_of(c), c.seqlen, c.head_dim};
+    OwnedTensor q(shape, c.dtype, device, "bench.q"), k(kv_shape, c.dtype, device, "bench.k"),
+        v(kv_shape, c.dtype, device, "bench.v"), o(shape, c.dtype, device, "bench.o"),
         d_o(shape, c.dtype, device, "bench.d_o"), dq(shape, c.dtype, device, "bench.dq"),
-        dk(shape, c.dtype, device, "bench.dk"), dv(shape, c.dtype, device, "bench.dv");
+        dk(kv_shape, c.dtype, device, "bench.dk"), dv(kv_shape, c.dtype, device, "bench.dv");
     OwnedTensor lse({c.batch, c.heads, c.seqlen}, DType::f32, device, "bench.lse");
     fill_normal(q, config.seed + 1);
     fill_normal(k, config.seed + 2);
@@ -133,10 +191,17 @@ AttentionBenchRow run_attention_bench_case(const AttentionBenchCase& c, const At
     const AttentionGrads g{.d_o = d_o, .dq = dq, .dk = dk, .dv = dv, .dsinks = {}};
     AttentionOptions options;
     options.causal = c.causal;
+    options.window_left = c.window_left;
+    options.window_right = c.window_right;
+    options.sink_tokens = c.sink_tokens;
     options.impl = c.impl;
     options.deterministic = c.deterministic;
     options.kernels = c.kernels;
     if (device.is_cuda() && c.impl == AttentionImpl::flash) row.c.kernels = flash_kernels_for(t, options);
+    if (row.c.kernels != FlashKernels::sm90) row.c.fwd_variant = row.c.bwd_variant = 0;  // none to choose
+#if FT_HAS_CUDA
+    const ForcedVariants variants(row.c);
+#endif
 
     allocator.reset_peak(device);
     attention_forward(t, options);
@@ -167,16 +232,18 @@ AttentionBenchRow run_attention_bench_case(const AttentionBenchCase& c, const At
 }
 
 std::string format_attention_bench(const std::vector<AttentionBenchRow>& rows, bool csv) {
-  ReportTable table({"impl", "kernels", "deterministic", "dtype", "causal", "B", "H", "N", "D", "fwd_ms", "bwd_ms",
-                     "fwd_bwd_ms", "fwd_tflops", "bwd_tflops", "fwd_bwd_tflops", "mem_before_bwd_gib", "peak_gib"});
+  ReportTable table({"impl", "kernels", "variant", "deterministic", "dtype", "causal", "window", "B", "H", "Hkv", "N",
+                     "D", "fwd_ms", "bwd_ms", "fwd_bwd_ms", "fwd_tflops", "bwd_tflops", "fwd_bwd_tflops",
+                     "mem_before_bwd_gib", "peak_gib"});
   for (const auto& r : rows) {
-    std::vector<std::string> cells{name_of(r.c.impl),         kernels_cell(r.c),
-                                   r.c.deterministic ? "yes" : "no",
-                                   name_of(r.c.dtype),        r.c.causal ? "yes" : "no",
-                                   std::to_string(r.c.batch), std::to_string(r.c.heads),
+    std::vector<std::string> cells{name_of(r.c.impl),          kernels_cell(r.c),
+                                   variant_cell(r.c),          r.c.deterministic ? "yes" : "no",
+                                   name_of(r.c.dtype),         r.c.causal ? "yes" : "no",
+                                   mask_cell(r.c),             std::to_string(r.c.batch),
+                                   std::to_string(r.c.heads),  std::to_string(kv_heads_of(r.c)),
                                    std::to_string(r.c.seqlen), std::to_string(r.c.head_dim)};
     if (r.oom) {
-      cells.resize(17, "OOM");
+      cells.resize(20, "OOM");
     } else {
       for (double x : {r.fwd_ms, r.bwd_ms, r.fwd_bwd_ms}) cells.push_back(fixed(x, 3));
       for (double x : {r.fwd_tflops, r.bwd_tflops, r.fwd_bwd_tflops}) cells.push_back(fixed(x, 1));
@@ -194,6 +261,13 @@ nlohmann::json attention_bench_document(const AttentionBenchConfig& config, cons
                        {"N", r.c.seqlen},           {"D", r.c.head_dim},    {"dtype", name_of(r.c.dtype)},
                        {"causal", r.c.causal},      {"deterministic", r.c.deterministic},
                        {"kernels", kernels_cell(r.c)}};
+    if (kv_heads_of(r.c) != r.c.heads) row["Hkv"] = kv_heads_of(r.c);
+    if (has_window_or_sinks(r.c))
+      row.update({{"window_left", r.c.window_left},
+                  {"window_right", r.c.window_right},
+                  {"sink_tokens", r.c.sink_tokens}});
+    if (r.c.kernels == FlashKernels::sm90)
+      row.update({{"fwd_variant", r.c.fwd_variant}, {"bwd_variant", r.c.bwd_variant}});
     if (r.oom) {
       row["oom"] = true;
       row["error"] = r.oom_message;
@@ -216,7 +290,9 @@ nlohmann::json attention_bench_document(const AttentionBenchConfig& config, cons
                      {"flush_l2", config.timing.flush_l2},
                      {"grad", config.ones_grad ? "ones (d sum(O))" : "random normal"},
                      {"timing", "median of CUDA-event timed repeats after warm-up"},
-                     {"flops", "forward 4*B*H*N^2*D, halved when causal; backward 2.5x forward"}};
+                     {"flops",
+                      "forward 4*B*H*N^2*D, halved when causal (with a window or sink tokens 4*B*H*D times the "
+                      "visible pairs); backward 2.5x forward"}};
   const char* benchmark = config.sweep == "leaderboard" ? "attention-leaderboard" : "attention";
   return results_document(benchmark, config.device, std::move(cfg), std::move(out_rows));
 }

@@ -42,6 +42,8 @@ struct FlashFwdParams {
   int section_heads = 1;
   int blocks = 0;
   int* tile_counter = nullptr;
+  // The Hopper kernel's schedule: 0 the tile table's, v >= 1 candidate v (force_flash_forward_variant).
+  int variant = 0;
 };
 
 struct FlashBwdParams {
@@ -73,6 +75,8 @@ struct FlashBwdParams {
   // Launch geometry of the Hopper kernel: the grid heads (batch x kv head) whose tiles are launched
   // together (See Note [L2 head sections] in flash_sm90_scheduler.cuh).
   int dkdv_section_heads = 1;
+  // The Hopper kernel's schedule: 0 the tile table's, v >= 1 candidate v (force_flash_backward_variant).
+  int variant = 0;
 };
 
 }  // namespace ft::flash
