@@ -824,6 +824,36 @@ TEST(FlashAttention, HopperCandidatesMatchTheTileTable) {
     }
 }
 
+// With sink tokens, the key tile holding them visits every query tile; in an ascending head it adds first and
+// every other block waits on its sweep (Note [Sink tokens and the addition order]). The candidate with
+// sinks_descend runs no ascending head where the rule (ascending_heads_for) gives this one head one: its
+// outputs are those of the tile table's schedule forced to descend, bit for bit.
+TEST(FlashAttention, HopperSinksDescendCandidateRunsNoAscendingHead) {
+  if (!cuda_available() || !hopper_gpu()) GTEST_SKIP() << "needs a Hopper GPU";
+  int candidate = 0;
+  for (int v = 1; v <= flash::kSm90BwdCandidates; ++v)
+    if (flash::kSm90BwdCandidates128[v - 1].sinks_descend && candidate == 0) candidate = v;
+  ASSERT_GT(candidate, 0);
+  // 65 key tiles of 128: ascending_heads_for(1, 65) = 1.
+  const FlashCase c{.name = "sink_tokens_window", .heads_q = 2, .heads_kv = 1, .len_q = 8200, .len_k = 8200,
+                    .head_dim = 128, .causal = true, .window_left = 300, .sink_tokens = 4};
+  const Inputs in = make_inputs(c, 23);
+  Outputs descending;
+  {
+    const ForcedFlashHook forced(attention_impl::force_flash_ascending_heads, 0, -1);
+    RunToRun repeat;
+    descending = run_flash(c, in, &repeat);
+  }
+  const ForcedFlashHook forced(attention_impl::force_flash_backward_variant, candidate, 0);
+  RunToRun repeat;
+  const Outputs got = run_flash(c, in, &repeat);
+  EXPECT_TRUE(repeat.dq_identical && repeat.rest_identical);
+  for (const auto& [name, pair] :
+       {std::pair{"dq", std::pair{&got.dq, &descending.dq}}, std::pair{"dk", std::pair{&got.dk, &descending.dk}},
+        std::pair{"dv", std::pair{&got.dv, &descending.dv}}})
+    EXPECT_TRUE(same_bits(*pair.first, *pair.second)) << name;
+}
+
 // A candidate forced at a head dim or dtype that has none is refused by name.
 TEST(FlashAttention, HopperCandidatesRefuseOtherHeadDims) {
   if (!cuda_available() || !hopper_gpu()) GTEST_SKIP() << "needs a Hopper GPU";

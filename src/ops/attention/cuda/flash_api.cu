@@ -248,7 +248,9 @@ void cuda_flash_backward(const AttentionTensors& t, const AttentionGrads& g, con
   }
   if (ordered_dq) {
     const int block_n = flash::sm90_bwd_block_n(static_cast<int>(s.head_dim));
-    p.ascending_heads = flash::sm90_ascending_heads(s.batch * s.heads_kv, s.len_k, block_n);
+    const bool sinks_descend =
+        s.sink_tokens > 0 && flash::sm90_bwd_tiles(static_cast<int>(s.head_dim), p.variant).sinks_descend;
+    p.ascending_heads = flash::sm90_ascending_heads(s.batch * s.heads_kv, s.len_k, block_n, sinks_descend);
   }
 
   auto cuda_stream = static_cast<cudaStream_t>(stream.handle());

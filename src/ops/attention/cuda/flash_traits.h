@@ -186,6 +186,9 @@ struct Sm90BwdTiles {
   // Registers the producer warpgroup (the copies and, with ordered additions, the dQ writers) keeps after
   // setmaxnreg; the consumers take the rest.
   int producer_regs = 24;
+  // With sink tokens and ordered dQ additions, every head descends (no ascending heads). See Note [Sink
+  // tokens and the addition order] (flash_sm90_scheduler.cuh).
+  bool sinks_descend = false;
 };
 struct FlashSm90Tiles {
   Sm90FwdTiles fwd;
@@ -230,9 +233,11 @@ inline constexpr Sm90BwdTiles kSm90BwdCandidates128[] = {
     {.consumers = 2, .block_m = 64, .stages = 2, .tile_major_steps = true},
     // 4: a producer of 40 registers
     {.consumers = 2, .block_m = 64, .stages = 2, .producer_regs = 40},
-    // 5: all four
+    // 5: the four above
     {.consumers = 2, .block_m = 64, .stages = 2, .ping_pong = true, .dq_double_buffer = true,
      .tile_major_steps = true, .producer_regs = 40},
+    // 6: with sink tokens every head descends
+    {.consumers = 2, .block_m = 64, .stages = 2, .sinks_descend = true},
 };
 inline constexpr int kSm90FwdCandidates = static_cast<int>(sizeof(kSm90FwdCandidates128) / sizeof(Sm90FwdTiles));
 inline constexpr int kSm90BwdCandidates = static_cast<int>(sizeof(kSm90BwdCandidates128) / sizeof(Sm90BwdTiles));
