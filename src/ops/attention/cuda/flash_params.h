@@ -27,6 +27,10 @@ struct FlashShape {
   float scale_log2 = 0;     // scale * log2(e): scores go straight into exp2
   bool vec16 = false;       // every tile operand allows 16-byte accesses (else element-wise copies)
   bool sm90 = false;        // run the Hopper kernels (flash_*_sm90_kernel.cuh; chosen by flash_api.cu)
+  // Packed sequences (varlen), null for dense calls: (batch + 1) int32 cumulative lengths on the device;
+  // len_q / len_k then hold the largest lengths. See Note [Packed sequences] (flash_varlen.cuh).
+  const int* cu_seqlens_q = nullptr;
+  const int* cu_seqlens_k = nullptr;
 };
 
 struct FlashFwdParams {
@@ -73,6 +77,8 @@ struct FlashBwdParams {
   // Launch geometry of the Hopper kernel: the grid heads (batch x kv head) whose tiles are launched
   // together (See Note [L2 head sections] in flash_sm90_scheduler.cuh).
   int dkdv_section_heads = 1;
+  // Packed sequences: scratch rows per query head (varlen_scratch_rows; See Note [Packed sequences]).
+  std::int64_t scratch_head_rows = 0;
 };
 
 }  // namespace ft::flash
