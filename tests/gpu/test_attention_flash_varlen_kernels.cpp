@@ -5,9 +5,11 @@
 // dV and (deterministic mode) dQ must equal the dense calls' values exactly, for every sequence: every
 // variant (causal, windows, sink tokens, sink logits, GQA, negative scale), unequal query and key lengths,
 // zero-length sequences (no keys: O = 0, L = -inf, dQ = 0; no queries: dK = dV = 0) and max_seqlen above
-// the longest sequence. dsinks is the sum of the dense calls' (to fp32 rounding); atomic-mode dQ (whose
-// fp32 sums may come in another order) is compared within a unit in the last place of the dtype. Outputs are poisoned with NaN before every run,
-// so a row a kernel fails to write, or writes for another sequence, shows.
+// the longest sequence; on the sm80 and (on a Hopper GPU) the sm90 kernels. dsinks is the sum of the dense
+// calls' (to fp32 rounding); atomic-mode dQ (whose fp32 sums may come in another order) is compared within
+// a unit in the last place of the dtype. Outputs are poisoned with NaN before every run, so a row a kernel
+// fails to write, or writes for another sequence, shows. The Hopper kernels' schedule (forced persistent
+// blocks, launch sections, addition order) leaves every output unchanged.
 // Run: ./build/bin/gpu_test_attention_flash_varlen_kernels   (needs a CUDA device; skips otherwise)
 #include <gtest/gtest.h>
 
@@ -102,70 +104,77 @@ double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) 
   return worst;
 }
 
-class FlashVarlenVsDense : public ::testing::TestWithParam<VarlenCase> {};
+// A case's packed inputs on the device, with its cumulative lengths (device and host).
+struct PackedInputs {
+  std::vector<std::int32_t> lens_q, lens_k, cu_q, cu_k;
+  std::int64_t batch = 0, total_q = 0, total_k = 0, max_q = 0, max_k = 0;
+  OwnedTensor q, k, v, d_o, sinks;
+  Buffer cu_q_dev, cu_k_dev;
+};
 
-TEST_P(FlashVarlenVsDense, EveryRowMatchesItsSequence) {
-  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
-  const VarlenCase& c = GetParam();
-  const std::vector<std::int32_t>& lens_q = c.lens_q;
-  const std::vector<std::int32_t>& lens_k = c.lens_k.empty() ? c.lens_q : c.lens_k;
-  ASSERT_EQ(lens_q.size(), lens_k.size());
-  const auto batch = static_cast<std::int64_t>(lens_q.size());
-  const std::vector<std::int32_t> cu_q = cumulative(lens_q), cu_k = cumulative(lens_k);
-  const std::int64_t total_q = cu_q.back(), total_k = cu_k.back();
-  const std::int64_t max_q = *std::max_element(lens_q.begin(), lens_q.end()) + c.extra_max;
-  const std::int64_t max_k = *std::max_element(lens_k.begin(), lens_k.end()) + c.extra_max;
-
-  const Stream stream;
+void make_inputs(const VarlenCase& c, const Stream& stream, PackedInputs& in) {
+  in.lens_q = c.lens_q;
+  in.lens_k = c.lens_k.empty() ? c.lens_q : c.lens_k;
+  ASSERT_EQ(in.lens_q.size(), in.lens_k.size());
+  in.batch = static_cast<std::int64_t>(in.lens_q.size());
+  in.cu_q = cumulative(in.lens_q);
+  in.cu_k = cumulative(in.lens_k);
+  in.total_q = in.cu_q.back();
+  in.total_k = in.cu_k.back();
+  in.max_q = *std::max_element(in.lens_q.begin(), in.lens_q.end()) + c.extra_max;
+  in.max_k = *std::max_element(in.lens_k.begin(), in.lens_k.end()) + c.extra_max;
   const Device gpu = Device::cuda(0);
-  OwnedTensor q({total_q, c.heads_q, c.head_dim}, c.dtype, gpu, "test.q", stream);
-  OwnedTensor k({total_k, c.heads_kv, c.head_dim}, c.dtype, gpu, "test.k", stream);
-  OwnedTensor v({total_k, c.heads_kv, c.head_dim}, c.dtype, gpu, "test.v", stream);
-  OwnedTensor d_o({total_q, c.heads_q, c.head_dim}, c.dtype, gpu, "test.d_o", stream);
-  OwnedTensor sinks;
+  in.q = OwnedTensor({in.total_q, c.heads_q, c.head_dim}, c.dtype, gpu, "test.q", stream);
+  in.k = OwnedTensor({in.total_k, c.heads_kv, c.head_dim}, c.dtype, gpu, "test.k", stream);
+  in.v = OwnedTensor({in.total_k, c.heads_kv, c.head_dim}, c.dtype, gpu, "test.v", stream);
+  in.d_o = OwnedTensor({in.total_q, c.heads_q, c.head_dim}, c.dtype, gpu, "test.d_o", stream);
+  if (c.sinks) in.sinks = OwnedTensor({c.heads_q}, DType::f32, gpu, "test.sinks", stream);
+  in.cu_q_dev = Buffer(in.cu_q.size() * sizeof(std::int32_t), gpu, "test.cu_q", stream);
+  in.cu_k_dev = Buffer(in.cu_k.size() * sizeof(std::int32_t), gpu, "test.cu_k", stream);
   stream.synchronize();
-  fill_normal(q, 11);
-  fill_normal(k, 12);
-  fill_normal(v, 13);
-  fill_normal(d_o, 14);
-  if (c.sinks) {
-    sinks = OwnedTensor({c.heads_q}, DType::f32, gpu, "test.sinks", stream);
-    stream.synchronize();
-    fill_normal(sinks, 15, 0.0, 2.0);
-  }
-  Buffer cu_q_dev(cu_q.size() * sizeof(std::int32_t), gpu, "test.cu_q", stream);
-  Buffer cu_k_dev(cu_k.size() * sizeof(std::int32_t), gpu, "test.cu_k", stream);
-  stream.synchronize();
-  ASSERT_EQ(cudaMemcpy(cu_q_dev.data(), cu_q.data(), cu_q_dev.bytes(), cudaMemcpyHostToDevice), cudaSuccess);
-  ASSERT_EQ(cudaMemcpy(cu_k_dev.data(), cu_k.data(), cu_k_dev.bytes(), cudaMemcpyHostToDevice), cudaSuccess);
+  fill_normal(in.q, 11);
+  fill_normal(in.k, 12);
+  fill_normal(in.v, 13);
+  fill_normal(in.d_o, 14);
+  if (c.sinks) fill_normal(in.sinks, 15, 0.0, 2.0);
+  ASSERT_EQ(cudaMemcpy(in.cu_q_dev.data(), in.cu_q.data(), in.cu_q_dev.bytes(), cudaMemcpyHostToDevice), cudaSuccess);
+  ASSERT_EQ(cudaMemcpy(in.cu_k_dev.data(), in.cu_k.data(), in.cu_k_dev.bytes(), cudaMemcpyHostToDevice), cudaSuccess);
+}
 
-  // The packed call.
+// Every output of a forward + backward, in logical order.
+struct Results {
+  std::vector<double> o, lse, dq, dk, dv, dsinks, dsinks_abs;  // dsinks_abs: the dense parts' |sum| (dense only)
+};
+
+// The packed call, its outputs poisoned with NaN first.
+Results run_varlen(const VarlenCase& c, const PackedInputs& in, const Stream& stream) {
   const double nan = std::numeric_limits<double>::quiet_NaN();
-  PackedOutputs packed = packed_outputs(c, total_q, total_k, stream);
+  PackedOutputs out = packed_outputs(c, in.total_q, in.total_k, stream);
   stream.synchronize();
-  for (const OwnedTensor* t : {&packed.o, &packed.lse, &packed.dq, &packed.dk, &packed.dv}) fill_constant(*t, nan);
-  if (c.sinks) fill_constant(packed.dsinks, nan);
+  for (const OwnedTensor* t : {&out.o, &out.lse, &out.dq, &out.dk, &out.dv}) fill_constant(*t, nan);
+  if (c.sinks) fill_constant(out.dsinks, nan);
+  const Device gpu = Device::cuda(0);
   VarlenAttentionTensors vt;
-  vt.q = q;
-  vt.k = k;
-  vt.v = v;
-  vt.cu_seqlens_q = {static_cast<const std::int32_t*>(cu_q_dev.data()), cu_q.data(), batch + 1, gpu};
-  vt.cu_seqlens_k = {static_cast<const std::int32_t*>(cu_k_dev.data()), cu_k.data(), batch + 1, gpu};
-  vt.max_seqlen_q = max_q;
-  vt.max_seqlen_k = max_k;
-  if (c.sinks) vt.sinks = sinks;
-  vt.o = packed.o;
-  vt.lse = packed.lse;
-  VarlenAttentionGrads vg{d_o, packed.dq, packed.dk, packed.dv, c.sinks ? packed.dsinks.tensor() : Tensor()};
+  vt.q = in.q;
+  vt.k = in.k;
+  vt.v = in.v;
+  vt.cu_seqlens_q = {static_cast<const std::int32_t*>(in.cu_q_dev.data()), in.cu_q.data(), in.batch + 1, gpu};
+  vt.cu_seqlens_k = {static_cast<const std::int32_t*>(in.cu_k_dev.data()), in.cu_k.data(), in.batch + 1, gpu};
+  vt.max_seqlen_q = in.max_q;
+  vt.max_seqlen_k = in.max_k;
+  if (c.sinks) vt.sinks = in.sinks;
+  vt.o = out.o;
+  vt.lse = out.lse;
+  VarlenAttentionGrads vg{in.d_o, out.dq, out.dk, out.dv, c.sinks ? out.dsinks.tensor() : Tensor()};
   VarlenAttentionShape vs;
-  vs.batch = batch;
+  vs.batch = in.batch;
   vs.heads_q = c.heads_q;
   vs.heads_kv = c.heads_kv;
-  vs.total_q = total_q;
-  vs.total_k = total_k;
+  vs.total_q = in.total_q;
+  vs.total_k = in.total_k;
   vs.head_dim = c.head_dim;
-  vs.max_seqlen_q = max_q;
-  vs.max_seqlen_k = max_k;
+  vs.max_seqlen_q = in.max_q;
+  vs.max_seqlen_k = in.max_k;
   vs.scale = c.scale != 0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(c.head_dim));
   vs.window_left = c.window_left;
   vs.window_right = c.causal ? 0 : c.window_right;
@@ -174,14 +183,22 @@ TEST_P(FlashVarlenVsDense, EveryRowMatchesItsSequence) {
   attention_impl::cuda_flash_varlen_forward(vt, vs, stream, c.kernels);
   attention_impl::cuda_flash_varlen_backward(vt, vg, vs, stream, c.deterministic, c.kernels);
   stream.synchronize();
+  Results r{read_as_double(out.o), read_as_double(out.lse), read_as_double(out.dq), read_as_double(out.dk),
+            read_as_double(out.dv), {}, {}};
+  if (c.sinks) r.dsinks = read_as_double(out.dsinks);
+  return r;
+}
 
-  // The dense calls, one per sequence, on views of the same inputs. Sequences without queries or keys
-  // (which the dense contract does not take) get their defined results: O = 0, L = -inf, zero gradients.
-  PackedOutputs dense = packed_outputs(c, total_q, total_k, stream);
+// The dense calls of the same family, one per sequence, on views of the same inputs. Sequences without
+// queries or keys (which the dense contract does not take) get their defined results: O = 0, L = -inf,
+// zero gradients. dsinks is the sum of the calls' in double.
+Results run_dense(const VarlenCase& c, const PackedInputs& in, const Stream& stream) {
+  PackedOutputs dense = packed_outputs(c, in.total_q, in.total_k, stream);
   stream.synchronize();
   for (const OwnedTensor* t : {&dense.o, &dense.dq, &dense.dk, &dense.dv}) fill_constant(*t, 0.0);
   fill_constant(dense.lse, -std::numeric_limits<double>::infinity());
-  std::vector<double> dsinks_sum(static_cast<std::size_t>(c.heads_q), 0.0), dsinks_abs = dsinks_sum;
+  Results r;
+  if (c.sinks) r.dsinks.assign(static_cast<std::size_t>(c.heads_q), 0.0), r.dsinks_abs = r.dsinks;
   AttentionOptions options;
   options.causal = c.causal;
   options.window_left = c.window_left;
@@ -191,17 +208,17 @@ TEST_P(FlashVarlenVsDense, EveryRowMatchesItsSequence) {
   options.deterministic = c.deterministic;
   options.kernels = c.kernels;
   options.stream = stream;
-  for (std::int64_t b = 0; b < batch; ++b) {
-    const std::int64_t nq = lens_q[b], nk = lens_k[b];
+  for (std::int64_t b = 0; b < in.batch; ++b) {
+    const std::int64_t nq = in.lens_q[b], nk = in.lens_k[b], q0 = in.cu_q[b], k0 = in.cu_k[b];
     if (nq == 0 || nk == 0) continue;
     OwnedTensor seq_dsinks;
-    AttentionTensors t{sequence_view(q, cu_q[b], nq), sequence_view(k, cu_k[b], nk), sequence_view(v, cu_k[b], nk),
-                       Tensor(), sequence_view(dense.o, cu_q[b], nq), lse_view(dense.lse, cu_q[b], nq)};
-    AttentionGrads g{sequence_view(d_o, cu_q[b], nq), sequence_view(dense.dq, cu_q[b], nq),
-                     sequence_view(dense.dk, cu_k[b], nk), sequence_view(dense.dv, cu_k[b], nk), Tensor()};
+    AttentionTensors t{sequence_view(in.q, q0, nq), sequence_view(in.k, k0, nk), sequence_view(in.v, k0, nk),
+                       Tensor(), sequence_view(dense.o, q0, nq), lse_view(dense.lse, q0, nq)};
+    AttentionGrads g{sequence_view(in.d_o, q0, nq), sequence_view(dense.dq, q0, nq), sequence_view(dense.dk, k0, nk),
+                     sequence_view(dense.dv, k0, nk), Tensor()};
     if (c.sinks) {
-      seq_dsinks = OwnedTensor({c.heads_q}, DType::f32, gpu, "test.seq_dsinks", stream);
-      t.sinks = sinks;
+      seq_dsinks = OwnedTensor({c.heads_q}, DType::f32, Device::cuda(0), "test.seq_dsinks", stream);
+      t.sinks = in.sinks;
       g.dsinks = seq_dsinks;
     }
     attention_forward(t, options);
@@ -210,36 +227,100 @@ TEST_P(FlashVarlenVsDense, EveryRowMatchesItsSequence) {
       stream.synchronize();
       const std::vector<double> part = read_as_double(seq_dsinks);
       for (std::int64_t h = 0; h < c.heads_q; ++h) {
-        dsinks_sum[h] += part[h];
-        dsinks_abs[h] += std::abs(part[h]);
+        r.dsinks[h] += part[h];
+        r.dsinks_abs[h] += std::abs(part[h]);
       }
     }
   }
   stream.synchronize();
+  r.o = read_as_double(dense.o);
+  r.lse = read_as_double(dense.lse);
+  r.dq = read_as_double(dense.dq);
+  r.dk = read_as_double(dense.dk);
+  r.dv = read_as_double(dense.dv);
+  return r;
+}
 
-  const std::pair<const char*, std::pair<const OwnedTensor*, const OwnedTensor*>> exact[] = {
-      {"o", {&packed.o, &dense.o}},
-      {"lse", {&packed.lse, &dense.lse}},
-      {"dk", {&packed.dk, &dense.dk}},
-      {"dv", {&packed.dv, &dense.dv}}};
-  for (const auto& [name, pair] : exact) {
-    const std::vector<double> got = read_as_double(*pair.first), want = read_as_double(*pair.second);
-    EXPECT_EQ(count_different(got, want), 0u) << name << ": max |varlen - dense| = " << max_abs_diff(got, want);
-  }
-  const std::vector<double> dq = read_as_double(packed.dq), dq_dense = read_as_double(dense.dq);
+// O, L, dK, dV equal; dQ equal in the deterministic mode, else within a unit in the last place of the dtype
+// at the largest magnitude (fp32 atomic sums in another order); dsinks within fp32 rounding of `want`'s
+// (summed over sequences when `want` is dense).
+void expect_same(const VarlenCase& c, const Results& got, const Results& want) {
+  const std::pair<const char*, std::pair<const std::vector<double>*, const std::vector<double>*>> exact[] = {
+      {"o", {&got.o, &want.o}}, {"lse", {&got.lse, &want.lse}}, {"dk", {&got.dk, &want.dk}},
+      {"dv", {&got.dv, &want.dv}}};
+  for (const auto& [name, pair] : exact)
+    EXPECT_EQ(count_different(*pair.first, *pair.second), 0u)
+        << name << ": max |got - want| = " << max_abs_diff(*pair.first, *pair.second);
   if (c.deterministic) {
-    EXPECT_EQ(count_different(dq, dq_dense), 0u) << "dq: max |varlen - dense| = " << max_abs_diff(dq, dq_dense);
+    EXPECT_EQ(count_different(got.dq, want.dq), 0u) << "dq: max |got - want| = " << max_abs_diff(got.dq, want.dq);
   } else {
-    // fp32 atomic sums in another order: within a unit in the last place at the largest magnitude.
     double largest = 0;
-    for (double x : dq_dense) largest = std::max(largest, std::abs(x));
+    for (double x : want.dq) largest = std::max(largest, std::abs(x));
     const double ulp = c.dtype == DType::bf16 ? 1.0 / 128 : (c.dtype == DType::f16 ? 1.0 / 1024 : 1e-5);
-    EXPECT_LE(max_abs_diff(dq, dq_dense), ulp * largest + 1e-6) << "dq (atomic mode) vs the dense dq";
+    EXPECT_LE(max_abs_diff(got.dq, want.dq), ulp * largest + 1e-6) << "dq (atomic mode)";
   }
-  if (c.sinks) {
-    const std::vector<double> got = read_as_double(packed.dsinks);
-    for (std::int64_t h = 0; h < c.heads_q; ++h)
-      EXPECT_NEAR(got[h], dsinks_sum[h], 1e-6 * (1 + dsinks_abs[h])) << "dsinks[" << h << "] vs the dense sum";
+  for (std::size_t h = 0; h < want.dsinks.size(); ++h) {
+    const double spread = want.dsinks_abs.empty() ? std::abs(want.dsinks[h]) : want.dsinks_abs[h];
+    EXPECT_NEAR(got.dsinks[h], want.dsinks[h], 1e-6 * (1 + spread)) << "dsinks[" << h << "]";
+  }
+}
+
+bool hopper_gpu() { return describe_device(Device::cuda(0)).find("sm_90") != std::string::npos; }
+
+class FlashVarlenVsDense : public ::testing::TestWithParam<VarlenCase> {};
+
+TEST_P(FlashVarlenVsDense, EveryRowMatchesItsSequence) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const VarlenCase& c = GetParam();
+  if (c.kernels == FlashKernels::sm90 && !hopper_gpu()) GTEST_SKIP() << "needs a Hopper GPU";
+  const Stream stream;
+  PackedInputs in;
+  make_inputs(c, stream, in);
+  expect_same(c, run_varlen(c, in, stream), run_dense(c, in, stream));
+}
+
+// A test hook of the flash kernels (attention_impls.h) set for a scope: `set(value)`, then `set(reset)`.
+struct ForcedFlashHook {
+  ForcedFlashHook(void (*set)(int), int value, int reset) : set_(set), reset_(reset) { set_(value); }
+  ~ForcedFlashHook() { set_(reset_); }
+  ForcedFlashHook(const ForcedFlashHook&) = delete;
+  ForcedFlashHook& operator=(const ForcedFlashHook&) = delete;
+
+ private:
+  void (*set_)(int);
+  int reset_;
+};
+
+// The Hopper kernels schedule packed sequences' tiles sequence by sequence (Note [Packed-sequence tiles]):
+// with 1 or 3 persistent forward blocks each block takes tiles of many sequences (empty ones between), and
+// launch sections of 1 or 3 kv heads split the heads; the outputs stay the same bit for bit. Ascending
+// additions for every head (another dQ order) keep O, L, dK, dV and dsinks, and dQ to rounding.
+TEST(FlashVarlenKernels, HopperScheduleGivesTheSameOutputs) {
+  if (!cuda_available() || !hopper_gpu()) GTEST_SKIP() << "needs a Hopper GPU";
+  for (std::int64_t d : {64, 128}) {
+    const VarlenCase c{.name = "schedule", .heads_q = 8, .heads_kv = 4, .head_dim = d,
+                       .lens_q = {130, 0, 1, 300, 64, 0, 257}, .lens_k = {130, 5, 1, 300, 64, 0, 300},
+                       .causal = true, .sink_tokens = 2, .sinks = true, .kernels = FlashKernels::sm90};
+    SCOPED_TRACE(str("d ", d));
+    const Stream stream;
+    PackedInputs in;
+    make_inputs(c, stream, in);
+    const Results whole = run_varlen(c, in, stream);
+    for (int blocks : {1, 3}) {
+      SCOPED_TRACE(str("forward blocks ", blocks));
+      const ForcedFlashHook forced(attention_impl::force_flash_forward_blocks, blocks, 0);
+      expect_same(c, run_varlen(c, in, stream), whole);
+    }
+    for (int heads : {1, 3}) {
+      SCOPED_TRACE(str("sections of ", heads));
+      const ForcedFlashHook forced(attention_impl::force_flash_section_heads, heads, 0);
+      expect_same(c, run_varlen(c, in, stream), whole);
+    }
+    SCOPED_TRACE("every head ascending");
+    const ForcedFlashHook forced(attention_impl::force_flash_ascending_heads, c.heads_kv, -1);
+    VarlenCase atomic_tolerance = c;
+    atomic_tolerance.deterministic = false;  // dQ sums in another fixed order: compared to rounding
+    expect_same(atomic_tolerance, run_varlen(c, in, stream), whole);
   }
 }
 
@@ -269,20 +350,26 @@ std::vector<VarlenCase> varlen_cases() {
       {.name = "empty_sequences_causal", .lens_q = {0, 70, 0}, .lens_k = {10, 0, 0}, .causal = true},
   };
   std::vector<VarlenCase> all;
-  for (DType dtype : {DType::bf16, DType::f16, DType::f32}) {
-    for (VarlenCase c : cases) {
-      c.dtype = dtype;
-      c.name = std::string(name_of(dtype)) + "_" + c.name;
-      all.push_back(c);
-      c.deterministic = false;
-      c.name += "_atomic";
-      all.push_back(c);
+  for (FlashKernels kernels : {FlashKernels::sm80, FlashKernels::sm90}) {
+    for (DType dtype : {DType::bf16, DType::f16, DType::f32}) {
+      for (VarlenCase c : cases) {
+        // The Hopper kernels: 16-bit inputs at head dims 64 and 128.
+        if (kernels == FlashKernels::sm90 && (dtype == DType::f32 || (c.head_dim != 64 && c.head_dim != 128)))
+          continue;
+        c.dtype = dtype;
+        c.kernels = kernels;
+        c.name = std::string(name_of(kernels)) + "_" + name_of(dtype) + "_" + c.name;
+        all.push_back(c);
+        c.deterministic = false;
+        c.name += "_atomic";
+        all.push_back(c);
+      }
     }
   }
   return all;
 }
 
-INSTANTIATE_TEST_SUITE_P(Sm80, FlashVarlenVsDense, ::testing::ValuesIn(varlen_cases()),
+INSTANTIATE_TEST_SUITE_P(Kernels, FlashVarlenVsDense, ::testing::ValuesIn(varlen_cases()),
                          [](const ::testing::TestParamInfo<VarlenCase>& info) { return info.param.name; });
 
 }  // namespace

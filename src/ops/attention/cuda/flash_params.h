@@ -31,6 +31,7 @@ struct FlashShape {
   // len_q / len_k then hold the largest lengths. See Note [Packed sequences] (flash_varlen.cuh).
   const int* cu_seqlens_q = nullptr;
   const int* cu_seqlens_k = nullptr;
+  int total_q = 0, total_k = 0;  // packed rows (the Hopper kernels' TMA maps)
 };
 
 struct FlashFwdParams {
@@ -46,6 +47,9 @@ struct FlashFwdParams {
   int section_heads = 1;
   int blocks = 0;
   int* tile_counter = nullptr;
+  // Packed sequences on Hopper: (batch + 1) prefix of the sequences' query tiles. See Note [Packed-sequence
+  // tiles] (flash_sm90_scheduler.cuh).
+  const int* varlen_tiles = nullptr;
 };
 
 struct FlashBwdParams {
@@ -79,6 +83,10 @@ struct FlashBwdParams {
   int dkdv_section_heads = 1;
   // Packed sequences: scratch rows per query head (varlen_scratch_rows; See Note [Packed sequences]).
   std::int64_t scratch_head_rows = 0;
+  // Packed sequences on Hopper: (batch + 1) prefix of the sequences' key tiles, and the grid's key tiles
+  // (at least its last entry). See Note [Packed-sequence tiles] (flash_sm90_scheduler.cuh).
+  const int* varlen_key_tiles = nullptr;
+  int varlen_grid_key_tiles = 0;
 };
 
 }  // namespace ft::flash

@@ -56,6 +56,25 @@ __device__ __forceinline__ SeqRows narrow_to_sequence(FlashShape& s, int b) {
   return rows;
 }
 
+// s with a sequence's lengths (the Hopper forward narrows per tile).
+__device__ __forceinline__ FlashShape with_lengths(const FlashShape& s, int len_q, int len_k) {
+  FlashShape narrowed = s;
+  narrowed.len_q = len_q;
+  narrowed.len_k = len_k;
+  return narrowed;
+}
+
+// A sequence's shape for the mask helpers that take any shape type (key_queries, key_tile_queries,
+// key_tiles_before) in warps of few registers: every field a reference, the lengths to a block's shared copy
+// and the rest to the call's parameters, so that each is read where it is used instead of held.
+struct SeqShapeRef {
+  const volatile int& len_q;
+  const volatile int& len_k;
+  const std::int64_t& window_left;
+  const std::int64_t& window_right;
+  const std::int64_t& sink_tokens;
+};
+
 // The first scratch row (dsum, lse_log2; times D for dq_accum) of query head h of batch entry b, whose
 // sequence starts at query row q0.
 __device__ __forceinline__ std::int64_t scratch_row(const FlashBwdParams& p, int b, int h, int q0) {
