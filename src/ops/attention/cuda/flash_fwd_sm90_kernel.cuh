@@ -94,9 +94,9 @@ struct FwdTraits {
   static constexpr int kTileBytes = kBlockN * D * static_cast<int>(sizeof(T));  // one K or V tile
   // sQ (kBlockM, D) | sK (kStages, kBlockN, D) | sV (kStages, kBlockN, D) | sOnes (kBlockN, 64) with
   // kTensorRowSums, swizzled, then the mbarriers: Q landed, Q free, K and V of each slot landed, each slot
-  // free; then the tiles the producer claimed, by the parity of their Q phase (two FwdTiles of kFwdTileWords
-  // 8-byte words).
-  static constexpr int kBarriers = 2 + 3 * kStages + 2 * kFwdTileWords;
+  // free; then the tiles the producer claimed (kTileSlots FwdTiles of kFwdTileWords 8-byte words).
+  static constexpr int kTileSlots = 3;
+  static constexpr int kBarriers = 2 + 3 * kStages + kTileSlots * kFwdTileWords;
   static constexpr int kOnesElems = kTensorRowSums ? kBlockN * kPanel : 0;
   static constexpr int kSmemBytes =
       ((kBlockM + 2 * kStages * kBlockN) * D + kOnesElems) * static_cast<int>(sizeof(T)) + kBarriers * 8 +
@@ -145,11 +145,13 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
   std::uint64_t* k_full = q_free + 1;           // (kStages)
   std::uint64_t* v_full = k_full + kStages;     // (kStages)
   std::uint64_t* slot_free = v_full + kStages;  // (kStages)
-  // The FwdTile of Q phase `phase` (b < 0: none left). A slot is rewritten two tiles later, once every consumer
-  // has freed the Q after it, so the consumers read their tile's fields where they use them instead of holding
-  // them in registers.
+  // A block's k-th tile is FwdTile slot k % kTileSlots (b < 0: none left). The producer decodes and publishes
+  // tile k + 1 as soon as it claims it, while the consumers still run tiles k - 1 and k; slot (k + 1) %
+  // kTileSlots was tile k - 2's, whose consumers are done once they freed tile k - 1's Q, which the producer
+  // waited for before it issued tile k. The consumers read a tile's fields where they use them.
   volatile int* claimed = reinterpret_cast<volatile int*>(slot_free + kStages);
-  auto tile_slot = [&](std::uint32_t phase) { return claimed + phase * 2 * kFwdTileWords; };
+  auto tile_slot = [&](int k) { return claimed + k * 2 * kFwdTileWords; };
+  auto next_slot = [](int k) { return k + 1 == Tr::kTileSlots ? 0 : k + 1; };
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   // The rows and visited key tiles of query tile y of a head: query tiles end at len_q rounded up to 64
@@ -185,11 +187,10 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
     tma_prefetch_map(maps.k);
     tma_prefetch_map(maps.v);
     RingPosition<kStages> pos;
-    int tile = first_tile();
-    for (std::uint32_t q_phase = 0;; q_phase ^= 1) {
-      mbar_wait(q_free, q_phase ^ 1);  // every consumer read the last tile's Q and its FwdTile
-      publish_tile(tile_slot(q_phase), decode_fwd_tile(p, BM, tile));
-      const FwdTileSlot claim{tile_slot(q_phase)};
+    publish_tile(tile_slot(0), decode_fwd_tile(p, BM, first_tile()));
+    for (std::uint32_t q_phase = 0, tslot = 0;; q_phase ^= 1, tslot = next_slot(tslot)) {
+      mbar_wait(q_free, q_phase ^ 1);  // every consumer read the last tile's Q
+      const FwdTileSlot claim{tile_slot(tslot)};
       if (claim.b() < 0) {
         mbar_arrive(q_full);
         return;
@@ -212,7 +213,7 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
         tma_load_tile<T, BN, D>(sV + pos.slot * BN * D, maps.v, n0, hk, mb, &v_full[pos.slot]);
       }
       // Claimed once this tile's copies are issued: see Note [Persistent forward tiles].
-      tile = claim_next_tile(p.tile_counter);
+      publish_tile(tile_slot(next_slot(tslot)), decode_fwd_tile(p, BM, claim_next_tile(p.tile_counter)));
     }
   }
 
@@ -259,9 +260,9 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
   if (Tr::kPingPong && wg == 1) named_barrier_arrive(3, 2 * 128);
 
   RingPosition<kStages> pos;
-  for (std::uint32_t q_phase = 0;; q_phase ^= 1) {
+  for (std::uint32_t q_phase = 0, tslot = 0;; q_phase ^= 1, tslot = next_slot(tslot)) {
     mbar_wait(q_full, q_phase);
-    const FwdTileSlot claim{tile_slot(q_phase)};
+    const FwdTileSlot claim{tile_slot(tslot)};
     if (claim.b() < 0) break;
     const int m0 = tile_rows(claim.y(), claim.len_q());
     KeyRange tile_first, tile_last;
@@ -282,7 +283,7 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
       fence_proxy_async();
       named_barrier_sync(1 + wg, 128);
     }
-    // Q is read by the tile's last S: once it landed, this thread frees Q (its FwdTile slot is rewritten a tile later).
+    // Q is read by the tile's last S: once it landed, this thread frees Q.
     auto q_read_after = [&](int it) {
       if (it == n_iters - 1) mbar_arrive(q_free);
     };
