@@ -4,12 +4,14 @@
 // shape to each sequence (Note [Packed sequences], flash_varlen.cuh) and run the dense tiles, so O, L, dK,
 // dV and (deterministic mode) dQ must equal the dense calls' values exactly, for every sequence: every
 // variant (causal, windows, sink tokens, sink logits, GQA, negative scale), unequal query and key lengths,
-// zero-length sequences (no keys: O = 0, L = -inf, dQ = 0; no queries: dK = dV = 0) and max_seqlen above
+// zero-length sequences (no keys: O = 0, dQ = 0 and L = -inf, or the sink logit with sink logits; no
+// queries: dK = dV = 0) and max_seqlen above
 // the longest sequence; on the sm80 and (on a Hopper GPU) the sm90 kernels. dsinks is the sum of the dense
 // calls' (to fp32 rounding); atomic-mode dQ (whose fp32 sums may come in another order) is compared within
 // a unit in the last place of the dtype. Outputs are poisoned with NaN before every run, so a row a kernel
 // fails to write, or writes for another sequence, shows. The Hopper kernels' schedule (forced persistent
-// blocks, launch sections, addition order) leaves every output unchanged.
+// blocks, launch sections) leaves every output unchanged, and another dQ addition order the gradients to
+// rounding.
 // Run: ./build/bin/gpu_test_attention_flash_varlen_kernels   (needs a CUDA device; skips otherwise)
 #include <gtest/gtest.h>
 
@@ -189,14 +191,26 @@ Results run_varlen(const VarlenCase& c, const PackedInputs& in, const Stream& st
   return r;
 }
 
+// L of a row that sees no key: -inf, or with sink logits the head's sink logit s, as the kernels' final
+// normalisation computes it in fp32 (s log2(e), then times ln 2).
+double lse_of_no_keys(const VarlenCase& c, const std::vector<double>& sinks, std::int64_t h) {
+  if (!c.sinks) return -std::numeric_limits<double>::infinity();
+  const float top = static_cast<float>(sinks[h]) * 1.4426950408889634f;
+  return top * 0.6931471805599453f;
+}
+
 // The dense calls of the same family, one per sequence, on views of the same inputs. Sequences without
-// queries or keys (which the dense contract does not take) get their defined results: O = 0, L = -inf,
-// zero gradients. dsinks is the sum of the calls' in double.
+// queries or keys (which the dense contract does not take) get their defined results: O = 0, L as a row
+// that sees no key (lse_of_no_keys), zero gradients. dsinks is the sum of the calls' in double.
 Results run_dense(const VarlenCase& c, const PackedInputs& in, const Stream& stream) {
   PackedOutputs dense = packed_outputs(c, in.total_q, in.total_k, stream);
   stream.synchronize();
   for (const OwnedTensor* t : {&dense.o, &dense.dq, &dense.dk, &dense.dv}) fill_constant(*t, 0.0);
-  fill_constant(dense.lse, -std::numeric_limits<double>::infinity());
+  const std::vector<double> sinks = c.sinks ? read_as_double(in.sinks) : std::vector<double>();
+  std::vector<double> lse(static_cast<std::size_t>(c.heads_q * in.total_q));  // (Hq, total_q)
+  for (std::int64_t h = 0; h < c.heads_q; ++h)
+    for (std::int64_t i = 0; i < in.total_q; ++i) lse[h * in.total_q + i] = lse_of_no_keys(c, sinks, h);
+  write_from_double(dense.lse, lse);
   Results r;
   if (c.sinks) r.dsinks.assign(static_cast<std::size_t>(c.heads_q), 0.0), r.dsinks_abs = r.dsinks;
   AttentionOptions options;
@@ -241,23 +255,31 @@ Results run_dense(const VarlenCase& c, const PackedInputs& in, const Stream& str
   return r;
 }
 
-// O, L, dK, dV equal; dQ equal in the deterministic mode, else within a unit in the last place of the dtype
-// at the largest magnitude (fp32 atomic sums in another order); dsinks within fp32 rounding of `want`'s
-// (summed over sequences when `want` is dense).
-void expect_same(const VarlenCase& c, const Results& got, const Results& want) {
-  const std::pair<const char*, std::pair<const std::vector<double>*, const std::vector<double>*>> exact[] = {
-      {"o", {&got.o, &want.o}}, {"lse", {&got.lse, &want.lse}}, {"dk", {&got.dk, &want.dk}},
-      {"dv", {&got.dv, &want.dv}}};
-  for (const auto& [name, pair] : exact)
-    EXPECT_EQ(count_different(*pair.first, *pair.second), 0u)
-        << name << ": max |got - want| = " << max_abs_diff(*pair.first, *pair.second);
-  if (c.deterministic) {
-    EXPECT_EQ(count_different(got.dq, want.dq), 0u) << "dq: max |got - want| = " << max_abs_diff(got.dq, want.dq);
-  } else {
+// How expect_same compares the gradients: dK and dV exactly and dQ exactly in the deterministic mode (else
+// to rounding: its fp32 atomic sums come in any order), or every gradient to rounding (sums in another
+// fixed order).
+enum class Grads { same_order, any_order };
+
+// O and L equal; the gradients as `grads` says, to rounding meaning within a unit in the last place of the
+// dtype at the largest magnitude; dsinks within fp32 rounding of `want`'s (summed over sequences when `want`
+// is dense).
+void expect_same(const VarlenCase& c, const Results& got, const Results& want, Grads grads = Grads::same_order) {
+  const std::pair<const char*, std::pair<const std::vector<double>*, const std::vector<double>*>> fields[] = {
+      {"o", {&got.o, &want.o}},   {"lse", {&got.lse, &want.lse}}, {"dk", {&got.dk, &want.dk}},
+      {"dv", {&got.dv, &want.dv}}, {"dq", {&got.dq, &want.dq}}};
+  const double ulp = c.dtype == DType::bf16 ? 1.0 / 128 : (c.dtype == DType::f16 ? 1.0 / 1024 : 1e-5);
+  for (const auto& [name, pair] : fields) {
+    const std::string field = name;
+    const bool gradient = field != "o" && field != "lse";
+    const bool rounded = gradient && (grads == Grads::any_order || (field == "dq" && !c.deterministic));
+    if (!rounded) {
+      EXPECT_EQ(count_different(*pair.first, *pair.second), 0u)
+          << name << ": max |got - want| = " << max_abs_diff(*pair.first, *pair.second);
+      continue;
+    }
     double largest = 0;
-    for (double x : want.dq) largest = std::max(largest, std::abs(x));
-    const double ulp = c.dtype == DType::bf16 ? 1.0 / 128 : (c.dtype == DType::f16 ? 1.0 / 1024 : 1e-5);
-    EXPECT_LE(max_abs_diff(got.dq, want.dq), ulp * largest + 1e-6) << "dq (atomic mode)";
+    for (double x : *pair.second) largest = std::max(largest, std::abs(x));
+    EXPECT_LE(max_abs_diff(*pair.first, *pair.second), ulp * largest + 1e-6) << name << " (to rounding)";
   }
   for (std::size_t h = 0; h < want.dsinks.size(); ++h) {
     const double spread = want.dsinks_abs.empty() ? std::abs(want.dsinks[h]) : want.dsinks_abs[h];
@@ -294,7 +316,8 @@ struct ForcedFlashHook {
 // The Hopper kernels schedule packed sequences' tiles sequence by sequence (Note [Packed-sequence tiles]):
 // with 1 or 3 persistent forward blocks each block takes tiles of many sequences (empty ones between), and
 // launch sections of 1 or 3 kv heads split the heads; the outputs stay the same bit for bit. Ascending
-// additions for every head (another dQ order) keep O, L, dK, dV and dsinks, and dQ to rounding.
+// additions for every head (another dQ order, and each block's query tiles last first, so dK and dV sum in
+// another order too) keep O, L and dsinks, and the gradients to rounding.
 TEST(FlashVarlenKernels, HopperScheduleGivesTheSameOutputs) {
   if (!cuda_available() || !hopper_gpu()) GTEST_SKIP() << "needs a Hopper GPU";
   for (std::int64_t d : {64, 128}) {
@@ -318,9 +341,23 @@ TEST(FlashVarlenKernels, HopperScheduleGivesTheSameOutputs) {
     }
     SCOPED_TRACE("every head ascending");
     const ForcedFlashHook forced(attention_impl::force_flash_ascending_heads, c.heads_kv, -1);
-    VarlenCase atomic_tolerance = c;
-    atomic_tolerance.deterministic = false;  // dQ sums in another fixed order: compared to rounding
-    expect_same(atomic_tolerance, run_varlen(c, in, stream), whole);
+    expect_same(c, run_varlen(c, in, stream), whole, Grads::any_order);
+  }
+}
+
+// kernels sm90 over packed fp32 (or off a Hopper GPU): an unsupported error naming what sm90 needs.
+TEST(FlashVarlenKernels, Sm90KernelsRefuseWhatTheyCannotRun) {
+  if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
+  const VarlenCase c{.name = "f32", .dtype = DType::f32, .lens_q = {40, 70}, .kernels = FlashKernels::sm90};
+  const Stream stream;
+  PackedInputs in;
+  make_inputs(c, stream, in);
+  try {
+    run_varlen(c, in, stream);
+    FAIL() << "kernels sm90 accepted fp32";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::unsupported);
+    EXPECT_NE(e.message().find(hopper_gpu() ? "fp32" : "compute capability 9.0"), std::string::npos) << e.message();
   }
 }
 
