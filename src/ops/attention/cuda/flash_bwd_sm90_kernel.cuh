@@ -66,7 +66,7 @@ struct BwdKvTraits {
       ((2 * kBlockN + 2 * kStages * kBlockM) * kDs + kDsElems) * static_cast<int>(sizeof(T));
   static constexpr int kDqStageFloats = kDqBuffers * kConsumers * kDqBoxesPerPiece * kDqBoxFloats;  // sdQ
   static constexpr int kStepBytes = 2 * kBlockM * (kDs * static_cast<int>(sizeof(T)) + static_cast<int>(sizeof(float)));
-  static constexpr int kBarriers = 1 + 2 * kStages;
+  static constexpr int kBarriers = 1 + 2 * kStages + kBwdSeqWords;  // and the block's BwdSeqSlot
   static constexpr int kFloatBytes = (kDqStageFloats + 2 * kStages * kBlockM) * static_cast<int>(sizeof(float));
   static constexpr int kSmemBytes = kTileBytes + kFloatBytes + kBarriers * 8 + kSmemSlack;
   static_assert(D % 16 == 0 && kBlockM % 64 == 0 && kQueryPad % kBlockM == 0 && kStages >= 2,
@@ -134,21 +134,25 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kVariant>::kThreads, 1)
   std::uint64_t* kv_full = reinterpret_cast<std::uint64_t*>(sD + kStages * BM);
   std::uint64_t* step_full = kv_full + 1;        // (kStages)
   std::uint64_t* slot_free = step_full + kStages;  // (kStages)
+  const BwdSeqSlot seq{reinterpret_cast<volatile int*>(slot_free + kStages)};
 
-  const int grid_heads = s.batch * s.heads_kv;
-  const int bh = section_head(grid_heads);
-  if (bh < 0) return;
   // The launch and addition order of this block's head: ascending key tiles, except with ordered
   // additions for all but the last heads (see Note [Ordered dQ additions]).
-  const bool ascending = !kOrderedDq || bh >= grid_heads - p.ascending_heads;
-  const int n_block = ascending ? blockIdx.y : gridDim.y - 1 - blockIdx.y;
-  const int b = bh / s.heads_kv, hk = bh % s.heads_kv;
+  const BwdBlock block = bwd_block(p, kOrderedDq);
+  if (block.b < 0) return;
+  const bool ascending = block.ascending;
+  const int n_block = block.n_block, b = block.b, hk = block.hk;
+  // Packed sequences: the maps hold one batch of all of them, the sequence's rows from q0 / k0 and its
+  // dq_accum rows from dq_row0 (See Note [Packed sequences]); the loops read them from `seq`, and build
+  // the sequence's shape (seq_shape) where they use it.
+  FlashShape narrowed = s;
+  const SeqRows rows = narrow_to_sequence(narrowed, b);
+  auto seq_shape = [&] { return with_lengths(s, seq.len_q(), seq.len_k()); };
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int n0 = n_block * BN;
-  const int keys_valid = s.len_k - n0;
 
   // Query tiles that see some key of this tile.
-  const TileSpan span = key_tile_queries<kHasMask, BN, BM>(n0, s);
+  const TileSpan span = key_tile_queries<kHasMask, BN, BM>(n0, narrowed);
   const int m_first = span.first, m_count = span.count;
   const int n_iters = m_count * s.group;
   // Note [Tile-major steps]
@@ -190,7 +194,7 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kVariant>::kThreads, 1)
     for (int i = 0; i < Tr::kDqBoxesPerPiece; ++i) {
       const int col = (w % kColPanels) * kPanel + i * kDqBoxCols;
       if (D % kPanel != 0 && col >= D) continue;  // a box of padded columns only
-      const TmaCoords at = tma_coords(maps.dq_accum, col, row, h, b);
+      const TmaCoords at = tma_coords(maps.dq_accum, col, seq.dq_row0() + row, h, seq.map_batch());
       if (first)
         tma_store(maps.dq_accum, at, piece_boxes(w, it) + i * Tr::kDqBoxFloats);
       else
@@ -200,6 +204,9 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kVariant>::kThreads, 1)
   };
 
   if (tid == 0) {
+    const int dq_row0 = s.cu_seqlens_q ? static_cast<int>(varlen_scratch_row(b, rows.q0)) : 0;
+    seq.publish(rows.q0, rows.k0, narrowed.len_q, narrowed.len_k, block.n_tiles, dq_row0, s.cu_seqlens_q ? 0 : b,
+                b * s.heads_q * p.pre_blocks);
     mbar_init(kv_full, 1);
     for (int i = 0; i < kStages; ++i) {
       mbar_init(&step_full[i], 1);
@@ -221,8 +228,9 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kVariant>::kThreads, 1)
             for (int w = 0; w < Tr::kConsumers; ++w) named_barrier_arrive(free_barrier(w, parity), kWriterThreads);
         for (int it = parity; it < n_iters; it += 2) {
           const int h = step_head(it), m0 = step_row0(it);
-          const int before = key_tiles_before<kHasMask, BN, BM>(n_block, gridDim.y, ascending, m0 / BM, s, lane);
-          int* counter = p.dq_order + (b * s.heads_q + h) * p.pre_blocks + m0 / kPreRows;
+          const int before =
+              key_tiles_before<kHasMask, BN, BM>(n_block, seq.n_tiles(), ascending, m0 / BM, seq.shape(s), lane);
+          int* counter = p.dq_order + seq.counter0() + h * p.pre_blocks + m0 / kPreRows;
           for (int w = 0; w < Tr::kConsumers; ++w) named_barrier_sync(full_barrier(w, parity), kWriterThreads);
           if (lane == 0) {
             counter_wait_eq(counter, before);
@@ -245,17 +253,19 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kVariant>::kThreads, 1)
     tma_prefetch_map(maps.d_o);
     tma_prefetch_map(maps.dq_accum);
     mbar_arrive_expect_tx(kv_full, 2 * BN * DS * sizeof(T));
-    tma_load_tile<T, BN, DS>(sK, maps.k, n0, hk, b, kv_full);
-    tma_load_tile<T, BN, DS>(sV, maps.v, n0, hk, b, kv_full);
+    const int mb = seq.map_batch();
+    tma_load_tile<T, BN, DS>(sK, maps.k, seq.k0() + n0, hk, mb, kv_full);
+    tma_load_tile<T, BN, DS>(sV, maps.v, seq.k0() + n0, hk, mb, kv_full);
     RingPosition<kStages> pos;
     for (int it = 0; it < n_iters; ++it, pos.advance()) {
       const int h = step_head(it), m0 = step_row0(it);
-      const std::int64_t row = static_cast<std::int64_t>(b * s.heads_q + h) * p.len_q_pad + m0;
+      const int q0 = seq.q0();
+      const std::int64_t row = scratch_row(p, b, h, q0) + m0;
       std::uint64_t* full = &step_full[pos.slot];
       mbar_wait(&slot_free[pos.slot], pos.phase ^ 1);
       mbar_arrive_expect_tx(full, Tr::kStepBytes);
-      tma_load_tile<T, BM, DS>(sQ + pos.slot * BM * DS, maps.q, m0, h, b, full);
-      tma_load_tile<T, BM, DS>(sdO + pos.slot * BM * DS, maps.d_o, m0, h, b, full);
+      tma_load_tile<T, BM, DS>(sQ + pos.slot * BM * DS, maps.q, q0 + m0, h, mb, full);
+      tma_load_tile<T, BM, DS>(sdO + pos.slot * BM * DS, maps.d_o, q0 + m0, h, mb, full);
       bulk_load(sL + pos.slot * BM, p.lse_log2 + row, BM * sizeof(float), full);
       bulk_load(sD + pos.slot * BM, p.dsum + row, BM * sizeof(float), full);
     }
@@ -267,8 +277,9 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kVariant>::kThreads, 1)
   const int ctid = tid - 128, cwarp = warp - 4;
   const int g = lane >> 2, t = lane & 3;
   const int wg_row = (cwarp / 4) * 64, warp_row = cwarp * 16;  // first key row of this warpgroup / warp
-  const KeyQueries queries[2] = {KeyQueries(key_queries<kHasMask>(n0 + warp_row + g, s)),
-                                 KeyQueries(key_queries<kHasMask>(n0 + warp_row + g + 8, s))};
+  const FlashShape ss = seq_shape();
+  const KeyQueries queries[2] = {KeyQueries(key_queries<kHasMask>(n0 + warp_row + g, ss)),
+                                 KeyQueries(key_queries<kHasMask>(n0 + warp_row + g + 8, ss))};
 
   // dQ runs one step behind. Step it waits (bar.sync) for the other warpgroup to announce
   // its dS^T rows of step it - 1 in sdS buffer (it - 1) % 2, then issues this warpgroup's piece of that
@@ -348,8 +359,10 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kVariant>::kThreads, 1)
     wgmma_wait<1>();  // P^T is computed while dP^T runs
     fence_accumulators(acc_s);
 
-    const bool full = tile_full(row_keys<kHasMask>(m0, s), row_keys<kHasMask>(min(m0 + BM, s.len_q) - 1, s), n0, BN,
-                                s.len_k);
+    const FlashShape step_shape = seq_shape();
+    const bool full = tile_full(row_keys<kHasMask>(m0, step_shape),
+                                row_keys<kHasMask>(min(m0 + BM, step_shape.len_q) - 1, step_shape), n0, BN,
+                                step_shape.len_k);
     probs_t(acc_s, sL + slot * BM, queries, full, m0, t, s.scale_log2);
     // dS^T before dV is issued: P^T's A fragments need not live beside both fp32 tiles (else they spill
     // at D=64). Why not dV before dP^T lands: docs/perf-notes.md#backward-step-order.
@@ -406,8 +419,9 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kVariant>::kThreads, 1)
   store_acc<T, D / 8>(sdK, kLd<T, D>, warp_row, 0, reinterpret_cast<StoredCols>(acc_dk), s.scale, s.scale, lane);
   store_acc<T, D / 8>(sdV, kLd<T, D>, warp_row, 0, reinterpret_cast<StoredCols>(acc_dv), 1.f, 1.f, lane);
   named_barrier_sync(1, kConsumerThreads);
-  T* dk = p.dk.at<T>(b, hk, n0);
-  T* dv = p.dv.at<T>(b, hk, n0);
+  const int keys_valid = seq.len_k() - n0;
+  T* dk = p.dk.at<T>(b, hk, seq.k0() + n0);
+  T* dv = p.dv.at<T>(b, hk, seq.k0() + n0);
   store_tile<T, BN, D, kConsumerThreads>(dk, p.dk.row_stride, sdK, keys_valid, true, ctid);
   store_tile<T, BN, D, kConsumerThreads>(dv, p.dv.row_stride, sdV, keys_valid, true, ctid);
 #endif

@@ -98,8 +98,9 @@ struct FwdTraits {
   static constexpr int kTileBytes = kBlockN * kDs * static_cast<int>(sizeof(T));  // one K or V tile
   // sQ (kBlockM, kDs) | sK (kStages, kBlockN, kDs) | sV (kStages, kBlockN, kDs) | sOnes (kBlockN, 64) with
   // kTensorRowSums, swizzled, then the mbarriers: Q landed, Q free, K and V of each slot landed, each slot
-  // free; then the tile the producer claimed (an int in an 8-byte word).
-  static constexpr int kBarriers = 2 + 3 * kStages + 1;
+  // free; then the tiles the producer claimed (kTileSlots FwdTiles of kFwdTileWords 8-byte words).
+  static constexpr int kTileSlots = 3;
+  static constexpr int kBarriers = 2 + 3 * kStages + kTileSlots * kFwdTileWords;
   static constexpr int kOnesElems = kTensorRowSums ? kBlockN * kPanel : 0;
   static constexpr int kSmemBytes =
       ((kBlockM + 2 * kStages * kBlockN) * kDs + kOnesElems) * static_cast<int>(sizeof(T)) + kBarriers * 8 +
@@ -138,7 +139,6 @@ __global__ void __launch_bounds__(FwdTraits<T, D, kVariant>::kThreads, 1)
   constexpr int kNtS = BN / 8;  // score tiles of a warp's 16 rows
   constexpr int kNtO = Tr::kAccTiles;  // output tiles (and the row sums' with kTensorRowSums)
   const FlashShape& s = p.shape;
-  const FwdTileOrder order(p, BM);
 
   extern __shared__ unsigned char smem_raw[];
   T* sQ = aligned_smem<T>(smem_raw);  // (BM, DS) swizzled
@@ -150,17 +150,24 @@ __global__ void __launch_bounds__(FwdTraits<T, D, kVariant>::kThreads, 1)
   std::uint64_t* k_full = q_free + 1;           // (kStages)
   std::uint64_t* v_full = k_full + kStages;     // (kStages)
   std::uint64_t* slot_free = v_full + kStages;  // (kStages)
-  volatile int* claimed = reinterpret_cast<volatile int*>(slot_free + kStages);  // the tile of Q, -1: none left
+  // A block's k-th tile is FwdTile slot k % kTileSlots (b < 0: none left). The producer decodes and publishes
+  // tile k + 1 as soon as it claims it, while the consumers still run tiles k - 1 and k; slot (k + 1) %
+  // kTileSlots was tile k - 2's, whose consumers are done once they freed tile k - 1's Q, which the producer
+  // waited for before it issued tile k. The consumers read a tile's fields where they use them.
+  volatile int* claimed = reinterpret_cast<volatile int*>(slot_free + kStages);
+  auto tile_slot = [&](int k) { return claimed + k * 2 * kFwdTileWords; };
+  auto next_slot = [](int k) { return k + 1 == Tr::kTileSlots ? 0 : k + 1; };
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   // The rows and visited key tiles of query tile y of a head: query tiles end at len_q rounded up to 64
   // rows, longest (causal) tiles first; where BM does not divide that, the partial tile is the one of the
   // first rows, which see the fewest keys. Its rows before 0 (whole warpgroups) are read as zeros and never
   // written.
-  auto tile_rows = [&](int y) { return (s.len_q + 63) / 64 * 64 - (y + 1) * BM; };
-  auto tile_keys = [&](int m0, KeyRange& first, KeyRange& last) {
-    first = row_keys<kHasMask>(max(m0, 0), s);
-    last = row_keys<kHasMask>(min(m0 + BM, s.len_q) - 1, s);
+  // ts: the shape with the tile's sequence lengths (See Note [Packed sequences]).
+  auto tile_rows = [&](int y, int len_q) { return (len_q + 63) / 64 * 64 - (y + 1) * BM; };
+  auto tile_keys = [&](int m0, const FlashShape& ts, KeyRange& first, KeyRange& last) {
+    first = row_keys<kHasMask>(max(m0, 0), ts);
+    last = row_keys<kHasMask>(min(m0 + BM, ts.len_q) - 1, ts);
     return key_tiles(first, last, BN);
   };
 
@@ -185,33 +192,33 @@ __global__ void __launch_bounds__(FwdTraits<T, D, kVariant>::kThreads, 1)
     tma_prefetch_map(maps.k);
     tma_prefetch_map(maps.v);
     RingPosition<kStages> pos;
-    int tile = first_tile();
-    for (std::uint32_t q_phase = 0;; q_phase ^= 1) {
-      mbar_wait(q_free, q_phase ^ 1);  // every consumer read the last tile's Q and its index
-      if (tile >= order.count()) {
-        *claimed = -1;
+    publish_tile(tile_slot(0), decode_fwd_tile(p, BM, first_tile()));
+    for (std::uint32_t q_phase = 0, tslot = 0;; q_phase ^= 1, tslot = next_slot(tslot)) {
+      mbar_wait(q_free, q_phase ^ 1);  // every consumer read the last tile's Q
+      const FwdTileSlot claim{tile_slot(tslot)};
+      if (claim.b() < 0) {
         mbar_arrive(q_full);
         return;
       }
-      *claimed = tile;
-      int bh, y;
-      order.at(tile, bh, y);
-      const int b = bh / s.heads_q, h = bh % s.heads_q, hk = h / s.group, m0 = tile_rows(y);
+      // Packed sequences: one batch of all of them in the maps, the sequence's rows from q0 / k0. Rows
+      // past the sequence's end are another's, masked as a dense call's zeros (Note [Packed sequences]).
+      const int mb = s.cu_seqlens_q ? 0 : claim.b();
+      const int h = claim.h(), hk = h / s.group, m0 = tile_rows(claim.y(), claim.len_q());
       mbar_arrive_expect_tx(q_full, BM * DS * sizeof(T));
-      tma_load_tile<T, BM, DS>(sQ, maps.q, m0, h, b, q_full);
+      tma_load_tile<T, BM, DS>(sQ, maps.q, claim.q0() + m0, h, mb, q_full);
       KeyRange first, last;
-      const KeyTiles tiles = tile_keys(m0, first, last);
+      const KeyTiles tiles = tile_keys(m0, with_lengths(s, claim.len_q(), claim.len_k()), first, last);
       const int n_iters = tiles.count();
       for (int it = 0; it < n_iters; ++it, pos.advance()) {
-        const int n0 = tiles.tile(it) * BN;
+        const int n0 = claim.k0() + tiles.tile(it) * BN;
         mbar_wait(&slot_free[pos.slot], pos.phase ^ 1);
         mbar_arrive_expect_tx(&k_full[pos.slot], Tr::kTileBytes);
-        tma_load_tile<T, BN, DS>(sK + pos.slot * BN * DS, maps.k, n0, hk, b, &k_full[pos.slot]);
+        tma_load_tile<T, BN, DS>(sK + pos.slot * BN * DS, maps.k, n0, hk, mb, &k_full[pos.slot]);
         mbar_arrive_expect_tx(&v_full[pos.slot], Tr::kTileBytes);
-        tma_load_tile<T, BN, DS>(sV + pos.slot * BN * DS, maps.v, n0, hk, b, &v_full[pos.slot]);
+        tma_load_tile<T, BN, DS>(sV + pos.slot * BN * DS, maps.v, n0, hk, mb, &v_full[pos.slot]);
       }
       // Claimed once this tile's copies are issued: see Note [Persistent forward tiles].
-      tile = claim_next_tile(p.tile_counter);
+      publish_tile(tile_slot(next_slot(tslot)), decode_fwd_tile(p, BM, claim_next_tile(p.tile_counter)));
     }
   }
 
@@ -258,15 +265,13 @@ __global__ void __launch_bounds__(FwdTraits<T, D, kVariant>::kThreads, 1)
   if (Tr::kPingPong && wg == 1) named_barrier_arrive(3, 2 * 128);
 
   RingPosition<kStages> pos;
-  for (std::uint32_t q_phase = 0;; q_phase ^= 1) {
+  for (std::uint32_t q_phase = 0, tslot = 0;; q_phase ^= 1, tslot = next_slot(tslot)) {
     mbar_wait(q_full, q_phase);
-    const int tile = *claimed;
-    if (tile < 0) break;
-    int bh, y;
-    order.at(tile, bh, y);
-    const int b = bh / s.heads_q, h = bh % s.heads_q, m0 = tile_rows(y);
+    const FwdTileSlot claim{tile_slot(tslot)};
+    if (claim.b() < 0) break;
+    const int m0 = tile_rows(claim.y(), claim.len_q());
     KeyRange tile_first, tile_last;
-    const KeyTiles tiles = tile_keys(m0, tile_first, tile_last);
+    const KeyTiles tiles = tile_keys(m0, with_lengths(s, claim.len_q(), claim.len_k()), tile_first, tile_last);
     const RowKeys first_keys(tile_first), last_keys(tile_last);  // 32-bit, for the test of every key tile
     const int n_iters = tiles.count();
 
@@ -283,7 +288,7 @@ __global__ void __launch_bounds__(FwdTraits<T, D, kVariant>::kThreads, 1)
       fence_proxy_async();
       named_barrier_sync(1 + wg, 128);
     }
-    // Q is read by the tile's last S: once it landed, this thread frees Q (and the claimed index).
+    // Q is read by the tile's last S: once it landed, this thread frees Q.
     auto q_read_after = [&](int it) {
       if (it == n_iters - 1) mbar_arrive(q_free);
     };
@@ -294,8 +299,9 @@ __global__ void __launch_bounds__(FwdTraits<T, D, kVariant>::kThreads, 1)
     // Masks the scores of key tile `it` and turns them into P; `correction` is O's rescaling factor.
     auto softmax_tile = [&](float (&acc_s)[kNtS][4], int it, float (&correction)[2]) {
       const int n0 = tiles.tile(it) * BN;
-      if (!tile_full(first_keys, last_keys, n0, BN, s.len_k))
-        mask_scores<kHasMask>(acc_s, m0 + warp_row + g, n0, t, s);
+      const int len_k = claim.len_k();
+      if (!tile_full(first_keys, last_keys, n0, BN, len_k))
+        mask_scores<kHasMask>(acc_s, m0 + warp_row + g, n0, t, with_lengths(s, claim.len_q(), len_k));
       softmax_scores<!Tr::kTensorRowSums>(acc_s, row_max, row_sum, sl, correction);
     };
     float acc_s[kNtS][4];
@@ -363,10 +369,11 @@ __global__ void __launch_bounds__(FwdTraits<T, D, kVariant>::kThreads, 1)
       row_sum[0] = acc_o[kNtO - 1][0];
       row_sum[1] = acc_o[kNtO - 1][2];
     }
+    const int b = claim.b(), h = claim.h(), q0 = claim.q0(), len_q = claim.len_q();
     finish_rows<Tr::kTensorRowSums>(row_max, row_sum, p.sinks, h, factor, lse);
     const int row_g = m0 + warp_row + g;
-    store_rows_global<T, D>(p.o.at<T>(b, h), p.o.row_stride, row_g, s.len_q, acc_o, factor, t);
-    write_lse(p.lse.at<float>(b, h), p.lse.row_stride, row_g, s.len_q, lse, t);
+    store_rows_global<T, D>(p.o.at<T>(b, h, q0), p.o.row_stride, row_g, len_q, acc_o, factor, t);
+    write_lse(p.lse.at<float>(b, h, q0), p.lse.row_stride, row_g, len_q, lse, t);
   }
   if (Tr::kPingPong && wg == 0) named_barrier_sync(3, 2 * 128);  // warpgroup 1's arrival after its last turn
 #endif

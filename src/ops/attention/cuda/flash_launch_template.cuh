@@ -34,19 +34,28 @@ template <class T>
 constexpr TmaElem tma_elem() {
   return std::is_same_v<T, __nv_bfloat16> ? TmaElem::bf16 : TmaElem::fp16;
 }
+// Packed sequences map as one batch of all their rows (See Note [Packed sequences] in flash_varlen.cuh).
 template <class T, int D>
 TmaTensor query_map(const TensorRef& t, const FlashShape& s, int box_rows) {
+  if (s.cu_seqlens_q) return make_tma_tensor(t, tma_elem<T>(), 1, s.heads_q, s.total_q, D, box_rows);
   return make_tma_tensor(t, tma_elem<T>(), s.batch, s.heads_q, s.len_q, D, box_rows);
 }
 template <class T, int D>
 TmaTensor key_map(const TensorRef& t, const FlashShape& s, int box_rows) {
+  if (s.cu_seqlens_k) return make_tma_tensor(t, tma_elem<T>(), 1, s.heads_kv, s.total_k, D, box_rows);
   return make_tma_tensor(t, tma_elem<T>(), s.batch, s.heads_kv, s.len_k, D, box_rows);
 }
 // The fp32 dq_accum (B, Hq, len_q_pad, D) for reductions of (box_rows, 32-float) boxes; rows past len_q are
-// outside the map, so TMA never adds into them.
+// outside the map, so TMA never adds into them. Packed sequences: (Hq, scratch_head_rows, D), whose rows
+// past a sequence's end are its own padding rows, never read.
 template <int D>
 TmaTensor dq_accum_map(const FlashBwdParams& p, int box_rows) {
   const FlashShape& s = p.shape;
+  if (s.cu_seqlens_q) {
+    const std::int64_t head_stride = p.scratch_head_rows * D;
+    const TensorRef accum{p.dq_accum, 0, head_stride, D};
+    return make_tma_tensor(accum, TmaElem::fp32, 1, s.heads_q, static_cast<int>(p.scratch_head_rows), D, box_rows);
+  }
   const std::int64_t head_stride = static_cast<std::int64_t>(p.len_q_pad) * D;
   const TensorRef accum{p.dq_accum, head_stride * s.heads_q, head_stride, D};
   return make_tma_tensor(accum, TmaElem::fp32, s.batch, s.heads_q, s.len_q, D, box_rows);
@@ -142,8 +151,14 @@ void run_flash_bwd_sm90(const FlashBwdParams& p, cudaStream_t stream) {
   using Tr = sm90::BwdKvTraits<T, D, kVariant>;
   sm90::BwdTmaMaps maps = bwd_tma_maps<T, D>(p, Tr::kBlockM, Tr::kBlockN);
   maps.dq_accum = detail::dq_accum_map<D>(p, sm90::kDqBoxRows);
+  // Packed sequences: y over every sequence's key tiles, x and z over the kv heads (See Note [Packed-sequence
+  // tiles] in flash_sm90_scheduler.cuh).
   const dim3 grid =
-      sm90::section_grid(detail::tile_grid(p.dkdv_section_heads, s.len_k, Tr::kBlockN), s.batch * s.heads_kv);
+      s.cu_seqlens_k
+          ? sm90::section_grid(dim3(static_cast<unsigned>(p.dkdv_section_heads),
+                                    static_cast<unsigned>(p.varlen_grid_key_tiles)),
+                               s.heads_kv)
+          : sm90::section_grid(detail::tile_grid(p.dkdv_section_heads, s.len_k, Tr::kBlockN), s.batch * s.heads_kv);
   auto run = [&](auto kernel) { detail::launch(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, p, maps); };
   if (s.has_mask && p.deterministic)
     run(sm90::flash_bwd_sm90_kernel<T, D, true, true, kVariant>);
