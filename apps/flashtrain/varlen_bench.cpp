@@ -33,7 +33,7 @@ void time_varlen_case(AttentionBenchRow& row, const AttentionBenchConfig& config
   const AttentionBenchCase& c = row.c;
   const Device device = config.device;
   const std::int64_t total = c.seqlen;
-  const Shape shape{total, c.heads, c.head_dim}, kv_shape{total, c.kv_heads(), c.head_dim};
+  const Shape shape{total, c.heads, c.head_dim}, kv_shape{total, kv_heads_of(c), c.head_dim};
   OwnedTensor q(shape, c.dtype, device, "bench.q"), k(kv_shape, c.dtype, device, "bench.k"),
       v(kv_shape, c.dtype, device, "bench.v"), o(shape, c.dtype, device, "bench.o"),
       d_o(shape, c.dtype, device, "bench.d_o"), dq(shape, c.dtype, device, "bench.dq"),

@@ -318,13 +318,13 @@ TEST(CliBenchAttention, VarlenSweepTimesPackedDocumentsBesideTheDenseKernel) {
   EXPECT_EQ(lengths, document_lengths(131072, 256, 16384, 0));  // the same documents every run
   const AttentionBenchConfig preset = preset_sweep("varlen", Device::cpu());
   EXPECT_EQ(preset.batch.front() * preset.seqlens.front(), 131072);
-  EXPECT_EQ(preset.heads_kv, std::vector<std::int64_t>{8});
+  EXPECT_EQ(preset.kv_heads, std::vector<std::int64_t>{8});
 
   const std::string path = (std::filesystem::path(::testing::TempDir()) / "ft_test_cli_varlen.json").string();
   CLI::App app{"test"};
   Action action;
   register_bench_attention(*app.add_subcommand("bench"), action);
-  app.parse("bench attention --sweep varlen --device cpu --batch 1 --seqlen 256 --heads 2 --heads-kv 1 --head-dim 16 "
+  app.parse("bench attention --sweep varlen --device cpu --batch 1 --seqlen 256 --heads 2 --kv-heads 1 --head-dim 16 "
             "--doc-lengths 16,100 --warmup 0 --repeats 1 --json " + path,
             false);
   ::testing::internal::CaptureStdout();
