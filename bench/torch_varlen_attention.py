@@ -117,7 +117,10 @@ def flex_document_attention(lengths, device):
         return (document[q_idx] == document[kv_idx]) & (q_idx >= kv_idx)
 
     total = sum(lengths)
-    block_mask = create_block_mask(mask, None, None, total, total, device=device)
+    # Compiled, the mask is evaluated per (128, 128) block; uncompiled, create_block_mask would materialise
+    # the whole total x total mask (128 GiB here).
+    compile_mask = {"_compile": True} if "_compile" in inspect.signature(create_block_mask).parameters else {}
+    block_mask = create_block_mask(mask, B=1, H=None, Q_LEN=total, KV_LEN=total, device=device, **compile_mask)
     compiled = torch.compile(flex_attention)
     return lambda q, k, v: compiled(q, k, v, block_mask=block_mask, enable_gqa=True)
 
