@@ -120,7 +120,7 @@ class InferenceModel {
       const auto [inputs, targets] = staging_.place(batch);
       std::optional<DocumentStaging> documents;
       if (eos_id) {
-        documents.emplace(options().device, n, T, /*fixed_capacity=*/false);
+        documents.emplace(options().device, n, T, /*capacity=*/0);
         model_.set_documents(&documents->place(batch, *eos_id));
       }
       model_.forward(inputs, targets);

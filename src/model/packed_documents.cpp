@@ -32,11 +32,13 @@ void layout_documents(const std::int32_t* inputs, std::int64_t batch, std::int64
     out.cu_seqlens[static_cast<std::size_t>(e)] = static_cast<std::int32_t>(total);
 }
 
-DocumentStaging::DocumentStaging(Device device, std::int64_t batch, std::int64_t context, bool fixed_capacity)
-    : device_(device), fixed_capacity_(fixed_capacity) {
+DocumentStaging::DocumentStaging(Device device, std::int64_t batch, std::int64_t context, std::int64_t capacity)
+    : device_(device), capacity_(capacity) {
   FT_CHECK(batch >= 1 && context >= 1, "packed documents: the batch must be at least (1, 1), given (", batch, ", ",
            context, ")");
   const std::int64_t total = batch * context;
+  FT_CHECK(capacity == 0 || (capacity >= batch && capacity <= total), "packed documents: a fixed capacity must be ",
+           batch, " (every row starts a document) to ", total, " (B*T) documents, given ", capacity);
   layout_.batch = batch;
   layout_.context = context;
   layout_.cu_seqlens.assign(static_cast<std::size_t>(total + 1), 0);
@@ -49,7 +51,7 @@ DocumentStaging::DocumentStaging(Device device, std::int64_t batch, std::int64_t
     cu = static_cast<const std::int32_t*>(cu_seqlens_.data());
     positions = static_cast<const std::int32_t*>(positions_.data());
   }
-  view_.cu_seqlens = {cu, layout_.cu_seqlens.data(), total + 1, device};
+  view_.cu_seqlens = {cu, layout_.cu_seqlens.data(), (capacity > 0 ? capacity : total) + 1, device};
   view_.max_seqlen = context;
   view_.positions = {positions, {batch, context}, device};
 }
@@ -58,7 +60,10 @@ const PackedDocuments& DocumentStaging::place(const TokenBatch& batch, std::int3
   FT_CHECK(batch.batch == layout_.batch && batch.context == layout_.context, "packed documents: staging holds (",
            layout_.batch, ", ", layout_.context, ") batches, given (", batch.batch, ", ", batch.context, ")");
   layout_documents(batch.inputs.data(), batch.batch, batch.context, eos_id, layout_);
-  if (!fixed_capacity_) view_.cu_seqlens.count = layout_.documents + 1;
+  FT_CHECK(capacity_ == 0 || layout_.documents <= capacity_, "packed documents: a batch holds ", layout_.documents,
+           " documents, more than the fixed capacity of ", capacity_,
+           " (a CUDA graph's; raise train --max-documents)");
+  if (capacity_ == 0) view_.cu_seqlens.count = layout_.documents + 1;
   if (device_.is_cuda()) {
     upload_ids(cu_seqlens_, device_, layout_.cu_seqlens);
     upload_ids(positions_, device_, layout_.positions);

@@ -15,9 +15,11 @@
 // sum of the documents' gradients (each weighted by its share of the tokens).
 // The layout has a fixed capacity: B*T + 1 cumulative lengths whatever the number of documents (at most B*T),
 // the unused entries repeating the total so that they describe empty documents, and max_seqlen = T. A CUDA
-// graph of the step therefore captures one shape; the values change in place between replays. Eager steps
-// pass the attention only the documents' entries (documents + 1), so that the kernels neither schedule nor
-// size scratch for the empty ones; the staging's fixed_capacity chooses.
+// graph of the step captures the count of lengths the attention gets, so a graphed step passes a fixed
+// capacity C + 1 (C documents, B*T unless `train --max-documents C` bounds it; a batch with more documents
+// is an error, never a silent truncation) and the values change in place between replays. Eager steps pass
+// only the documents' entries (documents + 1), so that the kernels neither schedule nor size scratch for
+// empty ones. The staging's `capacity` chooses.
 #pragma once
 
 #include <cstdint>
@@ -32,8 +34,8 @@ namespace ft {
 
 // The documents of a (B, T) batch where the model reads them (see Note [Packed documents]).
 struct PackedDocuments {
-  // (documents + 1), or (B*T + 1) at fixed capacity, over the batch's tokens flattened row-major, with a host
-  // mirror
+  // (documents + 1), or (capacity + 1) at a fixed capacity, over the batch's tokens flattened row-major, with
+  // a host mirror
   CumulativeLengths cu_seqlens;
   std::int64_t max_seqlen = 0;   // T: bounds every document's length
   TokenIds positions;            // (B, T): each token's position in its document
@@ -56,9 +58,10 @@ void layout_documents(const std::int32_t* inputs, std::int64_t batch, std::int64
 // copies in preallocated buffers (the host vectors stay as the lengths' host mirror).
 class DocumentStaging {
  public:
-  // Room for batches of exactly batch x context tokens. fixed_capacity: the view always holds B*T + 1 lengths
-  // (a CUDA graph captures the count); else documents + 1 of the last batch.
-  DocumentStaging(Device device, std::int64_t batch, std::int64_t context, bool fixed_capacity);
+  // Room for batches of exactly batch x context tokens. capacity > 0: the view always holds capacity + 1
+  // lengths (a CUDA graph captures the count; batch <= capacity <= batch x context), and place() refuses a
+  // batch of more documents; 0: documents + 1 of the last batch.
+  DocumentStaging(Device device, std::int64_t batch, std::int64_t context, std::int64_t capacity);
 
   // Lays out batch's documents (its inputs split at eos_id) and puts them on the device; the view's addresses
   // are the same for every call, its values those of the last call.
@@ -68,7 +71,7 @@ class DocumentStaging {
 
  private:
   Device device_;
-  bool fixed_capacity_;
+  std::int64_t capacity_;  // 0 = the last batch's documents
   DocumentLayout layout_;
   Buffer cu_seqlens_, positions_;  // CUDA: (B*T + 1) and (B, T) int32
   PackedDocuments view_;

@@ -144,7 +144,9 @@ class TrainingRun {
       val_start_ = val_data_->state();
     }
     if (plan.eos_id) {  // --pack-documents: every batch's documents, at fixed addresses the model reads
-      documents_.emplace(plan.device, plan.batch, plan.model.context_length, /*fixed_capacity=*/plan.cuda_graph);
+      const std::int64_t total = plan.batch * plan.model.context_length;  // a graph's capacity: see the Note
+      const std::int64_t capacity = plan.cuda_graph ? (plan.max_documents > 0 ? plan.max_documents : total) : 0;
+      documents_.emplace(plan.device, plan.batch, plan.model.context_length, capacity);
       model_.set_documents(&documents_->documents());
     }
   }

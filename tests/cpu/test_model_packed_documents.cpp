@@ -52,7 +52,7 @@ TEST(DocumentLayout, SplitsRowsAfterEachEndOfDocumentToken) {
 TEST(DocumentStaging, KeepsItsAddressesAndRefusesOtherShapes) {
   for (bool fixed : {true, false}) {
     SCOPED_TRACE(fixed ? "fixed capacity" : "the documents' entries");
-    DocumentStaging staging(Device::cpu(), 2, 4, fixed);
+    DocumentStaging staging(Device::cpu(), 2, 4, fixed ? 8 : 0);
     TokenBatch batch{2, 4, {3, 1, 3, 1, 1, 1, 1, 3}, std::vector<std::int32_t>(8, 0)};
     const PackedDocuments& first = staging.place(batch, kEos);
     const std::int32_t* cu = first.cu_seqlens.data;
@@ -70,6 +70,23 @@ TEST(DocumentStaging, KeepsItsAddressesAndRefusesOtherShapes) {
     const Error e = error_of([&] { staging.place(wide, kEos); });
     EXPECT_NE(std::string(e.what()).find("staging holds (2, 4) batches, given (2, 5)"), std::string::npos) << e.what();
   }
+}
+
+// A fixed capacity below B*T: a batch of more documents is refused (a graph would drop them), and the
+// capacity is checked against (B, T).
+TEST(DocumentStaging, RefusesMoreDocumentsThanItsCapacity) {
+  DocumentStaging staging(Device::cpu(), 2, 4, 3);
+  TokenBatch batch{2, 4, {1, 1, 3, 1, 1, 1, 1, 1}, std::vector<std::int32_t>(8, 0)};
+  EXPECT_EQ(staging.place(batch, kEos).cu_seqlens.count, 4);  // three documents
+  batch.inputs = {3, 1, 3, 1, 1, 1, 1, 1};  // four
+  Error e = error_of([&] { staging.place(batch, kEos); });
+  EXPECT_NE(std::string(e.what()).find("a batch holds 4 documents, more than the fixed capacity of 3"),
+            std::string::npos)
+      << e.what();
+  e = error_of([&] { DocumentStaging(Device::cpu(), 2, 4, 1); });
+  EXPECT_NE(std::string(e.what()).find("must be 2 (every row starts a document) to 8 (B*T) documents, given 1"),
+            std::string::npos)
+      << e.what();
 }
 
 // A batch whose rows hold several documents: random ids (none of them kEos) with end-of-document tokens
@@ -187,7 +204,7 @@ TEST(PackedStep, TheDocumentsEntriesGiveTheCapacitysStepBitForBit) {
   const test::TokenBatch batch = packed_batch();
   TransformerLM model(kTiny, test::tiny_options(Precision::fp32, AttentionImpl::flash, 3, 16));
   const StepResult capacity = packed_step(model, batch);
-  DocumentStaging staging(Device::cpu(), batch.B, batch.T, /*fixed_capacity=*/false);
+  DocumentStaging staging(Device::cpu(), batch.B, batch.T, /*capacity=*/0);
   const TokenBatch host{batch.B, batch.T, batch.inputs, batch.targets};
   model.set_documents(&staging.place(host, kEos));
   ASSERT_LT(staging.documents().cu_seqlens.count, batch.B * batch.T + 1);

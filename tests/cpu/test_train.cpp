@@ -166,6 +166,9 @@ TEST(TrainOptions, RejectsBadValuesNamingTheOption) {
   bad("--pack-documents", {"--pack-documents", "give --eos-id N"});
   bad("--eos-id 3", {"--eos-id 3", "give --pack-documents too"});
   bad("--size tiny --pack-documents --eos-id 97", {"--eos-id", "[0, --vocab = 97)", "given 97"});
+  bad("--pack-documents --eos-id 1 --max-documents 8", {"--max-documents", "give --pack-documents and --cuda-graph"});
+  bad("--size tiny --batch 2 --pack-documents --eos-id 1 --cuda-graph --max-documents 1",
+      {"--max-documents must be in [--batch = 2, --batch x --context = 64]", "given 1"});
   bad("--resume /nonexistent/step_000001.safetensors", {"does not exist"}, ErrorKind::io);
   const TempFolder empty;
   bad("--resume latest --checkpoint-dir " + empty.file(""), {"no checkpoint in"}, ErrorKind::io);

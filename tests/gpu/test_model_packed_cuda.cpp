@@ -66,7 +66,7 @@ struct Step {
 
 Step packed_step(TransformerLM& model, const TokenBatch& batch) {
   TokenStaging tokens(model.options().device, kB, kT);
-  DocumentStaging docs(model.options().device, kB, kT, /*fixed_capacity=*/false);
+  DocumentStaging docs(model.options().device, kB, kT, /*capacity=*/0);
   const auto [inputs, targets] = tokens.place(batch);
   model.set_documents(&docs.place(batch, kEos));
   Step s;
@@ -140,7 +140,7 @@ TEST(PackedCuda, GraphedStepsEqualEagerSteps) {
     TransformerLM model(config(), options_of(kGpu, Precision::bf16, stream));
     Trainer trainer(model, trainer_config);
     TokenStaging tokens(kGpu, kB, kT);
-    DocumentStaging docs(kGpu, kB, kT, /*fixed_capacity=*/graphed == 1);  // a graph captures the count
+    DocumentStaging docs(kGpu, kB, kT, /*capacity=*/graphed == 1 ? kB * kT : 0);  // a graph captures the count
     model.set_documents(&docs.documents());
     std::optional<GraphedTrainStep> graph;
     if (graphed) graph.emplace(trainer);
