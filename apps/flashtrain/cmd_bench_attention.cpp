@@ -3,7 +3,9 @@
 //   flashtrain bench attention --sweep leaderboard --json bench/results/attention-leaderboard-h100.json
 //   flashtrain bench attention --sweep leaderboard --deterministic true,false
 //   flashtrain bench attention --sweep leaderboard --kernels sm80,sm90
+//   flashtrain bench attention --sweep varlen --json bench/results/attention-varlen-h100.json
 //   flashtrain bench attention --impl flash,naive --seqlen 1024,4096 --head-dim 64 --dtype bf16
+//   flashtrain bench attention --batch 1 --heads 32 --kv-heads 32,8 --seqlen 32768 --head-dim 128 --bwd-variant 0,1
 #include <algorithm>
 #include <iostream>
 #include <memory>
@@ -29,6 +31,12 @@ Sweeps (--sweep; the list options below then override the preset's lists):
                (dO = 1; --grad normal draws it instead), deterministic and atomic-dQ backward
                (--deterministic true,false), on a GPU both the automatically chosen kernels and the
                portable sm80 ones (--kernels auto,sm80)
+  varlen       packed documents: 131072 tokens in documents of lengths uniform in [256, 16384]
+               (SplitMix64 seeded by --seed; the last one cut to the total) through varlen attention
+               (one causal sequence per document), Hq=32, Hkv=8, D=128, bf16, then beside it the dense
+               causal kernel at B=16, N=8192 on the same tokens; TFLOP/s counted on the FLOPs the
+               documents need (the sum of 4*H*n^2*D/2); rows carry "varlen": true, the document count,
+               total tokens and max_seqlen
   custom       the lists given by the options (the default)
 
 Every row reports the median of timed repeats after warm-up: forward, backward (given O and L)
@@ -40,8 +48,13 @@ flashtrain holds after the forward, before the backward; peak_gib the peak over 
 fixed order (bit-identical runs); false accumulates dQ in fp32 inside the dK/dV kernel (atomics on
 the sm80 kernels, TMA reductions on the Hopper ones; faster on both, dQ not bitwise reproducible).
 --kernels picks the flash kernel family on a GPU: auto (the Hopper sm90 kernels on an H100/H200 for
-bf16/fp16 at head dims 64 and 128, else sm80), sm80 (the portable mma.sync kernels) or sm90 (wgmma; an
-error where they cannot run).
+bf16/fp16 at head dims 64, 80, 96, 128 and 256, the backward at all but 256, else sm80), sm80 (the
+portable mma.sync kernels) or sm90 (wgmma; an error where they cannot run).
+--fwd-variant and --bwd-variant run candidate schedules of the Hopper kernels beside the tile table's (0),
+so that one run times them all (at head dim 128, bf16; the candidates are listed in docs/attention.md,
+"Candidate schedules"); a candidate elsewhere is an error. They apply to rows that run sm90.
+--window-left, --window-right and --sink-tokens set the mask beside --causal; such rows count the FLOPs of
+the visible (query, key) pairs.
 Each row records the kernels and the mode that ran; a case that ran the same as an earlier one is
 dropped.
 Each measurement repeats --repeats times, or fewer (at least 5) when that would take longer than
@@ -61,8 +74,10 @@ bool parse_bool(std::string_view text) {
 
 struct BenchAttentionOptions {
   std::string sweep = "custom";
-  std::string impls, batch, heads, seqlens, head_dims, dtypes, deterministic, kernels, grad;
+  std::string impls, batch, heads, kv_heads, seqlens, head_dims, dtypes, deterministic, kernels, grad, doc_lengths;
+  std::string fwd_variants, bwd_variants;
   std::optional<bool> causal;
+  std::int64_t window_left = -1, window_right = -1, sink_tokens = 0;
   std::string device = "auto";
   int warmup = 3;
   int repeats = 100;
@@ -81,10 +96,27 @@ AttentionBenchConfig resolve(const BenchAttentionOptions& o) {
   if (!o.impls.empty()) config.impls = parse_list<AttentionImpl>("--impl", o.impls, parse_attention_impl);
   if (!o.batch.empty()) config.batch = parse_list<std::int64_t>("--batch", o.batch, parse_positive);
   if (!o.heads.empty()) config.heads = parse_list<std::int64_t>("--heads", o.heads, parse_positive);
+  if (!o.kv_heads.empty()) config.kv_heads = parse_list<std::int64_t>("--kv-heads", o.kv_heads, parse_positive);
+  if (!o.doc_lengths.empty()) {
+    const auto range = parse_list<std::int64_t>("--doc-lengths", o.doc_lengths, parse_positive);
+    FT_CHECK(range.size() == 2 && range[0] <= range[1], "--doc-lengths: expected MIN,MAX with MIN <= MAX, given '",
+             o.doc_lengths, "'");
+    config.document_lengths = {{range[0], range[1]}};
+  }
   if (!o.seqlens.empty()) config.seqlens = parse_list<std::int64_t>("--seqlen", o.seqlens, parse_positive);
   if (!o.head_dims.empty()) config.head_dims = parse_list<std::int64_t>("--head-dim", o.head_dims, parse_positive);
   if (!o.dtypes.empty()) config.dtypes = parse_list<DType>("--dtype", o.dtypes, parse_dtype);
   if (o.causal) config.causal = *o.causal;
+  config.window_left = o.window_left;
+  config.window_right = o.window_right;
+  config.sink_tokens = o.sink_tokens;
+  auto parse_variant = [](std::string_view text) {
+    const std::int64_t value = parse_integer(text);
+    FT_CHECK(value >= 0 && value <= 64, "expected a candidate number from 0 to 64, given ", value);
+    return static_cast<int>(value);
+  };
+  if (!o.fwd_variants.empty()) config.fwd_variants = parse_list<int>("--fwd-variant", o.fwd_variants, parse_variant);
+  if (!o.bwd_variants.empty()) config.bwd_variants = parse_list<int>("--bwd-variant", o.bwd_variants, parse_variant);
   if (!o.deterministic.empty())
     config.deterministic = parse_list<bool>("--deterministic", o.deterministic, parse_bool);
   if (!o.kernels.empty()) config.kernels = parse_list<FlashKernels>("--kernels", o.kernels, parse_flash_kernels);
@@ -103,7 +135,8 @@ int run_bench_attention(const BenchAttentionOptions& options) {
     AttentionBenchRow row = run_attention_bench_case(c, config);
     const bool repeated = std::any_of(rows.begin(), rows.end(), [&](const auto& r) { return same_case(r.c, row.c); });
     std::cerr << "  " << name_of(c.impl) << " " << name_of(row.c.kernels) << (row.c.deterministic ? "" : " (atomic dQ)")
-              << " " << name_of(c.dtype) << " B=" << c.batch << " H=" << c.heads << " N=" << c.seqlen
+              << " " << name_of(c.dtype) << (c.documents.empty() ? "" : str(" varlen ", c.documents.size(), " docs"))
+              << " B=" << c.batch << " H=" << c.heads << " Hkv=" << kv_heads_of(c) << " N=" << c.seqlen
               << " D=" << c.head_dim << (row.oom ? ": OOM" : repeated ? ": same as an earlier row, dropped" : ": done")
               << "\n";
     if (!repeated) rows.push_back(std::move(row));
@@ -124,20 +157,37 @@ void register_bench_attention(CLI::App& bench, Action& action) {
   command->option_defaults()->always_capture_default();
   auto options = std::make_shared<BenchAttentionOptions>();
   BenchAttentionOptions& o = *options;
-  command->add_option("--sweep", o.sweep, "Preset sweep: memory, scaling, leaderboard or custom")
-      ->check(CLI::IsMember({"memory", "scaling", "leaderboard", "custom"}));
+  command->add_option("--sweep", o.sweep, "Preset sweep: memory, scaling, leaderboard, varlen or custom")
+      ->check(CLI::IsMember({"memory", "scaling", "leaderboard", "varlen", "custom"}));
   command->add_option("--impl", o.impls, "Implementations, comma-separated: flash, naive (custom default: flash)");
   command->add_option("--batch", o.batch, "Batch sizes B, comma-separated (custom default: 1)");
   command->add_option("--heads", o.heads, "Heads H, comma-separated (custom default: 1)");
+  command->add_option("--kv-heads", o.kv_heads,
+                      "K/V heads (grouped-query attention; each divides every H), comma-separated "
+                      "(default: as many as H)");
+  command->add_option("--doc-lengths", o.doc_lengths,
+                      "MIN,MAX: also time packed documents of lengths uniform in [MIN, MAX] (varlen attention) on "
+                      "as many tokens as the first --batch x --seqlen (varlen sweep default: 256,16384)");
   command->add_option("--seqlen", o.seqlens, "Sequence lengths N, comma-separated (custom default: 1024)");
   command->add_option("--head-dim", o.head_dims, "Head dims D, comma-separated (custom default: 64)");
   command->add_option("--dtype", o.dtypes, "Dtypes, comma-separated: fp32, fp16, bf16 (custom default: bf16)");
   command->add_option("--causal", o.causal, "Causal masking: true or false (custom default: true)");
+  command->add_option("--window-left", o.window_left, "Keys before the diagonal each query sees (-1: unbounded)")
+      ->check(CLI::Range(std::int64_t{-1}, std::int64_t{1} << 40));
+  command->add_option("--window-right", o.window_right,
+                      "Keys after the diagonal each query sees (-1: unbounded; 0 or -1 with --causal true)")
+      ->check(CLI::Range(std::int64_t{-1}, std::int64_t{1} << 40));
+  command->add_option("--sink-tokens", o.sink_tokens, "Leading keys every query sees past the left window bound")
+      ->check(CLI::Range(std::int64_t{0}, std::int64_t{1} << 40));
   command->add_option("--deterministic", o.deterministic,
                       "Backward modes, comma-separated: true (fixed-order sums), false (atomic dQ) "
                       "(custom default: true)");
   command->add_option("--kernels", o.kernels,
                       "CUDA flash kernel families, comma-separated: auto, sm80, sm90 (custom default: auto)");
+  command->add_option("--fwd-variant", o.fwd_variants,
+                      "Hopper forward candidates, comma-separated (0: the tile table's; see below)");
+  command->add_option("--bwd-variant", o.bwd_variants,
+                      "Hopper backward candidates, comma-separated (0: the tile table's; see below)");
   command->add_option("--grad", o.grad,
                       "dO of the backward: ones (the gradient of sum(O); the leaderboard sweep's default) or "
                       "normal (seeded normal draws; the default otherwise)")

@@ -34,6 +34,13 @@ are uniform random ids (a throughput run; the loss cannot fall below ln(vocab)).
 the same way (seed --seed + 2); each evaluation averages the loss over the same --eval-batches
 batches. Parameters are initialised from --seed.
 
+Packed documents: with --pack-documents --eos-id N each sequence is split into documents after every
+token N (a sequence also starts one); attention is confined to each document (varlen attention) and
+RoPE positions restart at 0 at each document's start; the loss still covers every position. Validation
+batches are split the same way. MFU keeps counting the whole-row attention FLOPs. A CUDA graph
+(--cuda-graph) captures a fixed number of documents, --batch x --context unless --max-documents
+bounds it (the attention then schedules fewer empty documents; a batch with more is an error).
+
 Log: every --log-interval steps (and the first and last): the step's loss, learning rate, gradient
 norm before clipping, mean wall time per step and tokens/s over the interval, and MFU = model FLOPs
 per token * tokens/s / the device's dense peak. Model FLOPs per token (PaLM): 6 N + 12 L d T with N
@@ -122,6 +129,13 @@ void add_train_options(CLI::App& command, TrainOptions& o) {
                    "CUDA: capture the whole step (forward, backward, clipping, AdamW) in a CUDA graph at the second "
                    "step and replay it (the first runs eagerly as its warm-up); needs --accumulate 1 and one process");
   command.add_option("--attention", o.attention, "Attention implementation: flash or naive");
+  command.add_flag("--pack-documents", o.pack_documents,
+                   "Train on packed documents: split each sequence after every --eos-id token; attention stays "
+                   "within a document and RoPE positions restart at each document's start");
+  command.add_option("--eos-id", o.eos_id, "End-of-document token id of --pack-documents");
+  command.add_option("--max-documents", o.max_documents,
+                     "With --pack-documents --cuda-graph: the documents a batch may hold (the graph's fixed "
+                     "capacity; a batch with more is an error); default --batch x --context");
   add_model_memory_options(command, o.recompute, o.loss_chunk);
   command.add_option("--device", o.device, "cpu, cuda, cuda:N, or auto (cuda:0 when a GPU is visible, else cpu)");
   command.add_option("--steps", o.steps, "Optimizer steps to train to (a resumed run continues to this step)");

@@ -27,6 +27,22 @@ TrainPlan resolve_train_options(const TrainOptions& o) {
   plan.loss_chunk = memory.loss_chunk;
   plan.device = device_or_auto(for_option("--device", [&] { return parse_device_option(o.device); }));
 
+  FT_CHECK(!o.eos_id || o.pack_documents, "--eos-id ", o.eos_id.value_or(0),
+           " names the end-of-document token of --pack-documents: give --pack-documents too");
+  if (o.pack_documents) {
+    FT_CHECK(o.eos_id.has_value(), "--pack-documents splits rows at the end-of-document token: give --eos-id N");
+    FT_CHECK(*o.eos_id >= 0 && *o.eos_id < plan.model.vocab_size, "--eos-id must be a token id in [0, --vocab = ",
+             plan.model.vocab_size, "), given ", *o.eos_id);
+    plan.eos_id = static_cast<std::int32_t>(*o.eos_id);
+  }
+  if (o.max_documents) {
+    FT_CHECK(o.pack_documents && o.cuda_graph, "--max-documents sizes the CUDA graph's packed documents: give "
+             "--pack-documents and --cuda-graph (eager steps take any number)");
+    const std::int64_t total = o.batch * plan.model.context_length;
+    FT_CHECK(*o.max_documents >= o.batch && *o.max_documents <= total, "--max-documents must be in [--batch = ",
+             o.batch, ", --batch x --context = ", total, "], given ", *o.max_documents);
+    plan.max_documents = *o.max_documents;
+  }
   FT_CHECK(o.batch >= 1, "--batch must be >= 1, given ", o.batch);
   FT_CHECK(o.steps >= 1, "--steps must be >= 1, given ", o.steps);
   FT_CHECK(o.accumulate >= 1, "--accumulate must be >= 1 micro-batch per step, given ", o.accumulate);

@@ -5,9 +5,12 @@ float16 and bfloat16, on the host or a CUDA device.
 
     flashtrain.attention_forward(q, k, v, o, lse, ...)   any DLPack arrays (torch, numpy, cupy), outputs given
     flashtrain.attention_backward(q, k, v, o, lse, d_o, dq, dk, dv, ...)
+    flashtrain.attention_varlen_forward(q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, ...)
+    flashtrain.attention_varlen_backward(...)            packed sequences (total, H, D), int32 cumulative lengths
     flashtrain.numpy.attention(q, k, v, ...)             numpy arrays in, (o, lse) out, on the host
     flashtrain.torch.flash_attention(q, k, v, ...)       autograd, torch.compile, an nn.Module (imports torch)
     flashtrain.model.TransformerLM(size, ...)            the LM engine's forward: load safetensors, logits
+    flashtrain.packing.document_layout(tokens, eos_id)   packed documents: cumulative lengths and positions
 
 Errors keep the library's message: ValueError (invalid argument), TypeError (a dtype other than
 float32/float16/bfloat16), NotImplementedError (unsupported here: head dim, a CUDA array in a CPU-only
@@ -20,11 +23,13 @@ import importlib
 
 from . import _C
 from . import model
+from . import packing
 from . import numpy
-from ._C import __version__, attention_backward, attention_forward, built_with_cuda, cuda_available, git_commit
+from ._C import (__version__, attention_backward, attention_forward, attention_varlen_backward,
+                 attention_varlen_forward, built_with_cuda, cuda_available, git_commit)
 
-__all__ = ["attention_forward", "attention_backward", "built_with_cuda", "cuda_available", "git_commit", "model",
-           "numpy", "torch"]
+__all__ = ["attention_forward", "attention_backward", "attention_varlen_forward", "attention_varlen_backward",
+           "built_with_cuda", "cuda_available", "git_commit", "model", "numpy", "packing", "torch"]
 
 
 def __getattr__(name):

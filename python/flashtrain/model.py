@@ -7,6 +7,7 @@ numpy: build a config, load weights exported from the reference PyTorch model
                                            context_length=32)
     model.load_safetensors("model.safetensors")   # RuntimeError naming every missing/mismatched tensor
     logits = model.logits(tokens)                 # tokens (B, T) ints -> (B, T, vocab_size) float32
+    logits = model.logits(tokens, eos_id=0)       # packed documents: attention within each document
     new = model.generate(prompt, max_new_tokens=20, temperature=0.8, top_k=50, seed=1)  # KV-cache decoding
 """
 import os
@@ -41,9 +42,11 @@ class TransformerLM:
         refused at once). A path holding a NUL character raises ValueError, as open() does."""
         self._model.load_safetensors(os.fspath(path))
 
-    def logits(self, tokens):
+    def logits(self, tokens, *, eos_id=None):
         """(B, T, vocab_size) float32 logits of tokens (B, T): integer ids in [0, vocab_size), T at most
-        context_length; position t sees tokens 0..t (causal)."""
+        context_length; position t sees tokens 0..t (causal). eos_id: packed documents (flashtrain.packing),
+        each row split after every eos_id token; position t then sees only the earlier tokens of its own
+        document, and RoPE positions restart at each document's start."""
         tokens = np.asarray(tokens)
         if tokens.ndim != 2:
             raise ValueError(f"TransformerLM.logits: tokens must be (batch, seq), given shape {tokens.shape}")
@@ -58,7 +61,7 @@ class TransformerLM:
                              f"{self.vocab_size}")
         ids = np.ascontiguousarray(tokens, dtype=np.int32)  # (B, T)
         out = np.empty(ids.shape + (self.vocab_size,), dtype=np.float32)  # (B, T, V)
-        self._model.logits(ids, out)
+        self._model.logits(ids, out, None if eos_id is None else int(eos_id))
         return out
 
     def generate(self, prompt, max_new_tokens=32, *, temperature=1.0, top_k=0, top_p=1.0, seed=0):

@@ -1,7 +1,8 @@
 """flashtrain.numpy — attention on host numpy arrays, with no framework beside numpy: the forward returns
 (o, lse), the backward the gradients. Arrays are (B, H, N, D) or (B, N, D) (one head), any strides with
 a contiguous last dim (np.swapaxes of a (B, N, H, D) array works without a copy), float32 or float16.
-Outputs are new arrays in the memory layout of the input they mirror (np.empty_like)."""
+Outputs are new arrays in the memory layout of the input they mirror (np.empty_like).
+attention_varlen / attention_varlen_backward take packed sequences: (total, H, D) arrays and cumulative lengths."""
 import numpy as np
 
 from . import _C
@@ -51,4 +52,40 @@ def attention_backward(d_o, q, k, v, o, lse, *, causal=False, window=None, sink_
                           deterministic=deterministic)
     if one_head:
         dq, dk, dv = dq[:, 0], dk[:, 0], dv[:, 0]
+    return dq, dk, dv, dsinks
+
+
+def _lengths(cu_seqlens):
+    return np.ascontiguousarray(cu_seqlens, dtype=np.int32)  # (B + 1)
+
+
+def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *, causal=False, window=None,
+                     sink_tokens=0, sinks=None, scale=None, impl="flash"):
+    """o (total_q, Hq, D), lse (Hq, total_q) float32 = attention over packed sequences: q (total_q, Hq, D), k, v
+    (total_k, Hkv, D); sequence b is rows cu_seqlens[b]:cu_seqlens[b + 1] of each (B + 1 cumulative lengths,
+    first 0, last the total; taken as int32). max_seqlen_q/k bound every sequence's length. The options of
+    attention() apply within each sequence (causal and a right window need len_k >= len_q per sequence)."""
+    left, right = window_bounds(window)
+    q, k, v = (np.asarray(x) for x in (q, k, v))
+    o = np.empty_like(q)                                          # (total_q, Hq, D)
+    lse = np.empty(q.shape[1::-1], dtype=np.float32)             # (Hq, total_q) for a 3-D q
+    _C.attention_varlen_forward(q, k, v, o, lse, _lengths(cu_seqlens_q), _lengths(cu_seqlens_k), int(max_seqlen_q),
+                                int(max_seqlen_k), sinks=_sinks_f32(sinks), causal=causal, window_left=left,
+                                window_right=right, sink_tokens=sink_tokens, scale=scale, impl=impl)
+    return o, lse
+
+
+def attention_varlen_backward(d_o, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, *,
+                              causal=False, window=None, sink_tokens=0, sinks=None, scale=None, impl="flash"):
+    """(dq, dk, dv, dsinks) for the loss gradient d_o (total_q, Hq, D), given the inputs and (o, lse) from
+    attention_varlen() with the same options; dsinks is (Hq) float32 when sinks are given, else None."""
+    left, right = window_bounds(window)
+    d_o, q, k, v, o, lse = (np.asarray(x) for x in (d_o, q, k, v, o, lse))
+    dq, dk, dv = np.empty_like(q), np.empty_like(k), np.empty_like(v)  # like q, k, v
+    sinks = _sinks_f32(sinks)
+    dsinks = None if sinks is None else np.empty_like(sinks)           # (Hq)
+    _C.attention_varlen_backward(q, k, v, o, lse, d_o, dq, dk, dv, _lengths(cu_seqlens_q), _lengths(cu_seqlens_k),
+                                 int(max_seqlen_q), int(max_seqlen_k), sinks=sinks, dsinks=dsinks, causal=causal,
+                                 window_left=left, window_right=right, sink_tokens=sink_tokens, scale=scale,
+                                 impl=impl)
     return dq, dk, dv, dsinks

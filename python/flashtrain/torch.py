@@ -6,6 +6,9 @@ the package does not).
       differentiable in q, k, v and sinks; runs under torch.compile(fullgraph=True) without a graph
       break, through the custom ops flashtrain::attention_forward and flashtrain::attention_backward
       (registered with register_fake and register_autograd).
+  flash_attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=..., ...)
+      the same over packed sequences ((total, H, D) tensors, int32 cumulative lengths), through the custom
+      ops flashtrain::attention_varlen_forward and flashtrain::attention_varlen_backward.
   FlashAttentionFunction.apply(q, k, v, is_causal, window, sink_tokens, sinks, scale)
       the same as a torch.autograd.Function that saves exactly Q, K, V, O and L (and the sink logits
       when given).
@@ -117,6 +120,78 @@ def _backward(ctx, grad_o, grad_lse):
 attention_forward_op.register_autograd(_backward, setup_context=_setup_context)
 
 
+# ---- the varlen custom ops: q (total_q, Hq, D), k/v (total_k, Hkv, D), int32 cumulative lengths (B + 1) --------
+
+def _varlen_forward_outputs(q: Tensor) -> Tuple[Tensor, Tensor]:
+    # o (total_q, Hq, D) in q's memory layout, lse (Hq, total_q) fp32.
+    return torch.empty_like(q), q.new_empty((q.shape[1], q.shape[0]), dtype=torch.float32)
+
+
+@torch.library.custom_op("flashtrain::attention_varlen_forward", mutates_args=())
+def attention_varlen_forward_op(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
+                                max_seqlen_q: int, max_seqlen_k: int, sinks: Optional[Tensor], causal: bool,
+                                window_left: int, window_right: int, sink_tokens: int, scale: Optional[float],
+                                impl: str = "flash", deterministic: bool = True,
+                                kernels: str = "auto") -> Tuple[Tensor, Tensor]:
+    """o (total_q, Hq, D), lse (Hq, total_q) fp32 = attention over the packed sequences of q (total_q, Hq, D)
+    and k, v (total_k, Hkv, D) that cu_seqlens_q / cu_seqlens_k (int32, B + 1) describe."""
+    o, lse = _varlen_forward_outputs(q)
+    _C.attention_varlen_forward(_detached(q), _detached(k), _detached(v), o, lse, cu_seqlens_q, cu_seqlens_k,
+                                max_seqlen_q, max_seqlen_k, sinks=_detached(sinks), causal=causal,
+                                window_left=window_left, window_right=window_right, sink_tokens=sink_tokens,
+                                scale=scale, impl=impl, kernels=kernels, stream=_stream(q))
+    return o, lse
+
+
+@attention_varlen_forward_op.register_fake
+def _(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sinks, causal, window_left, window_right,
+      sink_tokens, scale, impl="flash", deterministic=True, kernels="auto"):
+    return _varlen_forward_outputs(q)
+
+
+@torch.library.custom_op("flashtrain::attention_varlen_backward", mutates_args=())
+def attention_varlen_backward_op(d_o: Tensor, q: Tensor, k: Tensor, v: Tensor, o: Tensor, lse: Tensor,
+                                 cu_seqlens_q: Tensor, cu_seqlens_k: Tensor, max_seqlen_q: int, max_seqlen_k: int,
+                                 sinks: Optional[Tensor], causal: bool, window_left: int, window_right: int,
+                                 sink_tokens: int, scale: Optional[float], impl: str = "flash",
+                                 deterministic: bool = True,
+                                 kernels: str = "auto") -> Tuple[Tensor, Tensor, Tensor, Tensor]:
+    """dq, dk, dv (like q, k, v) and dsinks ((Hq) fp32; empty (0) without sinks) for the gradient d_o of o."""
+    dq, dk, dv, dsinks = _backward_outputs(q, k, v, sinks)
+    _C.attention_varlen_backward(_detached(q), _detached(k), _detached(v), _detached(o), _detached(lse),
+                                 _detached(d_o), dq, dk, dv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                 sinks=_detached(sinks), dsinks=None if sinks is None else dsinks, causal=causal,
+                                 window_left=window_left, window_right=window_right, sink_tokens=sink_tokens,
+                                 scale=scale, impl=impl, kernels=kernels, deterministic=deterministic,
+                                 stream=_stream(q))
+    return dq, dk, dv, dsinks
+
+
+@attention_varlen_backward_op.register_fake
+def _(d_o, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sinks, causal, window_left,
+      window_right, sink_tokens, scale, impl="flash", deterministic=True, kernels="auto"):
+    return _backward_outputs(q, k, v, sinks)
+
+
+def _varlen_setup_context(ctx, inputs, output):
+    q, k, v, cu_q, cu_k, max_q, max_k, sinks, *variant = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse, cu_q, cu_k, sinks)
+    ctx.lengths = (max_q, max_k)
+    ctx.variant = tuple(variant)
+
+
+def _varlen_backward(ctx, grad_o, grad_lse):
+    # grad_lse is not used: L is not a differentiable output (as in the dense op).
+    q, k, v, o, lse, cu_q, cu_k, sinks = ctx.saved_tensors
+    dq, dk, dv, dsinks = attention_varlen_backward_op(_last_dim_contiguous(grad_o), q, k, v, o, lse, cu_q, cu_k,
+                                                      *ctx.lengths, sinks, *ctx.variant)
+    return (dq, dk, dv, None, None, None, None, None if sinks is None else dsinks) + (None,) * len(ctx.variant)
+
+
+attention_varlen_forward_op.register_autograd(_varlen_backward, setup_context=_varlen_setup_context)
+
+
 # ---- the functional API ---------------------------------------------------------------------------------------
 
 def flash_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, window=None, sink_tokens: int = 0,
@@ -140,6 +215,24 @@ def flash_attention(q: Tensor, k: Tensor, v: Tensor, causal: bool = False, windo
     o, _ = attention_forward_op(q, k, v, _sinks_f32(sinks), causal, left, right, sink_tokens,
                                 None if scale is None else float(scale), impl, bool(deterministic), kernels)
     return o.squeeze(1) if one_head else o
+
+
+def flash_attention_varlen(q: Tensor, k: Tensor, v: Tensor, cu_seqlens_q: Tensor, cu_seqlens_k: Tensor,
+                           max_seqlen_q: int, max_seqlen_k: int, causal: bool = False, window=None,
+                           sink_tokens: int = 0, sinks: Optional[Tensor] = None, scale: Optional[float] = None,
+                           impl: str = "flash", deterministic: bool = True, kernels: str = "auto") -> Tensor:
+    """o (total_q, Hq, D) = attention over packed sequences: q (total_q, Hq, D), k and v (total_k, Hkv, D);
+    sequence b is rows cu_seqlens[b]:cu_seqlens[b + 1] of each (int32 tensors of B + 1 cumulative lengths on
+    q's device: first 0, non-decreasing, last the total). max_seqlen_q / max_seqlen_k (ints) bound every
+    sequence's length. Every option of flash_attention applies within each sequence, and no query sees another
+    sequence's keys; causal and a right window align each sequence bottom-right and need len_k >= len_q.
+    Differentiable in q, k, v and sinks. CUDA lengths are copied to the host to be checked (one sync)."""
+    left, right = window_bounds(window)
+    q, k, v = _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v)
+    o, _ = attention_varlen_forward_op(q, k, v, cu_seqlens_q, cu_seqlens_k, int(max_seqlen_q), int(max_seqlen_k),
+                                       _sinks_f32(sinks), causal, left, right, sink_tokens,
+                                       None if scale is None else float(scale), impl, bool(deterministic), kernels)
+    return o
 
 
 class FlashAttentionFunction(torch.autograd.Function):
@@ -217,5 +310,6 @@ class GroupedQueryAttention(nn.Module):
         return self.o_proj(o.transpose(1, 2).reshape(batch, length, self.num_heads * self.head_dim))
 
 
-__all__ = ["flash_attention", "FlashAttentionFunction", "GroupedQueryAttention", "attention_forward_op",
-           "attention_backward_op"]
+__all__ = ["flash_attention", "flash_attention_varlen", "FlashAttentionFunction", "GroupedQueryAttention",
+           "attention_forward_op", "attention_backward_op", "attention_varlen_forward_op",
+           "attention_varlen_backward_op"]

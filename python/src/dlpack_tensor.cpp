@@ -61,4 +61,16 @@ Tensor view_of(const Array& array, const char* name) {
 Tensor tensor_view(const InputArray& array, const char* name) { return view_of(array, name); }
 Tensor tensor_view(const OutputArray& array, const char* name) { return view_of(array, name); }
 
+CumulativeLengths lengths_view(const InputArray& array, const char* name) {
+  const nb::dlpack::dtype dtype = array.dtype();
+  if (dtype != nb::dtype<std::int32_t>())
+    throw nb::type_error(str("flashtrain: ", name, " has dtype ", dtype_string(dtype), ": expected int32").c_str());
+  FT_CHECK(array.ndim() == 1, "flashtrain: ", name, " must be 1-D (B + 1 cumulative lengths): given ", array.ndim(),
+           " dims");
+  FT_CHECK(array.shape(0) <= 1 || array.stride(0) == 1, "flashtrain: ", name,
+           " must be contiguous: expected stride 1, given ", array.stride(0));
+  return {static_cast<const std::int32_t*>(array.data()), nullptr, static_cast<std::int64_t>(array.shape(0)),
+          device_of(array.device_type(), array.device_id(), name)};
+}
+
 }  // namespace ft::python

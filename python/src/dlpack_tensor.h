@@ -5,6 +5,7 @@
 #include <nanobind/ndarray.h>
 
 #include "core/tensor.h"
+#include "ops/attention_varlen.h"
 
 namespace ft::python {
 
@@ -17,5 +18,9 @@ using OutputArray = nanobind::ndarray<>;
 // host or a CUDA device. `name` is the argument's name, quoted in messages.
 Tensor tensor_view(const InputArray& array, const char* name);
 Tensor tensor_view(const OutputArray& array, const char* name);
+
+// Cumulative lengths over a 1-D contiguous int32 array (varlen attention's cu_seqlens_q / _k), on the
+// host or a CUDA device; nanobind::type_error for another dtype, ft::Error for another shape or device.
+CumulativeLengths lengths_view(const InputArray& array, const char* name);
 
 }  // namespace ft::python

@@ -26,6 +26,7 @@
 #include "model/config.h"
 #include "model/data_loader.h"
 #include "model/generator.h"
+#include "model/packed_documents.h"
 #include "model/token_staging.h"
 #include "model/transformer.h"
 
@@ -96,8 +97,9 @@ class InferenceModel {
   }
 
   // out (B, T, V) <- the logits of tokens (B, T), max_batch sequences per forward. forward() takes targets
-  // for its loss; the inputs serve (any valid ids do), and the loss is not used.
-  void logits(const TokenArray& tokens, const LogitsArray& out) {
+  // for its loss; the inputs serve (any valid ids do), and the loss is not used. With eos_id: packed documents
+  // (Note [Packed documents]), each row split after every eos_id token.
+  void logits(const TokenArray& tokens, const LogitsArray& out, std::optional<std::int32_t> eos_id) {
     const std::int64_t B = static_cast<std::int64_t>(tokens.shape(0)), T = static_cast<std::int64_t>(tokens.shape(1));
     const std::int64_t V = config().vocab_size;
     FT_CHECK(B >= 1 && T >= 1, "TransformerLM.logits: tokens must be a non-empty (batch, seq) array, given (", B, ", ",
@@ -116,7 +118,13 @@ class InferenceModel {
       TokenBatch batch{n, T, std::vector<std::int32_t>(ids + b0 * T, ids + (b0 + n) * T), {}};  // (n, T)
       batch.targets = batch.inputs;
       const auto [inputs, targets] = staging_.place(batch);
+      std::optional<DocumentStaging> documents;
+      if (eos_id) {
+        documents.emplace(options().device, n, T, /*capacity=*/0);
+        model_.set_documents(&documents->place(batch, *eos_id));
+      }
       model_.forward(inputs, targets);
+      model_.set_documents(nullptr);
       copy(Tensor(dst + b0 * T * V, DType::f32, Device::cpu(), {n, T, V}), model_.logits());
     }
   }
@@ -149,9 +157,29 @@ class InferenceModel {
   std::mutex busy_;  // held while the parameters, activations or staging buffers are in use
 };
 
+// The documents of tokens (B, T) split after every eos_id token (model/packed_documents.h): cumulative lengths
+// (B*T + 1, the unused entries equal to B*T), positions (B, T) and the number of documents.
+nb::tuple document_layout(const TokenArray& tokens, std::int32_t eos_id) {
+  DocumentLayout layout;
+  layout_documents(tokens.data(), static_cast<std::int64_t>(tokens.shape(0)), static_cast<std::int64_t>(tokens.shape(1)),
+                   eos_id, layout);
+  auto* cu = new std::vector<std::int32_t>(std::move(layout.cu_seqlens));
+  auto* positions = new std::vector<std::int32_t>(std::move(layout.positions));
+  nb::capsule cu_owner(cu, [](void* p) noexcept { delete static_cast<std::vector<std::int32_t>*>(p); });
+  nb::capsule positions_owner(positions, [](void* p) noexcept { delete static_cast<std::vector<std::int32_t>*>(p); });
+  using Array = nb::ndarray<nb::numpy, std::int32_t>;
+  return nb::make_tuple(Array(cu->data(), {cu->size()}, cu_owner),
+                        Array(positions->data(), {tokens.shape(0), tokens.shape(1)}, positions_owner),
+                        layout.documents);
+}
+
 }  // namespace
 
 void register_model_bindings(nb::module_& m) {
+  m.def("document_layout", &document_layout, "tokens"_a, "eos_id"_a,
+        "(cu_seqlens (B*T + 1) int32, positions (B, T) int32, documents) of tokens (B, T) int32 split after every\n"
+        "eos_id token: document starts over the flattened tokens (unused entries equal B*T), each token's\n"
+        "position in its document, and the number of documents.");
   nb::class_<InferenceModel>(m, "TransformerLM",
                              "The flashtrain Transformer LM for inference (forward only); see flashtrain.model.")
       .def(nb::init<const std::optional<std::string>&, Size, Size, Size, Size, Size, Size, std::optional<double>,
@@ -167,8 +195,10 @@ void register_model_bindings(nb::module_& m) {
       .def("load_safetensors", &InferenceModel::load_safetensors, "path"_a,
            "Every parameter from a safetensors file under its state-dict name, fp32. A missing, unexpected or\n"
            "mismatched tensor raises RuntimeError listing all of them, before any parameter changes.")
-      .def("logits", &InferenceModel::logits, "tokens"_a, "out"_a,
-           "out (B, T, vocab_size) float32 <- the logits of tokens (B, T) int32, both C-contiguous host arrays.")
+      .def("logits", &InferenceModel::logits, "tokens"_a, "out"_a, "eos_id"_a = nb::none(),
+           "out (B, T, vocab_size) float32 <- the logits of tokens (B, T) int32, both C-contiguous host arrays.\n"
+           "eos_id: packed documents, each row split after every eos_id token (attention within a document,\n"
+           "RoPE positions restarting at its start).")
       .def("generate", &InferenceModel::generate, "prompts"_a, "max_new_tokens"_a, "temperature"_a, "top_k"_a,
            "top_p"_a, "seed"_a,
            "The max_new_tokens ids that follow each prompt (lists of equal length, at most max_batch of them),\n"

@@ -1,6 +1,6 @@
 // module.cpp — flashtrain._C, the nanobind extension: attention forward and backward (every variant of
-// the attention contract) over DLPack arrays from any framework, on the host or a CUDA device, and the
-// Transformer LM's forward (model_bindings.h: load a safetensors file, logits). The attention
+// the attention contract, dense and over packed sequences: varlen) over DLPack arrays from any framework, on
+// the host or a CUDA device, and the Transformer LM's forward (model_bindings.h: load a safetensors file, logits). The attention
 // caller allocates the outputs; CUDA work is ordered on the stream handle the caller passes (its
 // current stream, e.g. torch.cuda.current_stream().cuda_stream; 0 = the legacy default stream).
 // The GIL is released while the attention runs.
@@ -19,6 +19,7 @@
 #include "errors.h"
 #include "model_bindings.h"
 #include "ops/attention.h"
+#include "ops/attention_varlen.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -68,6 +69,19 @@ AttentionTensors tensors_of(const InputArray& q, const InputArray& k, const Inpu
   return t;
 }
 
+// Views of the gradient arrays of a backward call (AttentionGrads or VarlenAttentionGrads).
+template <class Grads>
+Grads grads_of(const InputArray& d_o, const OutputArray& dq, const OutputArray& dk, const OutputArray& dv,
+               const std::optional<OutputArray>& dsinks) {
+  Grads g;
+  g.d_o = tensor_view(d_o, "d_o");
+  g.dq = tensor_view(dq, "dq");
+  g.dk = tensor_view(dk, "dk");
+  g.dv = tensor_view(dv, "dv");
+  if (dsinks) g.dsinks = tensor_view(*dsinks, "dsinks");
+  return g;
+}
+
 // q (B, Hq, Nq, D), k/v (B, Hkv, Nk, D), o (B, Hq, Nq, D) written, lse (B, Hq, Nq) fp32 written,
 // sinks (Hq) fp32 or None.
 void forward(const InputArray& q, const InputArray& k, const InputArray& v, const OutputArray& o,
@@ -90,16 +104,63 @@ void backward(const InputArray& q, const InputArray& k, const InputArray& v, con
               std::int64_t window_right, std::int64_t sink_tokens, std::optional<double> scale,
               const std::string& impl, const std::string& kernels, bool deterministic, std::uintptr_t stream) {
   const AttentionTensors t = tensors_of(q, k, v, o, lse, sinks);
-  AttentionGrads g;
-  g.d_o = tensor_view(d_o, "d_o");
-  g.dq = tensor_view(dq, "dq");
-  g.dk = tensor_view(dk, "dk");
-  g.dv = tensor_view(dv, "dv");
-  if (dsinks) g.dsinks = tensor_view(*dsinks, "dsinks");
+  const auto g = grads_of<AttentionGrads>(d_o, dq, dk, dv, dsinks);
   const AttentionOptions options = options_for(
       {causal, window_left, window_right, sink_tokens, scale, impl, stream, kernels, deterministic}, t.q.device());
   nb::gil_scoped_release unlocked;
   attention_backward(t, g, options);
+}
+
+// Views of one varlen call: q (total_q, Hq, D), k, v (total_k, Hkv, D), o (total_q, Hq, D), lse (Hq, total_q),
+// the int32 cumulative lengths (B + 1) and sinks (Hq) or None.
+template <class OArray>
+VarlenAttentionTensors varlen_tensors_of(const InputArray& q, const InputArray& k, const InputArray& v,
+                                         const OArray& o, const OArray& lse, const InputArray& cu_seqlens_q,
+                                         const InputArray& cu_seqlens_k, std::int64_t max_seqlen_q,
+                                         std::int64_t max_seqlen_k, const std::optional<InputArray>& sinks) {
+  VarlenAttentionTensors t;
+  t.q = tensor_view(q, "q");
+  t.k = tensor_view(k, "k");
+  t.v = tensor_view(v, "v");
+  t.o = tensor_view(o, "o");
+  t.lse = tensor_view(lse, "lse");
+  t.cu_seqlens_q = lengths_view(cu_seqlens_q, "cu_seqlens_q");
+  t.cu_seqlens_k = lengths_view(cu_seqlens_k, "cu_seqlens_k");
+  t.max_seqlen_q = max_seqlen_q;
+  t.max_seqlen_k = max_seqlen_k;
+  if (sinks) t.sinks = tensor_view(*sinks, "sinks");
+  return t;
+}
+
+void varlen_forward(const InputArray& q, const InputArray& k, const InputArray& v, const OutputArray& o,
+                    const OutputArray& lse, const InputArray& cu_seqlens_q, const InputArray& cu_seqlens_k,
+                    std::int64_t max_seqlen_q, std::int64_t max_seqlen_k, const std::optional<InputArray>& sinks,
+                    bool causal, std::int64_t window_left, std::int64_t window_right, std::int64_t sink_tokens,
+                    std::optional<double> scale, const std::string& impl, const std::string& kernels,
+                    std::uintptr_t stream) {
+  const VarlenAttentionTensors t =
+      varlen_tensors_of(q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sinks);
+  const AttentionOptions options =
+      options_for({causal, window_left, window_right, sink_tokens, scale, impl, stream, kernels}, t.q.device());
+  nb::gil_scoped_release unlocked;
+  attention_varlen_forward(t, options);
+}
+
+void varlen_backward(const InputArray& q, const InputArray& k, const InputArray& v, const InputArray& o,
+                     const InputArray& lse, const InputArray& d_o, const OutputArray& dq, const OutputArray& dk,
+                     const OutputArray& dv, const InputArray& cu_seqlens_q, const InputArray& cu_seqlens_k,
+                     std::int64_t max_seqlen_q, std::int64_t max_seqlen_k, const std::optional<InputArray>& sinks,
+                     const std::optional<OutputArray>& dsinks, bool causal, std::int64_t window_left,
+                     std::int64_t window_right, std::int64_t sink_tokens, std::optional<double> scale,
+                     const std::string& impl, const std::string& kernels, bool deterministic,
+                     std::uintptr_t stream) {
+  const VarlenAttentionTensors t =
+      varlen_tensors_of(q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, sinks);
+  const auto g = grads_of<VarlenAttentionGrads>(d_o, dq, dk, dv, dsinks);
+  const AttentionOptions options = options_for(
+      {causal, window_left, window_right, sink_tokens, scale, impl, stream, kernels, deterministic}, t.q.device());
+  nb::gil_scoped_release unlocked;
+  attention_varlen_backward(t, g, options);
 }
 
 }  // namespace
@@ -136,4 +197,20 @@ NB_MODULE(_C, m) {
         "deterministic: True (default) gives bit-identical gradients run to run; False lets the CUDA flash\n"
         "backward accumulate dq in fp32 from the dK/dV kernel (faster; last-bit differences; ignored\n"
         "elsewhere).");
+  m.def("attention_varlen_forward", &varlen_forward, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a, "cu_seqlens_q"_a,
+        "cu_seqlens_k"_a, "max_seqlen_q"_a, "max_seqlen_k"_a, nb::kw_only(), "sinks"_a = nb::none(),
+        "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1, "sink_tokens"_a = 0, "scale"_a = nb::none(),
+        "impl"_a = "flash", "kernels"_a = "auto", "stream"_a = 0,
+        "o (total_q, Hq, D), lse (Hq, total_q) fp32 <- attention over packed sequences: q (total_q, Hq, D), k, v\n"
+        "(total_k, Hkv, D); sequence b is rows [cu[b], cu[b + 1]) of the int32 cumulative lengths cu_seqlens_q and\n"
+        "cu_seqlens_k (B + 1 entries: first 0, non-decreasing, last the total, on q's device); max_seqlen_q/k bound\n"
+        "every sequence's length. Every option of attention_forward applies within each sequence (causal and a\n"
+        "right window need len_k >= len_q per sequence). CUDA lengths are copied to the host to be checked.");
+  m.def("attention_varlen_backward", &varlen_backward, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a, "d_o"_a, "dq"_a, "dk"_a,
+        "dv"_a, "cu_seqlens_q"_a, "cu_seqlens_k"_a, "max_seqlen_q"_a, "max_seqlen_k"_a, nb::kw_only(),
+        "sinks"_a = nb::none(), "dsinks"_a = nb::none(), "causal"_a = false, "window_left"_a = -1,
+        "window_right"_a = -1, "sink_tokens"_a = 0, "scale"_a = nb::none(), "impl"_a = "flash",
+        "kernels"_a = "auto", "deterministic"_a = true, "stream"_a = 0,
+        "dq, dk, dv (like q, k, v) and dsinks ((Hq) fp32, exactly when sinks are given) <- the gradients of\n"
+        "attention_varlen_forward, given its inputs, o, lse and d_o (total_q, Hq, D). Options as the forward.");
 }

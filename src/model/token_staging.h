@@ -4,11 +4,15 @@
 
 #include <cstdint>
 #include <utility>
+#include <vector>
 
 #include "core/buffer.h"
 #include "model/data_loader.h"
 
 namespace ft {
+
+// dst (on device) <- the int32 values of src, synchronously.
+void upload_ids(const Buffer& dst, Device device, const std::vector<std::int32_t>& src);
 
 class TokenStaging {
  public:

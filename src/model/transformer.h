@@ -59,9 +59,11 @@
 #include "core/tensor.h"
 #include "model/arena.h"
 #include "model/config.h"
+#include "model/packed_documents.h"
 #include "model/parameter_source.h"
 #include "model/parameters.h"
 #include "ops/attention.h"
+#include "ops/rope.h"
 #include "ops/token_ids.h"
 
 namespace ft {
@@ -129,6 +131,14 @@ class TransformerLM {
   // CUDA graph can capture it.
   void forward_backward_to(double* loss, const TokenIds& inputs, const TokenIds& targets,
                            const BackwardOptions& options = {});
+
+  // Packed documents (see Note [Packed documents]): with documents, the following forward and backward calls
+  // confine attention to each document and restart RoPE positions at each document's start; their batch must
+  // be the documents' (B, T), and the documents' values must stay as they are until the calls' work is done
+  // (a CUDA graph of the calls reads the values at replay, and the count as captured).
+  // Not owned; null returns to whole-row causal attention.
+  void set_documents(const PackedDocuments* documents) { documents_ = documents; }
+  const PackedDocuments* documents() const { return documents_; }
 
   // (B, T, V) fp32 logits of the last forward() call; throws ft::Error (invalid_argument) with the fused loss,
   // which keeps none.
@@ -203,6 +213,12 @@ class TransformerLM {
   void run_backward(const Batch& b, const TokenIds& inputs, const BackwardOptions& options);
   void layer_backward(std::int64_t l, const Batch& b, const BackwardOptions& options);
   void notify(const BackwardOptions& options, std::size_t index) const;
+  // The attention of a block and its RoPE: whole rows, or the packed documents (transformer_attention.cpp).
+  void check_documents(const Batch& b) const;
+  RopeOptions rope_options() const;
+  AttentionOptions attention_options() const;
+  void attention_forward_pass(const AttentionTensors& t) const;
+  void attention_backward_pass(const AttentionTensors& t, const AttentionGrads& g) const;
 
   Tensor act(std::size_t offset, DType dtype, Shape shape) const;
   Tensor work(std::size_t offset, DType dtype, Shape shape) const;
@@ -242,6 +258,7 @@ class TransformerLM {
   Buffer activations_;
   Buffer workspace_;
   Batch logits_batch_;  // the batch whose logits the arena holds (B = 0: none)
+  const PackedDocuments* documents_ = nullptr;  // not owned; see set_documents
 };
 
 }  // namespace ft

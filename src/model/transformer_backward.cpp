@@ -136,12 +136,8 @@ void TransformerLM::layer_backward(std::int64_t l, const Batch& b, const Backwar
   grads.dq = qkv_view(dqkv, 0, b);
   grads.dk = qkv_view(dqkv, 1, b);
   grads.dv = qkv_view(dqkv, 2, b);
-  AttentionOptions attn_options;
-  attn_options.causal = true;
-  attn_options.impl = options_.attention;
-  attn_options.stream = stream;
-  attention_backward(attn.tensors, grads, attn_options);
-  const RopeOptions rope{config_.rope_theta, 0, stream};
+  attention_backward_pass(attn.tensors, grads);  // packed documents: confined to each document
+  const RopeOptions rope = rope_options();
   rope_backward(grads.dq, rope);
   rope_backward(grads.dk, rope);
   const Tensor ln1_y = act(s.ln1_y, c, {b.B, b.T, d});  // (B, T, d)

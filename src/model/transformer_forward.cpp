@@ -33,6 +33,7 @@ TransformerLM::Batch TransformerLM::check_batch(const TokenIds& inputs, const To
   FT_CHECK(inputs.device == options_.device && targets.device == options_.device,
            "TransformerLM: token ids must be on the model's device ", options_.device.to_string(), ", given inputs on ",
            inputs.device.to_string(), " and targets on ", targets.device.to_string());
+  check_documents(b);
   return b;
 }
 
@@ -124,16 +125,10 @@ void TransformerLM::block_forward(std::int64_t l, const Batch& b, const BlockWei
   rmsnorm_forward(ln1_y, act(s.ln1_rstd, DType::f32, {b.B, b.T}), x, params_[index(LayerSlot::ln1)], norm);
   linear_forward(act(s.qkv, c, {b.B, b.T, 3 * d}), ln1_y, w.qkv, lin);
   const AttentionViews attn = attention_views(l, b);
-  const RopeOptions rope{config_.rope_theta, 0, stream};
+  const RopeOptions rope = rope_options();  // packed documents: positions restart per document
   rope_forward(attn.tensors.q, rope);
   rope_forward(attn.tensors.k, rope);
-  if (pass != BlockPass::recompute_selective) {  // selective recomputation keeps o and lse
-    AttentionOptions attn_options;
-    attn_options.causal = true;
-    attn_options.impl = options_.attention;
-    attn_options.stream = stream;
-    attention_forward(attn.tensors, attn_options);
-  }
+  if (pass != BlockPass::recompute_selective) attention_forward_pass(attn.tensors);  // selective keeps o and lse
   const Tensor x_mid = act(s.x_mid, DType::f32, {b.B, b.T, d});  // (B, T, d) fp32
   linear_forward(x_mid, attn.o_rows, w.output_proj, lin);
   residual_add(x_mid, x, stream);

@@ -2,14 +2,12 @@
 // CUDA implementation chosen by device and AttentionImpl.
 #include "ops/attention.h"
 
-#include <cmath>
 #include <cstdint>
-#include <initializer_list>
-#include <iterator>
 #include <utility>
 
 #include "core/error.h"
 #include "core/nvtx.h"
+#include "ops/attention/attention_checks.h"
 #include "ops/attention/attention_impls.h"
 #if FT_HAS_CUDA
 #include "ops/attention/cuda/flash_traits.h"
@@ -44,69 +42,14 @@ FlashKernels parse_flash_kernels(std::string_view text) {
 
 namespace {
 
+using attention_impl::check_dims;
+using attention_impl::check_fp32_vector;
+using attention_impl::check_last_dim_contiguous;
+using attention_impl::check_like;
+using attention_impl::check_no_alias;
+using attention_impl::check_shape;
+
 constexpr std::int64_t kMaxHeadDim = 256;
-
-void check_defined(const Tensor& t, const char* name) {
-  FT_CHECK(t.defined(), "attention: ", name, " is required but was not given");
-}
-
-void check_dims(const Tensor& t, const char* name, int dims, const char* layout) {
-  check_defined(t, name);
-  FT_CHECK(t.dim() == dims, "attention: ", name, " must be ", layout, ": expected ", dims, " dims, given ",
-           t.dim(), " (", t.describe(), ")");
-}
-
-void check_like(const Tensor& t, const char* name, const Tensor& ref, const char* ref_name) {
-  FT_CHECK(t.dtype() == ref.dtype(), "attention: ", name, " must have the dtype of ", ref_name, ": expected ",
-           name_of(ref.dtype()), ", given ", name_of(t.dtype()), " (", t.describe(), ")");
-  FT_CHECK(t.device() == ref.device(), "attention: ", name, " must be on the device of ", ref_name,
-           ": expected ", ref.device().to_string(), ", given ", t.device().to_string());
-}
-
-void check_last_dim_contiguous(const Tensor& t, const char* name) {
-  FT_CHECK(t.size(-1) <= 1 || t.stride(-1) == 1, "attention: ", name,
-           " must have a contiguous last dim: expected stride 1, given ", t.stride(-1), " (", t.describe(), ")");
-}
-
-void check_shape(const Tensor& t, const char* name, const Shape& expected) {
-  FT_CHECK(t.shape() == expected, "attention: ", name, " has the wrong shape: expected ", shape_string(expected),
-           ", given ", shape_string(t.shape()));
-}
-
-void check_fp32_vector(const Tensor& t, const char* name, std::int64_t length, Device device) {
-  FT_CHECK(t.dtype() == DType::f32, "attention: ", name, " must be fp32: given ", t.describe());
-  FT_CHECK(t.dim() == 1 && t.size(0) == length, "attention: ", name, " must have shape [", length,
-           "] (one value per query head): given ", shape_string(t.shape()));
-  FT_CHECK(length <= 1 || t.stride(0) == 1, "attention: ", name, " must be contiguous: given ", t.describe());
-  FT_CHECK(t.device() == device, "attention: ", name, " must be on ", device.to_string(), ", given ",
-           t.device().to_string());
-}
-
-// True when a and b certainly share memory: the same first element, or overlapping extents where one of
-// them is dense (no gaps). Interleaved views of one buffer, such as the q, k and v of a fused projection,
-// span each other's extents without sharing an element, so overlapping extents alone do not count.
-bool shares_memory(const Tensor& a, const Tensor& b) {
-  if (!a.defined() || !b.defined() || a.numel() == 0 || b.numel() == 0 || a.device() != b.device()) return false;
-  const auto* a0 = static_cast<const std::uint8_t*>(a.data());
-  const auto* b0 = static_cast<const std::uint8_t*>(b.data());
-  if (a0 == b0) return true;
-  const bool dense = a.span_bytes() == a.numel() * a.element_size() || b.span_bytes() == b.numel() * b.element_size();
-  return dense && a0 < b0 + b.span_bytes() && b0 < a0 + a.span_bytes();
-}
-
-// invalid_argument when an output shares memory with another output or with an input: the kernels
-// would read values they have already overwritten (or two results would land in one place).
-void check_no_alias(std::initializer_list<std::pair<const Tensor*, const char*>> outputs,
-                    std::initializer_list<std::pair<const Tensor*, const char*>> inputs) {
-  for (auto out = outputs.begin(); out != outputs.end(); ++out) {
-    for (auto other = std::next(out); other != outputs.end(); ++other)
-      FT_CHECK(!shares_memory(*out->first, *other->first), "attention: outputs ", out->second, " and ",
-               other->second, " share memory: give each output its own array");
-    for (const auto& in : inputs)
-      FT_CHECK(!shares_memory(*out->first, *in.first), "attention: output ", out->second, " shares memory with input ",
-               in.second, ": give the output its own array");
-  }
-}
 
 void check_forward_aliases(const AttentionTensors& t) {
   check_no_alias({{&t.o, "o"}, {&t.lse, "lse"}}, {{&t.q, "q"}, {&t.k, "k"}, {&t.v, "v"}, {&t.sinks, "sinks"}});
@@ -169,49 +112,17 @@ AttentionShape validate_attention(const AttentionTensors& t, const AttentionOpti
   s.has_sinks = t.sinks.defined();
   if (s.has_sinks) check_fp32_vector(t.sinks, "sinks", s.heads_q, t.q.device());
 
-  FT_CHECK(options.window_left >= -1, "attention: window_left must be >= -1 (-1 = unbounded), given ",
-           options.window_left);
-  FT_CHECK(options.window_right >= -1, "attention: window_right must be >= -1 (-1 = unbounded), given ",
-           options.window_right);
-  FT_CHECK(!options.causal || options.window_right <= 0,
-           "attention: causal means window_right = 0, but window_right = ", options.window_right, " was given too");
-  FT_CHECK(options.sink_tokens >= 0, "attention: sink_tokens must be >= 0, given ", options.sink_tokens);
   // A window wider than Nq + Nk bounds nothing: resolving it to -1 keeps visible_keys' arithmetic in range.
-  const std::int64_t widest = s.len_q + s.len_k;
-  s.window_left = options.window_left >= widest ? -1 : options.window_left;
-  s.window_right = options.causal ? 0 : (options.window_right >= widest ? -1 : options.window_right);
+  const attention_impl::ResolvedVariant variant =
+      attention_impl::resolve_variant(options, s.head_dim, s.len_q + s.len_k, t.q.device());
+  s.window_left = variant.window_left;
+  s.window_right = variant.window_right;
   s.sink_tokens = options.sink_tokens;
-  s.scale = options.scale ? *options.scale : 1.0 / std::sqrt(static_cast<double>(s.head_dim));
-  FT_CHECK(std::isfinite(s.scale), "attention: scale must be finite, given ", s.scale);
-
-  if (options.impl == AttentionImpl::flash && t.q.device().is_cpu()) {
-    FT_CHECK(options.block_q >= 16 && options.block_k >= 16, "attention: tile sizes must be >= 16, given block_q = ",
-             options.block_q, ", block_k = ", options.block_k);
-  }
+  s.scale = variant.scale;
 
   if (grads) {
-    check_dims(grads->d_o, "d_o", 4, "(B, Hq, Nq, D)");
-    check_dims(grads->dq, "dq", 4, "(B, Hq, Nq, D)");
-    check_dims(grads->dk, "dk", 4, "(B, Hkv, Nk, D)");
-    check_dims(grads->dv, "dv", 4, "(B, Hkv, Nk, D)");
-    const std::pair<const Tensor*, const char*> like_q[] = {{&grads->d_o, "d_o"}, {&grads->dq, "dq"}};
-    for (auto [g, name] : like_q) {
-      check_like(*g, name, t.q, "q");
-      check_shape(*g, name, t.q.shape());
-      check_last_dim_contiguous(*g, name);
-    }
-    const std::pair<const Tensor*, const char*> like_k[] = {{&grads->dk, "dk"}, {&grads->dv, "dv"}};
-    for (auto [g, name] : like_k) {
-      check_like(*g, name, t.q, "q");
-      check_shape(*g, name, t.k.shape());
-      check_last_dim_contiguous(*g, name);
-    }
-    if (s.has_sinks) {
-      FT_CHECK(grads->dsinks.defined(), "attention: dsinks is required when sinks are given");
-      check_fp32_vector(grads->dsinks, "dsinks", s.heads_q, t.q.device());
-    } else {
-      FT_CHECK(!grads->dsinks.defined(), "attention: dsinks was given but sinks were not");
-    }
+    attention_impl::check_gradients({grads->d_o, grads->dq, grads->dk, grads->dv, grads->dsinks}, t.q, t.k,
+                                    s.has_sinks, 4, "(B, Hq, Nq, D)", "(B, Hkv, Nk, D)");
   }
   return s;
 }

@@ -63,8 +63,8 @@ struct VarlenAttentionShape {
 VarlenAttentionShape validate_attention_varlen(const VarlenAttentionTensors& t, const AttentionOptions& options,
                                                const VarlenAttentionGrads* grads = nullptr);
 
-// o, lse <- attention of each packed sequence. A sequence with no keys gives O = 0 and L = -inf (as the
-// dense call with Nk = 0), one with no queries gives nothing.
+// o, lse <- attention of each packed sequence. A sequence with no keys gives O = 0 and, as a dense row that
+// sees no key, L = -inf, or with sink logits L = the head's sink logit; one with no queries gives nothing.
 void attention_varlen_forward(const VarlenAttentionTensors& t, const AttentionOptions& options);
 // dq, dk, dv (and dsinks) <- gradients, given q, k, v, o, lse and d_o. Outputs are overwritten.
 void attention_varlen_backward(const VarlenAttentionTensors& t, const VarlenAttentionGrads& grads,

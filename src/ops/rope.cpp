@@ -25,6 +25,18 @@ void validate(const char* op, const Tensor& x, const char* name, const RopeOptio
   FT_CHECK(std::isfinite(options.theta) && options.theta > 0, op, ": theta must be finite and > 0, given ",
            options.theta);
   FT_CHECK(options.position_offset >= 0, op, ": position_offset must be >= 0, given ", options.position_offset);
+  if (options.positions.data == nullptr) return;
+  const Shape expected{x.size(0), x.size(2)};
+  FT_CHECK(options.positions.shape == expected, op, ": positions must be (B, T) = ", shape_string(expected),
+           " for ", name, " ", x.describe(), ", given ", shape_string(options.positions.shape));
+  ops::check_token_ids(op, options.positions, "positions", x.device());
+  if (!x.device().is_cpu()) return;
+  const std::int64_t T = x.size(2);
+  for (std::int64_t i = 0; i < options.positions.numel(); ++i) {
+    const std::int32_t p = options.positions.data[i];
+    FT_CHECK(p >= 0 && p < T, op, ": positions must lie in [0, T = ", T, "): given ", p, " at (", i / T, ", ", i % T,
+             ")");
+  }
 }
 
 }  // namespace
@@ -34,11 +46,11 @@ void rope_forward(const Tensor& x, const RopeOptions& options) {
   NvtxRange range(op);
   validate(op, x, "x", options);
 #if FT_HAS_CUDA
-  if (x.device().is_cuda()) return gpu::rope(x, options.theta, options.position_offset, false, options.stream);
+  if (x.device().is_cuda()) return gpu::rope(x, options.theta, options.position_offset, options.positions.data, false, options.stream);
 #else
   if (x.device().is_cuda()) ops::no_cuda_build(op, x.device());
 #endif
-  cpu::rope(x, options.theta, options.position_offset, false);
+  cpu::rope(x, options.theta, options.position_offset, options.positions.data, false);
 }
 
 void rope_backward(const Tensor& dx, const RopeOptions& options) {
@@ -46,11 +58,11 @@ void rope_backward(const Tensor& dx, const RopeOptions& options) {
   NvtxRange range(op);
   validate(op, dx, "dx", options);
 #if FT_HAS_CUDA
-  if (dx.device().is_cuda()) return gpu::rope(dx, options.theta, options.position_offset, true, options.stream);
+  if (dx.device().is_cuda()) return gpu::rope(dx, options.theta, options.position_offset, options.positions.data, true, options.stream);
 #else
   if (dx.device().is_cuda()) ops::no_cuda_build(op, dx.device());
 #endif
-  cpu::rope(dx, options.theta, options.position_offset, true);
+  cpu::rope(dx, options.theta, options.position_offset, options.positions.data, true);
 }
 
 }  // namespace ft

@@ -1,5 +1,6 @@
 // rope.h — rotary position embedding, in place, on interleaved pairs (x[2i], x[2i+1]) of each head:
-//   angle(t, i) = (position_offset + t) * theta^(-2i / Dh)
+//   angle(t, i) = (position_offset + p(b, t)) * theta^(-2i / Dh), p(b, t) = t, or positions[b, t] when given
+//   (packed documents: positions restart at each document's start, see Note [Packed documents])
 //   forward   (x0, x1) <- (x0 cos - x1 sin, x0 sin + x1 cos)
 //   backward  the inverse rotation (the transpose), applied in place to the gradient.
 // x is (B, H, T, Dh) logically, with any strides and a contiguous last dim, so both (B, H, T, Dh) and
@@ -12,6 +13,7 @@
 
 #include "core/stream.h"
 #include "core/tensor.h"
+#include "ops/token_ids.h"
 
 namespace ft {
 
@@ -19,6 +21,10 @@ struct RopeOptions {
   double theta = 10000.0;
   std::int64_t position_offset = 0;  // position of t = 0 (e.g. the cache length in a decode step)
   Stream stream;                     // CUDA work is ordered on this stream
+  // Optional (B, T) int32 per-token positions on x's device, each in [0, T) (data null: p(b, t) = t). The CPU
+  // checks them (invalid_argument naming the first bad one); a CUDA call cannot without a sync, and writes NaN
+  // over a row whose position is out of range instead.
+  TokenIds positions = {};
 };
 
 // x <- rope(x).

@@ -48,6 +48,8 @@ std::vector<RunSetting> run_settings(const TrainPlan& plan) {
       {"--attention", name_of(plan.attention)},
       {"--recompute", name_of(plan.recompute)},
       {"--loss-chunk", str(plan.loss_chunk)},
+      {"--pack-documents --eos-id", plan.eos_id ? str(*plan.eos_id) : "off"},
+      {"--max-documents", str(plan.max_documents)},
       {"--device", plan.device.is_cpu() ? "cpu" : "cuda"},
       {"--batch", str(plan.batch)},
       {"--steps", str(plan.steps)},

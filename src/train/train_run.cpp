@@ -26,6 +26,7 @@
 #include "model/checkpoint.h"
 #include "model/data_loader.h"
 #include "model/graphed_step.h"
+#include "model/packed_documents.h"
 #include "model/parameters.h"
 #include "model/token_staging.h"
 #include "model/trainer.h"
@@ -141,6 +142,12 @@ class TrainingRun {
     if (!plan.val_data.empty()) {
       val_data_.emplace(plan, "--val-data", plan.val_data, plan.seed + kValDataSeedOffset, world_, comm.rank());
       val_start_ = val_data_->state();
+    }
+    if (plan.eos_id) {  // --pack-documents: every batch's documents, at fixed addresses the model reads
+      const std::int64_t total = plan.batch * plan.model.context_length;  // a graph's capacity: see the Note
+      const std::int64_t capacity = plan.cuda_graph ? (plan.max_documents > 0 ? plan.max_documents : total) : 0;
+      documents_.emplace(plan.device, plan.batch, plan.model.context_length, capacity);
+      model_.set_documents(&documents_->documents());
     }
   }
 
@@ -315,6 +322,7 @@ class TrainingRun {
     for (std::int64_t micro = 0; micro < plan_.accumulate; ++micro) {
       train_data_.next(batch_);
       const auto [inputs, targets] = staging_.place(batch_);
+      stage_documents();
       loss_sum += trainer_.forward_backward(inputs, targets);
     }
     StepStats stats;
@@ -333,6 +341,7 @@ class TrainingRun {
   // --cuda-graph: the step is one graph launch; reading its loss waits for it (the step's wall time ends there).
   StepStats graphed_step() {
     train_data_.next(batch_);
+    stage_documents();  // the previous step is done (its loss was read): the graph's documents may change
     graphed_->step(batch_.input_ids(), batch_.target_ids());
     StepStats stats;
     stats.loss = graphed_->loss();
@@ -348,6 +357,11 @@ class TrainingRun {
     return stats;
   }
 
+  // --pack-documents: lays out batch_'s documents where the model reads them (synchronous, like the ids).
+  void stage_documents() {
+    if (documents_) documents_->place(batch_, *plan_.eos_id);
+  }
+
   // Mean loss over the same eval_batches validation batches every time; with several ranks, each rank
   // evaluates its rows of every global batch (as in training) and the ranks' means are averaged.
   double evaluate() {
@@ -356,6 +370,7 @@ class TrainingRun {
     for (std::int64_t i = 0; i < plan_.eval_batches; ++i) {
       val_data_->next(batch_);
       const auto [inputs, targets] = staging_.place(batch_);
+      stage_documents();
       sum += model_.forward(inputs, targets);
     }
     if (world_ > 1) sum = sum_over_ranks(sum) / world_;
@@ -440,6 +455,9 @@ class TrainingRun {
          << "  batch " << plan_.batch << " x " << m.context_length << " tokens x " << plan_.accumulate
          << " micro-batches = " << plan_.tokens_per_step() << " tokens/step" << (world_ > 1 ? " per rank" : "") << ", "
          << plan_.steps << " steps\n";
+    if (plan_.eos_id)
+      log_ << "  packed documents: rows split after each end-of-document token " << *plan_.eos_id
+           << "; attention confined to each document, RoPE positions restart at each\n";
     print_data_parallel();
     log_
          << "  AdamW lr " << s.max_lr << " -> " << s.min_lr << " (cosine, warm-up " << s.warmup_iters
@@ -508,6 +526,7 @@ class TrainingRun {
   std::optional<DistributedDataParallel> ddp_;  // world > 1 but ZeRO reduce_scatter: averages the gradients
   std::optional<ZeroOptimizer> zero_;           // --zero: the sharded AdamW, the Trainer's external step
   std::optional<GraphedTrainStep> graphed_;     // --cuda-graph: the Trainer's step captured and replayed
+  std::optional<DocumentStaging> documents_;    // --pack-documents: the batch's documents (Note [Packed documents])
 };
 
 }  // namespace
@@ -560,6 +579,7 @@ nlohmann::json train_document(const TrainPlan& plan, const TrainResult& result) 
       {"rope_theta", m.rope_theta},
       {"recompute", name_of(plan.recompute)},
       {"loss_chunk", plan.loss_chunk},
+      {"pack_documents", plan.eos_id.has_value()},
       {"steps", plan.steps},
       {"first_step", result.first_step},
       {"lr", plan.schedule.max_lr},

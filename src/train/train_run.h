@@ -55,6 +55,11 @@ struct TrainPlan {
   AttentionImpl attention = AttentionImpl::flash;
   Recompute recompute = Recompute::none;
   std::int64_t loss_chunk = 1024;  // ModelOptions::loss_chunk
+  // --pack-documents --eos-id N: rows split into documents after each token N (Note [Packed documents]); none =
+  // whole-row causal attention.
+  std::optional<std::int32_t> eos_id;
+  // --max-documents (with --cuda-graph): the documents a graphed batch may hold, its fixed capacity; 0 = B*T.
+  std::int64_t max_documents = 0;
   Device device = Device::cpu();
   std::int64_t batch = 4;
   std::int64_t steps = 1000;

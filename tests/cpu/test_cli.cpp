@@ -1,6 +1,6 @@
 // test_cli.cpp — the flashtrain CLI without the binary: option parsing of `attention check` (windows,
 // devices, bounds, bad values), --version, the error measure, small end-to-end CPU checks through
-// run_attention_check, bench attention's --grad, and the results JSON document written atomically.
+// run_attention_check, bench attention's --grad and varlen sweep, and the results JSON document written atomically.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,6 +16,7 @@
 #include "flashtrain/attention_check.h"
 #include "flashtrain/cli_parse.h"
 #include "flashtrain/commands.h"
+#include "flashtrain/varlen_bench.h"
 
 namespace ft::cli {
 namespace {
@@ -301,6 +302,49 @@ TEST(CliBenchAttention, GradOptionReachesTheResults) {
   Action action;
   register_bench_attention(*app.add_subcommand("bench"), action);
   EXPECT_THROW(app.parse("bench attention --grad zeros", false), CLI::ValidationError);
+}
+
+// The varlen sweep: documents of seeded uniform lengths covering the tokens exactly; on the CPU at a small size,
+// a varlen row ("varlen": true, its documents, TFLOP/s on the documents' FLOPs) before the dense row.
+TEST(CliBenchAttention, VarlenSweepTimesPackedDocumentsBesideTheDenseKernel) {
+  const std::vector<std::int32_t> lengths = document_lengths(131072, 256, 16384, 0);
+  std::int64_t total = 0;
+  for (std::int32_t n : lengths) {
+    EXPECT_GE(n, 1);
+    EXPECT_LE(n, 16384);
+    total += n;
+  }
+  EXPECT_EQ(total, 131072);
+  EXPECT_EQ(lengths, document_lengths(131072, 256, 16384, 0));  // the same documents every run
+  const AttentionBenchConfig preset = preset_sweep("varlen", Device::cpu());
+  EXPECT_EQ(preset.batch.front() * preset.seqlens.front(), 131072);
+  EXPECT_EQ(preset.kv_heads, std::vector<std::int64_t>{8});
+
+  const std::string path = (std::filesystem::path(::testing::TempDir()) / "ft_test_cli_varlen.json").string();
+  CLI::App app{"test"};
+  Action action;
+  register_bench_attention(*app.add_subcommand("bench"), action);
+  app.parse("bench attention --sweep varlen --device cpu --batch 1 --seqlen 256 --heads 2 --kv-heads 1 --head-dim 16 "
+            "--doc-lengths 16,100 --warmup 0 --repeats 1 --json " + path,
+            false);
+  ::testing::internal::CaptureStdout();
+  EXPECT_EQ(action(), 0);
+  ::testing::internal::GetCapturedStdout();
+  std::ifstream in(path);
+  const nlohmann::json doc = nlohmann::json::parse(in);
+  ASSERT_EQ(doc["rows"].size(), 2u);
+  const nlohmann::json& varlen = doc["rows"][0];
+  const std::vector<std::int32_t> docs = document_lengths(256, 16, 100, 0);
+  EXPECT_EQ(varlen["varlen"], true);
+  EXPECT_EQ(varlen["documents"], docs.size());
+  EXPECT_EQ(varlen["total_tokens"], 256);
+  EXPECT_EQ(varlen["Hkv"], 1);
+  double flops = 0;  // causal: 4 H n^2 D / 2 per document
+  for (std::int32_t n : docs) flops += 2.0 * 2 * n * n * 16;
+  EXPECT_NEAR(varlen["fwd_tflops"].get<double>() * varlen["fwd_ms"].get<double>() * 1e9, flops, 1e-6 * flops);
+  EXPECT_FALSE(doc["rows"][1].contains("varlen"));
+  EXPECT_EQ(doc["rows"][1]["N"], 256);
+  EXPECT_EQ(doc["config"]["document_lengths"]["max"], 100);
 }
 
 TEST(ResultsJson, DocumentWrittenAtomically) {

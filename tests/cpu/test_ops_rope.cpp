@@ -1,6 +1,6 @@
 // test_ops_rope.cpp — RoPE on interleaved pairs against a double reference in both memory layouts and
 // with a position offset, the backward against central finite differences, forward-then-backward as
-// the identity, bf16 storage, and malformed calls.
+// the identity, bf16 storage, per-token positions (packed documents) and malformed calls.
 #include <gtest/gtest.h>
 
 #include "ops/rope.h"
@@ -78,6 +78,53 @@ TEST(Rope, Bf16IsRotatedInFp32AndRoundedOnce) {
   const auto expected = reference(x, 10000.0, 0);
   const auto got = read_as_double(l.view);
   for (std::size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], expected[i], std::fabs(expected[i]) * 4e-3 + 1e-6) << i;
+}
+
+// Per-token positions rotate each (b, t) row as the plain call rotates row t = positions[b, t]: a document
+// packed at any offset is rotated exactly as the document alone.
+TEST(Rope, PerTokenPositionsRotateEachRowByItsPosition) {
+  const auto x = normals(B * H * T * Dh, 5);
+  const std::vector<std::int32_t> positions = {0, 1, 0, 1, 2, 3, 4, 0, 0, 1};  // (B, T)
+  for (bool inverse : {false, true}) {
+    Layout packed(true, x);
+    RopeOptions options;
+    options.positions = {positions.data(), {B, T}, Device::cpu()};
+    inverse ? rope_backward(packed.view, options) : rope_forward(packed.view, options);
+    const std::vector<double> got = read_as_double(packed.view);  // (B, H, T, Dh)
+    for (std::int64_t b = 0; b < B; ++b) {
+      for (std::int64_t t = 0; t < T; ++t) {
+        // The same row placed at t' = its position, rotated by the plain call.
+        std::vector<double> alone(static_cast<std::size_t>(B * H * T * Dh), 0.0);
+        const std::int64_t p = positions[b * T + t];
+        for (std::int64_t h = 0; h < H; ++h)
+          for (std::int64_t d = 0; d < Dh; ++d)
+            alone[((b * H + h) * T + p) * Dh + d] = x[((b * H + h) * T + t) * Dh + d];
+        Layout plain(false, alone);
+        inverse ? rope_backward(plain.view) : rope_forward(plain.view);
+        const std::vector<double> want = read_as_double(plain.view);
+        for (std::int64_t h = 0; h < H; ++h)
+          for (std::int64_t d = 0; d < Dh; ++d)
+            ASSERT_EQ(got[((b * H + h) * T + t) * Dh + d], want[((b * H + h) * T + p) * Dh + d])
+                << "b " << b << " t " << t << " h " << h << " d " << d;
+      }
+    }
+  }
+}
+
+TEST(Rope, PositionsOutOfRangeOrMisshapedAreRefused) {
+  auto x = test::zeros({B, H, T, Dh});
+  std::vector<std::int32_t> positions(B * T, 0);
+  RopeOptions options;
+  options.positions = {positions.data(), {B, T}, Device::cpu()};
+  positions[7] = static_cast<std::int32_t>(T);
+  test::expect_error([&] { rope_forward(x, options); }, ErrorKind::invalid_argument,
+                     {"positions must lie in [0, T = 5)", "given 5 at (1, 2)"});
+  positions[7] = -1;
+  test::expect_error([&] { rope_backward(x, options); }, ErrorKind::invalid_argument, {"given -1 at (1, 2)"});
+  positions[7] = 0;
+  options.positions.shape = {B, T - 1};
+  test::expect_error([&] { rope_forward(x, options); }, ErrorKind::invalid_argument,
+                     {"positions must be (B, T) = [2, 5]", "given [2, 4]"});
 }
 
 TEST(Rope, MalformedCallsNameExpectedAndGiven) {

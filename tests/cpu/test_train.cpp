@@ -163,6 +163,12 @@ TEST(TrainOptions, RejectsBadValuesNamingTheOption) {
   bad("--checkpoint-interval 5", {"--checkpoint-interval", "--checkpoint-dir"});
   bad("--resume latest", {"--resume latest", "--checkpoint-dir"});
   bad("--resume a.safetensors --init-from b.safetensors", {"--resume", "--init-from"});
+  bad("--pack-documents", {"--pack-documents", "give --eos-id N"});
+  bad("--eos-id 3", {"--eos-id 3", "give --pack-documents too"});
+  bad("--size tiny --pack-documents --eos-id 97", {"--eos-id", "[0, --vocab = 97)", "given 97"});
+  bad("--pack-documents --eos-id 1 --max-documents 8", {"--max-documents", "give --pack-documents and --cuda-graph"});
+  bad("--size tiny --batch 2 --pack-documents --eos-id 1 --cuda-graph --max-documents 1",
+      {"--max-documents must be in [--batch = 2, --batch x --context = 64]", "given 1"});
   bad("--resume /nonexistent/step_000001.safetensors", {"does not exist"}, ErrorKind::io);
   const TempFolder empty;
   bad("--resume latest --checkpoint-dir " + empty.file(""), {"no checkpoint in"}, ErrorKind::io);
@@ -181,6 +187,26 @@ TEST(Train, LossFallsOnALearnableFile) {
   EXPECT_LT(r.losses.back(), 0.5 * r.losses.front()) << "first " << r.losses.front() << ", last " << r.losses.back();
   EXPECT_NE(log.find(o.data), std::string::npos) << log;
   EXPECT_EQ(log.find("random tokens"), std::string::npos) << log;
+}
+
+// --pack-documents on the pattern file, whose id 1 ends a "document" every 12 tokens: the run trains (the loss
+// falls), says so in its log and JSON config, and is not the whole-row run (attention and positions differ).
+TEST(Train, PackedDocumentsTrainOnTheirOwnAttention) {
+  const TempFolder folder;
+  TrainOptions o = tiny(12);
+  o.data = write_pattern_tokens(folder, "pattern.bin");
+  o.warmup = 2;
+  const TrainResult whole_rows = train(o);
+  o.pack_documents = true;
+  o.eos_id = 1;
+  std::string log;
+  const TrainResult packed = train(o, &log);
+  ASSERT_EQ(packed.losses.size(), 12u);
+  for (double loss : packed.losses) ASSERT_TRUE(std::isfinite(loss));
+  EXPECT_LT(packed.losses.back(), packed.losses.front());
+  EXPECT_NE(packed.losses.front(), whole_rows.losses.front());
+  EXPECT_NE(log.find("packed documents: rows split after each end-of-document token 1"), std::string::npos) << log;
+  EXPECT_EQ(train_document(resolve_train_options(o), packed)["config"]["pack_documents"], true);
 }
 
 TEST(Train, RandomTokensAreSaidInTheLog) {

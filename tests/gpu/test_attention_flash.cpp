@@ -6,7 +6,8 @@
 // dQ accumulation (AttentionOptions::deterministic = false). Outputs are poisoned with NaN before every
 // run; the backward runs twice and must give bit-identical gradients, except dQ in the atomic mode (its
 // fp32 atomic sums may round differently; dK, dV and dsinks stay bit-identical there too). On a Hopper GPU
-// the kernels' head sections (forced small) must leave every output unchanged, bit for bit.
+// the kernels' head sections (forced small) must leave every output unchanged, bit for bit, and the candidate
+// schedules at d=128 must give the tile table's outputs.
 //   fp32 (TF32 tensor cores): |flash - ref| <= 1e-2 + 1e-2 |ref| element-wise.
 //   bf16/fp16: max |flash - ref| <= 2 max |lp - ref| + slack, where lp is the same naive computation
 //   carried out in the low dtype (inputs, P, dS and outputs rounded to it; low_precision_attention).
@@ -16,25 +17,30 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <iostream>
 #include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "common/value_compare.h"
 #include "core/buffer.h"
 #include "core/device.h"
 #include "core/error.h"
-#include "core/half.h"
 #include "core/stream.h"
 #include "core/tensor_io.h"
 #include "ops/attention.h"
 #include "ops/attention/attention_impls.h"
+#include "ops/attention/cuda/flash_traits.h"
 #include "ops/attention/visibility.h"
 
 namespace ft {
 namespace {
+
+using testing_util::max_abs;
+using testing_util::max_abs_diff;
+using testing_util::round_to;
+using testing_util::same_bits;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
@@ -56,15 +62,6 @@ struct FlashCase {
 };
 
 void PrintTo(const FlashCase& c, std::ostream* os) { *os << c.name; }
-
-double round_to(DType dtype, double x) {
-  switch (dtype) {
-    case DType::bf16: return to_float(to_bf16(static_cast<float>(x)));
-    case DType::f16: return to_float(to_f16(static_cast<float>(x)));
-    case DType::f32: return static_cast<float>(x);
-  }
-  return x;
-}
 
 // Problem inputs in logical (B, H, N, D) order, already rounded to the case's dtype.
 struct Inputs {
@@ -258,10 +255,6 @@ DeviceTensor device_lse(const FlashCase& c, const Stream& stream) {
   return t;
 }
 
-bool same_bits(const std::vector<double>& a, const std::vector<double>& b) {
-  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
-}
-
 // Whether two backward runs gave bit-identical dQ, and bit-identical dK, dV and dsinks.
 struct RunToRun {
   bool dq_identical = false, rest_identical = false;
@@ -325,25 +318,6 @@ Outputs run_flash(const FlashCase& c, const Inputs& in, RunToRun* repeat) {
   out.dv = std::move(runs[0].dv);
   out.dsinks = std::move(runs[0].dsinks);
   return out;
-}
-
-// max |a - b|; equal infinities count as 0, NaN or an unmatched infinity as +inf.
-double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b) {
-  if (a.size() != b.size()) return kInf;
-  double worst = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    if (a[i] == b[i]) continue;
-    const double diff = std::abs(a[i] - b[i]);
-    worst = std::isnan(diff) ? kInf : std::max(worst, diff);
-  }
-  return worst;
-}
-
-double max_abs(const std::vector<double>& a) {
-  double m = 0;
-  for (double x : a)
-    if (std::isfinite(x)) m = std::max(m, std::abs(x));
-  return m;
 }
 
 // Element-wise |got - ref| <= atol + rtol |ref|; returns the number of violations (NaN counts).
@@ -526,7 +500,8 @@ std::vector<FlashCase> variant_and_head_dim_cases() {
 }
 
 // The variant and head-dim cases on the portable sm80 kernels: with the default (auto) choice a Hopper GPU
-// runs the sm90 kernels for bf16/fp16 at d = 64 and 128, so these keep the sm80 ones tested there too.
+// runs the sm90 kernels for bf16/fp16 at d = 64, 80, 96, 128 and 256 (the backward: all but 256), so these
+// keep the sm80 ones tested there too.
 std::vector<FlashCase> sm80_cases() {
   std::vector<FlashCase> cases = variant_and_head_dim_cases();
   for (FlashCase& c : cases) {
@@ -577,7 +552,7 @@ TEST(FlashAttention, AutoPicksHopperKernelsWhereTheyRun) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   const bool hopper = hopper_gpu();
   const FlashKernels expected = hopper ? FlashKernels::sm90 : FlashKernels::sm80;
-  for (std::int64_t d : {64, 128}) {
+  for (std::int64_t d : {64, 80, 96, 128, 256}) {
     ChoiceCase bf16({.name = "bf16", .dtype = DType::bf16, .heads_q = 2, .heads_kv = 2, .len_q = 64, .len_k = 64,
                      .head_dim = d});
     EXPECT_EQ(flash_kernels_for(bf16.tensors(), options_of(bf16.c, AttentionImpl::flash)), expected) << "d=" << d;
@@ -603,6 +578,23 @@ TEST(FlashAttention, Sm90KernelsRefuseWhatTheyCannotRun) {
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::unsupported);
     EXPECT_NE(e.message().find(hopper_gpu() ? "fp32" : "compute capability 9.0"), std::string::npos) << e.message();
+  }
+  if (!hopper_gpu()) return;
+  // d=256: the forward runs on the Hopper kernels, a backward forced onto them is refused naming their head dims.
+  ChoiceCase d256({.name = "d256", .dtype = DType::bf16, .heads_q = 2, .heads_kv = 2, .len_q = 64, .len_k = 64,
+                   .head_dim = 256, .kernels = FlashKernels::sm90});
+  const AttentionOptions options = options_of(d256.c, AttentionImpl::flash);
+  attention_forward(d256.tensors(), options);
+  DeviceTensor d_o = device_tensor(1, 2, 64, 256, d256.c, d256.stream, "test.d_o");
+  DeviceTensor dq = device_tensor(1, 2, 64, 256, d256.c, d256.stream, "test.dq");
+  DeviceTensor dk = device_tensor(1, 2, 64, 256, d256.c, d256.stream, "test.dk");
+  DeviceTensor dv = device_tensor(1, 2, 64, 256, d256.c, d256.stream, "test.dv");
+  try {
+    attention_backward(d256.tensors(), {.d_o = d_o.view, .dq = dq.view, .dk = dk.view, .dv = dv.view}, options);
+    FAIL() << "kernels sm90 accepted a d=256 backward";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::unsupported);
+    EXPECT_NE(e.message().find("64, 80, 96, 128 (backward)"), std::string::npos) << e.message();
   }
 }
 
@@ -658,7 +650,7 @@ struct ForcedFlashHook {
 // and across a GQA group) give the same outputs bit for bit — dQ too in the deterministic mode.
 TEST(FlashAttention, HopperHeadSectionsGiveTheSameOutputs) {
   if (!cuda_available() || !hopper_gpu()) GTEST_SKIP() << "needs a Hopper GPU";
-  for (std::int64_t d : {64, 128})
+  for (std::int64_t d : {64, 96, 128, 256})
     for (bool deterministic : {true, false}) {
       const FlashCase c{.name = "sections", .batch = 3, .heads_q = 4, .heads_kv = 2, .len_q = 300, .len_k = 300,
                         .head_dim = d, .causal = true, .sinks = true, .deterministic = deterministic};
@@ -697,7 +689,7 @@ TEST(FlashAttention, HopperPersistentForwardGivesTheSameOutputs) {
       {.name = "window_bnhd_q777_k600", .batch = 2, .heads_q = 2, .heads_kv = 2, .len_q = 777, .len_k = 600,
        .window_left = 200, .window_right = 30, .layout = Layout::bnhd},
   };
-  for (std::int64_t d : {64, 128})
+  for (std::int64_t d : {64, 80, 96, 128, 256})
     for (FlashCase c : cases) {
       c.head_dim = d;
       SCOPED_TRACE(str(c.name, " d ", d));
@@ -723,7 +715,7 @@ TEST(FlashAttention, HopperPersistentForwardGivesTheSameOutputs) {
 // largest magnitude), O and dsinks bit for bit, and the same bits from run to run.
 TEST(FlashAttention, HopperAscendingHeadsGiveTheSameGradients) {
   if (!cuda_available() || !hopper_gpu()) GTEST_SKIP() << "needs a Hopper GPU";
-  for (std::int64_t d : {64, 128}) {
+  for (std::int64_t d : {64, 96, 128}) {
     const FlashCase c{.name = "ascending", .batch = 2, .heads_q = 4, .heads_kv = 2, .len_q = 300, .len_k = 170,
                       .head_dim = d, .causal = true, .sinks = true};
     SCOPED_TRACE(str("d ", d));
@@ -748,6 +740,103 @@ TEST(FlashAttention, HopperAscendingHeadsGiveTheSameGradients) {
       for (const auto& [name, pair] : grads)
         EXPECT_LE(max_abs_diff(*pair.first, *pair.second), max_abs(*pair.second) / 128) << name;
     }
+  }
+}
+
+// The candidate schedules of the Hopper kernels at d=128 (kSm90FwdCandidates128, kSm90BwdCandidates128 in
+// flash_traits.h), forced one at a time, against the tile table's schedule on the same inputs. The forward
+// candidates, and the backward ones but tile-major steps, compute every sum in the same order: O, L, dK, dV
+// and dsinks come out the same bit for bit, dQ too when deterministic (with atomic dQ within a unit in the
+// last place of bf16 at the largest magnitude). Tile-major steps reorder dK's and dV's sums over a GQA
+// group's heads (within the same bound), not dQ's. Each gives the same bits run to run where the mode says
+// so; one of the grid heads adds in ascending order, the others descending (Note [Ordered dQ additions]).
+TEST(FlashAttention, HopperCandidatesMatchTheTileTable) {
+  if (!cuda_available() || !hopper_gpu()) GTEST_SKIP() << "needs a Hopper GPU";
+  const std::vector<FlashCase> cases = {
+      {.name = "causal_sinks_gqa4", .batch = 2, .heads_q = 8, .heads_kv = 2, .len_q = 1100, .len_k = 1100,
+       .head_dim = 128, .causal = true, .sinks = true},
+      {.name = "window_sink_tokens_bnhd_q700_k900", .heads_q = 4, .heads_kv = 1, .len_q = 700, .len_k = 900,
+       .head_dim = 128, .window_left = 200, .window_right = 30, .sink_tokens = 6, .layout = Layout::bnhd},
+      {.name = "full_gqa2_q333_k600", .batch = 2, .heads_q = 4, .heads_kv = 2, .len_q = 333, .len_k = 600,
+       .head_dim = 128},
+  };
+  const ForcedFlashHook ascending(attention_impl::force_flash_ascending_heads, 1, -1);
+  for (FlashCase c : cases)
+    for (bool deterministic : {true, false}) {
+      c.deterministic = deterministic;
+      SCOPED_TRACE(str(c.name, deterministic ? " deterministic" : " atomic dQ"));
+      const Inputs in = make_inputs(c, 17);
+      RunToRun base_repeat;
+      const Outputs base = run_flash(c, in, &base_repeat);
+      for (int v = 1; v <= std::max(flash::kSm90FwdCandidates, flash::kSm90BwdCandidates); ++v) {
+        const int fwd = v <= flash::kSm90FwdCandidates ? v : 0, bwd = v <= flash::kSm90BwdCandidates ? v : 0;
+        SCOPED_TRACE(str("forward candidate ", fwd, ", backward candidate ", bwd));
+        const ForcedFlashHook forced_fwd(attention_impl::force_flash_forward_variant, fwd, 0);
+        const ForcedFlashHook forced_bwd(attention_impl::force_flash_backward_variant, bwd, 0);
+        RunToRun repeat;
+        const Outputs got = run_flash(c, in, &repeat);
+        EXPECT_TRUE(repeat.rest_identical);
+        if (deterministic) EXPECT_TRUE(repeat.dq_identical);
+        EXPECT_TRUE(same_bits(base.o, got.o));
+        EXPECT_TRUE(same_bits(base.lse, got.lse));
+        EXPECT_TRUE(same_bits(base.dsinks, got.dsinks));
+        const bool reordered = bwd > 0 && flash::kSm90BwdCandidates128[bwd - 1].tile_major_steps && deterministic &&
+                               c.heads_q != c.heads_kv;
+        auto expect_same = [](const std::vector<double>& a, const std::vector<double>& b, bool exact,
+                              const char* name) {
+          if (exact)
+            EXPECT_TRUE(same_bits(a, b)) << name;
+          else
+            EXPECT_LE(max_abs_diff(a, b), max_abs(b) / 128) << name;
+        };
+        expect_same(got.dq, base.dq, deterministic, "dq");
+        expect_same(got.dk, base.dk, !reordered, "dk");
+        expect_same(got.dv, base.dv, !reordered, "dv");
+      }
+    }
+}
+
+// With sink tokens, the key tile holding them visits every query tile; in an ascending head it adds first and
+// every other block waits on its sweep (Note [Sink tokens and the addition order]). The candidate with
+// sinks_descend runs no ascending head where the rule (ascending_heads_for) gives this one head one: its
+// outputs are those of the tile table's schedule forced to descend, bit for bit.
+TEST(FlashAttention, HopperSinksDescendCandidateRunsNoAscendingHead) {
+  if (!cuda_available() || !hopper_gpu()) GTEST_SKIP() << "needs a Hopper GPU";
+  int candidate = 0;
+  for (int v = 1; v <= flash::kSm90BwdCandidates; ++v)
+    if (flash::kSm90BwdCandidates128[v - 1].sinks_descend && candidate == 0) candidate = v;
+  ASSERT_GT(candidate, 0);
+  // 65 key tiles of 128: ascending_heads_for(1, 65) = 1.
+  const FlashCase c{.name = "sink_tokens_window", .heads_q = 2, .heads_kv = 1, .len_q = 8200, .len_k = 8200,
+                    .head_dim = 128, .causal = true, .window_left = 300, .sink_tokens = 4};
+  const Inputs in = make_inputs(c, 23);
+  Outputs descending;
+  {
+    const ForcedFlashHook forced(attention_impl::force_flash_ascending_heads, 0, -1);
+    RunToRun repeat;
+    descending = run_flash(c, in, &repeat);
+  }
+  const ForcedFlashHook forced(attention_impl::force_flash_backward_variant, candidate, 0);
+  RunToRun repeat;
+  const Outputs got = run_flash(c, in, &repeat);
+  EXPECT_TRUE(repeat.dq_identical && repeat.rest_identical);
+  for (const auto& [name, pair] :
+       {std::pair{"dq", std::pair{&got.dq, &descending.dq}}, std::pair{"dk", std::pair{&got.dk, &descending.dk}},
+        std::pair{"dv", std::pair{&got.dv, &descending.dv}}})
+    EXPECT_TRUE(same_bits(*pair.first, *pair.second)) << name;
+}
+
+// A candidate forced at a head dim or dtype that has none is refused by name.
+TEST(FlashAttention, HopperCandidatesRefuseOtherHeadDims) {
+  if (!cuda_available() || !hopper_gpu()) GTEST_SKIP() << "needs a Hopper GPU";
+  ChoiceCase d64({.name = "d64", .dtype = DType::bf16, .heads_q = 2, .heads_kv = 2, .len_q = 64, .len_k = 64});
+  const ForcedFlashHook forced(attention_impl::force_flash_forward_variant, 1, 0);
+  try {
+    attention_forward(d64.tensors(), options_of(d64.c, AttentionImpl::flash));
+    FAIL() << "a forward candidate ran at d=64";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.kind(), ErrorKind::unsupported);
+    EXPECT_NE(e.message().find("head dim 128 for bf16 only"), std::string::npos) << e.message();
   }
 }
 

@@ -270,6 +270,36 @@ INSTANTIATE_TEST_SUITE_P(Layouts, RopeCuda,
                                            std::make_tuple(DType::f16, false, std::int64_t{6}),
                                            std::make_tuple(DType::f32, true, std::int64_t{10})));
 
+// Per-token positions (packed documents): the CPU's rotation value for value, and a position outside [0, T)
+// turns its row into NaN (the CPU would refuse it; the device cannot check without a sync).
+TEST(RopeCuda, PerTokenPositionsMatchCpu) {
+  const std::int64_t B = 2, H = 3, T = 9, Dh = 64;
+  const Pair store = pair({B, T, H, Dh}, DType::bf16, 31);  // seen as (B, H, T, Dh)
+  std::vector<std::int32_t> positions = {0, 1, 2, 0, 1, 0, 1, 2, 3, 0, 0, 1, 2, 3, 4, 5, 0, 1};  // (B, T)
+  Buffer on_device(positions.size() * sizeof(std::int32_t), kGpu, "test.positions");
+  auto upload = [&] {
+    ASSERT_EQ(cudaMemcpy(on_device.data(), positions.data(), on_device.bytes(), cudaMemcpyHostToDevice), cudaSuccess);
+  };
+  upload();
+  RopeOptions cpu_options, gpu_options;
+  cpu_options.positions = {positions.data(), {B, T}, Device::cpu()};
+  gpu_options.positions = {static_cast<const std::int32_t*>(on_device.data()), {B, T}, kGpu};
+  const Tensor cpu = store.cpu->permute({0, 2, 1, 3}), gpu = store.gpu->permute({0, 2, 1, 3});
+  rope_forward(cpu, cpu_options);
+  rope_forward(gpu, gpu_options);
+  expect_close(store.gpu, store.cpu, 1e-2, "rope forward with positions");
+  rope_backward(cpu, cpu_options);
+  rope_backward(gpu, gpu_options);
+  expect_close(store.gpu, store.cpu, 1e-2, "rope backward with positions");
+
+  positions[3] = static_cast<std::int32_t>(T);  // row (0, t = 3)
+  upload();
+  rope_forward(gpu, gpu_options);
+  const std::vector<double> values = read_as_double(store.gpu);  // (B, T, H, Dh)
+  for (std::int64_t t = 0; t < T; ++t)
+    EXPECT_EQ(std::isnan(values[(t * H) * Dh]), t == 3) << "t = " << t;
+}
+
 // ---- SwiGLU --------------------------------------------------------------------------------------
 
 class SwigluCuda : public ::testing::TestWithParam<std::tuple<DType, std::int64_t>> {};

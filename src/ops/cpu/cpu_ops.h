@@ -21,8 +21,9 @@ void rmsnorm_forward(const ops::RowView& y, float* rstd, const ops::RowView& x, 
 void rmsnorm_backward(const ops::RowView& dx, bool accumulate_dx, float* dw, bool accumulate_dw,
                       const ops::RowView& dy, const ops::RowView& x, const float* w, const float* rstd);
 
-// rope.cpp — x (B, H, T, Dh) with contiguous last dim, rotated in place (inverse = backward).
-void rope(const Tensor& x, double theta, std::int64_t position_offset, bool inverse);
+// rope.cpp — x (B, H, T, Dh) with contiguous last dim, rotated in place (inverse = backward); positions: null
+// or (B, T) per-token positions in [0, T).
+void rope(const Tensor& x, double theta, std::int64_t position_offset, const std::int32_t* positions, bool inverse);
 
 // swiglu.cpp — all (rows, d_ff) of one dtype.
 void swiglu_forward(const ops::RowView& h, const ops::RowView& a, const ops::RowView& b);

@@ -1,5 +1,5 @@
 // rope.cpp — CPU rotary embedding on interleaved pairs, in place; angles from a (T, Dh/2) table computed
-// in double.
+// in double, indexed by t or by the token's given position.
 #include <cmath>
 #include <vector>
 
@@ -8,7 +8,7 @@
 
 namespace ft::cpu {
 
-void rope(const Tensor& x, double theta, std::int64_t position_offset, bool inverse) {
+void rope(const Tensor& x, double theta, std::int64_t position_offset, const std::int32_t* positions, bool inverse) {
   const std::int64_t B = x.size(0), H = x.size(1), T = x.size(2), Dh = x.size(3), half = Dh / 2;
   std::vector<float> cos_table(static_cast<std::size_t>(T * half));  // (T, Dh/2)
   std::vector<float> sin_table(static_cast<std::size_t>(T * half));  // (T, Dh/2), negated for the inverse
@@ -30,8 +30,9 @@ void rope(const Tensor& x, double theta, std::int64_t position_offset, bool inve
     for (std::int64_t row = 0; row < B * H * T; ++row) {
       const std::int64_t b = row / (H * T), h = row / T % H, t = row % T;
       E* v = base + b * sb + h * sh + t * st;  // (Dh)
-      const float* c = cos_table.data() + t * half;
-      const float* s = sin_table.data() + t * half;
+      const std::int64_t p = positions ? positions[b * T + t] : t;  // in [0, T) (checked by rope.cpp)
+      const float* c = cos_table.data() + p * half;
+      const float* s = sin_table.data() + p * half;
       for (std::int64_t i = 0; i < half; ++i) {
         const float x0 = load(v[2 * i]), x1 = load(v[2 * i + 1]);
         v[2 * i] = from_float<E>(x0 * c[i] - x1 * s[i]);

@@ -46,8 +46,10 @@ void rmsnorm_backward(const ops::RowView& dx, bool accumulate_dx, float* dw, boo
                       const ops::RowView& dy, const ops::RowView& x, const float* w, const float* rstd,
                       Device device, const Stream& stream);
 
-// rope.cu — x (B, H, T, Dh) any strides, contiguous last dim, rotated in place (inverse = backward).
-void rope(const Tensor& x, double theta, std::int64_t position_offset, bool inverse, const Stream& stream);
+// rope.cu — x (B, H, T, Dh) any strides, contiguous last dim, rotated in place (inverse = backward); positions:
+// null or (B, T) per-token positions on the device (a row whose position is outside [0, T) becomes NaN).
+void rope(const Tensor& x, double theta, std::int64_t position_offset, const std::int32_t* positions, bool inverse,
+          const Stream& stream);
 
 // swiglu.cu — all (rows, d_ff) of one dtype; outputs may alias inputs element for element.
 void swiglu_forward(const ops::RowView& h, const ops::RowView& a, const ops::RowView& b, Device device,

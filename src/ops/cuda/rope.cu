@@ -1,7 +1,8 @@
 // rope.cu — CUDA rotary embedding on interleaved pairs, in place. A first kernel fills a (T, Dh/2) table
 // of (cos, sin) computed in double and rounded to fp32 (the CPU's table, value for value); the second
 // rotates every pair of every (b, h, t) row through the tensor's strides, two pairs per thread in one
-// pack where the strides allow, with the CPU's unfused fp32 products.
+// pack where the strides allow, with the CPU's unfused fp32 products. With per-token positions the row reads
+// the table at its position instead of t (NaN for a position outside [0, T)).
 #include <cstdint>
 
 #include "core/buffer.h"
@@ -33,6 +34,7 @@ __global__ void table_kernel(float2* __restrict__ table, std::int64_t T, std::in
 template <class E, int kPairs>
 __global__ void rotate_kernel(E* x, std::int64_t H, std::int64_t T, std::int64_t half, std::int64_t sb,
                               std::int64_t sh, std::int64_t st, const float2* __restrict__ table,
+                              const std::int32_t* __restrict__ positions /* (B, T) or null */,
                               std::int64_t groups /* B H T half / kPairs */) {
   constexpr int N = 2 * kPairs;
   const std::int64_t per_row = half / kPairs;
@@ -41,7 +43,9 @@ __global__ void rotate_kernel(E* x, std::int64_t H, std::int64_t T, std::int64_t
     const std::int64_t row = e / per_row, i0 = (e % per_row) * kPairs;
     const std::int64_t t = row % T, h = row / T % H, b = row / (T * H);
     E* v = x + b * sb + h * sh + t * st + 2 * i0;  // (2 kPairs)
-    const float2* cs = table + t * half + i0;      // (kPairs)
+    const std::int64_t pos = positions ? positions[b * T + t] : t;
+    const bool valid = pos >= 0 && pos < T;
+    const float2* cs = table + (valid ? pos : 0) * half + i0;  // (kPairs)
     Pack<E, N> p;
     if constexpr (kPairs > 1) {
       p = load_pack<N>(v);
@@ -52,7 +56,8 @@ __global__ void rotate_kernel(E* x, std::int64_t H, std::int64_t T, std::int64_t
 #pragma unroll
     for (int k = 0; k < kPairs; ++k) {
       const float x0 = to_f32(p.v[2 * k]), x1 = to_f32(p.v[2 * k + 1]);
-      const float c = cs[k].x, s = cs[k].y;
+      const float nan = __int_as_float(0x7fc00000);
+      const float c = valid ? cs[k].x : nan, s = valid ? cs[k].y : nan;
       p.v[2 * k] = from_f32<E>(__fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s)));
       p.v[2 * k + 1] = from_f32<E>(__fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c)));
     }
@@ -67,7 +72,8 @@ __global__ void rotate_kernel(E* x, std::int64_t H, std::int64_t T, std::int64_t
 
 }  // namespace
 
-void rope(const Tensor& x, double theta, std::int64_t position_offset, bool inverse, const Stream& stream) {
+void rope(const Tensor& x, double theta, std::int64_t position_offset, const std::int32_t* positions, bool inverse,
+          const Stream& stream) {
   const std::int64_t B = x.size(0), H = x.size(1), T = x.size(2), Dh = x.size(3), half = Dh / 2;
   if (B * H * T * half == 0) return;
   const Device device = x.device();
@@ -86,9 +92,10 @@ void rope(const Tensor& x, double theta, std::int64_t position_offset, bool inve
     const std::int64_t pairs = B * H * T * half;
     if (packs)
       rotate_kernel<E, 2><<<grid_for(pairs / 2, kThreads), kThreads, 0, s>>>(xp, H, T, half, sb, sh, st, tp,
-                                                                              pairs / 2);
+                                                                              positions, pairs / 2);
     else
-      rotate_kernel<E, 1><<<grid_for(pairs, kThreads), kThreads, 0, s>>>(xp, H, T, half, sb, sh, st, tp, pairs);
+      rotate_kernel<E, 1><<<grid_for(pairs, kThreads), kThreads, 0, s>>>(xp, H, T, half, sb, sh, st, tp, positions,
+                                                                          pairs);
   });
   FT_CUDA_CHECK_LAUNCH();
 }

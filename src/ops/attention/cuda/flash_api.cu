@@ -15,7 +15,9 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "ops/attention/attention_impls.h"
+#include "ops/attention/cuda/flash_api_common.h"
 #include "ops/attention/cuda/flash_launch.h"
+#include "ops/attention/cuda/flash_sm90_candidates.h"
 #include "ops/attention/cuda/flash_sm90_scheduler.h"
 #include "ops/attention/cuda/flash_traits.h"
 
@@ -31,66 +33,9 @@ TensorRef tensor_ref(const Tensor& t) {
   return TensorRef{t.data(), t.stride(0), t.stride(1), t.stride(2)};
 }
 
-// True when the tensor's base and the strides of its non-trivial leading dims are 16-byte multiples.
-bool aligned16(const Tensor& t) {
-  if (reinterpret_cast<std::uintptr_t>(t.data()) % 16 != 0) return false;
-  for (int axis = 0; axis + 1 < t.dim(); ++axis)
-    if (t.size(axis) > 1 && (t.stride(axis) * static_cast<std::int64_t>(t.element_size())) % 16 != 0) return false;
-  return true;
-}
-
-// True when every non-trivial leading dim steps forward in memory (the Hopper kernels' TMA maps cannot
-// describe a broadcast dim of stride 0).
-bool forward_strides(const Tensor& t) {
-  for (int axis = 0; axis + 1 < t.dim(); ++axis)
-    if (t.size(axis) > 1 && t.stride(axis) <= 0) return false;
-  return true;
-}
-
-FlashShape flash_shape(const AttentionShape& s, bool vec16) {
-  FlashShape f;
-  f.batch = static_cast<int>(s.batch);
-  f.heads_q = static_cast<int>(s.heads_q);
-  f.heads_kv = static_cast<int>(s.heads_kv);
-  f.group = static_cast<int>(s.heads_q / s.heads_kv);
-  f.len_q = static_cast<int>(s.len_q);
-  f.len_k = static_cast<int>(s.len_k);
-  f.window_left = s.window_left;
-  f.window_right = s.window_right;
-  f.sink_tokens = s.sink_tokens;
-  f.has_mask = s.window_left >= 0 || s.window_right >= 0 || s.sink_tokens > 0;
-  f.scale = static_cast<float>(s.scale);
-  f.scale_log2 = static_cast<float>(s.scale * 1.4426950408889634);
-  f.vec16 = vec16;
-  return f;
-}
-
 // The bytes of K and V each query head streams (a GQA group's heads share their kv head's).
 std::int64_t kv_bytes_per_query_head(const AttentionShape& s, DType dtype) {
   return 2 * s.len_k * s.head_dim * static_cast<std::int64_t>(size_of(dtype)) / (s.heads_q / s.heads_kv);
-}
-
-void check_supported(const AttentionShape& s) {
-  FT_CHECK_KIND(unsupported, flash::head_dim_index(static_cast<int>(s.head_dim)) >= 0,
-                "flash attention (CUDA): unsupported head dim ", s.head_dim, ": expected one of ",
-                flash::kHeadDimList);
-  constexpr std::int64_t kMaxLen = std::int64_t{1} << 30;
-  FT_CHECK_KIND(unsupported, s.len_q < kMaxLen && s.len_k < kMaxLen,
-                "flash attention (CUDA): sequence lengths must be < 2^30, given Nq = ", s.len_q, ", Nk = ", s.len_k);
-}
-
-// True when this build carries the sm_90a kernels (FT_CUDA_SM90A, set by CMake when the architectures
-// include 90a) and `device` has compute capability 9.0, where the driver runs that code.
-bool sm90_device(int device) {
-#if FT_CUDA_SM90A
-  int major = 0, minor = 0;
-  FT_CUDA_CHECK(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device));
-  FT_CUDA_CHECK(cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device));
-  return major == 9 && minor == 0;
-#else
-  (void)device;
-  return false;
-#endif
 }
 
 // Every tile operand of the call allows 16-byte accesses: q, k, v and o for a forward (g null); q, k, v,
@@ -115,40 +60,20 @@ FlashKernels choose_kernels(const AttentionTensors& t, const AttentionGrads* g, 
                             bool aligned16, FlashKernels kernels) {
   if (kernels == FlashKernels::sm80) return FlashKernels::sm80;
   const bool layout = aligned16 && operands_forward_strides(t, g);
-  const bool fits =
-      t.q.dtype() != DType::f32 && flash::has_sm90_kernels(2, static_cast<int>(s.head_dim)) && layout;
+  const int d = static_cast<int>(s.head_dim);
+  const bool head_dim = g ? flash::has_sm90_backward(2, d) : flash::has_sm90_forward(2, d);
+  const bool fits = t.q.dtype() != DType::f32 && head_dim && layout;
   const bool device = sm90_device(t.q.device().index);
   if (kernels == FlashKernels::sm90) {
     FT_CHECK_KIND(unsupported, device, "flash attention: kernels sm90 need a compute capability 9.0 GPU (H100, H200) ",
                   "and a build for sm_90a (CMAKE_CUDA_ARCHITECTURES with 90a); given ", describe_device(t.q.device()));
-    FT_CHECK_KIND(unsupported, fits, "flash attention: kernels sm90 run bf16 or fp16 at head dims 64 and 128 with ",
-                  "16-byte aligned base pointers and positive 16-byte-multiple strides; given ", name_of(t.q.dtype()),
-                  " at head dim ", s.head_dim, layout ? "" : " with unaligned or broadcast operands");
+    FT_CHECK_KIND(unsupported, fits, "flash attention: kernels sm90 run bf16 or fp16 at head dims ",
+                  g ? flash::kSm90BackwardHeadDims : flash::kSm90ForwardHeadDims, g ? " (backward)" : " (forward)",
+                  " with 16-byte aligned base pointers and positive 16-byte-multiple strides; given ",
+                  name_of(t.q.dtype()), " at head dim ", s.head_dim,
+                  layout ? "" : " with unaligned or broadcast operands");
   }
   return fits && device ? FlashKernels::sm90 : FlashKernels::sm80;
-}
-
-// Calls fn(T{}, std::integral_constant<int, D>{}) for the tensors' dtype and head dim.
-template <class Fn>
-void dispatch(DType dtype, std::int64_t head_dim, Fn&& fn) {
-  auto by_dim = [&](auto type_tag) {
-    switch (head_dim) {
-      case 16: return fn(type_tag, std::integral_constant<int, 16>{});
-      case 32: return fn(type_tag, std::integral_constant<int, 32>{});
-      case 64: return fn(type_tag, std::integral_constant<int, 64>{});
-      case 80: return fn(type_tag, std::integral_constant<int, 80>{});
-      case 96: return fn(type_tag, std::integral_constant<int, 96>{});
-      case 128: return fn(type_tag, std::integral_constant<int, 128>{});
-      case 256: return fn(type_tag, std::integral_constant<int, 256>{});
-    }
-    FT_THROW(unsupported, "flash attention (CUDA): unsupported head dim ", head_dim, ": expected one of ",
-             flash::kHeadDimList);
-  };
-  switch (dtype) {
-    case DType::bf16: return by_dim(__nv_bfloat16{});
-    case DType::f16: return by_dim(__half{});
-    case DType::f32: return by_dim(float{});
-  }
 }
 
 }  // namespace
@@ -183,6 +108,7 @@ void cuda_flash_forward(const AttentionTensors& t, const AttentionShape& s, cons
     tile_counter = Buffer(sizeof(int), t.q.device(), "attention.flash.tile_counter", stream);
     FT_CUDA_CHECK(cudaMemsetAsync(tile_counter.data(), 0, sizeof(int), cuda_stream));
     p.tile_counter = static_cast<int*>(tile_counter.data());
+    p.variant = flash::sm90_forward_variant(static_cast<int>(s.head_dim), t.q.dtype() == DType::bf16);
   }
   dispatch(t.q.dtype(), s.head_dim, [&](auto type_tag, auto dim) {
     flash::run_flash_fwd<decltype(type_tag), decltype(dim)::value>(p, cuda_stream);
@@ -239,10 +165,13 @@ void cuda_flash_backward(const AttentionTensors& t, const AttentionGrads& g, con
     const std::int64_t elem = static_cast<std::int64_t>(size_of(t.q.dtype()));
     const std::int64_t qdo_bytes = 2 * s.len_q * (s.head_dim * elem + 4) * (s.heads_q / s.heads_kv);  // Q dO L D
     p.dkdv_section_heads = flash::sm90_section_heads(qdo_bytes, s.batch * s.heads_kv, device_of.index);
+    p.variant = flash::sm90_backward_variant(static_cast<int>(s.head_dim), t.q.dtype() == DType::bf16);
   }
   if (ordered_dq) {
     const int block_n = flash::sm90_bwd_block_n(static_cast<int>(s.head_dim));
-    p.ascending_heads = flash::sm90_ascending_heads(s.batch * s.heads_kv, s.len_k, block_n);
+    const bool sinks_descend =
+        s.sink_tokens > 0 && flash::sm90_bwd_tiles(static_cast<int>(s.head_dim), p.variant).sinks_descend;
+    p.ascending_heads = flash::sm90_ascending_heads(s.batch * s.heads_kv, s.len_k, block_n, sinks_descend);
   }
 
   auto cuda_stream = static_cast<cudaStream_t>(stream.handle());

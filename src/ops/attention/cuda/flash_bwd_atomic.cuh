@@ -14,6 +14,7 @@
 
 #include "ops/attention/cuda/flash_params.h"
 #include "ops/attention/cuda/flash_tile.cuh"
+#include "ops/attention/cuda/flash_varlen.cuh"
 
 namespace ft::flash {
 
@@ -58,11 +59,13 @@ __global__ void __launch_bounds__(kConvertThreads)
   struct alignas(4 * sizeof(T)) Quad {
     T v[4];
   };
-  const FlashShape& s = p.shape;
+  FlashShape s = p.shape;
   const int bh = blockIdx.x, b = bh / s.heads_q, h = bh % s.heads_q;
+  const SeqRows seq = narrow_to_sequence(s, b);  // See Note [Packed sequences]
   const int row_begin = blockIdx.y * kConvertRows;
-  const float* accum = p.dq_accum + (static_cast<std::int64_t>(bh) * p.len_q_pad + row_begin) * D;  // (64, D)
-  T* dq = p.dq.at<T>(b, h, row_begin);
+  if (row_begin >= s.len_q) return;
+  const float* accum = p.dq_accum + (scratch_row(p, b, h, seq.q0) + row_begin) * D;  // (64, D)
+  T* dq = p.dq.at<T>(b, h, seq.q0 + row_begin);
   const bool packed = reinterpret_cast<std::uintptr_t>(dq) % sizeof(Quad) == 0 && p.dq.row_stride % 4 == 0;
   constexpr int kQuads = D / 4;  // per row
   const int rows = min(kConvertRows, s.len_q - row_begin);

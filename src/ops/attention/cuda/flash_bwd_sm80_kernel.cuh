@@ -107,19 +107,26 @@ constexpr int pre_lanes_per_row() {
 // both allow it (else elements), and summed over those lanes in a fixed order.
 template <class T, int D>
 __global__ void __launch_bounds__(kPreThreads) flash_bwd_pre_kernel(const __grid_constant__ FlashBwdParams p) {
-  const FlashShape& s = p.shape;
+  FlashShape s = p.shape;
   const int bh = blockIdx.x, b = bh / s.heads_q, h = bh % s.heads_q;
   const int block = blockIdx.y;  // query rows [block * kPreRows, (block + 1) * kPreRows)
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const SeqRows seq = narrow_to_sequence(s, b);  // See Note [Packed sequences]
+  const int len_q_pad = scratch_rows_of(p, s);
+  if (block * kPreRows >= len_q_pad) {  // past a packed sequence's scratch rows
+    if (p.sinks && threadIdx.x == 0) p.sink_partials[static_cast<std::int64_t>(bh) * p.pre_blocks + block] = 0.f;
+    return;
+  }
   __shared__ float warp_sink[kPreThreads / 32];  // (warps) partial sink sums
-  const T* o = p.o.at<const T>(b, h);
-  const T* d_o = p.d_o.at<const T>(b, h);
-  const float* lse = p.lse.at<const float>(b, h);
+  const T* o = p.o.at<const T>(b, h, seq.q0);
+  const T* d_o = p.d_o.at<const T>(b, h, seq.q0);
+  const float* lse = p.lse.at<const float>(b, h, seq.q0);
   const float sink = p.sinks ? p.sinks[h] : 0.f;
+  const std::int64_t scratch = scratch_row(p, b, h, seq.q0);
 
   if (p.dq_accum) {  // (kPreRows, D) fp32, contiguous and 16-byte aligned (D is a multiple of 16)
-    float4* rows = reinterpret_cast<float4*>(p.dq_accum + (static_cast<std::int64_t>(bh) * p.len_q_pad +
-                                                           static_cast<std::int64_t>(block) * kPreRows) * D);
+    float4* rows =
+        reinterpret_cast<float4*>(p.dq_accum + (scratch + static_cast<std::int64_t>(block) * kPreRows) * D);
     const int row0 = block * kPreRows;
     for (int i = threadIdx.x; i < kPreRows * D / 4; i += kPreThreads)
       if (!p.dq_order || row_keys<true>(row0 + i / (D / 4), s).empty()) rows[i] = float4{};
@@ -161,9 +168,9 @@ __global__ void __launch_bounds__(kPreThreads) flash_bwd_pre_kernel(const __grid
         if (p.sinks && part == 0) sink_part += expf(sink - L) * dot;
       }
     }
-    if (part == 0 && i < p.len_q_pad) {
-      p.dsum[static_cast<std::int64_t>(bh) * p.len_q_pad + i] = dot;
-      p.lse_log2[static_cast<std::int64_t>(bh) * p.len_q_pad + i] = l2;
+    if (part == 0 && i < len_q_pad) {
+      p.dsum[scratch + i] = dot;
+      p.lse_log2[scratch + i] = l2;
     }
   }
   if (p.sinks) {
@@ -241,7 +248,7 @@ __device__ __forceinline__ void bwd_dkdv_block(const FlashBwdParams& p) {
   constexpr int kDw = D / Tr::kWarpsD;  // dK/dV columns of one warp
   constexpr int kNtS = BM / 8;          // transposed score tiles (columns = queries)
   constexpr int kNtD = kDw / 8;         // dK/dV tiles of one warp
-  const FlashShape& s = p.shape;
+  FlashShape s = p.shape;
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sK = reinterpret_cast<T*>(smem_raw);  // (BN, kLdS)
@@ -254,13 +261,15 @@ __device__ __forceinline__ void bwd_dkdv_block(const FlashBwdParams& p) {
 
   const int n_block = blockIdx.y;  // (causal) key tiles with the most query tiles first
   const int b = blockIdx.x / s.heads_kv, hk = blockIdx.x % s.heads_kv;
+  const SeqRows seq = narrow_to_sequence(s, b);  // See Note [Packed sequences]
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, t = lane & 3;
   const int warp_row = (warp / Tr::kWarpsD) * 16 * MT, warp_col = (warp % Tr::kWarpsD) * kDw;
   const int n0 = n_block * BN;
   const int keys_valid = s.len_k - n0;
+  if (keys_valid <= 0) return;
 
-  const T* k = p.k.at<const T>(b, hk, n0);
-  const T* v = p.v.at<const T>(b, hk, n0);
+  const T* k = p.k.at<const T>(b, hk, seq.k0 + n0);
+  const T* v = p.v.at<const T>(b, hk, seq.k0 + n0);
   load_tile<T, BN, D, kThreads>(sK, k, p.k.row_stride, keys_valid, s.vec16, tid);
   load_tile<T, BN, D, kThreads>(sV, v, p.v.row_stride, keys_valid, s.vec16, tid);
   cp_async_commit();
@@ -282,11 +291,11 @@ __device__ __forceinline__ void bwd_dkdv_block(const FlashBwdParams& p) {
       const int h = hk * s.group + it / m_count;
       const int m0 = (m_first + it % m_count) * BM;
       const int slot = it % kStages;
-      const T* q = p.q.at<const T>(b, h, m0);
-      const T* d_o = p.d_o.at<const T>(b, h, m0);
+      const T* q = p.q.at<const T>(b, h, seq.q0 + m0);
+      const T* d_o = p.d_o.at<const T>(b, h, seq.q0 + m0);
       load_tile<T, BM, D, kThreads>(sQ + slot * BM * kLdS, q, p.q.row_stride, s.len_q - m0, s.vec16, tid);
       load_tile<T, BM, D, kThreads>(sdO + slot * BM * kLdS, d_o, p.d_o.row_stride, s.len_q - m0, s.vec16, tid);
-      const std::int64_t row = static_cast<std::int64_t>(b * s.heads_q + h) * p.len_q_pad + m0;
+      const std::int64_t row = scratch_row(p, b, h, seq.q0) + m0;
       load_row_values<BM, kThreads>(sL + slot * BM, p.lse_log2 + row, tid);
       load_row_values<BM, kThreads>(sD + slot * BM, p.dsum + row, tid);
     }
@@ -336,7 +345,7 @@ __device__ __forceinline__ void bwd_dkdv_block(const FlashBwdParams& p) {
     if constexpr (kAtomicDq) {  // dQ += dS K (the next iteration's first barrier precedes its sdS writes)
       __syncthreads();  // sdS is complete
       const int h = hk * s.group + it / m_count;
-      float* dq_accum = p.dq_accum + (static_cast<std::int64_t>(b * s.heads_q + h) * p.len_q_pad + m0) * D;
+      float* dq_accum = p.dq_accum + (scratch_row(p, b, h, seq.q0) + m0) * D;
       accumulate_dq_tile<T, D, Tr>(dq_accum, s.len_q - m0, sdS, sK, warp, lane);
     } else {
       ring_step_end<kStages>();
@@ -351,8 +360,8 @@ __device__ __forceinline__ void bwd_dkdv_block(const FlashBwdParams& p) {
     store_acc<T, kNtD>(sV, kLdS, warp_row + 16 * m, warp_col, acc_dv[m], 1.f, 1.f, lane);
   }
   __syncthreads();
-  T* dk = p.dk.at<T>(b, hk, n0);
-  T* dv = p.dv.at<T>(b, hk, n0);
+  T* dk = p.dk.at<T>(b, hk, seq.k0 + n0);
+  T* dv = p.dv.at<T>(b, hk, seq.k0 + n0);
   store_tile<T, BN, D, kThreads>(dk, p.dk.row_stride, sK, keys_valid, s.vec16, tid);
   store_tile<T, BN, D, kThreads>(dv, p.dv.row_stride, sV, keys_valid, s.vec16, tid);
 }
@@ -379,7 +388,7 @@ __global__ void __launch_bounds__(BwdDqTraits<T, D>::kThreads)
   constexpr int kLdS = Tr::kLdS;
   constexpr int kNtS = BN / 8;
   constexpr int kNtQ = D / 8;
-  const FlashShape& s = p.shape;
+  FlashShape s = p.shape;
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);  // (BM, kLdS)
@@ -389,15 +398,17 @@ __global__ void __launch_bounds__(BwdDqTraits<T, D>::kThreads)
 
   const int m_block = gridDim.y - 1 - blockIdx.y;  // longest (causal) tiles of every head first
   const int bh = blockIdx.x, b = bh / s.heads_q, h = bh % s.heads_q, hk = h / s.group;
+  const SeqRows seq = narrow_to_sequence(s, b);  // See Note [Packed sequences]
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, t = lane & 3;
   const int m0 = m_block * BM;
   const int rows_valid = s.len_q - m0;
+  if (rows_valid <= 0) return;
   const int warp_row = warp * 16 * MT;
 
-  const T* q = p.q.at<const T>(b, h, m0);
-  const T* d_o = p.d_o.at<const T>(b, h, m0);
-  const T* k = p.k.at<const T>(b, hk);
-  const T* v = p.v.at<const T>(b, hk);
+  const T* q = p.q.at<const T>(b, h, seq.q0 + m0);
+  const T* d_o = p.d_o.at<const T>(b, h, seq.q0 + m0);
+  const T* k = p.k.at<const T>(b, hk, seq.k0);
+  const T* v = p.v.at<const T>(b, hk, seq.k0);
 
   const KeyRange tile_first = row_keys<kHasMask>(m0, s);
   const KeyRange tile_last = row_keys<kHasMask>(min(m0 + BM, s.len_q) - 1, s);
@@ -406,7 +417,7 @@ __global__ void __launch_bounds__(BwdDqTraits<T, D>::kThreads)
   // This thread's rows m0 + warp_row + 16 m + g + 8 r: visible keys, L log2(e) and D (padded scratch).
   RowKeys keys[MT][2];
   float lse[MT][2], dsum[MT][2];
-  const std::int64_t scratch = static_cast<std::int64_t>(bh) * p.len_q_pad;
+  const std::int64_t scratch = scratch_row(p, b, h, seq.q0);
 #pragma unroll
   for (int m = 0; m < MT; ++m) {
 #pragma unroll
@@ -456,7 +467,7 @@ __global__ void __launch_bounds__(BwdDqTraits<T, D>::kThreads)
 #pragma unroll
   for (int m = 0; m < MT; ++m) store_acc<T, kNtQ>(sQ, kLdS, warp_row + 16 * m, 0, acc_dq[m], s.scale, s.scale, lane);
   __syncthreads();
-  T* dq = p.dq.at<T>(b, h, m0);
+  T* dq = p.dq.at<T>(b, h, seq.q0 + m0);
   store_tile<T, BM, D, kThreads>(dq, p.dq.row_stride, sQ, rows_valid, s.vec16, tid);
 }
 

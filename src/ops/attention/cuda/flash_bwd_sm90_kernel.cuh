@@ -1,5 +1,6 @@
 // flash_bwd_sm90_kernel.cuh — internal (CUDA builds only): the Hopper (sm_90a) backward kernel, 16-bit
-// inputs, head dims 64 and 128. It follows the sm80 scheme of flash_bwd_sm80_kernel.cuh, whose pre-pass (D_i,
+// inputs, head dims 64, 80, 96 and 128 (80 and 96 over zero-padded columns: See Note [Padded head dims] in
+// flash_traits.h). It follows the sm80 scheme of flash_bwd_sm80_kernel.cuh, whose pre-pass (D_i,
 // L_i log2(e), sink partials, dq_accum zeroed) and sink-gradient sum it shares, and fuses dQ into the dK/dV
 // kernel as FA2's atomic mode does (flash_bwd_atomic.cuh):
 //   one block per (batch x kv head, key tile), each warpgroup owning 64 keys; it loops over the query
@@ -38,34 +39,40 @@ struct BwdTmaMaps {
 // dQ pieces leave as fp32 boxes of 64 rows x one 128-byte swizzle row of columns.
 inline constexpr int kDqBoxRows = 64, kDqBoxCols = kPanelRowBytes / static_cast<int>(sizeof(float));
 
-template <class T, int D>
+// kVariant: the tile table's row (0) or a candidate schedule (kSm90BwdCandidates128, flash_traits.h).
+template <class T, int D, int kVariant = 0>
 struct BwdKvTraits {
-  static constexpr Sm90BwdTiles kTiles = flash_sm90_tiles(D).bwd;
+  static constexpr Sm90BwdTiles kTiles = sm90_bwd_tiles(D, kVariant);
   static constexpr int kConsumers = kTiles.consumers, kBlockN = sm90_bwd_block_n(D);  // keys
   static constexpr int kBlockM = kTiles.block_m, kStages = kTiles.stages;             // queries
   static constexpr int kConsumerThreads = 128 * kConsumers;
   static constexpr int kThreads = 128 + kConsumerThreads;  // producer warpgroup first
-  static constexpr int kProducerRegs = 24;
+  static constexpr int kProducerRegs = kTiles.producer_regs;
   static constexpr int kConsumerRegs = consumer_registers(kThreads, kProducerRegs);
-  // The dQ tile (kBlockM, D) is one piece of 64 queries x 64 columns per warpgroup, staged as
-  // kPanel / kDqBoxCols fp32 boxes (128-byte swizzled, as dq_accum's TMA map says).
+  // Columns of the shared tiles and of the dK, dV and dQ accumulators: See Note [Padded head dims]
+  // (flash_traits.h).
+  static constexpr int kDs = sm90_smem_dim(D);
+  // The dQ tile (kBlockM, kDs) is one piece of 64 queries x 64 columns per warpgroup, staged as
+  // kPanel / kDqBoxCols fp32 boxes (128-byte swizzled, as dq_accum's TMA map says), in kDqBuffers buffers
+  // (by step parity when 2).
   static constexpr int kDqBoxFloats = kDqBoxRows * kDqBoxCols, kDqBoxesPerPiece = kPanel / kDqBoxCols;
-  // sK, sV (kBlockN, D) | sQ, sdO (kStages, kBlockM, D) | sdS (2, kBlockN, kBlockM) for alternate steps,
-  // all swizzled, then sdQ (kConsumers, kDqBoxesPerPiece boxes) fp32 | sL, sD (kStages, kBlockM) fp32 |
+  static constexpr int kDqBuffers = kTiles.dq_double_buffer ? 2 : 1;
+  // sK, sV (kBlockN, kDs) | sQ, sdO (kStages, kBlockM, kDs) | sdS (2, kBlockN, kBlockM) for alternate steps,
+  // all swizzled, then sdQ (kDqBuffers, kConsumers, kDqBoxesPerPiece boxes) fp32 | sL, sD (kStages, kBlockM) fp32 |
   // mbarriers: K and V landed, each step's tiles landed, each slot free. dK and dV are staged as padded
   // (kBlockN, kLd) tiles over the 16-bit part after the loop.
   static constexpr int kDsElems = 2 * kBlockN * kBlockM;  // sdS
   static constexpr int kTileBytes =
-      ((2 * kBlockN + 2 * kStages * kBlockM) * D + kDsElems) * static_cast<int>(sizeof(T));
-  static constexpr int kDqStageFloats = kConsumers * kDqBoxesPerPiece * kDqBoxFloats;  // sdQ
-  static constexpr int kStepBytes = 2 * kBlockM * (D * static_cast<int>(sizeof(T)) + static_cast<int>(sizeof(float)));
-  static constexpr int kBarriers = 1 + 2 * kStages;
+      ((2 * kBlockN + 2 * kStages * kBlockM) * kDs + kDsElems) * static_cast<int>(sizeof(T));
+  static constexpr int kDqStageFloats = kDqBuffers * kConsumers * kDqBoxesPerPiece * kDqBoxFloats;  // sdQ
+  static constexpr int kStepBytes = 2 * kBlockM * (kDs * static_cast<int>(sizeof(T)) + static_cast<int>(sizeof(float)));
+  static constexpr int kBarriers = 1 + 2 * kStages + kBwdSeqWords;  // and the block's BwdSeqSlot
   static constexpr int kFloatBytes = (kDqStageFloats + 2 * kStages * kBlockM) * static_cast<int>(sizeof(float));
   static constexpr int kSmemBytes = kTileBytes + kFloatBytes + kBarriers * 8 + kSmemSlack;
-  static_assert(D % kPanel == 0 && kBlockM % 64 == 0 && kQueryPad % kBlockM == 0 && kStages >= 2,
+  static_assert(D % 16 == 0 && kBlockM % 64 == 0 && kQueryPad % kBlockM == 0 && kStages >= 2,
                 "bad sm90 dK/dV tiles");
   static_assert(kTileBytes % kGroupBytes == 0, "sdQ must start 1024-byte aligned");
-  static_assert(kConsumers == 2 && kBlockM / 64 * (D / kPanel) == kConsumers,
+  static_assert(kConsumers == 2 && kBlockM / 64 * (kDs / kPanel) == kConsumers,
                 "dQ: one 64 x 64 piece of the dQ tile per warpgroup, two warpgroups");
   static_assert(kSmemBytes <= 227 * 1024, "sm90 dK/dV kernel: shared memory over the 227 KB of a block");
   static_assert(2 * kBlockN * kLd<T, D> * static_cast<int>(sizeof(T)) <= kTileBytes, "dK/dV staging does not fit");
@@ -101,77 +108,105 @@ __device__ __forceinline__ void store_dq_boxes(float* boxes, const float (&acc)[
     }
 }
 
-template <class T, int D, bool kHasMask, bool kOrderedDq>
-__global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
+template <class T, int D, bool kHasMask, bool kOrderedDq, int kVariant = 0>
+__global__ void __launch_bounds__(BwdKvTraits<T, D, kVariant>::kThreads, 1)
     flash_bwd_sm90_kernel(const __grid_constant__ FlashBwdParams p, const __grid_constant__ BwdTmaMaps maps) {
 #if FT_SM90_DEVICE
-  using Tr = BwdKvTraits<T, D>;
+  using Tr = BwdKvTraits<T, D, kVariant>;
+  constexpr bool kPingPong = Tr::kTiles.ping_pong;
+  constexpr bool kTileMajor = Tr::kTiles.tile_major_steps && kOrderedDq;  // See Note [Tile-major steps]
+  constexpr int kDqBuffers = Tr::kDqBuffers;
   constexpr int BN = Tr::kBlockN, BM = Tr::kBlockM, kStages = Tr::kStages, kConsumerThreads = Tr::kConsumerThreads;
-  constexpr int kNtS = BM / 8;  // transposed score tiles (columns = queries)
-  constexpr int kNtD = D / 8;   // dK/dV tiles
+  constexpr int DS = Tr::kDs;
+  constexpr int kNtS = BM / 8;   // transposed score tiles (columns = queries)
+  constexpr int kNtD = DS / 8;   // dK/dV tiles
   const FlashShape& s = p.shape;
 
   extern __shared__ unsigned char smem_raw[];
-  T* sK = aligned_smem<T>(smem_raw);  // (BN, D) swizzled
-  T* sV = sK + BN * D;                // (BN, D) swizzled
-  T* sQ = sV + BN * D;                // (kStages, BM, D) swizzled
-  T* sdO = sQ + kStages * BM * D;     // (kStages, BM, D) swizzled
-  T* sdS = sdO + kStages * BM * D;    // (2, BN, BM) swizzled dS^T, alternate steps
-  float* sdQ = reinterpret_cast<float*>(sdS + Tr::kDsElems);  // (kConsumers, 2 boxes) fp32
+  T* sK = aligned_smem<T>(smem_raw);  // (BN, DS) swizzled
+  T* sV = sK + BN * DS;               // (BN, DS) swizzled
+  T* sQ = sV + BN * DS;               // (kStages, BM, DS) swizzled
+  T* sdO = sQ + kStages * BM * DS;    // (kStages, BM, DS) swizzled
+  T* sdS = sdO + kStages * BM * DS;   // (2, BN, BM) swizzled dS^T, alternate steps
+  float* sdQ = reinterpret_cast<float*>(sdS + Tr::kDsElems);  // (kDqBuffers, kConsumers, 2 boxes) fp32
   float* sL = sdQ + Tr::kDqStageFloats;                        // (kStages, BM) L * log2(e)
   float* sD = sL + kStages * BM;                                 // (kStages, BM) D
   std::uint64_t* kv_full = reinterpret_cast<std::uint64_t*>(sD + kStages * BM);
   std::uint64_t* step_full = kv_full + 1;        // (kStages)
   std::uint64_t* slot_free = step_full + kStages;  // (kStages)
+  const BwdSeqSlot seq{reinterpret_cast<volatile int*>(slot_free + kStages)};
 
-  const int grid_heads = s.batch * s.heads_kv;
-  const int bh = section_head(grid_heads);
-  if (bh < 0) return;
   // The launch and addition order of this block's head: ascending key tiles, except with ordered
   // additions for all but the last heads (see Note [Ordered dQ additions]).
-  const bool ascending = !kOrderedDq || bh >= grid_heads - p.ascending_heads;
-  const int n_block = ascending ? blockIdx.y : gridDim.y - 1 - blockIdx.y;
-  const int b = bh / s.heads_kv, hk = bh % s.heads_kv;
+  const BwdBlock block = bwd_block(p, kOrderedDq);
+  if (block.b < 0) return;
+  const bool ascending = block.ascending;
+  const int n_block = block.n_block, b = block.b, hk = block.hk;
+  // Packed sequences: the maps hold one batch of all of them, the sequence's rows from q0 / k0 and its
+  // dq_accum rows from dq_row0 (See Note [Packed sequences]); the loops read them from `seq`, and build
+  // the sequence's shape (seq_shape) where they use it.
+  FlashShape narrowed = s;
+  const SeqRows rows = narrow_to_sequence(narrowed, b);
+  auto seq_shape = [&] { return with_lengths(s, seq.len_q(), seq.len_k()); };
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int n0 = n_block * BN;
-  const int keys_valid = s.len_k - n0;
 
   // Query tiles that see some key of this tile.
-  const TileSpan span = key_tile_queries<kHasMask, BN, BM>(n0, s);
+  const TileSpan span = key_tile_queries<kHasMask, BN, BM>(n0, narrowed);
   const int m_first = span.first, m_count = span.count;
   const int n_iters = m_count * s.group;
+  // Note [Tile-major steps]
+  // ~~~~~~~~~~~~~~~~~~~~~~~
+  // With ordered additions a block adds its piece of (head h, query tile m) only once the blocks before
+  // it in the order have added theirs (Note [Ordered dQ additions]). Head by head, step (h, m) of a block
+  // comes h * (query tiles it sees) + (its place among them) steps in. In an ascending head, the block
+  // before sees more query tiles (under a causal mask, 2 more per 128 keys), so it reaches (h, m) 2 h
+  // steps later, and over a GQA group the waits add up along the chain of key tiles. With
+  // Sm90BwdTiles::tile_major_steps the steps run tile by tile, each over the group's heads: a step's index
+  // then depends on its tile's place alone, the same in every block of an ascending head (the tiles
+  // last first) and smaller in the blocks before a descending one's, so no wait exceeds a step.
+  //
   // Step it's query head and first query row: the steps run over the group's heads, each over the tiles
-  // (the last tile first when additions are ordered and ascending).
-  auto step_head = [&](int it) { return hk * s.group + it / m_count; };
+  // (the last tile first when additions are ordered and ascending), or with kTileMajor over the tiles,
+  // each over the group's heads.
+  auto step_head = [&](int it) { return hk * s.group + (kTileMajor ? it % s.group : it / m_count); };
   const bool last_tile_first = kOrderedDq && ascending;
   auto step_row0 = [&](int it) {
-    const int i = it % m_count;
+    const int i = kTileMajor ? it / s.group : it % m_count;
     return (m_first + (last_tile_first ? m_count - 1 - i : i)) * BM;
   };
   // Warpgroup w stages its piece of a step's dQ tile (queries 64 (w / kColPanels).., columns kPanel
   // (w % kColPanels).., over all BN keys) in its sdQ boxes; one thread adds them into dq_accum.
-  constexpr int kColPanels = D / kPanel;
+  constexpr int kColPanels = DS / kPanel;
   // Named barriers of warpgroup w's pieces: staged and, with ordered additions, read by the writer; those
   // keep one pair per step parity, each between warpgroup w and that parity's writer.
   auto full_barrier = [](int w, int parity) { return 6 + 2 * w + parity; };
   auto free_barrier = [](int w, int parity) { return 10 + 2 * w + parity; };
   constexpr int kWriterThreads = 128 + 32;  // ordered additions: a consumer warpgroup and a writer warp
-  auto piece_boxes = [&](int w) { return sdQ + w * Tr::kDqBoxesPerPiece * Tr::kDqBoxFloats; };
+  // Warpgroup w's sdQ boxes of step it's piece.
+  auto piece_boxes = [&](int w, int it) {
+    return sdQ + ((it % kDqBuffers) * Tr::kConsumers + w) * Tr::kDqBoxesPerPiece * Tr::kDqBoxFloats;
+  };
   // Adds warpgroup w's staged piece of step it into dq_accum (stores it when `first`).
   auto reduce_piece = [&](int w, int it, bool first) {
     const int row = step_row0(it) + 64 * (w / kColPanels), h = step_head(it);
 #pragma unroll
     for (int i = 0; i < Tr::kDqBoxesPerPiece; ++i) {
-      const TmaCoords at = tma_coords(maps.dq_accum, (w % kColPanels) * kPanel + i * kDqBoxCols, row, h, b);
+      const int col = (w % kColPanels) * kPanel + i * kDqBoxCols;
+      if (D % kPanel != 0 && col >= D) continue;  // a box of padded columns only
+      const TmaCoords at = tma_coords(maps.dq_accum, col, seq.dq_row0() + row, h, seq.map_batch());
       if (first)
-        tma_store(maps.dq_accum, at, piece_boxes(w) + i * Tr::kDqBoxFloats);
+        tma_store(maps.dq_accum, at, piece_boxes(w, it) + i * Tr::kDqBoxFloats);
       else
-        tma_reduce_add(maps.dq_accum, at, piece_boxes(w) + i * Tr::kDqBoxFloats);
+        tma_reduce_add(maps.dq_accum, at, piece_boxes(w, it) + i * Tr::kDqBoxFloats);
     }
     bulk_commit();
   };
 
   if (tid == 0) {
+    const int dq_row0 = s.cu_seqlens_q ? static_cast<int>(varlen_scratch_row(b, rows.q0)) : 0;
+    seq.publish(rows.q0, rows.k0, narrowed.len_q, narrowed.len_k, block.n_tiles, dq_row0, s.cu_seqlens_q ? 0 : b,
+                b * s.heads_q * p.pre_blocks);
     mbar_init(kv_full, 1);
     for (int i = 0; i < kStages; ++i) {
       mbar_init(&step_full[i], 1);
@@ -186,12 +221,16 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
     if constexpr (kOrderedDq) {
       if (warp == 1 || warp == 2) {  // the dQ writers, warp 1 of the even steps and warp 2 of the odd ones
         const int parity = warp - 1;
-        if (parity == 1 && n_iters > 0)  // the consumers' first pieces find their boxes free
-          for (int w = 0; w < Tr::kConsumers; ++w) named_barrier_arrive(free_barrier(w, 1), kWriterThreads);
+        // The consumers' first kDqBuffers pieces find their boxes free: piece it waits on the free barrier
+        // of parity (it + kDqBuffers) % 2, the parity of the piece that used its boxes before.
+        for (int it = 0; it < kDqBuffers && it < n_iters; ++it)
+          if ((it + kDqBuffers) % 2 == parity)
+            for (int w = 0; w < Tr::kConsumers; ++w) named_barrier_arrive(free_barrier(w, parity), kWriterThreads);
         for (int it = parity; it < n_iters; it += 2) {
           const int h = step_head(it), m0 = step_row0(it);
-          const int before = key_tiles_before<kHasMask, BN, BM>(n_block, gridDim.y, ascending, m0 / BM, s, lane);
-          int* counter = p.dq_order + (b * s.heads_q + h) * p.pre_blocks + m0 / kPreRows;
+          const int before =
+              key_tiles_before<kHasMask, BN, BM>(n_block, seq.n_tiles(), ascending, m0 / BM, seq.shape(s), lane);
+          int* counter = p.dq_order + seq.counter0() + h * p.pre_blocks + m0 / kPreRows;
           for (int w = 0; w < Tr::kConsumers; ++w) named_barrier_sync(full_barrier(w, parity), kWriterThreads);
           if (lane == 0) {
             counter_wait_eq(counter, before);
@@ -199,7 +238,7 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
             bulk_wait_read<0>();
           }
           __syncwarp();
-          if (it + 1 < n_iters)
+          if (it + kDqBuffers < n_iters)  // piece it + kDqBuffers takes these boxes
             for (int w = 0; w < Tr::kConsumers; ++w) named_barrier_arrive(free_barrier(w, parity), kWriterThreads);
           if (lane == 0) {
             tma_store_wait_all();  // the additions have landed in dq_accum
@@ -213,18 +252,20 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
     tma_prefetch_map(maps.q);
     tma_prefetch_map(maps.d_o);
     tma_prefetch_map(maps.dq_accum);
-    mbar_arrive_expect_tx(kv_full, 2 * BN * D * sizeof(T));
-    tma_load_tile<T, BN, D>(sK, maps.k, n0, hk, b, kv_full);
-    tma_load_tile<T, BN, D>(sV, maps.v, n0, hk, b, kv_full);
+    mbar_arrive_expect_tx(kv_full, 2 * BN * DS * sizeof(T));
+    const int mb = seq.map_batch();
+    tma_load_tile<T, BN, DS>(sK, maps.k, seq.k0() + n0, hk, mb, kv_full);
+    tma_load_tile<T, BN, DS>(sV, maps.v, seq.k0() + n0, hk, mb, kv_full);
     RingPosition<kStages> pos;
     for (int it = 0; it < n_iters; ++it, pos.advance()) {
       const int h = step_head(it), m0 = step_row0(it);
-      const std::int64_t row = static_cast<std::int64_t>(b * s.heads_q + h) * p.len_q_pad + m0;
+      const int q0 = seq.q0();
+      const std::int64_t row = scratch_row(p, b, h, q0) + m0;
       std::uint64_t* full = &step_full[pos.slot];
       mbar_wait(&slot_free[pos.slot], pos.phase ^ 1);
       mbar_arrive_expect_tx(full, Tr::kStepBytes);
-      tma_load_tile<T, BM, D>(sQ + pos.slot * BM * D, maps.q, m0, h, b, full);
-      tma_load_tile<T, BM, D>(sdO + pos.slot * BM * D, maps.d_o, m0, h, b, full);
+      tma_load_tile<T, BM, DS>(sQ + pos.slot * BM * DS, maps.q, q0 + m0, h, mb, full);
+      tma_load_tile<T, BM, DS>(sdO + pos.slot * BM * DS, maps.d_o, q0 + m0, h, mb, full);
       bulk_load(sL + pos.slot * BM, p.lse_log2 + row, BM * sizeof(float), full);
       bulk_load(sD + pos.slot * BM, p.dsum + row, BM * sizeof(float), full);
     }
@@ -236,8 +277,9 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
   const int ctid = tid - 128, cwarp = warp - 4;
   const int g = lane >> 2, t = lane & 3;
   const int wg_row = (cwarp / 4) * 64, warp_row = cwarp * 16;  // first key row of this warpgroup / warp
-  const KeyQueries queries[2] = {KeyQueries(key_queries<kHasMask>(n0 + warp_row + g, s)),
-                                 KeyQueries(key_queries<kHasMask>(n0 + warp_row + g + 8, s))};
+  const FlashShape ss = seq_shape();
+  const KeyQueries queries[2] = {KeyQueries(key_queries<kHasMask>(n0 + warp_row + g, ss)),
+                                 KeyQueries(key_queries<kHasMask>(n0 + warp_row + g + 8, ss))};
 
   // dQ runs one step behind. Step it waits (bar.sync) for the other warpgroup to announce
   // its dS^T rows of step it - 1 in sdS buffer (it - 1) % 2, then issues this warpgroup's piece of that
@@ -249,11 +291,11 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
   // adds nothing: a branch around the issue makes ptxas serialise every wgmma of the kernel. The last
   // step's piece follows the loop. The leader's wait for its previous reductions to have read sdQ
   // precedes a barrier that every thread of the warpgroup passes before writing sdQ. With ordered
-  // additions the writer warp issues the reductions instead, and frees sdQ through a barrier.
+  // additions the writer warp issues the reductions instead, and frees sdQ through a barrier. With
+  // kDqBuffers = 2 the pieces of odd and even steps take their own boxes.
   const int wg = warp_uniform(cwarp / 4);
   const bool wg_leader = ctid % 128 == 0;
   const int qp = wg / kColPanels, cp = wg % kColPanels;  // this warpgroup's dQ piece
-  float* sdQ_wg = piece_boxes(wg);
   auto sds_of = [&](int it) { return sdS + (it & 1) * BN * BM; };  // step it's dS^T buffer
   auto ready_barrier = [&](int w, int it) { return 2 + 2 * w + (it & 1); };
   auto issue_dq = [&](int it, float (&acc_dq)[8][4]) {
@@ -263,8 +305,9 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
   // Stages the piece of step it's dQ tile and adds it into dq_accum, or hands it to the writer warp
   // (every thread of the warpgroup).
   auto add_dq = [&](int it, const float (&acc_dq)[8][4]) {
-    if constexpr (kOrderedDq) named_barrier_sync(free_barrier(wg, (it + 1) & 1), kWriterThreads);  // piece it - 1 read
-    store_dq_boxes(sdQ_wg, acc_dq, cwarp, lane);
+    // piece it - kDqBuffers, in the same boxes, read
+    if constexpr (kOrderedDq) named_barrier_sync(free_barrier(wg, (it + kDqBuffers) & 1), kWriterThreads);
+    store_dq_boxes(piece_boxes(wg, it), acc_dq, cwarp, lane);
     fence_proxy_async();
     if constexpr (kOrderedDq) {
       named_barrier_arrive(full_barrier(wg, it & 1), kWriterThreads);
@@ -278,6 +321,21 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
   fence_proxy_async();
   named_barrier_sync(1, kConsumerThreads);
 
+  // Note [Backward ping-pong]
+  // ~~~~~~~~~~~~~~~~~~~~~~~~~
+  // With Sm90BwdTiles::ping_pong the consumer warpgroups take turns issuing their products, warpgroup 0
+  // first: a step's S^T and dP^T (turn A), then its dV, dQ and dK (turn B), so the tensor cores run
+  // A0 A1 B0 B1 A0 ... and each warpgroup's softmax and dS^T run while the other's products do, instead
+  // of both warpgroups' at once. Warpgroup w takes a turn after bar.sync on barrier 14 + w and passes it
+  // with bar.arrive on the other's; warpgroup 1 opens warpgroup 0's first turn, and warpgroup 0 takes its
+  // arrival after the last turn. Both take 2 turns a step and run the same steps.
+  auto issue_in_turn = [&](auto&& issue) {
+    if constexpr (kPingPong) named_barrier_sync(14 + wg, kConsumerThreads);
+    issue();
+    if constexpr (kPingPong) named_barrier_arrive(14 + (1 - wg), kConsumerThreads);
+  };
+  if (kPingPong && wg == 1) named_barrier_arrive(14, kConsumerThreads);
+
   float acc_dk[kNtD][4] = {};  // dK of this thread's key rows
   float acc_dv[kNtD][4] = {};
 
@@ -285,22 +343,26 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
   RingPosition<kStages> pos;
   for (int it = 0; it < n_iters; ++it, pos.advance()) {
     const int slot = pos.slot;
-    const T* sQt = sQ + slot * BM * D;
-    const T* sdOt = sdO + slot * BM * D;
+    const T* sQt = sQ + slot * BM * DS;
+    const T* sdOt = sdO + slot * BM * DS;
     const int m0 = step_row0(it);
     mbar_wait(&step_full[slot], pos.phase);
 
     float acc_s[kNtS][4], acc_dp[kNtS][4];  // S^T = K Q^T, dP^T = V dO^T (the first k step overwrites)
-    wgmma_fence();
-    gemm_ss_kmajor<T, BM, D>(acc_s, sK, BN, wg_row, sQt);
-    wgmma_commit();
-    gemm_ss_kmajor<T, BM, D>(acc_dp, sV, BN, wg_row, sdOt);
-    wgmma_commit();
+    issue_in_turn([&] {
+      wgmma_fence();
+      gemm_ss_kmajor<T, BM, D>(acc_s, sK, BN, wg_row, sQt);  // over D of the DS columns
+      wgmma_commit();
+      gemm_ss_kmajor<T, BM, D>(acc_dp, sV, BN, wg_row, sdOt);
+      wgmma_commit();
+    });
     wgmma_wait<1>();  // P^T is computed while dP^T runs
     fence_accumulators(acc_s);
 
-    const bool full = tile_full(row_keys<kHasMask>(m0, s), row_keys<kHasMask>(min(m0 + BM, s.len_q) - 1, s), n0, BN,
-                                s.len_k);
+    const FlashShape step_shape = seq_shape();
+    const bool full = tile_full(row_keys<kHasMask>(m0, step_shape),
+                                row_keys<kHasMask>(min(m0 + BM, step_shape.len_q) - 1, step_shape), n0, BN,
+                                step_shape.len_k);
     probs_t(acc_s, sL + slot * BM, queries, full, m0, t, s.scale_log2);
     // dS^T before dV is issued: P^T's A fragments need not live beside both fp32 tiles (else they spill
     // at D=64). Why not dV before dP^T lands: docs/perf-notes.md#backward-step-order.
@@ -310,18 +372,20 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
     std::uint32_t pa[BM / 16][4], dsa[BM / 16][4];  // P^T and dS^T rounded to T, k steps over the queries
 #pragma unroll
     for (int kk = 0; kk < BM / 16; ++kk) a_from_acc<T>(pa[kk], acc_s, kk);
-    wgmma_fence();
-    gemm_rs_nmajor<T, D, BM>(acc_dv, pa, sdOt);  // dV += P^T dO
-    wgmma_commit();
-#pragma unroll
-    for (int kk = 0; kk < BM / 16; ++kk) a_from_acc<T>(dsa[kk], acc_dp, kk);
     float acc_dq[8][4];  // this warpgroup's piece of step it - 1's dQ tile
-    if (!kOrderedDq && wg_leader) bulk_wait_read<0>();
-    if (it > 0) named_barrier_sync(ready_barrier(1 - wg, it - 1), kConsumerThreads);
-    wgmma_fence();
-    issue_dq(it + 1, acc_dq);  // buffer (it + 1) % 2 = (it - 1) % 2
-    gemm_rs_nmajor<T, D, BM>(acc_dk, dsa, sQt);  // dK += dS^T Q
-    wgmma_commit();
+    issue_in_turn([&] {
+      wgmma_fence();
+      gemm_rs_nmajor<T, DS, BM>(acc_dv, pa, sdOt);  // dV += P^T dO
+      wgmma_commit();
+#pragma unroll
+      for (int kk = 0; kk < BM / 16; ++kk) a_from_acc<T>(dsa[kk], acc_dp, kk);
+      if (!kOrderedDq && wg_leader) bulk_wait_read<kDqBuffers - 1>();
+      if (it > 0) named_barrier_sync(ready_barrier(1 - wg, it - 1), kConsumerThreads);
+      wgmma_fence();
+      issue_dq(it + 1, acc_dq);  // buffer (it + 1) % 2 = (it - 1) % 2
+      gemm_rs_nmajor<T, DS, BM>(acc_dk, dsa, sQt);  // dK += dS^T Q
+      wgmma_commit();
+    });
     wgmma_wait<1>();  // dQ: this warpgroup is done with buffer (it + 1) % 2
     fence_accumulators(acc_dv);
     fence_accumulators(acc_dq);
@@ -334,8 +398,9 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
     fence_accumulators(acc_dk);
     mbar_arrive(&slot_free[slot]);
   }
+  if (kPingPong && wg == 0) named_barrier_sync(14, kConsumerThreads);  // warpgroup 1's arrival after its last turn
   if (n_iters > 0) {
-    if (!kOrderedDq && wg_leader) bulk_wait_read<0>();
+    if (!kOrderedDq && wg_leader) bulk_wait_read<kDqBuffers - 1>();
     named_barrier_sync(ready_barrier(1 - wg, n_iters - 1), kConsumerThreads);
     float acc_dq[8][4];
     wgmma_fence();
@@ -349,11 +414,14 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
   named_barrier_sync(1, kConsumerThreads);  // every product is done with sK, sV, sQ and sdO
   T* sdK = sK;                     // (BN, kLd) padded staging
   T* sdV = sdK + BN * kLd<T, D>;   // (BN, kLd)
-  store_acc<T, kNtD>(sdK, kLd<T, D>, warp_row, 0, acc_dk, s.scale, s.scale, lane);
-  store_acc<T, kNtD>(sdV, kLd<T, D>, warp_row, 0, acc_dv, 1.f, 1.f, lane);
+  // The first D columns of the accumulators (the others are padding: See Note [Padded head dims]).
+  using StoredCols = const float(&)[D / 8][4];
+  store_acc<T, D / 8>(sdK, kLd<T, D>, warp_row, 0, reinterpret_cast<StoredCols>(acc_dk), s.scale, s.scale, lane);
+  store_acc<T, D / 8>(sdV, kLd<T, D>, warp_row, 0, reinterpret_cast<StoredCols>(acc_dv), 1.f, 1.f, lane);
   named_barrier_sync(1, kConsumerThreads);
-  T* dk = p.dk.at<T>(b, hk, n0);
-  T* dv = p.dv.at<T>(b, hk, n0);
+  const int keys_valid = seq.len_k() - n0;
+  T* dk = p.dk.at<T>(b, hk, seq.k0() + n0);
+  T* dv = p.dv.at<T>(b, hk, seq.k0() + n0);
   store_tile<T, BN, D, kConsumerThreads>(dk, p.dk.row_stride, sdK, keys_valid, true, ctid);
   store_tile<T, BN, D, kConsumerThreads>(dv, p.dv.row_stride, sdV, keys_valid, true, ctid);
 #endif

@@ -13,6 +13,7 @@
 #include "ops/attention/cuda/flash_params.h"
 #include "ops/attention/cuda/flash_tile.cuh"
 #include "ops/attention/cuda/flash_traits.h"
+#include "ops/attention/cuda/flash_varlen.cuh"
 
 namespace ft::flash {
 
@@ -176,7 +177,7 @@ __global__ void __launch_bounds__(FwdKernelTraits<T, D>::kThreads, 2)
   constexpr int kLdS = Tr::kLdS;
   constexpr int kNtS = BN / 8;  // score tiles per row block
   constexpr int kNtO = D / 8;   // output tiles per row block
-  const FlashShape& s = p.shape;
+  FlashShape s = p.shape;
 
   extern __shared__ __align__(16) unsigned char smem_raw[];
   T* sQ = reinterpret_cast<T*>(smem_raw);  // (BM, kLdS)
@@ -185,14 +186,16 @@ __global__ void __launch_bounds__(FwdKernelTraits<T, D>::kThreads, 2)
 
   const int m_block = gridDim.y - 1 - blockIdx.y;  // longest (causal) tiles of every head first
   const int b = blockIdx.x / s.heads_q, h = blockIdx.x % s.heads_q, hk = h / s.group;
+  const SeqRows seq = narrow_to_sequence(s, b);  // See Note [Packed sequences]
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane >> 2, t = lane & 3;
   const int m0 = m_block * BM;
   const int rows_valid = s.len_q - m0;
+  if (rows_valid <= 0) return;
   const int warp_row = warp * 16 * MT;  // first tile row of this warp
 
-  const T* q = p.q.at<const T>(b, h, m0);
-  const T* k = p.k.at<const T>(b, hk);
-  const T* v = p.v.at<const T>(b, hk);
+  const T* q = p.q.at<const T>(b, h, seq.q0 + m0);
+  const T* k = p.k.at<const T>(b, hk, seq.k0);
+  const T* v = p.v.at<const T>(b, hk, seq.k0);
 
   const KeyRange tile_first = row_keys<kHasMask>(m0, s);
   const KeyRange tile_last = row_keys<kHasMask>(min(m0 + BM, s.len_q) - 1, s);
@@ -257,9 +260,9 @@ __global__ void __launch_bounds__(FwdKernelTraits<T, D>::kThreads, 2)
   for (int m = 0; m < MT; ++m)
     store_acc<T, kNtO>(sQ, kLdS, warp_row + 16 * m, 0, acc_o[m], factor[m][0], factor[m][1], lane);
   __syncthreads();
-  T* o = p.o.at<T>(b, h, m0);
+  T* o = p.o.at<T>(b, h, seq.q0 + m0);
   store_tile<T, BM, D, kThreads>(o, p.o.row_stride, sQ, rows_valid, s.vec16, tid);
-  float* lse_out = p.lse.at<float>(b, h);
+  float* lse_out = p.lse.at<float>(b, h, seq.q0);
 #pragma unroll
   for (int m = 0; m < MT; ++m) write_lse(lse_out, p.lse.row_stride, m0 + warp_row + 16 * m + g, s.len_q, lse[m], t);
 }

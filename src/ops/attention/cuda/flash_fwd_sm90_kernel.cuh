@@ -1,5 +1,6 @@
 // flash_fwd_sm90_kernel.cuh — internal (CUDA builds only): the Hopper (sm_90a) FlashAttention forward kernel,
-// 16-bit inputs, head dims 64 and 128, warp-specialised and persistent. One block per SM takes query tiles (a
+// 16-bit inputs, head dims 64, 80, 96, 128 and 256 (80 and 96 over zero-padded columns: See Note [Padded head
+// dims] in flash_traits.h), warp-specialised and persistent. One block per SM takes query tiles (a
 // batch x query head's kBlockM rows) one after another: the first its own index, then the next from a counter
 // in global memory, in the order of FwdTileOrder (launch sections of heads, longest causal tiles first; see
 // Note [Persistent forward tiles] in flash_sm90_scheduler.cuh). Warpgroup 0 is the producer — one thread claims
@@ -73,9 +74,10 @@ struct FwdTmaMaps {
 // The sums are of P as rounded for that product; the sm80 kernel sums P in fp32. Measurements:
 // docs/perf-notes.md#forward-exp2-and-row-sums.
 
-template <class T, int D>
+// kVariant: the tile table's row (0) or a candidate schedule (kSm90FwdCandidates128, flash_traits.h).
+template <class T, int D, int kVariant = 0>
 struct FwdTraits {
-  static constexpr Sm90FwdTiles kTiles = flash_sm90_tiles(D).fwd;
+  static constexpr Sm90FwdTiles kTiles = sm90_fwd_tiles(D, kVariant);
   static constexpr int kConsumers = kTiles.consumers, kBlockM = sm90_fwd_block_m(D);
   static constexpr int kBlockN = kTiles.block_n, kStages = kTiles.stages;
   static constexpr bool kOverlap = kTiles.overlap;  // next tile's QK^T issued before this one's PV
@@ -84,23 +86,27 @@ struct FwdTraits {
   // See Note [Tensor-core row sums].
   static constexpr bool kTensorRowSums = kTiles.tensor_row_sums;
   static_assert(!kTensorRowSums || D == 64, "row sums on the tensor cores need d = 64 (a 72-column P V)");
-  static constexpr int kAccTiles = D / 8 + (kTensorRowSums ? 1 : 0);  // accumulator column tiles of O
+  // Columns of the shared tiles and of O's accumulator: See Note [Padded head dims] (flash_traits.h).
+  static constexpr int kDs = sm90_smem_dim(D);
+  static constexpr int kAccTiles = kDs / 8 + (kTensorRowSums ? 1 : 0);  // accumulator column tiles of O
   static constexpr int kConsumerThreads = 128 * kConsumers;
   static constexpr int kThreads = 128 + kConsumerThreads;  // producer warpgroup first
-  // Registers per thread after reallocation (multiples of 8): the producer keeps 24, the consumers take
-  // what it gives back (consumer_registers).
-  static constexpr int kProducerRegs = 24;
+  // Registers per thread after reallocation (multiples of 8): the producer keeps its tiles' count, the
+  // consumers take what it gives back (consumer_registers).
+  static constexpr int kProducerRegs = kTiles.producer_regs;
   static constexpr int kConsumerRegs = consumer_registers(kThreads, kProducerRegs);
-  static constexpr int kTileBytes = kBlockN * D * static_cast<int>(sizeof(T));  // one K or V tile
-  // sQ (kBlockM, D) | sK (kStages, kBlockN, D) | sV (kStages, kBlockN, D) | sOnes (kBlockN, 64) with
+  static constexpr int kTileBytes = kBlockN * kDs * static_cast<int>(sizeof(T));  // one K or V tile
+  // sQ (kBlockM, kDs) | sK (kStages, kBlockN, kDs) | sV (kStages, kBlockN, kDs) | sOnes (kBlockN, 64) with
   // kTensorRowSums, swizzled, then the mbarriers: Q landed, Q free, K and V of each slot landed, each slot
-  // free; then the tile the producer claimed (an int in an 8-byte word).
-  static constexpr int kBarriers = 2 + 3 * kStages + 1;
+  // free; then the tiles the producer claimed (kTileSlots FwdTiles of kFwdTileWords 8-byte words).
+  static constexpr int kTileSlots = 3;
+  static constexpr int kBarriers = 2 + 3 * kStages + kTileSlots * kFwdTileWords;
   static constexpr int kOnesElems = kTensorRowSums ? kBlockN * kPanel : 0;
   static constexpr int kSmemBytes =
-      ((kBlockM + 2 * kStages * kBlockN) * D + kOnesElems) * static_cast<int>(sizeof(T)) + kBarriers * 8 +
+      ((kBlockM + 2 * kStages * kBlockN) * kDs + kOnesElems) * static_cast<int>(sizeof(T)) + kBarriers * 8 +
       kSmemSlack;
-  static_assert(D % kPanel == 0 && kBlockN % 16 == 0 && kBlockN <= 256 && kStages >= 2, "bad sm90 forward tiles");
+  static_assert(kSmemBytes <= 227 * 1024, "sm90 forward: shared memory over the 227 KB of a block");
+  static_assert(D % 16 == 0 && kBlockN % 16 == 0 && kBlockN <= 256 && kStages >= 2, "bad sm90 forward tiles");
 };
 
 // One warpgroup's rows of an output tile, from its accumulator straight to global memory: this thread's
@@ -124,38 +130,44 @@ __device__ __forceinline__ void store_rows_global(T* out, std::int64_t row_strid
   }
 }
 
-template <class T, int D, bool kHasMask>
-__global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
+template <class T, int D, bool kHasMask, int kVariant = 0>
+__global__ void __launch_bounds__(FwdTraits<T, D, kVariant>::kThreads, 1)
     flash_fwd_sm90_kernel(const __grid_constant__ FlashFwdParams p, const __grid_constant__ FwdTmaMaps maps) {
 #if FT_SM90_DEVICE
-  using Tr = FwdTraits<T, D>;
-  constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, kStages = Tr::kStages;
+  using Tr = FwdTraits<T, D, kVariant>;
+  constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, kStages = Tr::kStages, DS = Tr::kDs;
   constexpr int kNtS = BN / 8;  // score tiles of a warp's 16 rows
   constexpr int kNtO = Tr::kAccTiles;  // output tiles (and the row sums' with kTensorRowSums)
   const FlashShape& s = p.shape;
-  const FwdTileOrder order(p, BM);
 
   extern __shared__ unsigned char smem_raw[];
-  T* sQ = aligned_smem<T>(smem_raw);  // (BM, D) swizzled
-  T* sK = sQ + BM * D;                // (kStages, BN, D) swizzled
-  T* sV = sK + kStages * BN * D;      // (kStages, BN, D) swizzled
-  T* sOnes = sV + kStages * BN * D;   // (BN, 64) of ones with kTensorRowSums
+  T* sQ = aligned_smem<T>(smem_raw);  // (BM, DS) swizzled
+  T* sK = sQ + BM * DS;               // (kStages, BN, DS) swizzled
+  T* sV = sK + kStages * BN * DS;     // (kStages, BN, DS) swizzled
+  T* sOnes = sV + kStages * BN * DS;  // (BN, 64) of ones with kTensorRowSums
   std::uint64_t* q_full = reinterpret_cast<std::uint64_t*>(sOnes + Tr::kOnesElems);
   std::uint64_t* q_free = q_full + 1;
   std::uint64_t* k_full = q_free + 1;           // (kStages)
   std::uint64_t* v_full = k_full + kStages;     // (kStages)
   std::uint64_t* slot_free = v_full + kStages;  // (kStages)
-  volatile int* claimed = reinterpret_cast<volatile int*>(slot_free + kStages);  // the tile of Q, -1: none left
+  // A block's k-th tile is FwdTile slot k % kTileSlots (b < 0: none left). The producer decodes and publishes
+  // tile k + 1 as soon as it claims it, while the consumers still run tiles k - 1 and k; slot (k + 1) %
+  // kTileSlots was tile k - 2's, whose consumers are done once they freed tile k - 1's Q, which the producer
+  // waited for before it issued tile k. The consumers read a tile's fields where they use them.
+  volatile int* claimed = reinterpret_cast<volatile int*>(slot_free + kStages);
+  auto tile_slot = [&](int k) { return claimed + k * 2 * kFwdTileWords; };
+  auto next_slot = [](int k) { return k + 1 == Tr::kTileSlots ? 0 : k + 1; };
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   // The rows and visited key tiles of query tile y of a head: query tiles end at len_q rounded up to 64
   // rows, longest (causal) tiles first; where BM does not divide that, the partial tile is the one of the
   // first rows, which see the fewest keys. Its rows before 0 (whole warpgroups) are read as zeros and never
   // written.
-  auto tile_rows = [&](int y) { return (s.len_q + 63) / 64 * 64 - (y + 1) * BM; };
-  auto tile_keys = [&](int m0, KeyRange& first, KeyRange& last) {
-    first = row_keys<kHasMask>(max(m0, 0), s);
-    last = row_keys<kHasMask>(min(m0 + BM, s.len_q) - 1, s);
+  // ts: the shape with the tile's sequence lengths (See Note [Packed sequences]).
+  auto tile_rows = [&](int y, int len_q) { return (len_q + 63) / 64 * 64 - (y + 1) * BM; };
+  auto tile_keys = [&](int m0, const FlashShape& ts, KeyRange& first, KeyRange& last) {
+    first = row_keys<kHasMask>(max(m0, 0), ts);
+    last = row_keys<kHasMask>(min(m0 + BM, ts.len_q) - 1, ts);
     return key_tiles(first, last, BN);
   };
 
@@ -180,33 +192,33 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
     tma_prefetch_map(maps.k);
     tma_prefetch_map(maps.v);
     RingPosition<kStages> pos;
-    int tile = first_tile();
-    for (std::uint32_t q_phase = 0;; q_phase ^= 1) {
-      mbar_wait(q_free, q_phase ^ 1);  // every consumer read the last tile's Q and its index
-      if (tile >= order.count()) {
-        *claimed = -1;
+    publish_tile(tile_slot(0), decode_fwd_tile(p, BM, first_tile()));
+    for (std::uint32_t q_phase = 0, tslot = 0;; q_phase ^= 1, tslot = next_slot(tslot)) {
+      mbar_wait(q_free, q_phase ^ 1);  // every consumer read the last tile's Q
+      const FwdTileSlot claim{tile_slot(tslot)};
+      if (claim.b() < 0) {
         mbar_arrive(q_full);
         return;
       }
-      *claimed = tile;
-      int bh, y;
-      order.at(tile, bh, y);
-      const int b = bh / s.heads_q, h = bh % s.heads_q, hk = h / s.group, m0 = tile_rows(y);
-      mbar_arrive_expect_tx(q_full, BM * D * sizeof(T));
-      tma_load_tile<T, BM, D>(sQ, maps.q, m0, h, b, q_full);
+      // Packed sequences: one batch of all of them in the maps, the sequence's rows from q0 / k0. Rows
+      // past the sequence's end are another's, masked as a dense call's zeros (Note [Packed sequences]).
+      const int mb = s.cu_seqlens_q ? 0 : claim.b();
+      const int h = claim.h(), hk = h / s.group, m0 = tile_rows(claim.y(), claim.len_q());
+      mbar_arrive_expect_tx(q_full, BM * DS * sizeof(T));
+      tma_load_tile<T, BM, DS>(sQ, maps.q, claim.q0() + m0, h, mb, q_full);
       KeyRange first, last;
-      const KeyTiles tiles = tile_keys(m0, first, last);
+      const KeyTiles tiles = tile_keys(m0, with_lengths(s, claim.len_q(), claim.len_k()), first, last);
       const int n_iters = tiles.count();
       for (int it = 0; it < n_iters; ++it, pos.advance()) {
-        const int n0 = tiles.tile(it) * BN;
+        const int n0 = claim.k0() + tiles.tile(it) * BN;
         mbar_wait(&slot_free[pos.slot], pos.phase ^ 1);
         mbar_arrive_expect_tx(&k_full[pos.slot], Tr::kTileBytes);
-        tma_load_tile<T, BN, D>(sK + pos.slot * BN * D, maps.k, n0, hk, b, &k_full[pos.slot]);
+        tma_load_tile<T, BN, DS>(sK + pos.slot * BN * DS, maps.k, n0, hk, mb, &k_full[pos.slot]);
         mbar_arrive_expect_tx(&v_full[pos.slot], Tr::kTileBytes);
-        tma_load_tile<T, BN, D>(sV + pos.slot * BN * D, maps.v, n0, hk, b, &v_full[pos.slot]);
+        tma_load_tile<T, BN, DS>(sV + pos.slot * BN * DS, maps.v, n0, hk, mb, &v_full[pos.slot]);
       }
       // Claimed once this tile's copies are issued: see Note [Persistent forward tiles].
-      tile = claim_next_tile(p.tile_counter);
+      publish_tile(tile_slot(next_slot(tslot)), decode_fwd_tile(p, BM, claim_next_tile(p.tile_counter)));
     }
   }
 
@@ -222,14 +234,14 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
   // S = Q K^T of the key tile in `slot` (unscaled; the first k step overwrites) and O += P V, each issued as
   // one wgmma group; their commits and waits are the loops' own.
   auto issue_scores = [&](float (&acc_s)[kNtS][4], int slot) {
-    gemm_ss_kmajor<T, BN, D>(acc_s, sQ, BM, wg_row, sK + slot * BN * D);
+    gemm_ss_kmajor<T, BN, D>(acc_s, sQ, BM, wg_row, sK + slot * BN * DS);  // K: D columns of DS
     wgmma_commit();
   };
   auto issue_pv = [&](float (&acc_o)[kNtO][4], const std::uint32_t (&pa)[BN / 16][4], int slot) {
     if constexpr (Tr::kTensorRowSums)  // the second panel of B is sOnes
-      gemm_rs_nmajor<T, D + 8, BN>(acc_o, pa, sV + slot * BN * D, smem_u32(sOnes) - smem_u32(sV + slot * BN * D));
+      gemm_rs_nmajor<T, D + 8, BN>(acc_o, pa, sV + slot * BN * DS, smem_u32(sOnes) - smem_u32(sV + slot * BN * DS));
     else
-      gemm_rs_nmajor<T, D, BN>(acc_o, pa, sV + slot * BN * D);
+      gemm_rs_nmajor<T, DS, BN>(acc_o, pa, sV + slot * BN * DS);
     wgmma_commit();
   };
   // Waits for every product issued (the last one a P V of the tile in `slot`), then frees the slot.
@@ -253,21 +265,19 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
   if (Tr::kPingPong && wg == 1) named_barrier_arrive(3, 2 * 128);
 
   RingPosition<kStages> pos;
-  for (std::uint32_t q_phase = 0;; q_phase ^= 1) {
+  for (std::uint32_t q_phase = 0, tslot = 0;; q_phase ^= 1, tslot = next_slot(tslot)) {
     mbar_wait(q_full, q_phase);
-    const int tile = *claimed;
-    if (tile < 0) break;
-    int bh, y;
-    order.at(tile, bh, y);
-    const int b = bh / s.heads_q, h = bh % s.heads_q, m0 = tile_rows(y);
+    const FwdTileSlot claim{tile_slot(tslot)};
+    if (claim.b() < 0) break;
+    const int m0 = tile_rows(claim.y(), claim.len_q());
     KeyRange tile_first, tile_last;
-    const KeyTiles tiles = tile_keys(m0, tile_first, tile_last);
+    const KeyTiles tiles = tile_keys(m0, with_lengths(s, claim.len_q(), claim.len_k()), tile_first, tile_last);
     const RowKeys first_keys(tile_first), last_keys(tile_last);  // 32-bit, for the test of every key tile
     const int n_iters = tiles.count();
 
     if (s.scale_log2 < 0.f) {  // S = |scale| (-Q) K^T: flip the sign bits of this warpgroup's rows
 #pragma unroll
-      for (int pn = 0; pn < D / kPanel; ++pn) {
+      for (int pn = 0; pn < DS / kPanel; ++pn) {
         uint4* rows = reinterpret_cast<uint4*>(sQ + pn * BM * kPanel + wg_row * kPanel);  // 64 rows x 128 bytes
         for (int i = ctid % 128; i < 64 * kPanelRowBytes / 16; i += 128) {
           uint4 x = rows[i];
@@ -278,7 +288,7 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
       fence_proxy_async();
       named_barrier_sync(1 + wg, 128);
     }
-    // Q is read by the tile's last S: once it landed, this thread frees Q (and the claimed index).
+    // Q is read by the tile's last S: once it landed, this thread frees Q.
     auto q_read_after = [&](int it) {
       if (it == n_iters - 1) mbar_arrive(q_free);
     };
@@ -289,8 +299,9 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
     // Masks the scores of key tile `it` and turns them into P; `correction` is O's rescaling factor.
     auto softmax_tile = [&](float (&acc_s)[kNtS][4], int it, float (&correction)[2]) {
       const int n0 = tiles.tile(it) * BN;
-      if (!tile_full(first_keys, last_keys, n0, BN, s.len_k))
-        mask_scores<kHasMask>(acc_s, m0 + warp_row + g, n0, t, s);
+      const int len_k = claim.len_k();
+      if (!tile_full(first_keys, last_keys, n0, BN, len_k))
+        mask_scores<kHasMask>(acc_s, m0 + warp_row + g, n0, t, with_lengths(s, claim.len_q(), len_k));
       softmax_scores<!Tr::kTensorRowSums>(acc_s, row_max, row_sum, sl, correction);
     };
     float acc_s[kNtS][4];
@@ -358,10 +369,11 @@ __global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
       row_sum[0] = acc_o[kNtO - 1][0];
       row_sum[1] = acc_o[kNtO - 1][2];
     }
+    const int b = claim.b(), h = claim.h(), q0 = claim.q0(), len_q = claim.len_q();
     finish_rows<Tr::kTensorRowSums>(row_max, row_sum, p.sinks, h, factor, lse);
     const int row_g = m0 + warp_row + g;
-    store_rows_global<T, D>(p.o.at<T>(b, h), p.o.row_stride, row_g, s.len_q, acc_o, factor, t);
-    write_lse(p.lse.at<float>(b, h), p.lse.row_stride, row_g, s.len_q, lse, t);
+    store_rows_global<T, D>(p.o.at<T>(b, h, q0), p.o.row_stride, row_g, len_q, acc_o, factor, t);
+    write_lse(p.lse.at<float>(b, h, q0), p.lse.row_stride, row_g, len_q, lse, t);
   }
   if (Tr::kPingPong && wg == 0) named_barrier_sync(3, 2 * 128);  // warpgroup 1's arrival after its last turn
 #endif

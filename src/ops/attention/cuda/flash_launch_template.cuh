@@ -1,11 +1,13 @@
 // flash_launch_template.cuh — internal (CUDA builds only): the definitions behind flash_launch.h.
-// Each launcher picks the Hopper kernels where FlashShape::sm90 says so (16-bit inputs at head dims 64 and
-// 128 only) or the sm80 ones, the masked or unmasked kernel (causal / window / sink tokens, or none),
-// raises the dynamic shared-memory limit where the traits need more than 48 KB, and checks every launch.
+// Each launcher picks the Hopper kernels where FlashShape::sm90 says so (16-bit inputs at the head dims of
+// has_sm90_forward / has_sm90_backward) or the sm80 ones, the masked or unmasked kernel (causal / window /
+// sink tokens, or none), raises the dynamic shared-memory limit where the traits need more than 48 KB, and
+// checks every launch.
 // Included only by the per-head-dim instantiation files.
 #pragma once
 
 #include <type_traits>
+#include <utility>
 
 #include "core/cuda_check.h"
 #include "core/error.h"
@@ -32,19 +34,28 @@ template <class T>
 constexpr TmaElem tma_elem() {
   return std::is_same_v<T, __nv_bfloat16> ? TmaElem::bf16 : TmaElem::fp16;
 }
+// Packed sequences map as one batch of all their rows (See Note [Packed sequences] in flash_varlen.cuh).
 template <class T, int D>
 TmaTensor query_map(const TensorRef& t, const FlashShape& s, int box_rows) {
+  if (s.cu_seqlens_q) return make_tma_tensor(t, tma_elem<T>(), 1, s.heads_q, s.total_q, D, box_rows);
   return make_tma_tensor(t, tma_elem<T>(), s.batch, s.heads_q, s.len_q, D, box_rows);
 }
 template <class T, int D>
 TmaTensor key_map(const TensorRef& t, const FlashShape& s, int box_rows) {
+  if (s.cu_seqlens_k) return make_tma_tensor(t, tma_elem<T>(), 1, s.heads_kv, s.total_k, D, box_rows);
   return make_tma_tensor(t, tma_elem<T>(), s.batch, s.heads_kv, s.len_k, D, box_rows);
 }
 // The fp32 dq_accum (B, Hq, len_q_pad, D) for reductions of (box_rows, 32-float) boxes; rows past len_q are
-// outside the map, so TMA never adds into them.
+// outside the map, so TMA never adds into them. Packed sequences: (Hq, scratch_head_rows, D), whose rows
+// past a sequence's end are its own padding rows, never read.
 template <int D>
 TmaTensor dq_accum_map(const FlashBwdParams& p, int box_rows) {
   const FlashShape& s = p.shape;
+  if (s.cu_seqlens_q) {
+    const std::int64_t head_stride = p.scratch_head_rows * D;
+    const TensorRef accum{p.dq_accum, 0, head_stride, D};
+    return make_tma_tensor(accum, TmaElem::fp32, 1, s.heads_q, static_cast<int>(p.scratch_head_rows), D, box_rows);
+  }
   const std::int64_t head_stride = static_cast<std::int64_t>(p.len_q_pad) * D;
   const TensorRef accum{p.dq_accum, head_stride * s.heads_q, head_stride, D};
   return make_tma_tensor(accum, TmaElem::fp32, s.batch, s.heads_q, s.len_q, D, box_rows);
@@ -71,21 +82,44 @@ void convert_dq_accum(const FlashBwdParams& p, cudaStream_t stream) {
                  kConvertThreads, 0, stream, p);
 }
 
+// The Hopper forward of schedule kVariant (0: the tile table's; see kSm90FwdCandidates128).
+template <class T, int D, int kVariant = 0>
+void run_flash_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) {
+  const FlashShape& s = p.shape;
+  using Tr = sm90::FwdTraits<T, D, kVariant>;
+  const dim3 grid(static_cast<unsigned>(p.blocks));
+  sm90::FwdTmaMaps maps;
+  maps.q = detail::query_map<T, D>(p.q, s, Tr::kBlockM);
+  maps.k = detail::key_map<T, D>(p.k, s, Tr::kBlockN);
+  maps.v = detail::key_map<T, D>(p.v, s, Tr::kBlockN);
+  auto run = [&](auto kernel) { detail::launch(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, p, maps); };
+  if (s.has_mask)
+    run(sm90::flash_fwd_sm90_kernel<T, D, true, kVariant>);
+  else
+    run(sm90::flash_fwd_sm90_kernel<T, D, false, kVariant>);
+}
+
+// Calls fn(std::integral_constant<int, v>{}) for v = variant, one of 1..kCount.
+template <int kCount, class Fn>
+void with_candidate(int variant, Fn&& fn) {
+  [&]<int... kI>(std::integer_sequence<int, kI...>) {
+    ((variant == kI + 1 ? fn(std::integral_constant<int, kI + 1>{}) : void()), ...);
+  }(std::make_integer_sequence<int, kCount>{});
+}
+
 template <class T, int D>
 void run_flash_fwd(const FlashFwdParams& p, cudaStream_t stream) {
   const FlashShape& s = p.shape;
-  if constexpr (has_sm90_kernels(sizeof(T), D)) {
+  if constexpr (has_sm90_forward(sizeof(T), D)) {
     if (s.sm90) {
-      using Tr = sm90::FwdTraits<T, D>;
-      const dim3 grid(static_cast<unsigned>(p.blocks));
-      sm90::FwdTmaMaps maps;
-      maps.q = detail::query_map<T, D>(p.q, s, Tr::kBlockM);
-      maps.k = detail::key_map<T, D>(p.k, s, Tr::kBlockN);
-      maps.v = detail::key_map<T, D>(p.v, s, Tr::kBlockN);
-      if (s.has_mask)
-        detail::launch(sm90::flash_fwd_sm90_kernel<T, D, true>, grid, Tr::kThreads, Tr::kSmemBytes, stream, p, maps);
-      else
-        detail::launch(sm90::flash_fwd_sm90_kernel<T, D, false>, grid, Tr::kThreads, Tr::kSmemBytes, stream, p, maps);
+      if constexpr (std::is_same_v<T, __nv_bfloat16> && D == 128) {
+        if (p.variant != 0) {
+          with_candidate<kSm90FwdCandidates>(
+              p.variant, [&](auto v) { run_flash_fwd_sm90_candidate<decltype(v)::value>(p, stream); });
+          return;
+        }
+      }
+      run_flash_fwd_sm90<T, D>(p, stream);
       return;
     }
   }
@@ -109,24 +143,31 @@ sm90::BwdTmaMaps bwd_tma_maps(const FlashBwdParams& p, int query_box, int key_bo
 }
 
 // The Hopper backward after the pre-pass: the kernel accumulating dQ (its additions ordered in the
-// deterministic mode), then the convert kernel.
-template <class T, int D>
+// deterministic mode) of schedule kVariant (0: the tile table's; see kSm90BwdCandidates128), then the
+// convert kernel.
+template <class T, int D, int kVariant = 0>
 void run_flash_bwd_sm90(const FlashBwdParams& p, cudaStream_t stream) {
   const FlashShape& s = p.shape;
-  using Tr = sm90::BwdKvTraits<T, D>;
+  using Tr = sm90::BwdKvTraits<T, D, kVariant>;
   sm90::BwdTmaMaps maps = bwd_tma_maps<T, D>(p, Tr::kBlockM, Tr::kBlockN);
   maps.dq_accum = detail::dq_accum_map<D>(p, sm90::kDqBoxRows);
+  // Packed sequences: y over every sequence's key tiles, x and z over the kv heads (See Note [Packed-sequence
+  // tiles] in flash_sm90_scheduler.cuh).
   const dim3 grid =
-      sm90::section_grid(detail::tile_grid(p.dkdv_section_heads, s.len_k, Tr::kBlockN), s.batch * s.heads_kv);
+      s.cu_seqlens_k
+          ? sm90::section_grid(dim3(static_cast<unsigned>(p.dkdv_section_heads),
+                                    static_cast<unsigned>(p.varlen_grid_key_tiles)),
+                               s.heads_kv)
+          : sm90::section_grid(detail::tile_grid(p.dkdv_section_heads, s.len_k, Tr::kBlockN), s.batch * s.heads_kv);
   auto run = [&](auto kernel) { detail::launch(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, p, maps); };
   if (s.has_mask && p.deterministic)
-    run(sm90::flash_bwd_sm90_kernel<T, D, true, true>);
+    run(sm90::flash_bwd_sm90_kernel<T, D, true, true, kVariant>);
   else if (s.has_mask)
-    run(sm90::flash_bwd_sm90_kernel<T, D, true, false>);
+    run(sm90::flash_bwd_sm90_kernel<T, D, true, false, kVariant>);
   else if (p.deterministic)
-    run(sm90::flash_bwd_sm90_kernel<T, D, false, true>);
+    run(sm90::flash_bwd_sm90_kernel<T, D, false, true, kVariant>);
   else
-    run(sm90::flash_bwd_sm90_kernel<T, D, false, false>);
+    run(sm90::flash_bwd_sm90_kernel<T, D, false, false, kVariant>);
   convert_dq_accum<T, D>(p, stream);
 }
 
@@ -137,8 +178,15 @@ void run_flash_bwd(const FlashBwdParams& p, cudaStream_t stream) {
                  kPreThreads, 0, stream, p);
   if (p.sinks) run_flash_bwd_sink(p, stream);
 
-  if constexpr (has_sm90_kernels(sizeof(T), D)) {
+  if constexpr (has_sm90_backward(sizeof(T), D)) {
     if (s.sm90) {
+      if constexpr (std::is_same_v<T, __nv_bfloat16> && D == 128) {
+        if (p.variant != 0) {
+          with_candidate<kSm90BwdCandidates>(
+              p.variant, [&](auto v) { run_flash_bwd_sm90_candidate<decltype(v)::value>(p, stream); });
+          return;
+        }
+      }
       run_flash_bwd_sm90<T, D>(p, stream);
       return;
     }

@@ -51,8 +51,9 @@ struct QueryRange {
   std::int64_t begin = 0, end = 0;
 };
 
-template <bool kHasMask>
-__device__ __forceinline__ QueryRange key_queries(std::int64_t j, const FlashShape& s) {
+// Shape: FlashShape, or any type with its len_q, len_k, window_left, window_right and sink_tokens (SeqShapeRef).
+template <bool kHasMask, class Shape>
+__device__ __forceinline__ QueryRange key_queries(std::int64_t j, const Shape& s) {
   if (j >= s.len_k) return {0, 0};
   if constexpr (!kHasMask) {
     return {0, s.len_q};
@@ -72,8 +73,8 @@ struct TileSpan {
   int first = 0, count = 0;
   __device__ bool contains(int tile) const { return tile >= first && tile < first + count; }
 };
-template <bool kHasMask, int BN, int BM>
-__device__ __forceinline__ TileSpan key_tile_queries(int n0, const FlashShape& s) {
+template <bool kHasMask, int BN, int BM, class Shape>
+__device__ __forceinline__ TileSpan key_tile_queries(int n0, const Shape& s) {
   const int key_last = min(n0 + BN, s.len_k) - 1;
   const std::int64_t q_begin = key_queries<kHasMask>(n0, s).begin;
   const std::int64_t q_end = n0 < s.sink_tokens ? s.len_q : key_queries<kHasMask>(key_last, s).end;

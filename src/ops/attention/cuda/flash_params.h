@@ -27,6 +27,11 @@ struct FlashShape {
   float scale_log2 = 0;     // scale * log2(e): scores go straight into exp2
   bool vec16 = false;       // every tile operand allows 16-byte accesses (else element-wise copies)
   bool sm90 = false;        // run the Hopper kernels (flash_*_sm90_kernel.cuh; chosen by flash_api.cu)
+  // Packed sequences (varlen), null for dense calls: (batch + 1) int32 cumulative lengths on the device;
+  // len_q / len_k then hold the largest lengths. See Note [Packed sequences] (flash_varlen.cuh).
+  const int* cu_seqlens_q = nullptr;
+  const int* cu_seqlens_k = nullptr;
+  int total_q = 0, total_k = 0;  // packed rows (the Hopper kernels' TMA maps)
 };
 
 struct FlashFwdParams {
@@ -42,6 +47,11 @@ struct FlashFwdParams {
   int section_heads = 1;
   int blocks = 0;
   int* tile_counter = nullptr;
+  // The Hopper kernel's schedule: 0 the tile table's, v >= 1 candidate v (force_flash_forward_variant).
+  int variant = 0;
+  // Packed sequences on Hopper: (batch + 1) prefix of the sequences' query tiles. See Note [Packed-sequence
+  // tiles] (flash_sm90_scheduler.cuh).
+  const int* varlen_tiles = nullptr;
 };
 
 struct FlashBwdParams {
@@ -73,6 +83,14 @@ struct FlashBwdParams {
   // Launch geometry of the Hopper kernel: the grid heads (batch x kv head) whose tiles are launched
   // together (See Note [L2 head sections] in flash_sm90_scheduler.cuh).
   int dkdv_section_heads = 1;
+  // The Hopper kernel's schedule: 0 the tile table's, v >= 1 candidate v (force_flash_backward_variant).
+  int variant = 0;
+  // Packed sequences: scratch rows per query head (varlen_scratch_rows; See Note [Packed sequences]).
+  std::int64_t scratch_head_rows = 0;
+  // Packed sequences on Hopper: (batch + 1) prefix of the sequences' key tiles, and the grid's key tiles
+  // (at least its last entry). See Note [Packed-sequence tiles] (flash_sm90_scheduler.cuh).
+  const int* varlen_key_tiles = nullptr;
+  int varlen_grid_key_tiles = 0;
 };
 
 }  // namespace ft::flash

@@ -204,13 +204,21 @@ __device__ __forceinline__ void gemm_ss_kmajor(float (&d)[N / 8][4], const T* a,
 
 // d (64 x N) += A B with A = K_ROWS / 16 register fragments (k steps over B's rows) and B the sw128 tile
 // `b` (K_ROWS, N) read N-major: K runs over its rows, N over its panels, panel_bytes apart (by default
-// the tile's own panels, one after the other).
+// the tile's own panels, one after the other). N over 128 runs as products of 128 columns (two panels).
 template <class T, int N, int K_ROWS>
 __device__ __forceinline__ void gemm_rs_nmajor(float (&d)[N / 8][4], const std::uint32_t (&a)[K_ROWS / 16][4],
                                                const T* b, std::uint32_t panel_bytes = K_ROWS * kPanelRowBytes) {
+  constexpr int kChunk = N > 128 ? 128 : N;  // columns per wgmma
+  static_assert(N % kChunk == 0, "gemm_rs_nmajor: N over 128 must be a multiple of 128");
   const std::uint64_t b0 = sw128_desc(b, panel_bytes);
 #pragma unroll
-  for (int kk = 0; kk < K_ROWS / 16; ++kk) wgmma_rs<T, N, 1>(d, a[kk], desc_advance(b0, kk * kPanelRowBytes * 16));
+  for (int c = 0; c < N / kChunk; ++c) {
+    float(&dc)[kChunk / 8][4] = *reinterpret_cast<float(*)[kChunk / 8][4]>(&d[c * kChunk / 8]);
+    const std::uint32_t chunk_bytes = c * (kChunk / kPanel) * panel_bytes;
+#pragma unroll
+    for (int kk = 0; kk < K_ROWS / 16; ++kk)
+      wgmma_rs<T, kChunk, 1>(dc, a[kk], desc_advance(b0, chunk_bytes + kk * kPanelRowBytes * 16));
+  }
 }
 
 // d (64 x N) = A B with A = `a`^T, `a` a one-panel sw128 tile (K_ROWS, 64) read M-major (K runs over its

@@ -11,6 +11,7 @@
 
 #include "ops/attention/cuda/flash_mask.cuh"
 #include "ops/attention/cuda/flash_params.h"
+#include "ops/attention/cuda/flash_varlen.cuh"
 
 namespace ft::flash {
 
@@ -67,6 +68,15 @@ static_assert(section_heads_for(100, 12) == 12 && section_heads_for(0, 12) == 1 
 // not on the device or the launch sections, so the gradients do not either; force_flash_ascending_heads
 // (tests) forces one. Measurements: docs/perf-notes.md#ordered-dq-additions.
 
+// Note [Sink tokens and the addition order]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Sink tokens make the key tiles that hold them visit every query tile: their blocks run Nq / BM steps
+// where a window's run about (window + BN) / BM. In an ascending head they add first and take their
+// query tiles last first, so every other block of the head waits, on the SM it holds, until their sweep
+// comes down to its tiles. With Sm90BwdTiles::sinks_descend every head descends when there are sink
+// tokens: the sink tiles add last and launch last, and their long loops run beside the next launch
+// sections' blocks; only the grid's last section ends on them.
+
 // How many of the last grid heads launch and add first key tile first, given the heads and their key
 // tiles: a quarter of them, none in a grid of fewer than 1024 blocks whose heads have fewer than 64 key
 // tiles, where the blocks of those heads start nearly together and waiting on each other costs more than
@@ -105,7 +115,9 @@ struct FwdTileOrder {
         q_tiles((p.shape.len_q + block_m - 1) / block_m) {}
   __device__ int count() const { return grid_heads * q_tiles; }
   // Tile `tile` (< count()) -> its grid head bh and query tile y (y = 0 holds the last rows).
-  __device__ void at(int tile, int& bh, int& y) const {
+  __device__ void at(int tile, int& bh, int& y) const { section_tile(tile, grid_heads, section_heads, q_tiles, bh, y); }
+  // Tile `tile` of grid_heads heads of q_tiles query tiles each, in launch sections of section_heads heads.
+  __device__ static void section_tile(int tile, int grid_heads, int section_heads, int q_tiles, int& bh, int& y) {
     const int per_section = section_heads * q_tiles;
     const int section = tile / per_section, in_section = tile - section * per_section;
     const int heads = min(section_heads, grid_heads - section * section_heads);
@@ -113,6 +125,89 @@ struct FwdTileOrder {
     bh = section * section_heads + (in_section - y * heads);
   }
 };
+
+// Note [Packed-sequence tiles]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Over packed sequences (Note [Packed sequences] in flash_varlen.cuh) the Hopper kernels schedule tiles
+// sequence by sequence: no block is spent on a padded maximum and no tile spans two sequences. A prefix
+// over the sequences' tile counts (varlen_tile_offsets, FlashFwdParams::varlen_tiles and FlashBwdParams::
+// varlen_key_tiles, computed on the device before the launch) numbers every tile of every sequence once;
+// sequence_of finds a tile's sequence by binary search.
+// - Forward: the persistent blocks' tiles are numbered sequence after sequence (Hq times the sequence's
+//   query tiles each), and within a sequence in the dense order (FwdTileOrder over its query heads). The
+//   producer decodes each claimed tile (decode_fwd_tile) and hands the sequence's rows and lengths to the
+//   consumers with the tile (FwdTile in shared memory).
+// - Backward: the grid's y enumerates the key tiles of every sequence, sequence after sequence, with the
+//   kv heads in x and z as for dense calls (Note [L2 head sections]). A (sequence, kv head)'s blocks then
+//   launch in y order, which is the order of its dQ additions (Note [Ordered dQ additions]): last key tile
+//   first, or first first for the ascending heads.
+
+// The sequence holding item `index` (< offsets[batch]) of a prefix `offsets` (batch + 1 entries,
+// non-decreasing, offsets[0] = 0): the last b with offsets[b] <= index (which skips empty sequences).
+__device__ __forceinline__ int sequence_of(const int* offsets, int batch, int index) {
+  int lo = 0, hi = batch;  // offsets[lo] <= index < offsets[hi]
+  while (hi - lo > 1) {
+    const int mid = (lo + hi) / 2;
+    if (offsets[mid] <= index)
+      lo = mid;
+    else
+      hi = mid;
+  }
+  return lo;
+}
+
+// A forward tile as the producer hands it to the consumers: batch entry b (< 0: none left), query head h,
+// query tile y, and its sequence's first rows and lengths (the call's for dense calls).
+struct FwdTile {
+  int b = -1, h = 0, y = 0, q0 = 0, k0 = 0, len_q = 0, len_k = 0;
+};
+inline constexpr int kFwdTileInts = 7, kFwdTileWords = 4;  // FwdTile in shared memory: ints, 8-byte words
+static_assert(sizeof(FwdTile) == kFwdTileInts * sizeof(int) && kFwdTileInts <= 2 * kFwdTileWords);
+
+__device__ __forceinline__ void publish_tile(volatile int* slot, const FwdTile& tile) {
+  const int v[kFwdTileInts] = {tile.b, tile.h, tile.y, tile.q0, tile.k0, tile.len_q, tile.len_k};
+#pragma unroll
+  for (int i = 0; i < kFwdTileInts; ++i) slot[i] = v[i];
+}
+// A published FwdTile, read field by field where it is used (each read a load from shared memory).
+struct FwdTileSlot {
+  const volatile int* w;
+  __device__ int b() const { return w[0]; }
+  __device__ int h() const { return w[1]; }
+  __device__ int y() const { return w[2]; }
+  __device__ int q0() const { return w[3]; }
+  __device__ int k0() const { return w[4]; }
+  __device__ int len_q() const { return w[5]; }
+  __device__ int len_k() const { return w[6]; }
+};
+
+// Tile `tile` (FwdTileOrder numbers, or Note [Packed-sequence tiles]'s) of a forward of block_m-row query
+// tiles; b < 0 when it is past the last tile.
+__device__ __forceinline__ FwdTile decode_fwd_tile(const FlashFwdParams& p, int block_m, int tile) {
+  const FlashShape& s = p.shape;
+  FwdTile out;
+  int bh = 0;
+  if (!s.cu_seqlens_q) {
+    const FwdTileOrder order(p, block_m);
+    if (tile >= order.count()) return out;
+    order.at(tile, bh, out.y);
+    out.b = bh / s.heads_q;
+    out.h = bh % s.heads_q;
+    out.len_q = s.len_q;
+    out.len_k = s.len_k;
+    return out;
+  }
+  if (tile >= s.heads_q * p.varlen_tiles[s.batch]) return out;
+  const int b = sequence_of(p.varlen_tiles, s.batch, tile / s.heads_q);
+  const int base = p.varlen_tiles[b], q_tiles = p.varlen_tiles[b + 1] - base;
+  FwdTileOrder::section_tile(tile - s.heads_q * base, s.heads_q, p.section_heads, q_tiles, out.h, out.y);
+  out.b = b;
+  out.q0 = s.cu_seqlens_q[b];
+  out.k0 = s.cu_seqlens_k[b];
+  out.len_q = s.cu_seqlens_q[b + 1] - out.q0;
+  out.len_k = s.cu_seqlens_k[b + 1] - out.k0;
+  return out;
+}
 
 // A persistent forward block's first tile, and the tile of its next claim on the counter (FwdTileOrder
 // numbers; count() or more: none left). See Note [Persistent forward tiles].
@@ -135,12 +230,70 @@ __device__ __forceinline__ int section_head(int grid_heads) {
   return bh < grid_heads ? bh : -1;
 }
 
+// A backward block's work: batch entry b (< 0: none, the block returns at once), kv head hk, key tile
+// n_block of the sequence's n_tiles, and whether its head adds ascending (See Note [Ordered dQ additions]).
+struct BwdBlock {
+  int b, hk, n_block, n_tiles;
+  bool ascending;
+};
+
+// The block of a section_grid: dense calls' y is the key tile of grid head (batch x kv head) bh; packed
+// sequences' y enumerates every sequence's key tiles, the grid heads being the kv heads (See Note
+// [Packed-sequence tiles]). `ordered`: the additions are ordered (all but the last ascending_heads heads
+// descend). One return, every field set: the block keeps them in registers.
+__device__ __forceinline__ BwdBlock bwd_block(const FlashBwdParams& p, bool ordered) {
+  const FlashShape& s = p.shape;
+  const bool packed = s.cu_seqlens_k != nullptr;
+  const int grid_heads = packed ? s.heads_kv : s.batch * s.heads_kv;
+  const int bh = section_head(grid_heads), y = static_cast<int>(blockIdx.y);
+  const bool ascending = !ordered || bh >= grid_heads - p.ascending_heads;
+  int b = bh < 0 ? -1 : bh / s.heads_kv, hk = bh % s.heads_kv, first = 0, n_tiles = static_cast<int>(gridDim.y);
+  if (packed && bh >= 0) {
+    hk = bh;
+    if (y < p.varlen_key_tiles[s.batch]) {
+      b = sequence_of(p.varlen_key_tiles, s.batch, y);
+      first = p.varlen_key_tiles[b];
+      n_tiles = p.varlen_key_tiles[b + 1] - first;
+    } else {
+      b = -1;
+    }
+  }
+  const int n_local = y - first;
+  return BwdBlock{b, hk, ascending ? n_local : n_tiles - 1 - n_local, n_tiles, ascending};
+}
+
+// A backward block's sequence in shared memory, written once by thread 0 before the block's barrier and read
+// where it is used, not held in registers (the producer warpgroup's warps keep 24): its first rows, lengths,
+// key tiles, first dq_accum row, batch coordinate in the TMA maps and first dq_order counter (the call's
+// lengths and rows 0 for dense calls).
+struct BwdSeqSlot {
+  volatile int* w;
+  __device__ void publish(int q0, int k0, int len_q, int len_k, int n_tiles, int dq_row0, int map_batch,
+                          int counter0) const {
+    w[0] = q0, w[1] = k0, w[2] = len_q, w[3] = len_k, w[4] = n_tiles, w[5] = dq_row0, w[6] = map_batch;
+    w[7] = counter0;
+  }
+  __device__ int q0() const { return w[0]; }
+  __device__ int k0() const { return w[1]; }
+  __device__ int len_q() const { return w[2]; }
+  __device__ int len_k() const { return w[3]; }
+  __device__ int n_tiles() const { return w[4]; }
+  __device__ int dq_row0() const { return w[5]; }
+  __device__ int map_batch() const { return w[6]; }
+  __device__ int counter0() const { return w[7]; }
+  // The sequence's shape for the mask helpers, every field read where it is used (SeqShapeRef).
+  __device__ SeqShapeRef shape(const FlashShape& s) const {
+    return SeqShapeRef{w[2], w[3], s.window_left, s.window_right, s.sink_tokens};
+  }
+};
+inline constexpr int kBwdSeqWords = 4;  // BwdSeqSlot's 8 ints in 8-byte words
+
 // How many key tiles add into query tile `tile` before key tile n_block (of n_tiles) does, i.e. visit it
 // and come earlier in the head's order: lower key tiles when `ascending`, else higher ones. A count of 0
 // makes n_block the first, which stores its piece. Every lane of the warp calls it and gets the count.
 // See Note [Ordered dQ additions].
-template <bool kHasMask, int BN, int BM>
-__device__ __forceinline__ int key_tiles_before(int n_block, int n_tiles, bool ascending, int tile, const FlashShape& s,
+template <bool kHasMask, int BN, int BM, class Shape>
+__device__ __forceinline__ int key_tiles_before(int n_block, int n_tiles, bool ascending, int tile, const Shape& s,
                                                 int lane) {
   const int first = ascending ? 0 : n_block + 1, end = ascending ? n_block : n_tiles;
   int count = 0;

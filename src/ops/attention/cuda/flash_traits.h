@@ -136,10 +136,20 @@ inline constexpr FlashTiles kTiles32[] = {
 };
 
 // ---- Hopper (sm_90a) kernels: flash_fwd_sm90_kernel.cuh, flash_bwd_sm90_kernel.cuh ----
-// 16-bit inputs, head dims 64 and 128. Each consumer warpgroup (4 warps) owns 64 rows of its kernel's
-// row tile, so the row tile is 64 * consumers; one more warpgroup issues the TMA copies. Tiles are
-// 128-byte-swizzled (no padding). Registers bound the tiles: an accumulator of 64 x n takes n / 2 floats
-// per thread, and 1 block per SM leaves 65536 / threads registers to each thread.
+// 16-bit inputs, head dims 64, 80, 96, 128 and 256 (the backward: all but 256). Each consumer warpgroup
+// (4 warps) owns 64 rows of its kernel's row tile, so the row tile is 64 * consumers; one more warpgroup
+// issues the TMA copies. Tiles are 128-byte-swizzled panels of 64 columns (no padding), so head dims 80
+// and 96 run the d=128 tiles over zero columns: see Note [Padded head dims]. Registers bound the tiles:
+// an accumulator of 64 x n takes n / 2 floats per thread, and 1 block per SM leaves 65536 / threads
+// registers to each thread.
+
+// Note [Padded head dims]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// A head dim that is not a multiple of 64 (80, 96) fills its last 64-column panel in part: TMA copies the
+// whole box and fills the columns past D with zeros, so the shared tiles and the accumulators have
+// sm90_smem_dim(D) columns, the products over D (S = Q K^T, dP = dO V^T) stop after D / 16 k steps, and
+// the products into D columns (O, dK, dV, dQ) run over the padded width, their last columns zero and
+// never stored. The d=128 tile row serves both.
 
 // The forward kernel: 64 * consumers query rows per tile.
 struct Sm90FwdTiles {
@@ -155,34 +165,104 @@ struct Sm90FwdTiles {
   // d=64 only: the tensor cores sum the rows of P (O += P V over 8 more columns, a panel of ones) instead
   // of a floating-point add per score. See Note [Tensor-core row sums] (flash_fwd_sm90_kernel.cuh).
   bool tensor_row_sums;
+  // Registers the producer warpgroup keeps after setmaxnreg (a multiple of 8); the consumers take the rest
+  // (consumer_registers, flash_sm90_pipeline.cuh).
+  int producer_regs = 24;
 };
 // The backward kernel (dK, dV and the fused dQ): 64 * consumers keys per block.
 struct Sm90BwdTiles {
   int consumers;  // consumer warpgroups
   int block_m;    // query rows per step
   int stages;     // Q/dO ring buffers, beside the dS^T and fp32 dQ staging tiles of the fused dQ
+  // The two consumer warpgroups take turns issuing their products, so that one's softmax runs while the
+  // other's products hold the tensor cores. See Note [Backward ping-pong] (flash_bwd_sm90_kernel.cuh).
+  bool ping_pong = false;
+  // Two fp32 dQ staging buffers per warpgroup (by step parity) instead of one: a warpgroup stages step
+  // it's dQ piece once step it - 2's has been read, not step it - 1's.
+  bool dq_double_buffer = false;
+  // With ordered dQ additions: the steps run query tile by query tile, each over the GQA group's heads,
+  // instead of head by head. See Note [Tile-major steps] (flash_bwd_sm90_kernel.cuh).
+  bool tile_major_steps = false;
+  // Registers the producer warpgroup (the copies and, with ordered additions, the dQ writers) keeps after
+  // setmaxnreg; the consumers take the rest.
+  int producer_regs = 24;
+  // With sink tokens and ordered dQ additions, every head descends (no ascending heads). See Note [Sink
+  // tokens and the addition order] (flash_sm90_scheduler.cuh).
+  bool sinks_descend = false;
 };
 struct FlashSm90Tiles {
   Sm90FwdTiles fwd;
   Sm90BwdTiles bwd;
 };
-// Rows for d=64 and d=128. A third backward buffer does not fit at d=64 (the dS^T and dQ staging take
-// 96 KB).
+// Rows for d=64 and d=128 (and 80, 96). A third backward buffer does not fit at d=64 (the dS^T and dQ
+// staging take 96 KB).
 inline constexpr FlashSm90Tiles kSm90Tiles[] = {
     // d=64
     {.fwd = {.consumers = 3, .block_n = 128, .stages = 2,
              .overlap = false, .ping_pong = false, .tensor_row_sums = true},
      .bwd = {.consumers = 2, .block_m = 128, .stages = 2}},
-    // d=128
+    // d=128 (and 80, 96)
     {.fwd = {.consumers = 2, .block_n = 128, .stages = 3,
              .overlap = true, .ping_pong = true, .tensor_row_sums = false},
      .bwd = {.consumers = 2, .block_m = 64, .stages = 2}},
 };
 constexpr FlashSm90Tiles flash_sm90_tiles(int d) { return d == 64 ? kSm90Tiles[0] : kSm90Tiles[1]; }
+// d=256, the forward only (its backward runs on sm80: dK and dV of a warpgroup's 64 keys would take 256
+// floats per thread). O takes 128 floats per thread, so keys come in tiles of 64 (S and P of the next
+// tile beside O), and two K/V buffers beside Q take 192 KB of shared memory.
+inline constexpr Sm90FwdTiles kSm90FwdTiles256 = {.consumers = 2, .block_n = 64, .stages = 2,
+                                                  .overlap = true, .ping_pong = true, .tensor_row_sums = false};
+
+// Candidate schedules of the d=128 kernels (bf16), run instead of the table's rows when a call asks for
+// variant v >= 1 (force_flash_forward_variant / force_flash_backward_variant, attention_impls.h), so that
+// one GPU run times them all beside the rows; the winner's fields go into the rows, the others away. A
+// producer of 40 registers (consumers 232) is the least that spills none.
+inline constexpr Sm90FwdTiles kSm90FwdCandidates128[] = {
+    // 1: no ping-pong
+    {.consumers = 2, .block_n = 128, .stages = 3, .overlap = true, .ping_pong = false, .tensor_row_sums = false},
+    // 2: a producer of 40 registers
+    {.consumers = 2, .block_n = 128, .stages = 3, .overlap = true, .ping_pong = true, .tensor_row_sums = false,
+     .producer_regs = 40},
+};
+inline constexpr Sm90BwdTiles kSm90BwdCandidates128[] = {
+    // 1: ping-pong
+    {.consumers = 2, .block_m = 64, .stages = 2, .ping_pong = true},
+    // 2: double-buffered dQ staging
+    {.consumers = 2, .block_m = 64, .stages = 2, .dq_double_buffer = true},
+    // 3: tile-major steps
+    {.consumers = 2, .block_m = 64, .stages = 2, .tile_major_steps = true},
+    // 4: a producer of 40 registers
+    {.consumers = 2, .block_m = 64, .stages = 2, .producer_regs = 40},
+    // 5: the four above
+    {.consumers = 2, .block_m = 64, .stages = 2, .ping_pong = true, .dq_double_buffer = true,
+     .tile_major_steps = true, .producer_regs = 40},
+    // 6: with sink tokens every head descends
+    {.consumers = 2, .block_m = 64, .stages = 2, .sinks_descend = true},
+};
+inline constexpr int kSm90FwdCandidates = static_cast<int>(sizeof(kSm90FwdCandidates128) / sizeof(Sm90FwdTiles));
+inline constexpr int kSm90BwdCandidates = static_cast<int>(sizeof(kSm90BwdCandidates128) / sizeof(Sm90BwdTiles));
+
+// The forward and backward tiles at head dim d: the table's (variant 0) or a d=128 candidate.
+constexpr Sm90FwdTiles sm90_fwd_tiles(int d, int variant = 0) {
+  return variant > 0 ? kSm90FwdCandidates128[variant - 1] : d == 256 ? kSm90FwdTiles256 : flash_sm90_tiles(d).fwd;
+}
+constexpr Sm90BwdTiles sm90_bwd_tiles(int d, int variant = 0) {
+  return variant > 0 ? kSm90BwdCandidates128[variant - 1] : flash_sm90_tiles(d).bwd;
+}
+// Columns of the Hopper kernels' shared tiles and accumulators for head dim d: whole 64-column panels.
+// See Note [Padded head dims].
+constexpr int sm90_smem_dim(int d) { return (d + 63) / 64 * 64; }
 // Query rows per tile of the Hopper forward and keys per block of its backward: 64 per consumer warpgroup.
-constexpr int sm90_fwd_block_m(int d) { return 64 * flash_sm90_tiles(d).fwd.consumers; }
+constexpr int sm90_fwd_block_m(int d) { return 64 * sm90_fwd_tiles(d).consumers; }
 constexpr int sm90_bwd_block_n(int d) { return 64 * flash_sm90_tiles(d).bwd.consumers; }
-constexpr bool has_sm90_kernels(int elem_bytes, int d) { return elem_bytes == 2 && (d == 64 || d == 128); }
+// Whether the Hopper kernels run inputs of elem_bytes bytes at head dim d: the forward, or the backward.
+constexpr bool has_sm90_forward(int elem_bytes, int d) {
+  return elem_bytes == 2 && (d == 64 || d == 80 || d == 96 || d == 128 || d == 256);
+}
+constexpr bool has_sm90_backward(int elem_bytes, int d) { return has_sm90_forward(elem_bytes, d) && d != 256; }
+// The head dims of has_sm90_forward and has_sm90_backward, for messages.
+inline constexpr const char* kSm90ForwardHeadDims = "64, 80, 96, 128, 256";
+inline constexpr const char* kSm90BackwardHeadDims = "64, 80, 96, 128";
 
 constexpr int head_dim_index(int d) {
   for (int i = 0; i < static_cast<int>(sizeof(kHeadDims) / sizeof(kHeadDims[0])); ++i)
