@@ -1,9 +1,10 @@
 // test_generate_cuda.cpp — KV-cache generation (model/generator.h) on CUDA with the tiny model: every greedy
-// token is the argmax of a full forward without a cache over the tokens so far — at least 90% exactly, every
-// one within a small logit margin of the argmax (cuBLASLt may pick other algorithms for the decode's few rows
-// than for the full forward's, and the flash kernels run fp32 attention on TF32, so near ties may split:
-// margin 1e-3 in fp32, 0.05 in bf16) — for a batch of 3 in a generator sized for 4; seeded sampling is
-// reproducible.
+// token of the graphed decode is the argmax of a full forward without a cache over the tokens so far — at least
+// 90% exactly, every one within a small logit margin of the argmax (cuBLASLt may pick other algorithms for the
+// decode's few rows than for the full forward's, and the flash kernels run fp32 attention on TF32, so near ties
+// may split: margin 1e-3 in fp32, 0.05 in bf16) — for a batch of 3 in a generator sized for 4; the graphed
+// decode gives exactly the tokens of the ungraphed one (greedy and sampled; batch sizes 3 then 1, one graph
+// each; the model's legacy default stream and a stream of its own); seeded sampling is reproducible.
 // Run on a GPU machine: ./build/bin/gpu_test_generate_cuda
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "core/buffer.h"
+#include "core/error.h"
 #include "core/tensor_io.h"
 #include "model/generator.h"
 
@@ -21,7 +23,7 @@ namespace {
 const ModelConfig kTiny = model_config("tiny");  // vocab 97, context 32
 using Rows = std::vector<std::vector<std::int32_t>>;
 
-ModelOptions options(Precision precision, Device device) {
+ModelOptions options(Precision precision, Device device, const Stream& stream = {}) {
   ModelOptions o;
   o.precision = precision;
   o.max_batch = 4;
@@ -30,6 +32,7 @@ ModelOptions options(Precision precision, Device device) {
   o.device = device;
   o.training = false;
   o.loss_chunk = 0;  // the materialised loss: the reference reads the logits
+  o.stream = stream;
   return o;
 }
 
@@ -81,6 +84,31 @@ void expect_greedy_matches_full_forwards(Precision precision, double margin) {
 TEST(GenerateCuda, GreedyEqualsRepeatedFullForwards) {
   expect_greedy_matches_full_forwards(Precision::fp32, 1e-3);
   expect_greedy_matches_full_forwards(Precision::bf16, 0.05);
+}
+
+TEST(GenerateCuda, GraphedEqualsUngraphed) {
+  const Stream own = Stream::create(Device::cuda(0));
+  for (Precision precision : {Precision::fp32, Precision::bf16})
+    for (const Stream* stream : {static_cast<const Stream*>(nullptr), &own}) {
+      SCOPED_TRACE(str(name_of(precision), stream ? " own stream" : " legacy default stream"));
+      TransformerLM model(kTiny, options(precision, Device::cuda(0), stream ? *stream : Stream()));
+      Generator generator(model, 4, kTiny.context_length);
+      for (const Rows& prompts : {Rows{{5, 17, 3, 60}, {90, 1, 44, 44}, {0, 0, 0, 1}}, Rows{{7, 8}}})
+        for (double temperature : {0.0, 0.9}) {
+          GenerationOptions g;
+          g.max_new_tokens = kTiny.context_length - 4;
+          g.sampling = {temperature, 20, 0.95};
+          g.seed = 3;
+          g.cuda_graph = true;
+          const Rows graphed = generator.generate(prompts, g);
+          EXPECT_TRUE(generator.stats().graphed);
+          EXPECT_EQ(generator.stats().decode_steps, g.max_new_tokens - 1);
+          EXPECT_EQ(generator.generate(prompts, g), graphed) << "a replay of the captured graph";
+          g.cuda_graph = false;
+          EXPECT_EQ(generator.generate(prompts, g), graphed) << "temperature " << temperature;
+          EXPECT_FALSE(generator.stats().graphed);
+        }
+    }
 }
 
 TEST(GenerateCuda, SeededSamplingIsReproducible) {

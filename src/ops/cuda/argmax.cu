@@ -1,0 +1,56 @@
+// argmax.cu — one block per row: each thread scans a strided share of the columns keeping the largest value
+// and its lowest index, then a block reduction over (value, index) pairs in a fixed order.
+#include <cstdint>
+
+#include "ops/cuda/common.cuh"
+#include "ops/cuda/decode_ops.h"
+
+namespace ft::gpu {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+struct Best {
+  float value;
+  std::int32_t index;
+};
+
+// The larger value, or the lower index of equal ones.
+__device__ __forceinline__ Best better(Best a, Best b) {
+  return b.value > a.value || (b.value == a.value && b.index < a.index) ? b : a;
+}
+
+__global__ void __launch_bounds__(kThreads)
+    argmax_kernel(std::int32_t* __restrict__ out, const float* __restrict__ logits, std::int64_t cols,
+                  std::int64_t row_stride) {
+  __shared__ Best scratch[kThreads / 32];
+  const float* row = logits + blockIdx.x * row_stride;
+  Best best{-INFINITY, static_cast<std::int32_t>(cols)};
+  for (std::int64_t c = threadIdx.x; c < cols; c += kThreads)
+    best = better(best, Best{row[c], static_cast<std::int32_t>(c)});
+  for (int offset = 16; offset > 0; offset /= 2) {
+    const Best other{__shfl_xor_sync(0xffffffffu, best.value, offset), __shfl_xor_sync(0xffffffffu, best.index, offset)};
+    best = better(best, other);
+  }
+  const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+  if (lane == 0) scratch[warp] = best;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    for (int w = 1; w < kThreads / 32; ++w) best = better(best, scratch[w]);
+    // A row of -inf (or NaN) only: the first column, as std::max_element gives.
+    out[blockIdx.x] = best.index < cols ? best.index : 0;
+  }
+}
+
+}  // namespace
+
+void argmax_rows(std::int32_t* out, const float* logits, std::int64_t rows, std::int64_t cols,
+                 std::int64_t row_stride, Device device, const Stream& stream) {
+  if (rows == 0) return;
+  CudaDeviceGuard guard(device.index);
+  argmax_kernel<<<static_cast<unsigned>(rows), kThreads, 0, cuda_stream(stream)>>>(out, logits, cols, row_stride);
+  FT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace ft::gpu
