@@ -16,6 +16,7 @@
 #include "ops/residual.h"
 #include "ops/rmsnorm.h"
 #include "ops/rope.h"
+#include "ops/skinny_linear.h"
 #include "ops/swiglu.h"
 
 namespace ft {
@@ -64,6 +65,10 @@ Generator::Generator(const TransformerLM& model, std::int64_t max_batch, std::in
   logits_ = OwnedTensor({max_batch, cfg.vocab_size}, DType::f32, dev, "generator logits", stream);
   ids_ = Buffer(static_cast<std::size_t>(R) * sizeof(std::int32_t), dev, "generator ids", stream);
   position_ = Buffer(sizeof(std::int32_t), dev, "generator position", stream);
+  // The fused few-row GEMMs (ops/skinny_linear.h) take bf16 weights starting 16-byte aligned.
+  skinny_ok_ = c == DType::bf16;
+  for (std::size_t i = 0; skinny_ok_ && i < model.layout().size(); ++i)
+    skinny_ok_ = reinterpret_cast<std::uintptr_t>(casts_[i].data()) % 16 == 0;
   // The decode attention's workspace, for the largest any batch size up to max_batch needs.
   for (std::int64_t b = 1; b <= max_batch; ++b)
     attention_workspace_bytes_ = std::max(attention_workspace_bytes_,
@@ -137,6 +142,8 @@ void Generator::prefill_layer(std::int64_t l, std::int64_t B, std::int64_t T) {
 
 void Generator::decode_layer(std::int64_t l, std::int64_t B) {
   NvtxRange range(str("generate decode layer ", l));
+  const bool skinny = skinny_ok_ && skinny_linear_fits(B, model_.config().d_model) &&
+                      skinny_linear_fits(B, model_.config().d_ff);
   const ModelConfig& cfg = model_.config();
   const ModelOptions& mo = model_.options();
   const ParameterLayout& layout = model_.layout();
@@ -150,11 +157,11 @@ void Generator::decode_layer(std::int64_t l, std::int64_t B) {
   const auto index = [&](LayerSlot slot) { return layout.layer_index(l, slot); };
   const Tensor rstd(rstd_.tensor().data(), DType::f32, dev, {B});
 
-  // Attention sub-block: q, k, v of the B new tokens in one GEMM (q_proj, k_proj, v_proj are adjacent).
+  // Attention sub-block: q, k, v of the B new tokens in one GEMM (q_proj, k_proj, v_proj are adjacent), RoPE
+  // at the device position, k and v into the cache.
   const Tensor x = rows(x_, B, d), ln = rows(ln_, B, d), qkv = rows(qkv_, B, 3 * d);
-  rmsnorm_forward(ln, rstd, x, params[index(LayerSlot::ln1)], norm);
   const Tensor w_q = weight(index(LayerSlot::q_proj));
-  linear_forward(qkv, ln, Tensor(w_q.data(), c, dev, {3 * d, d}), lin);
+  const Tensor w_qkv(w_q.data(), c, dev, {3 * d, d});
   const auto part = [&](int which) {  // (B, H, 1, Dh) view of q, k or v in the qkv rows
     return Tensor(static_cast<char*>(qkv.data()) + static_cast<std::size_t>(which * d) * size_of(c), c, dev,
                   {B, H, 1, Dh}, {3 * d, Dh, 3 * d, 1});
@@ -163,7 +170,25 @@ void Generator::decode_layer(std::int64_t l, std::int64_t B) {
   const Shape cache_strides{2 * d, Dh, B * 2 * d, 1};  // (B, H, max_len, Dh) views of the cache
   const Tensor k_cache(cache, c, dev, {B, H, max_len_, Dh}, cache_strides);
   const Tensor v_cache(cache + static_cast<std::size_t>(d) * size_of(c), c, dev, {B, H, max_len_, Dh}, cache_strides);
-  rope_append(part(0), part(1), part(2), k_cache, v_cache, position(), {cfg.rope_theta, 0, stream});
+  if (skinny) {  // RMSNorm, GEMM, RoPE and append in one kernel
+    SkinnyLinearArgs s;
+    s.epilogue = SkinnyEpilogue::rope_append;
+    s.y = Tensor(qkv.data(), c, dev, {B, d}, {3 * d, 1});
+    s.x = x;
+    s.w = w_qkv;
+    s.norm_weight = params[index(LayerSlot::ln1)];
+    s.norm_eps = cfg.norm_eps;
+    s.k_cache = k_cache;
+    s.v_cache = v_cache;
+    s.position = position();
+    s.rope_theta = cfg.rope_theta;
+    s.stream = stream;
+    skinny_linear(s);
+  } else {
+    rmsnorm_forward(ln, rstd, x, params[index(LayerSlot::ln1)], norm);
+    linear_forward(qkv, ln, w_qkv, lin);
+    rope_append(part(0), part(1), part(2), k_cache, v_cache, position(), {cfg.rope_theta, 0, stream});
+  }
   const Tensor o = rows(o_, B, d);
   DecodeAttentionTensors t;
   t.q = part(0);
@@ -176,7 +201,36 @@ void Generator::decode_layer(std::int64_t l, std::int64_t B) {
   DecodeAttentionOptions attention;
   attention.stream = stream;
   decode_attention(t, attention);
-  block_rest(l, B);
+  if (!skinny) return block_rest(l, B);
+
+  // x_mid = x + output_proj(o); x = x_mid + w2(silu(w1 ln2(x_mid)) * w3 ln2(x_mid)): three kernels.
+  const std::int64_t f = cfg.d_ff;
+  const Tensor x_mid = rows(x_mid_, B, d), h = rows(h_, B, f);
+  SkinnyLinearArgs s;
+  s.stream = stream;
+  s.epilogue = SkinnyEpilogue::residual;
+  s.y = x_mid;
+  s.residual = x;
+  s.x = o;
+  s.w = weight(index(LayerSlot::output_proj));
+  skinny_linear(s);
+  s.epilogue = SkinnyEpilogue::swiglu;
+  s.y = h;
+  s.residual = Tensor();
+  s.x = x_mid;
+  s.w = weight(index(LayerSlot::w1));
+  s.w3 = weight(index(LayerSlot::w3));
+  s.norm_weight = params[index(LayerSlot::ln2)];
+  s.norm_eps = cfg.norm_eps;
+  skinny_linear(s);
+  s.epilogue = SkinnyEpilogue::residual;
+  s.y = x;
+  s.residual = x_mid;
+  s.x = h;
+  s.w = weight(index(LayerSlot::w2));
+  s.w3 = Tensor();
+  s.norm_weight = Tensor();
+  skinny_linear(s);
 }
 
 void Generator::block_rest(std::int64_t l, std::int64_t R) {
@@ -206,11 +260,22 @@ void Generator::lm_head(std::int64_t first, std::int64_t B) {
   const Device dev = model_.options().device;
   const std::int64_t d = cfg.d_model, V = cfg.vocab_size;
   const Tensor x_last(static_cast<float*>(x_.tensor().data()) + first * d, DType::f32, dev, {B, d});
+  const Tensor& norm_weight = model_.parameters()[model_.layout().ln_final_index()];
+  const Tensor logits = rows(logits_, B, V), w = weight(model_.layout().lm_head_index());
+  if (skinny_ok_ && skinny_linear_fits(B, d)) {  // the final norm fused into the LM head's GEMM
+    SkinnyLinearArgs s;
+    s.y = logits;
+    s.x = x_last;
+    s.w = w;
+    s.norm_weight = norm_weight;
+    s.norm_eps = cfg.norm_eps;
+    s.stream = stream_;
+    return skinny_linear(s);
+  }
   const Tensor ln = rows(ln_, B, d);
-  rmsnorm_forward(ln, Tensor(rstd_.tensor().data(), DType::f32, dev, {B}), x_last,
-                  model_.parameters()[model_.layout().ln_final_index()], {cfg.norm_eps, stream_});
-  linear_forward(rows(logits_, B, V), ln, weight(model_.layout().lm_head_index()),
-                 {model_.options().allow_tf32, stream_});
+  rmsnorm_forward(ln, Tensor(rstd_.tensor().data(), DType::f32, dev, {B}), x_last, norm_weight,
+                  {cfg.norm_eps, stream_});
+  linear_forward(logits, ln, w, {model_.options().allow_tf32, stream_});
 }
 
 void Generator::prefill(const std::vector<std::int32_t>& ids, std::int64_t B, std::int64_t T) {

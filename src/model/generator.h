@@ -14,6 +14,10 @@
 //   cache's first position + 1 keys (flash-decoding; ops/decode_attention.h), output projection, residual,
 //   RMSNorm, w1 / w3, SwiGLU, w2, residual -> final RMSNorm, LM head -> argmax_rows of the logits into the
 //   ids buffer (ops/argmax.h: greedy's next ids, the next step's input) -> position += 1.
+// In bf16 with at most kSkinnyMaxRows rows, the GEMMs are the fused few-row kernels of ops/skinny_linear.h,
+// which fold the small ops in: a layer is five kernels (RMSNorm + QKV GEMM + RoPE + cache append; attention;
+// output projection + residual; RMSNorm + w1 / w3 + SwiGLU; w2 + residual) and the head one (final RMSNorm +
+// LM head). Larger batches and fp32 run the ops above one by one (cuBLASLt GEMMs).
 // The host then reads the B ids back (greedy: one synchronisation per token), or reads the logits, samples
 // (model/sampling.h) and writes the ids it drew over the argmax's. Without a graph (GenerationOptions::
 // cuda_graph false, and on the CPU) the same work is enqueued at every step, so both give the same tokens
@@ -117,6 +121,7 @@ class Generator {
   Buffer position_;         // (1) int32 in the device's memory: the decode step's position
   Buffer attention_workspace_;  // decode_attention's, zeroed once
   std::size_t attention_workspace_bytes_ = 0;
+  bool skinny_ok_ = false;  // bf16 weights the fused few-row GEMMs take (ops/skinny_linear.h)
   std::map<std::pair<std::int64_t, std::int64_t>, std::unique_ptr<CudaGraph>> graphs_;  // by (B, id limit)
   std::vector<float> host_logits_;
   GenerationStats stats_;

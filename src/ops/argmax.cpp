@@ -9,7 +9,8 @@
 
 namespace ft {
 
-void argmax_rows(std::int32_t* out, const Tensor& logits, std::int64_t limit, const Stream& stream) {
+void argmax_rows(std::int32_t* out, const Tensor& logits, std::int64_t limit,
+                 [[maybe_unused]] const Stream& stream) {
   constexpr const char* op = "argmax_rows";
   ops::check_dtype(op, logits, "logits", {DType::f32});
   FT_CHECK(logits.dim() == 2, op, ": logits must be (rows, cols): expected 2 dims, given ", logits.describe());

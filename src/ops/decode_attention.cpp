@@ -90,14 +90,16 @@ std::int64_t groups_of(std::int64_t heads_q, std::int64_t heads_kv, std::int64_t
 int decode_attention_splits(std::int64_t batch, std::int64_t heads_kv, std::int64_t rows_per_kv_head,
                             std::int64_t capacity, Device device) {
   if (!device.is_cuda()) return 1;
+  std::int64_t sms = 0;
 #if FT_HAS_CUDA
-  const std::int64_t groups = (rows_per_kv_head + kDecodeRowsPerBlock - 1) / kDecodeRowsPerBlock;
-  const std::int64_t blocks = std::max<std::int64_t>(1, batch * heads_kv * groups);
-  const std::int64_t fill = (2 * gpu::multiprocessors(device) + blocks - 1) / blocks;
-  return static_cast<int>(std::clamp<std::int64_t>(std::min(fill, capacity / 32), 1, 64));
+  sms = gpu::multiprocessors(device);
 #else
   ops::no_cuda_build("decode_attention_splits", device);
 #endif
+  const std::int64_t groups = (rows_per_kv_head + kDecodeRowsPerBlock - 1) / kDecodeRowsPerBlock;
+  const std::int64_t blocks = std::max<std::int64_t>(1, batch * heads_kv * groups);
+  const std::int64_t fill = (2 * sms + blocks - 1) / blocks;
+  return static_cast<int>(std::clamp<std::int64_t>(std::min(fill, capacity / 32), 1, 64));
 }
 
 std::size_t decode_attention_workspace_bytes(std::int64_t batch, std::int64_t heads_q, std::int64_t heads_kv,
@@ -149,7 +151,8 @@ void decode_attention(const DecodeAttentionTensors& t, const DecodeAttentionOpti
   attention_forward(a, ao);
 }
 
-void advance_position(std::int32_t* position, std::int32_t by, Device device, const Stream& stream) {
+void advance_position(std::int32_t* position, std::int32_t by, Device device,
+                      [[maybe_unused]] const Stream& stream) {
   FT_CHECK(position != nullptr, "advance_position: the position is required but was not given");
   if (device.is_cuda()) {
 #if FT_HAS_CUDA

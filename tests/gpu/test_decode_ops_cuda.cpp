@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "common/device_pair.h"
 #include "common/expect_close.h"
 #include "core/buffer.h"
 #include "core/error.h"
@@ -30,17 +31,8 @@ namespace {
 const Device kGpu = Device::cuda(0);
 using testing_util::expect_close;
 
-// One tensor on the host and its copy on the GPU holding seeded normals rounded to dtype.
-struct Pair {
-  OwnedTensor cpu, gpu;
-};
-
-Pair pair(const Shape& shape, DType dtype, std::uint64_t seed) {
-  Pair p{OwnedTensor(shape, dtype, Device::cpu(), "test"), OwnedTensor(shape, dtype, kGpu, "test")};
-  fill_normal(p.cpu, seed);
-  copy(p.gpu, p.cpu);
-  return p;
-}
+using Pair = testing_util::DevicePair;
+using testing_util::device_pair;
 
 // One int32 in device memory.
 struct DeviceInt {
@@ -68,10 +60,10 @@ std::string describe(const Case& c) {
 // returns the CUDA output after checking it against the CPU's.
 std::vector<double> check_case(const Case& c, double tol) {
   SCOPED_TRACE(describe(c));
-  const Pair q = pair({c.B, c.Hq, c.Nq, c.D}, c.dtype, 1);
-  const Pair k = pair({c.B, c.capacity, c.Hkv, c.D}, c.dtype, 2);
-  const Pair v = pair({c.B, c.capacity, c.Hkv, c.D}, c.dtype, 3);
-  const Pair sinks = pair({c.Hq}, DType::f32, 4);
+  const Pair q = device_pair({c.B, c.Hq, c.Nq, c.D}, c.dtype, 1);
+  const Pair k = device_pair({c.B, c.capacity, c.Hkv, c.D}, c.dtype, 2);
+  const Pair v = device_pair({c.B, c.capacity, c.Hkv, c.D}, c.dtype, 3);
+  const Pair sinks = device_pair({c.Hq}, DType::f32, 4);
   OwnedTensor o_cpu({c.B, c.Hq, c.Nq, c.D}, c.dtype, Device::cpu(), "test o");
   OwnedTensor o_gpu({c.B, c.Hq, c.Nq, c.D}, c.dtype, kGpu, "test o");
   const auto cache = [](const OwnedTensor& t) { return t->permute({0, 2, 1, 3}); };  // (B, Hkv, capacity, D)
@@ -122,9 +114,9 @@ TEST(DecodeAttentionCuda, MatchesTheCpuOracle) {
 
 TEST(DecodeAttentionCuda, GraphReplayReadsTheLengthFromDeviceMemory) {
   const std::int64_t B = 2, H = 4, D = 64, capacity = 256;
-  const Pair q = pair({B, H, 1, D}, DType::bf16, 5);
-  const Pair k = pair({B, H, capacity, D}, DType::bf16, 6);
-  const Pair v = pair({B, H, capacity, D}, DType::bf16, 7);
+  const Pair q = device_pair({B, H, 1, D}, DType::bf16, 5);
+  const Pair k = device_pair({B, H, capacity, D}, DType::bf16, 6);
+  const Pair v = device_pair({B, H, capacity, D}, DType::bf16, 7);
   OwnedTensor o({B, H, 1, D}, DType::bf16, kGpu, "test o");
   DeviceInt past;
   const std::size_t bytes = decode_attention_workspace_bytes(B, H, H, 1, D, capacity, kGpu);
@@ -148,12 +140,12 @@ TEST(DecodeAttentionCuda, GraphReplayReadsTheLengthFromDeviceMemory) {
 }
 
 TEST(DecodeAttentionCuda, BadCallsAreClearErrors) {
-  const Pair q = pair({1, 3, 1, 64}, DType::f32, 1), k = pair({1, 2, 16, 64}, DType::f32, 2);
+  const Pair q = device_pair({1, 3, 1, 64}, DType::f32, 1), k = device_pair({1, 2, 16, 64}, DType::f32, 2);
   OwnedTensor o({1, 3, 1, 64}, DType::f32, kGpu, "test o");
   DeviceInt past;
   DecodeAttentionTensors t{q.gpu, k.gpu, k.gpu, Tensor(), o, past.data()};
   EXPECT_THROW(decode_attention(t, {}), Error);  // 3 query heads over 2 KV heads
-  const Pair q2 = pair({1, 2, 1, 64}, DType::f32, 1);
+  const Pair q2 = device_pair({1, 2, 1, 64}, DType::f32, 1);
   OwnedTensor o2({1, 2, 1, 64}, DType::f32, kGpu, "test o");
   t.q = q2.gpu;
   t.o = o2;
@@ -164,8 +156,8 @@ TEST(RopeAppendCuda, MatchesTheCpu) {
   for (DType dtype : {DType::f32, DType::bf16}) {
     SCOPED_TRACE(name_of(dtype));
     const std::int64_t B = 3, Hq = 4, Hkv = 2, T = 2, D = 64, capacity = 40;
-    const Pair q = pair({B, Hq, T, D}, dtype, 1), k = pair({B, Hkv, T, D}, dtype, 2), v = pair({B, Hkv, T, D}, dtype, 3);
-    const Pair kc = pair({B, capacity, Hkv, D}, dtype, 4), vc = pair({B, capacity, Hkv, D}, dtype, 5);
+    const Pair q = device_pair({B, Hq, T, D}, dtype, 1), k = device_pair({B, Hkv, T, D}, dtype, 2), v = device_pair({B, Hkv, T, D}, dtype, 3);
+    const Pair kc = device_pair({B, capacity, Hkv, D}, dtype, 4), vc = device_pair({B, capacity, Hkv, D}, dtype, 5);
     const auto cache = [](const OwnedTensor& t) { return t->permute({0, 2, 1, 3}); };
     const std::int32_t at = 27;
     rope_append(q.cpu, k.cpu, v.cpu, cache(kc.cpu), cache(vc.cpu), &at, {500000.0});
@@ -181,7 +173,7 @@ TEST(RopeAppendCuda, MatchesTheCpu) {
 
 TEST(ArgmaxCuda, MatchesTheCpu) {
   const std::int64_t rows = 5, cols = 50257;
-  Pair x = pair({rows, cols}, DType::f32, 9);
+  Pair x = device_pair({rows, cols}, DType::f32, 9);
   std::vector<double> values = read_as_double(x.cpu);
   values[1 * cols + 7] = values[1 * cols + 9000] = 100;  // a tie: the lower index
   values[2 * cols + cols - 1] = 100;                      // the last column

@@ -1,6 +1,6 @@
 // decode_ops.h — internal (CUDA builds only): the launchers of the decode-step kernels (decode_attention.cu,
-// rope.cu's rope_append, argmax.cu), given arguments their public functions (ops/decode_attention.h,
-// ops/rope.h, ops/argmax.h) have validated. Declares no CUDA types.
+// rope.cu's rope_append, skinny_linear.cu, argmax.cu), given arguments their public functions
+// (ops/decode_attention.h, ops/rope.h, ops/skinny_linear.h, ops/argmax.h) have validated. Declares no CUDA types.
 #pragma once
 
 #include <cstddef>
@@ -9,6 +9,7 @@
 #include "core/stream.h"
 #include "core/tensor.h"
 #include "ops/decode_attention.h"
+#include "ops/skinny_linear.h"
 
 #if FT_HAS_CUDA
 
@@ -24,6 +25,9 @@ int multiprocessors(Device device);
 void decode_attention(const DecodeAttentionTensors& t, int splits, double scale, std::int64_t window_left,
                       std::int64_t sink_tokens, const Stream& stream);
 void advance_position(std::int32_t* position, std::int32_t by, Device device, const Stream& stream);
+
+// skinny_linear.cu — see ops/skinny_linear.h; args validated, skinny_linear_fits(M, K).
+void skinny_linear(const SkinnyLinearArgs& args);
 
 // argmax.cu — out (rows) int32 <- the first index of the largest of logits (rows, cols) fp32, row_stride apart.
 void argmax_rows(std::int32_t* out, const float* logits, std::int64_t rows, std::int64_t cols,

@@ -1,0 +1,277 @@
+// skinny_linear.cu — the fused few-row bf16 GEMM of ops/skinny_linear.h. A block of 4 warps first stages x'
+// of the call's rows (rounded up to kM = 1, 2, 4 or 8; extra rows zero) in shared memory as bf16 — normalising
+// fp32 rows on the way when the RMSNorm is fused (sum of squares in double, as rmsnorm_forward) — then each
+// warp streams its two weight rows in 16-byte non-coherent loads, kUnroll chunks in flight per lane, and
+// accumulates kM x 2 fp32 dot products; butterfly reductions leave every sum in every lane, and lane m applies
+// the epilogue to row m.
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "ops/cuda/common.cuh"
+#include "ops/cuda/decode_ops.h"
+
+namespace ft::gpu {
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kWarps = 4;
+constexpr int kThreads = kWarps * 32;
+constexpr int kUnroll = 4;                              // 16-byte weight chunks per lane in flight, per row
+constexpr std::int64_t kDefaultSharedBytes = 48 * 1024;
+
+enum Mode { kStore = 0, kResidual = 1, kSwiglu = 2, kRope = 3 };
+
+struct Args {
+  const void* x;  // (M, K) bf16, or fp32 with norm_w
+  std::int64_t x_stride;
+  const float* norm_w;  // (K) or null
+  float eps;
+  const bf16* w;   // (N, K)
+  const bf16* w3;  // swiglu: (N, K)
+  std::int64_t M, N, K;
+  void* y;
+  std::int64_t y_stride;
+  bool y_f32;
+  const float* res;  // residual: (M, N)
+  std::int64_t res_stride;
+  bf16* kc;  // rope: (M, H, capacity, Dh) caches
+  bf16* vc;
+  std::int64_t kcb, kch, kct, vcb, vch, vct, capacity, Dh, d;
+  const std::int32_t* position;
+  double theta;
+};
+
+__device__ __forceinline__ float dot8(const uint4& w, const uint4& x) {
+  const auto* wp = reinterpret_cast<const __nv_bfloat162*>(&w);
+  const auto* xp = reinterpret_cast<const __nv_bfloat162*>(&x);
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 a = __bfloat1622float2(wp[i]), b = __bfloat1622float2(xp[i]);
+    s = fmaf(a.x, b.x, s);
+    s = fmaf(a.y, b.y, s);
+  }
+  return s;
+}
+
+__device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+// (x0, x1) rotated by the RoPE angle of pair i at `position` (angles as rope.cu's table computes them; the
+// rotation with rope.cu's unfused fp32 products), each rounded to bf16.
+__device__ __forceinline__ void rotate(float x0, float x1, double theta, std::int64_t position, std::int64_t i,
+                                       std::int64_t Dh, bf16* out0, bf16* out1) {
+  const double inv_freq = pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(Dh));
+  double sin_a = 0, cos_a = 0;
+  sincos(static_cast<double>(position) * inv_freq, &sin_a, &cos_a);
+  const float c = static_cast<float>(cos_a), s = static_cast<float>(sin_a);
+  *out0 = __float2bfloat16_rn(__fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s)));
+  *out1 = __float2bfloat16_rn(__fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c)));
+}
+
+// Row m's epilogue for output column n0 (and n1: the second column, == n0 when there is none).
+template <int kMode>
+__device__ __forceinline__ void epilogue(const Args& a, std::int64_t m, std::int64_t n0, std::int64_t n1, float v0,
+                                         float v1) {
+  if constexpr (kMode == kStore) {
+    if (a.y_f32) {
+      float* y = static_cast<float*>(a.y) + m * a.y_stride;
+      y[n0] = v0;
+      if (n1 != n0) y[n1] = v1;
+    } else {
+      bf16* y = static_cast<bf16*>(a.y) + m * a.y_stride;
+      y[n0] = __float2bfloat16_rn(v0);
+      if (n1 != n0) y[n1] = __float2bfloat16_rn(v1);
+    }
+  } else if constexpr (kMode == kResidual) {
+    float* y = static_cast<float*>(a.y) + m * a.y_stride;
+    const float* r = a.res + m * a.res_stride;
+    const float r0 = r[n0], r1 = r[n1];
+    y[n0] = v0 + r0;
+    if (n1 != n0) y[n1] = v1 + r1;
+  } else if constexpr (kMode == kSwiglu) {
+    const float x = round_bf16(v0), b = round_bf16(v1);
+    static_cast<bf16*>(a.y)[m * a.y_stride + n0] = __float2bfloat16_rn(x * (1.0f / (1.0f + expf(-x))) * b);
+  } else {
+    const std::int64_t section = n0 / a.d, c = n0 % a.d, h = c / a.Dh, i = c % a.Dh / 2;
+    const std::int64_t pos = *a.position;
+    if (section == 0) {
+      bf16* y = static_cast<bf16*>(a.y) + m * a.y_stride + c;
+      rotate(round_bf16(v0), round_bf16(v1), a.theta, pos, i, a.Dh, y, y + 1);
+    } else if (pos < a.capacity) {
+      if (section == 1) {
+        bf16* k = a.kc + m * a.kcb + h * a.kch + pos * a.kct + 2 * i;
+        rotate(round_bf16(v0), round_bf16(v1), a.theta, pos, i, a.Dh, k, k + 1);
+      } else {
+        bf16* v = a.vc + m * a.vcb + h * a.vch + pos * a.vct + 2 * i;
+        v[0] = __float2bfloat16_rn(v0);
+        v[1] = __float2bfloat16_rn(v1);
+      }
+    }
+  }
+}
+
+template <int kM, int kMode, bool kNorm>
+__global__ void __launch_bounds__(kThreads) skinny_kernel(Args a) {
+  extern __shared__ __align__(16) unsigned char staged[];
+  __shared__ double scratch[32];
+  bf16* xs = reinterpret_cast<bf16*>(staged);  // (kM, K)
+  const std::int64_t K = a.K;
+
+  // Stage x' of every row.
+#pragma unroll
+  for (int m = 0; m < kM; ++m) {
+    bf16* row = xs + m * K;
+    if (m >= a.M) {
+      for (std::int64_t k = threadIdx.x; k < K; k += kThreads) row[k] = __float2bfloat16_rn(0.f);
+      continue;
+    }
+    if constexpr (kNorm) {
+      const float* xr = static_cast<const float*>(a.x) + m * a.x_stride;
+      double ss = 0;
+      for (std::int64_t k = threadIdx.x; k < K; k += kThreads) ss += static_cast<double>(xr[k]) * xr[k];
+      ss = block_reduce(ss, SumOp{}, scratch);
+      const float s = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(K) + a.eps));
+      for (std::int64_t k = threadIdx.x; k < K; k += kThreads)
+        row[k] = __float2bfloat16_rn(__fmul_rn(__fmul_rn(xr[k], s), a.norm_w[k]));
+    } else {
+      const bf16* xr = static_cast<const bf16*>(a.x) + m * a.x_stride;
+      for (std::int64_t k = threadIdx.x * 8; k < K; k += kThreads * 8)
+        *reinterpret_cast<uint4*>(row + k) = *reinterpret_cast<const uint4*>(xr + k);
+    }
+  }
+  __syncthreads();
+
+  // This warp's two weight rows.
+  const std::int64_t unit = static_cast<std::int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  std::int64_t n0 = 0, n1 = 0;
+  const bf16 *wa = nullptr, *wb = nullptr;
+  if constexpr (kMode == kSwiglu) {
+    n0 = n1 = unit;
+    if (n0 >= a.N) return;
+    wa = a.w + n0 * K;
+    wb = a.w3 + n0 * K;
+  } else {
+    n0 = 2 * unit;
+    if (n0 >= a.N) return;
+    n1 = n0 + 1 < a.N ? n0 + 1 : n0;
+    wa = a.w + n0 * K;
+    wb = a.w + n1 * K;
+  }
+  const int lane = threadIdx.x % 32;
+  float acc0[kM], acc1[kM];
+#pragma unroll
+  for (int m = 0; m < kM; ++m) acc0[m] = acc1[m] = 0.f;
+  for (std::int64_t k0 = lane * 8; k0 < K; k0 += 32 * 8 * kUnroll) {
+    uint4 va[kUnroll], vb[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const std::int64_t k = k0 + u * 32 * 8;
+      va[u] = vb[u] = make_uint4(0, 0, 0, 0);
+      if (k < K) {
+        va[u] = __ldg(reinterpret_cast<const uint4*>(wa + k));
+        vb[u] = __ldg(reinterpret_cast<const uint4*>(wb + k));
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const std::int64_t k = k0 + u * 32 * 8;
+      if (k >= K) break;
+#pragma unroll
+      for (int m = 0; m < kM; ++m) {
+        const uint4 xv = *reinterpret_cast<const uint4*>(xs + m * K + k);
+        acc0[m] += dot8(va[u], xv);
+        acc1[m] += dot8(vb[u], xv);
+      }
+    }
+  }
+#pragma unroll
+  for (int m = 0; m < kM; ++m) {
+    acc0[m] = warp_reduce(acc0[m], SumOp{});
+    acc1[m] = warp_reduce(acc1[m], SumOp{});
+  }
+#pragma unroll
+  for (int m = 0; m < kM; ++m)
+    if (lane == m && m < a.M) epilogue<kMode>(a, m, n0, n1, acc0[m], acc1[m]);
+}
+
+template <int kM, int kMode, bool kNorm>
+void launch(const Args& a, cudaStream_t stream) {
+  const std::int64_t units = kMode == kSwiglu ? a.N : (a.N + 1) / 2;
+  const auto blocks = static_cast<unsigned>(ceil_div(units, kWarps));
+  const auto smem = static_cast<std::size_t>(kM * a.K) * sizeof(bf16);
+  if (smem > static_cast<std::size_t>(kDefaultSharedBytes))
+    FT_CUDA_CHECK(cudaFuncSetAttribute(skinny_kernel<kM, kMode, kNorm>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)));
+  skinny_kernel<kM, kMode, kNorm><<<blocks, kThreads, smem, stream>>>(a);
+}
+
+template <int kMode, bool kNorm>
+void launch_rows(const Args& a, cudaStream_t stream) {
+  if (a.M <= 1)
+    launch<1, kMode, kNorm>(a, stream);
+  else if (a.M <= 2)
+    launch<2, kMode, kNorm>(a, stream);
+  else if (a.M <= 4)
+    launch<4, kMode, kNorm>(a, stream);
+  else
+    launch<8, kMode, kNorm>(a, stream);
+}
+
+}  // namespace
+
+void skinny_linear(const SkinnyLinearArgs& s) {
+  Args a{};
+  const bool norm = s.norm_weight.defined();
+  a.x = s.x.data();
+  a.x_stride = s.x.stride(0);
+  a.norm_w = norm ? s.norm_weight.data_as<float>() : nullptr;
+  a.eps = s.norm_eps;
+  a.w = static_cast<const bf16*>(s.w.data());
+  a.w3 = s.w3.defined() ? static_cast<const bf16*>(s.w3.data()) : nullptr;
+  a.M = s.x.size(0);
+  a.N = s.w.size(0);
+  a.K = s.x.size(1);
+  a.y = s.y.data();
+  a.y_stride = s.y.stride(0);
+  a.y_f32 = s.y.dtype() == DType::f32;
+  if (s.residual.defined()) {
+    a.res = s.residual.data_as<float>();
+    a.res_stride = s.residual.stride(0);
+  }
+  if (s.epilogue == SkinnyEpilogue::rope_append) {
+    a.kc = static_cast<bf16*>(s.k_cache.data());
+    a.vc = static_cast<bf16*>(s.v_cache.data());
+    a.kcb = s.k_cache.stride(0);
+    a.kch = s.k_cache.stride(1);
+    a.kct = s.k_cache.stride(2);
+    a.vcb = s.v_cache.stride(0);
+    a.vch = s.v_cache.stride(1);
+    a.vct = s.v_cache.stride(2);
+    a.capacity = s.k_cache.size(2);
+    a.Dh = s.k_cache.size(3);
+    a.d = a.N / 3;
+    a.position = s.position;
+    a.theta = s.rope_theta;
+  }
+  if (a.M * a.N == 0) return;
+  CudaDeviceGuard guard(s.x.device().index);
+  const cudaStream_t stream = cuda_stream(s.stream);
+  switch (s.epilogue) {
+    case SkinnyEpilogue::store:
+      norm ? launch_rows<kStore, true>(a, stream) : launch_rows<kStore, false>(a, stream);
+      break;
+    case SkinnyEpilogue::residual: launch_rows<kResidual, false>(a, stream); break;
+    case SkinnyEpilogue::swiglu:
+      norm ? launch_rows<kSwiglu, true>(a, stream) : launch_rows<kSwiglu, false>(a, stream);
+      break;
+    case SkinnyEpilogue::rope_append:
+      norm ? launch_rows<kRope, true>(a, stream) : launch_rows<kRope, false>(a, stream);
+      break;
+  }
+  FT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace ft::gpu
