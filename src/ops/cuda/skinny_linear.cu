@@ -1,11 +1,12 @@
-// skinny_linear.cu — the fused few-row bf16 GEMM of ops/skinny_linear.h. A block of 4 warps first stages x'
-// of the call's rows (rounded up to kM = 1, 2, 4 or 8; extra rows zero) in shared memory as bf16 — normalising
+// skinny_linear.cu — the fused few-row bf16 GEMM of ops/skinny_linear.h. A block of 8 warps (at most two
+// blocks per multiprocessor, the warps looping over the weight rows) first stages x' of the call's rows (rounded up to kM = 1, 2, 4 or 8; extra rows zero) in shared memory as bf16 — normalising
 // fp32 rows on the way when the RMSNorm is fused (sum of squares in double, as rmsnorm_forward) — then each
 // warp streams its two weight rows in 16-byte non-coherent loads, kUnroll chunks in flight per lane, and
 // accumulates kM x 2 fp32 dot products; butterfly reductions leave every sum in every lane, and lane m applies
 // the epilogue to row m.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "ops/cuda/common.cuh"
@@ -17,8 +18,9 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 
-constexpr int kWarps = 4;
+constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
+constexpr int kBlocksPerSm = 2;  // the grid's cap: blocks per streaming multiprocessor
 constexpr int kUnroll = 4;                              // 16-byte weight chunks per lane in flight, per row
 constexpr std::int64_t kDefaultSharedBytes = 48 * 1024;
 
@@ -144,63 +146,65 @@ __global__ void __launch_bounds__(kThreads) skinny_kernel(Args a) {
   }
   __syncthreads();
 
-  // This warp's two weight rows.
-  const std::int64_t unit = static_cast<std::int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
-  std::int64_t n0 = 0, n1 = 0;
-  const bf16 *wa = nullptr, *wb = nullptr;
-  if constexpr (kMode == kSwiglu) {
-    n0 = n1 = unit;
-    if (n0 >= a.N) return;
-    wa = a.w + n0 * K;
-    wb = a.w3 + n0 * K;
-  } else {
-    n0 = 2 * unit;
-    if (n0 >= a.N) return;
-    n1 = n0 + 1 < a.N ? n0 + 1 : n0;
-    wa = a.w + n0 * K;
-    wb = a.w + n1 * K;
-  }
+  // Each warp takes units (two weight rows) blockIdx.x * kWarps + warp, then every gridDim.x * kWarps-th: few
+  // enough blocks that staging x' stays cheap beside the weights, enough to keep the memory system busy.
   const int lane = threadIdx.x % 32;
-  float acc0[kM], acc1[kM];
+  const std::int64_t units = kMode == kSwiglu ? a.N : (a.N + 1) / 2;
+  for (std::int64_t unit = static_cast<std::int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; unit < units;
+       unit += static_cast<std::int64_t>(gridDim.x) * kWarps) {
+    std::int64_t n0 = 0, n1 = 0;
+    const bf16 *wa = nullptr, *wb = nullptr;
+    if constexpr (kMode == kSwiglu) {
+      n0 = n1 = unit;
+      wa = a.w + n0 * K;
+      wb = a.w3 + n0 * K;
+    } else {
+      n0 = 2 * unit;
+      n1 = n0 + 1 < a.N ? n0 + 1 : n0;
+      wa = a.w + n0 * K;
+      wb = a.w + n1 * K;
+    }
+    float acc0[kM], acc1[kM];
 #pragma unroll
-  for (int m = 0; m < kM; ++m) acc0[m] = acc1[m] = 0.f;
-  for (std::int64_t k0 = lane * 8; k0 < K; k0 += 32 * 8 * kUnroll) {
-    uint4 va[kUnroll], vb[kUnroll];
+    for (int m = 0; m < kM; ++m) acc0[m] = acc1[m] = 0.f;
+    for (std::int64_t k0 = lane * 8; k0 < K; k0 += 32 * 8 * kUnroll) {
+      uint4 va[kUnroll], vb[kUnroll];
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const std::int64_t k = k0 + u * 32 * 8;
-      va[u] = vb[u] = make_uint4(0, 0, 0, 0);
-      if (k < K) {
-        va[u] = __ldg(reinterpret_cast<const uint4*>(wa + k));
-        vb[u] = __ldg(reinterpret_cast<const uint4*>(wb + k));
+      for (int u = 0; u < kUnroll; ++u) {
+        const std::int64_t k = k0 + u * 32 * 8;
+        va[u] = vb[u] = make_uint4(0, 0, 0, 0);
+        if (k < K) {
+          va[u] = __ldg(reinterpret_cast<const uint4*>(wa + k));
+          vb[u] = __ldg(reinterpret_cast<const uint4*>(wb + k));
+        }
+      }
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const std::int64_t k = k0 + u * 32 * 8;
+        if (k >= K) break;
+#pragma unroll
+        for (int m = 0; m < kM; ++m) {
+          const uint4 xv = *reinterpret_cast<const uint4*>(xs + m * K + k);
+          acc0[m] += dot8(va[u], xv);
+          acc1[m] += dot8(vb[u], xv);
+        }
       }
     }
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const std::int64_t k = k0 + u * 32 * 8;
-      if (k >= K) break;
-#pragma unroll
-      for (int m = 0; m < kM; ++m) {
-        const uint4 xv = *reinterpret_cast<const uint4*>(xs + m * K + k);
-        acc0[m] += dot8(va[u], xv);
-        acc1[m] += dot8(vb[u], xv);
-      }
+    for (int m = 0; m < kM; ++m) {
+      acc0[m] = warp_reduce(acc0[m], SumOp{});
+      acc1[m] = warp_reduce(acc1[m], SumOp{});
     }
-  }
 #pragma unroll
-  for (int m = 0; m < kM; ++m) {
-    acc0[m] = warp_reduce(acc0[m], SumOp{});
-    acc1[m] = warp_reduce(acc1[m], SumOp{});
+    for (int m = 0; m < kM; ++m)
+      if (lane == m && m < a.M) epilogue<kMode>(a, m, n0, n1, acc0[m], acc1[m]);
   }
-#pragma unroll
-  for (int m = 0; m < kM; ++m)
-    if (lane == m && m < a.M) epilogue<kMode>(a, m, n0, n1, acc0[m], acc1[m]);
 }
 
 template <int kM, int kMode, bool kNorm>
-void launch(const Args& a, cudaStream_t stream) {
+void launch(const Args& a, int sms, cudaStream_t stream) {
   const std::int64_t units = kMode == kSwiglu ? a.N : (a.N + 1) / 2;
-  const auto blocks = static_cast<unsigned>(ceil_div(units, kWarps));
+  const auto blocks = static_cast<unsigned>(std::min<std::int64_t>(ceil_div(units, kWarps), kBlocksPerSm * sms));
   const auto smem = static_cast<std::size_t>(kM * a.K) * sizeof(bf16);
   if (smem > static_cast<std::size_t>(kDefaultSharedBytes))
     FT_CUDA_CHECK(cudaFuncSetAttribute(skinny_kernel<kM, kMode, kNorm>, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -209,15 +213,15 @@ void launch(const Args& a, cudaStream_t stream) {
 }
 
 template <int kMode, bool kNorm>
-void launch_rows(const Args& a, cudaStream_t stream) {
+void launch_rows(const Args& a, int sms, cudaStream_t stream) {
   if (a.M <= 1)
-    launch<1, kMode, kNorm>(a, stream);
+    launch<1, kMode, kNorm>(a, sms, stream);
   else if (a.M <= 2)
-    launch<2, kMode, kNorm>(a, stream);
+    launch<2, kMode, kNorm>(a, sms, stream);
   else if (a.M <= 4)
-    launch<4, kMode, kNorm>(a, stream);
+    launch<4, kMode, kNorm>(a, sms, stream);
   else
-    launch<8, kMode, kNorm>(a, stream);
+    launch<8, kMode, kNorm>(a, sms, stream);
 }
 
 }  // namespace
@@ -259,16 +263,17 @@ void skinny_linear(const SkinnyLinearArgs& s) {
   if (a.M * a.N == 0) return;
   CudaDeviceGuard guard(s.x.device().index);
   const cudaStream_t stream = cuda_stream(s.stream);
+  const int sms = multiprocessors(s.x.device());
   switch (s.epilogue) {
     case SkinnyEpilogue::store:
-      norm ? launch_rows<kStore, true>(a, stream) : launch_rows<kStore, false>(a, stream);
+      norm ? launch_rows<kStore, true>(a, sms, stream) : launch_rows<kStore, false>(a, sms, stream);
       break;
-    case SkinnyEpilogue::residual: launch_rows<kResidual, false>(a, stream); break;
+    case SkinnyEpilogue::residual: launch_rows<kResidual, false>(a, sms, stream); break;
     case SkinnyEpilogue::swiglu:
-      norm ? launch_rows<kSwiglu, true>(a, stream) : launch_rows<kSwiglu, false>(a, stream);
+      norm ? launch_rows<kSwiglu, true>(a, sms, stream) : launch_rows<kSwiglu, false>(a, sms, stream);
       break;
     case SkinnyEpilogue::rope_append:
-      norm ? launch_rows<kRope, true>(a, stream) : launch_rows<kRope, false>(a, stream);
+      norm ? launch_rows<kRope, true>(a, sms, stream) : launch_rows<kRope, false>(a, sms, stream);
       break;
   }
   FT_CUDA_CHECK_LAUNCH();
