@@ -45,6 +45,8 @@ void check_chunks(const Tensor& t, const char* name) {
 void validate(const SkinnyLinearArgs& a) {
   const bool norm = a.norm_weight.defined();
   const Device dev = a.x.defined() ? a.x.device() : Device::cpu();
+  FT_CHECK(!norm || a.epilogue != SkinnyEpilogue::residual, kOp,
+           ": the residual epilogue takes a bf16 x without the fused RMSNorm, given a norm weight");
   check_matrix(a.x, "x", {norm ? DType::f32 : DType::bf16}, dev);
   check_matrix(a.w, "w", {DType::bf16}, dev);
   const std::int64_t M = a.x.size(0), K = a.x.size(1), N = a.w.size(0);
@@ -61,7 +63,6 @@ void validate(const SkinnyLinearArgs& a) {
   switch (a.epilogue) {
     case SkinnyEpilogue::store: check_matrix(a.y, "y", {DType::bf16, DType::f32}, dev); break;
     case SkinnyEpilogue::residual:
-      FT_CHECK(!norm, kOp, ": the residual epilogue takes a bf16 x without the fused RMSNorm, given a norm weight");
       check_matrix(a.y, "y", {DType::f32}, dev);
       check_matrix(a.residual, "residual", {DType::f32}, dev);
       ops::check_shape(kOp, a.residual, "residual", {M, N});
