@@ -6,7 +6,6 @@
 // the epilogue to row m.
 #include <cuda_bf16.h>
 
-#include <algorithm>
 #include <cstdint>
 
 #include "ops/cuda/common.cuh"
@@ -204,7 +203,10 @@ __global__ void __launch_bounds__(kThreads) skinny_kernel(Args a) {
 template <int kM, int kMode, bool kNorm>
 void launch(const Args& a, int sms, cudaStream_t stream) {
   const std::int64_t units = kMode == kSwiglu ? a.N : (a.N + 1) / 2;
-  const auto blocks = static_cast<unsigned>(std::min<std::int64_t>(ceil_div(units, kWarps), kBlocksPerSm * sms));
+  // Every warp the same number of units (the last block's aside): a warp with one more than the others
+  // would finish alone, with too few loads in flight to keep the memory busy.
+  const std::int64_t per_warp = ceil_div(units, static_cast<std::int64_t>(kBlocksPerSm) * sms * kWarps);
+  const auto blocks = static_cast<unsigned>(ceil_div(units, kWarps * per_warp));
   const auto smem = static_cast<std::size_t>(kM * a.K) * sizeof(bf16);
   if (smem > static_cast<std::size_t>(kDefaultSharedBytes))
     FT_CUDA_CHECK(cudaFuncSetAttribute(skinny_kernel<kM, kMode, kNorm>, cudaFuncAttributeMaxDynamicSharedMemorySize,
