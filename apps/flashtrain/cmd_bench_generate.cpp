@@ -1,10 +1,10 @@
 // cmd_bench_generate.cpp — `flashtrain bench generate`: KV-cache decode latency (model/generator.h) of a
 // randomly initialised model per size and batch: a prefill of --prompt-len tokens, then --new-tokens greedy
 // decode steps, timed after a short warm-up generation (which captures the decode step's CUDA graph). Rows
-// (benchmark "generate"): size, batch, precision, prompt_len, new_tokens, cuda_graph, prefill_ms, ms_per_token
-// (one decode step for the whole batch), tokens_per_s.
+// (benchmark "generate"): size, batch, precision, prompt_len, new_tokens, cuda_graph, overlap_launches,
+// prefill_ms, ms_per_token (one decode step for the whole batch), tokens_per_s.
 //   flashtrain bench generate --size xl --precision bf16 --batch 1,64 --json bench/results/generate-xl-h100.json
-//   flashtrain bench generate --size xl --precision bf16 --batch 1 --cuda-graph on,off
+//   flashtrain bench generate --size xl --precision bf16 --batch 1 --cuda-graph on,off --overlap-launches on,off
 //   flashtrain bench generate --size tiny --device cpu --batch 1,4
 #include <cstdio>
 #include <iostream>
@@ -30,12 +30,13 @@ struct BenchGenerateOptions {
   std::string attention = "flash";
   std::string device = "auto";
   std::string cuda_graph = "on";
+  std::string overlap = "on";
   std::uint64_t seed = 0;
   std::string json_path;
 };
 
-nlohmann::json bench_one(const std::string& size, std::int64_t batch, bool graph, const BenchGenerateOptions& o,
-                         Device device, const Stream& stream) {
+nlohmann::json bench_one(const std::string& size, std::int64_t batch, bool graph, bool overlap,
+                         const BenchGenerateOptions& o, Device device, const Stream& stream) {
   ModelConfig config = model_config(size);
   config.vocab_size = o.vocab;
   config.context_length = std::max(config.context_length, o.prompt_len + o.new_tokens);
@@ -54,6 +55,7 @@ nlohmann::json bench_one(const std::string& size, std::int64_t batch, bool graph
                      {"prompt_len", o.prompt_len},
                      {"new_tokens", o.new_tokens},
                      {"cuda_graph", graph && device.is_cuda()},
+                     {"overlap_launches", overlap && device.is_cuda()},
                      {"impl", "kv_cache"}};
   try {
     TransformerLM model(config, options);
@@ -65,6 +67,7 @@ nlohmann::json bench_one(const std::string& size, std::int64_t batch, bool graph
     GenerationOptions g;
     g.sampling.temperature = 0;
     g.cuda_graph = graph;
+    g.overlap_launches = overlap;
     g.max_new_tokens = std::min<std::int64_t>(8, o.new_tokens);
     generator.generate(prompts, g);  // warm-up: kernels, algorithm choices, caches
     g.max_new_tokens = o.new_tokens;
@@ -89,34 +92,36 @@ int run_bench_generate(const BenchGenerateOptions& o) {
     FT_CHECK(b >= 1, "expected a batch >= 1, given ", b);
     return b;
   });
-  std::vector<bool> graphs = parse_list<bool>("--cuda-graph", o.cuda_graph, [](const std::string& s) {
+  const auto on_off = [](const std::string& s) {
     FT_CHECK(s == "on" || s == "off", "expected on or off, given '", s, "'");
     return s == "on";
-  });
+  };
+  std::vector<bool> graphs = parse_list<bool>("--cuda-graph", o.cuda_graph, on_off);
+  std::vector<bool> overlaps = parse_list<bool>("--overlap-launches", o.overlap, on_off);
   const Device device = device_or_auto(parse_device_option(o.device));
-  if (!device.is_cuda()) graphs = {false};  // the CPU has no graphs: one row per size and batch
+  if (!device.is_cuda()) graphs = overlaps = {false};  // CUDA only: one row per size and batch on the CPU
   const Stream stream = device.is_cuda() ? Stream::create(device) : Stream();
   nlohmann::json rows = nlohmann::json::array();
-  std::printf("| size | batch | precision | graph | prompt | new | prefill ms | ms/token | tokens/s |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| size | batch | precision | graph | overlap | prompt | new | prefill ms | ms/token | tokens/s |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|\n");
   for (const std::string& size : sizes)
     for (std::int64_t batch : batches)
-      for (bool graph : graphs) {
-        const nlohmann::json row = bench_one(size, batch, graph, o, device, stream);
-        const char* graphed = row["cuda_graph"].get<bool>() ? "on" : "off";
-        if (row.contains("oom")) {
-          std::printf("| %s | %lld | %s | %s | %lld | %lld | OOM | OOM | OOM |\n", size.c_str(),
-                      static_cast<long long>(batch), o.precision.c_str(), graphed, static_cast<long long>(o.prompt_len),
+      for (bool graph : graphs)
+        for (bool overlap : overlaps) {
+          const nlohmann::json row = bench_one(size, batch, graph, overlap, o, device, stream);
+          const char* graphed = row["cuda_graph"].get<bool>() ? "on" : "off";
+          const char* overlapped = row["overlap_launches"].get<bool>() ? "on" : "off";
+          std::printf("| %s | %lld | %s | %s | %s | %lld | %lld |", size.c_str(), static_cast<long long>(batch),
+                      o.precision.c_str(), graphed, overlapped, static_cast<long long>(o.prompt_len),
                       static_cast<long long>(o.new_tokens));
-        } else {
-          std::printf("| %s | %lld | %s | %s | %lld | %lld | %.2f | %.3f | %.0f |\n", size.c_str(),
-                      static_cast<long long>(batch), o.precision.c_str(), graphed, static_cast<long long>(o.prompt_len),
-                      static_cast<long long>(o.new_tokens), row["prefill_ms"].get<double>(),
-                      row["ms_per_token"].get<double>(), row["tokens_per_s"].get<double>());
+          if (row.contains("oom"))
+            std::printf(" OOM | OOM | OOM |\n");
+          else
+            std::printf(" %.2f | %.3f | %.0f |\n", row["prefill_ms"].get<double>(), row["ms_per_token"].get<double>(),
+                        row["tokens_per_s"].get<double>());
+          std::fflush(stdout);
+          rows.push_back(row);
         }
-        std::fflush(stdout);
-        rows.push_back(row);
-      }
   if (!o.json_path.empty()) {
     const nlohmann::json config{{"vocab", o.vocab},
                                 {"attention", o.attention},
@@ -145,6 +150,9 @@ void register_bench_generate(CLI::App& bench, Action& action) {
   command->add_option("--device", o->device, "cpu, cuda, cuda:N, or auto (cuda:0 when a GPU is visible, else cpu)");
   command->add_option("--cuda-graph", o->cuda_graph,
                       "on, off or on,off: replay the decode step as a captured CUDA graph, or enqueue it every step");
+  command->add_option("--overlap-launches", o->overlap,
+                      "on, off or on,off: let each fused decode kernel start while its predecessor finishes "
+                      "(programmatic dependent launch, Hopper)");
   command->add_option("--seed", o->seed, "Seed of the parameters and prompts");
   command->add_option("--json", o->json_path, "Write the results document (benchmark generate)");
   command->callback([&action, o] { action = [o] { return run_bench_generate(*o); }; });

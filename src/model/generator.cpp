@@ -140,7 +140,7 @@ void Generator::prefill_layer(std::int64_t l, std::int64_t B, std::int64_t T) {
   block_rest(l, R);
 }
 
-void Generator::decode_layer(std::int64_t l, std::int64_t B) {
+void Generator::decode_layer(std::int64_t l, std::int64_t B, bool overlap) {
   NvtxRange range(str("generate decode layer ", l));
   const bool skinny = skinny_ok_ && skinny_linear_fits(B, model_.config().d_model) &&
                       skinny_linear_fits(B, model_.config().d_ff);
@@ -182,6 +182,7 @@ void Generator::decode_layer(std::int64_t l, std::int64_t B) {
     s.v_cache = v_cache;
     s.position = position();
     s.rope_theta = cfg.rope_theta;
+    s.overlap_launch = overlap;
     s.stream = stream;
     skinny_linear(s);
   } else {
@@ -199,6 +200,7 @@ void Generator::decode_layer(std::int64_t l, std::int64_t B) {
   t.workspace = attention_workspace_.data();
   t.workspace_bytes = attention_workspace_bytes_;
   DecodeAttentionOptions attention;
+  attention.overlap_launch = overlap;
   attention.stream = stream;
   decode_attention(t, attention);
   if (!skinny) return block_rest(l, B);
@@ -208,6 +210,7 @@ void Generator::decode_layer(std::int64_t l, std::int64_t B) {
   const Tensor x_mid = rows(x_mid_, B, d), h = rows(h_, B, f);
   SkinnyLinearArgs s;
   s.stream = stream;
+  s.overlap_launch = overlap;
   s.epilogue = SkinnyEpilogue::residual;
   s.y = x_mid;
   s.residual = x;
@@ -255,7 +258,7 @@ void Generator::block_rest(std::int64_t l, std::int64_t R) {
   residual_add(x, x_mid, stream_);
 }
 
-void Generator::lm_head(std::int64_t first, std::int64_t B) {
+void Generator::lm_head(std::int64_t first, std::int64_t B, bool overlap) {
   const ModelConfig& cfg = model_.config();
   const Device dev = model_.options().device;
   const std::int64_t d = cfg.d_model, V = cfg.vocab_size;
@@ -269,6 +272,7 @@ void Generator::lm_head(std::int64_t first, std::int64_t B) {
     s.w = w;
     s.norm_weight = norm_weight;
     s.norm_eps = cfg.norm_eps;
+    s.overlap_launch = overlap;
     s.stream = stream_;
     return skinny_linear(s);
   }
@@ -289,7 +293,7 @@ void Generator::prefill(const std::vector<std::int32_t>& ids, std::int64_t B, st
   embedding_forward(rows(x_, T * B, d).reshape({T, B, d}), TokenIds{device_ids(), {T, B}, dev},
                     model_.parameters()[ParameterLayout::embedding_index()], stream_);
   for (std::int64_t l = 0; l < cfg.num_layers; ++l) prefill_layer(l, B, T);
-  lm_head((T - 1) * B, B);  // the logits of the last position only
+  lm_head((T - 1) * B, B, false);  // the logits of the last position only
   host_logits_.resize(static_cast<std::size_t>(B * V));
   if (dev.is_cuda()) {
     download(host_logits_.data(), logits_.tensor().data(), host_logits_.size() * sizeof(float), stream_);
@@ -298,14 +302,14 @@ void Generator::prefill(const std::vector<std::int32_t>& ids, std::int64_t B, st
   }
 }
 
-void Generator::enqueue_decode(std::int64_t B, std::int64_t id_limit) {
+void Generator::enqueue_decode(std::int64_t B, std::int64_t id_limit, bool overlap) {
   const ModelConfig& cfg = model_.config();
   const Device dev = model_.options().device;
   const std::int64_t d = cfg.d_model, V = cfg.vocab_size;
   embedding_forward(rows(x_, B, d).reshape({1, B, d}), TokenIds{device_ids(), {1, B}, dev},
                     model_.parameters()[ParameterLayout::embedding_index()], stream_);
-  for (std::int64_t l = 0; l < cfg.num_layers; ++l) decode_layer(l, B);
-  lm_head(0, B);
+  for (std::int64_t l = 0; l < cfg.num_layers; ++l) decode_layer(l, B, overlap);
+  lm_head(0, B, overlap);
   argmax_rows(device_ids(), rows(logits_, B, V), id_limit, stream_);
   advance_position(position(), 1, dev, stream_);
 }
@@ -352,6 +356,7 @@ std::vector<std::vector<std::int32_t>> Generator::generate(const std::vector<std
   const std::int64_t V = cfg.vocab_size;
   const bool greedy = options.sampling.temperature == 0;
   const std::int64_t id_limit = options.sampling.id_limit;
+  const bool overlap = options.overlap_launches;
 
   auto start = std::chrono::steady_clock::now();
   std::vector<std::int32_t> ids(static_cast<std::size_t>(T0 * B));  // (T0, B) position-major
@@ -378,10 +383,10 @@ std::vector<std::vector<std::int32_t>> Generator::generate(const std::vector<std
   write_device(position(), &position0, sizeof(position0));
   CudaGraph* graph = nullptr;
   if (dev.is_cuda() && options.cuda_graph && options.max_new_tokens > 1) {
-    std::unique_ptr<CudaGraph>& slot = graphs_[{B, id_limit}];
+    std::unique_ptr<CudaGraph>& slot = graphs_[{B, id_limit, overlap}];
     if (!slot) {
       auto captured = std::make_unique<CudaGraph>();
-      captured->capture(stream_, [&] { enqueue_decode(B, id_limit); });
+      captured->capture(stream_, [&] { enqueue_decode(B, id_limit, overlap); });
       slot = std::move(captured);
     }
     graph = slot.get();
@@ -396,7 +401,7 @@ std::vector<std::vector<std::int32_t>> Generator::generate(const std::vector<std
     if (graph)
       graph->launch();
     else
-      enqueue_decode(B, id_limit);
+      enqueue_decode(B, id_limit, overlap);
     if (greedy) {
       read_device(next.data(), device_ids(), next.size() * sizeof(std::int32_t));  // the argmax's ids
     } else {

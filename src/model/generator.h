@@ -8,7 +8,7 @@
 // Note [Graphed decode step]
 // The decode step reads the position of its token (the cache length before it) from one int32 in device
 // memory, advanced by the step itself, so every step enqueues the same work and a CUDA graph captured once
-// per (batch size, id limit) replays it for every token:
+// per (batch size, id limit, overlap_launches) replays it for every token:
 //   embedding of the ids in device memory -> per layer: RMSNorm, the fused QKV GEMM, rope_append (RoPE of q
 //   and k at the device position, k and v written into the cache; ops/rope.h), decode_attention over the
 //   cache's first position + 1 keys (flash-decoding; ops/decode_attention.h), output projection, residual,
@@ -17,7 +17,10 @@
 // In bf16 with at most kSkinnyMaxRows rows, the GEMMs are the fused few-row kernels of ops/skinny_linear.h,
 // which fold the small ops in: a layer is five kernels (RMSNorm + QKV GEMM + RoPE + cache append; attention;
 // output projection + residual; RMSNorm + w1 / w3 + SwiGLU; w2 + residual) and the head one (final RMSNorm +
-// LM head). Larger batches and fp32 run the ops above one by one (cuBLASLt GEMMs).
+// LM head). Larger batches and fp32 run the ops above one by one (cuBLASLt GEMMs). On Hopper these kernels
+// and the decode attention are launched to overlap their predecessors (GenerationOptions::overlap_launches):
+// each is scheduled while the previous one finishes, prefetches its first weight rows into L2 and then waits
+// for it, which hides most of a launch between consecutive kernels.
 // The host then reads the B ids back (greedy: one synchronisation per token), or reads the logits, samples
 // (model/sampling.h) and writes the ids it drew over the argmax's. Without a graph (GenerationOptions::
 // cuda_graph false, and on the CPU) the same work is enqueued at every step, so both give the same tokens
@@ -41,7 +44,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <utility>
+#include <tuple>
 #include <vector>
 
 #include "core/buffer.h"
@@ -58,6 +61,10 @@ struct GenerationOptions {
   // CUDA: capture the decode step once per batch size and replay it (see Note [Graphed decode step]); false
   // enqueues it anew at every step (the same tokens). Ignored on the CPU.
   bool cuda_graph = true;
+  // CUDA, compute capability 9.0+, with the fused few-row kernels: each kernel of the decode step may start
+  // while its predecessor finishes, prefetching its weights (programmatic dependent launch; see
+  // SkinnyLinearArgs::overlap_launch). The same tokens either way.
+  bool overlap_launches = true;
 };
 
 // Wall-clock times of the last generate() (the device waited for at the end of each part).
@@ -91,12 +98,12 @@ class Generator {
   void prefill(const std::vector<std::int32_t>& ids, std::int64_t B, std::int64_t T);
   void prefill_layer(std::int64_t l, std::int64_t B, std::int64_t T);
   // Enqueues one decode step of B rows (see Note [Graphed decode step]).
-  void enqueue_decode(std::int64_t B, std::int64_t id_limit);
-  void decode_layer(std::int64_t l, std::int64_t B);
+  void enqueue_decode(std::int64_t B, std::int64_t id_limit, bool overlap);
+  void decode_layer(std::int64_t l, std::int64_t B, bool overlap);
   // Block l after its attention over R rows: x_mid = x + output_proj(o), then x = x_mid + FFN(ln2(x_mid)).
   void block_rest(std::int64_t l, std::int64_t R);
   // The final norm and LM head over the B rows of the residual stream starting at row `first`: logits_.
-  void lm_head(std::int64_t first, std::int64_t B);
+  void lm_head(std::int64_t first, std::int64_t B, bool overlap);
   Tensor weight(std::size_t index) const;  // a GEMM weight (the bf16 cast in bf16 mode)
   Tensor rows(const OwnedTensor& t, std::int64_t count, std::int64_t cols) const;  // (count, cols) view of t
   char* layer_cache(std::int64_t l) const;  // layer l's (max_len, B, 2, H, Dh) cache
@@ -122,7 +129,8 @@ class Generator {
   Buffer attention_workspace_;  // decode_attention's, zeroed once
   std::size_t attention_workspace_bytes_ = 0;
   bool skinny_ok_ = false;  // bf16 weights the fused few-row GEMMs take (ops/skinny_linear.h)
-  std::map<std::pair<std::int64_t, std::int64_t>, std::unique_ptr<CudaGraph>> graphs_;  // by (B, id limit)
+  // By batch size, id limit and overlap_launches.
+  std::map<std::tuple<std::int64_t, std::int64_t, bool>, std::unique_ptr<CudaGraph>> graphs_;
   std::vector<float> host_logits_;
   GenerationStats stats_;
 };

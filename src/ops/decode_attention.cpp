@@ -125,7 +125,8 @@ void decode_attention(const DecodeAttentionTensors& t, const DecodeAttentionOpti
     FT_CHECK(t.workspace != nullptr && t.workspace_bytes >= need, kOp, ": CUDA needs a workspace of ", need,
              " bytes (decode_attention_workspace_bytes), given ", t.workspace ? t.workspace_bytes : 0);
     const int splits = decode_attention_splits(s.B, s.Hkv, s.Hq / s.Hkv * s.Nq, s.capacity, t.q.device());
-    return gpu::decode_attention(t, splits, s.scale, options.window_left, options.sink_tokens, options.stream);
+    return gpu::decode_attention(t, splits, s.scale, options.window_left, options.sink_tokens,
+                                 options.overlap_launch, options.stream);
 #else
     ops::no_cuda_build(kOp, t.q.device());
 #endif

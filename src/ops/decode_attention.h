@@ -27,6 +27,10 @@ struct DecodeAttentionOptions {
   std::int64_t window_left = -1;  // keys j >= i + *past - window_left; -1 = unbounded
   std::int64_t sink_tokens = 0;   // keys j < sink_tokens bypass the left window bound
   std::optional<double> scale;    // default 1/sqrt(D)
+  // CUDA, compute capability 9.0+: the kernel may be scheduled while the previous kernel on the stream
+  // finishes (programmatic dependent launch); it waits for that kernel before reading anything. Hides a
+  // launch in a chain of small kernels (the decode step); the results are the same.
+  bool overlap_launch = false;
   Stream stream;                  // CUDA work is ordered on this stream
 };
 

@@ -38,6 +38,10 @@ struct SkinnyLinearArgs {
   Tensor k_cache, v_cache;                 // rope_append: (M, H, capacity, Dh) bf16, contiguous last dim
   const std::int32_t* position = nullptr;  // rope_append: one int32 in the tensors' device memory
   double rope_theta = 10000.0;
+  // CUDA, compute capability 9.0+: the kernel may be scheduled while the previous kernel on the stream finishes
+  // (programmatic dependent launch), prefetching its first weight rows into L2 meanwhile; it waits for that
+  // kernel before reading anything else. The results are the same.
+  bool overlap_launch = false;
   Stream stream;  // CUDA work is ordered on this stream
 };
 

@@ -3,8 +3,9 @@
 // 90% exactly, every one within a small logit margin of the argmax (cuBLASLt may pick other algorithms for the
 // decode's few rows than for the full forward's, and the flash kernels run fp32 attention on TF32, so near ties
 // may split: margin 1e-3 in fp32, 0.05 in bf16) — for a batch of 3 in a generator sized for 4; the graphed
-// decode gives exactly the tokens of the ungraphed one (greedy and sampled; batch sizes 3 then 1, one graph
-// each; the model's legacy default stream and a stream of its own); seeded sampling is reproducible.
+// decode gives exactly the tokens of the ungraphed one, with and without overlapping launches (greedy and
+// sampled; batch sizes 3 then 1, one graph each; the model's legacy default stream and a stream of its own);
+// seeded sampling is reproducible.
 // Run on a GPU machine: ./build/bin/gpu_test_generate_cuda
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -107,6 +108,10 @@ TEST(GenerateCuda, GraphedEqualsUngraphed) {
           g.cuda_graph = false;
           EXPECT_EQ(generator.generate(prompts, g), graphed) << "temperature " << temperature;
           EXPECT_FALSE(generator.stats().graphed);
+          g.overlap_launches = false;
+          EXPECT_EQ(generator.generate(prompts, g), graphed) << "no overlapping launches";
+          g.cuda_graph = true;
+          EXPECT_EQ(generator.generate(prompts, g), graphed) << "graphed, no overlapping launches";
         }
     }
 }

@@ -10,11 +10,13 @@
 
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <mutex>
-#include <vector>
+#include <utility>
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/decode_ops.h"
+#include "ops/cuda/dependent_launch.cuh"
 
 namespace ft::gpu {
 
@@ -63,6 +65,8 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(Params p) {
   __shared__ float s_m[kWarps][kRows], s_l[kWarps][kRows];
   __shared__ int s_last;
 
+  wait_for_previous_grid();  // everything below depends on the previous kernel (see dependent_launch.cuh)
+  allow_next_grid();
   const int split = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const std::int64_t group = blockIdx.y, kvh = group / p.groups, b = blockIdx.z;
   const std::int64_t G = p.Hq / p.Hkv, R = G * p.Nq;
@@ -208,19 +212,32 @@ View4 view(const Tensor& t) { return {t.data(), t.stride(0), t.stride(1), t.stri
 
 }  // namespace
 
-int multiprocessors(Device device) {
+namespace {
+
+// A device attribute, asked once per device.
+int device_attribute(cudaDeviceAttr attribute, Device device) {
   static std::mutex mutex;
-  static std::vector<int> known;
+  static std::map<std::pair<int, int>, int> known;
   std::lock_guard<std::mutex> lock(mutex);
-  const auto index = static_cast<std::size_t>(device.index);
-  if (known.size() <= index) known.resize(index + 1, 0);
-  if (known[index] == 0)
-    FT_CUDA_CHECK(cudaDeviceGetAttribute(&known[index], cudaDevAttrMultiProcessorCount, device.index));
-  return known[index];
+  const std::pair<int, int> key{static_cast<int>(attribute), device.index};
+  const auto found = known.find(key);
+  if (found != known.end()) return found->second;
+  int value = 0;
+  FT_CUDA_CHECK(cudaDeviceGetAttribute(&value, attribute, device.index));
+  known.emplace(key, value);
+  return value;
+}
+
+}  // namespace
+
+int multiprocessors(Device device) { return device_attribute(cudaDevAttrMultiProcessorCount, device); }
+
+bool supports_dependent_launch(Device device) {
+  return device_attribute(cudaDevAttrComputeCapabilityMajor, device) >= 9;
 }
 
 void decode_attention(const DecodeAttentionTensors& t, int splits, double scale, std::int64_t window_left,
-                      std::int64_t sink_tokens, const Stream& stream) {
+                      std::int64_t sink_tokens, bool overlap, const Stream& stream) {
   const std::int64_t B = t.q.size(0), Hq = t.q.size(1), Nq = t.q.size(2), D = t.q.size(3), Hkv = t.k.size(1);
   const std::int64_t groups = ceil_div(Hq / Hkv * Nq, kRows);
   if (B * Hq * Nq * D == 0) return;
@@ -252,14 +269,15 @@ void decode_attention(const DecodeAttentionTensors& t, int splits, double scale,
   with_cuda_dtype(t.q.dtype(), [&](auto tag) {
     using E = decltype(tag);
     const cudaStream_t s = cuda_stream(stream);
+    const bool pdl = overlap && supports_dependent_launch(t.q.device());
     if (D <= 64)
-      decode_kernel<E, 1><<<grid, kThreads, 0, s>>>(p);
+      launch_kernel(decode_kernel<E, 1>, grid, kThreads, 0, s, pdl, p);
     else if (D <= 128)
-      decode_kernel<E, 2><<<grid, kThreads, 0, s>>>(p);
+      launch_kernel(decode_kernel<E, 2>, grid, kThreads, 0, s, pdl, p);
     else if (D <= 192)
-      decode_kernel<E, 3><<<grid, kThreads, 0, s>>>(p);
+      launch_kernel(decode_kernel<E, 3>, grid, kThreads, 0, s, pdl, p);
     else
-      decode_kernel<E, 4><<<grid, kThreads, 0, s>>>(p);
+      launch_kernel(decode_kernel<E, 4>, grid, kThreads, 0, s, pdl, p);
   });
   FT_CUDA_CHECK_LAUNCH();
 }

@@ -22,8 +22,9 @@ void rope_append(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
 // decode_attention.cu — the streaming multiprocessors of a device (cached per device).
 int multiprocessors(Device device);
 // o <- attention with `splits` key splits per group; workspace: decode_attention_workspace_bytes, zeroed once.
+// overlap: launched to overlap the previous kernel (ops/cuda/dependent_launch.cuh).
 void decode_attention(const DecodeAttentionTensors& t, int splits, double scale, std::int64_t window_left,
-                      std::int64_t sink_tokens, const Stream& stream);
+                      std::int64_t sink_tokens, bool overlap, const Stream& stream);
 void advance_position(std::int32_t* position, std::int32_t by, Device device, const Stream& stream);
 
 // skinny_linear.cu — see ops/skinny_linear.h; args validated, skinny_linear_fits(M, K).

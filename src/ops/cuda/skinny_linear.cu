@@ -3,13 +3,15 @@
 // fp32 rows on the way when the RMSNorm is fused (sum of squares in double, as rmsnorm_forward) — then each
 // warp streams its two weight rows in 16-byte non-coherent loads, kUnroll chunks in flight per lane, and
 // accumulates kM x 2 fp32 dot products; butterfly reductions leave every sum in every lane, and lane m applies
-// the epilogue to row m.
+// the epilogue to row m. Launched to overlap its predecessor (SkinnyLinearArgs::overlap_launch), each warp
+// first prefetches its first unit's weight rows into L2, then waits for that kernel (dependent_launch.cuh).
 #include <cuda_bf16.h>
 
 #include <cstdint>
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/decode_ops.h"
+#include "ops/cuda/dependent_launch.cuh"
 
 namespace ft::gpu {
 
@@ -43,6 +45,7 @@ struct Args {
   std::int64_t kcb, kch, kct, vcb, vch, vct, capacity, Dh, d;
   const std::int32_t* position;
   double theta;
+  bool prefetch;  // launched to overlap its predecessor: prefetch the first weight rows
 };
 
 __device__ __forceinline__ float dot8(const uint4& w, const uint4& x) {
@@ -120,6 +123,34 @@ __global__ void __launch_bounds__(kThreads) skinny_kernel(Args a) {
   __shared__ double scratch[32];
   bf16* xs = reinterpret_cast<bf16*>(staged);  // (kM, K)
   const std::int64_t K = a.K;
+  const int lane = threadIdx.x % 32;
+  const std::int64_t units = kMode == kSwiglu ? a.N : (a.N + 1) / 2;
+  // The weight rows of this warp's first unit (independent of the previous kernel) on their way into L2
+  // while that kernel finishes (see dependent_launch.cuh).
+  const auto rows_of = [&](std::int64_t unit, std::int64_t& n0, std::int64_t& n1, const bf16*& wa, const bf16*& wb) {
+    if constexpr (kMode == kSwiglu) {
+      n0 = n1 = unit;
+      wa = a.w + n0 * K;
+      wb = a.w3 + n0 * K;
+    } else {
+      n0 = 2 * unit;
+      n1 = n0 + 1 < a.N ? n0 + 1 : n0;
+      wa = a.w + n0 * K;
+      wb = a.w + n1 * K;
+    }
+  };
+  const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  if (a.prefetch && first < units) {
+    std::int64_t n0 = 0, n1 = 0;
+    const bf16 *wa = nullptr, *wb = nullptr;
+    rows_of(first, n0, n1, wa, wb);
+    for (std::int64_t k = lane * 64; k < K; k += 32 * 64) {  // one 128-byte line per lane
+      prefetch_l2(wa + k);
+      prefetch_l2(wb + k);
+    }
+  }
+  wait_for_previous_grid();
+  allow_next_grid();
 
   // Stage x' of every row.
 #pragma unroll
@@ -147,22 +178,10 @@ __global__ void __launch_bounds__(kThreads) skinny_kernel(Args a) {
 
   // Each warp takes units (two weight rows) blockIdx.x * kWarps + warp, then every gridDim.x * kWarps-th: few
   // enough blocks that staging x' stays cheap beside the weights, enough to keep the memory system busy.
-  const int lane = threadIdx.x % 32;
-  const std::int64_t units = kMode == kSwiglu ? a.N : (a.N + 1) / 2;
-  for (std::int64_t unit = static_cast<std::int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32; unit < units;
-       unit += static_cast<std::int64_t>(gridDim.x) * kWarps) {
+  for (std::int64_t unit = first; unit < units; unit += static_cast<std::int64_t>(gridDim.x) * kWarps) {
     std::int64_t n0 = 0, n1 = 0;
     const bf16 *wa = nullptr, *wb = nullptr;
-    if constexpr (kMode == kSwiglu) {
-      n0 = n1 = unit;
-      wa = a.w + n0 * K;
-      wb = a.w3 + n0 * K;
-    } else {
-      n0 = 2 * unit;
-      n1 = n0 + 1 < a.N ? n0 + 1 : n0;
-      wa = a.w + n0 * K;
-      wb = a.w + n1 * K;
-    }
+    rows_of(unit, n0, n1, wa, wb);
     float acc0[kM], acc1[kM];
 #pragma unroll
     for (int m = 0; m < kM; ++m) acc0[m] = acc1[m] = 0.f;
@@ -211,7 +230,7 @@ void launch(const Args& a, int sms, cudaStream_t stream) {
   if (smem > static_cast<std::size_t>(kDefaultSharedBytes))
     FT_CUDA_CHECK(cudaFuncSetAttribute(skinny_kernel<kM, kMode, kNorm>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
-  skinny_kernel<kM, kMode, kNorm><<<blocks, kThreads, smem, stream>>>(a);
+  launch_kernel(skinny_kernel<kM, kMode, kNorm>, blocks, kThreads, smem, stream, a.prefetch, a);
 }
 
 template <int kMode, bool kNorm>
@@ -266,6 +285,7 @@ void skinny_linear(const SkinnyLinearArgs& s) {
   CudaDeviceGuard guard(s.x.device().index);
   const cudaStream_t stream = cuda_stream(s.stream);
   const int sms = multiprocessors(s.x.device());
+  a.prefetch = s.overlap_launch && supports_dependent_launch(s.x.device());
   switch (s.epilogue) {
     case SkinnyEpilogue::store:
       norm ? launch_rows<kStore, true>(a, sms, stream) : launch_rows<kStore, false>(a, sms, stream);
