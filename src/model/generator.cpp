@@ -140,10 +140,11 @@ void Generator::prefill_layer(std::int64_t l, std::int64_t B, std::int64_t T) {
   block_rest(l, R);
 }
 
-void Generator::decode_layer(std::int64_t l, std::int64_t B, bool overlap) {
+void Generator::decode_layer(std::int64_t l, std::int64_t B, const DecodePlan& plan) {
   NvtxRange range(str("generate decode layer ", l));
-  const bool skinny = skinny_ok_ && skinny_linear_fits(B, model_.config().d_model) &&
-                      skinny_linear_fits(B, model_.config().d_ff);
+  const bool skinny =
+      plan.fused && skinny_linear_fits(B, model_.config().d_model) && skinny_linear_fits(B, model_.config().d_ff);
+  const bool overlap = plan.overlap;
   const ModelConfig& cfg = model_.config();
   const ModelOptions& mo = model_.options();
   const ParameterLayout& layout = model_.layout();
@@ -258,14 +259,14 @@ void Generator::block_rest(std::int64_t l, std::int64_t R) {
   residual_add(x, x_mid, stream_);
 }
 
-void Generator::lm_head(std::int64_t first, std::int64_t B, bool overlap) {
+void Generator::lm_head(std::int64_t first, std::int64_t B, bool overlap, bool fused) {
   const ModelConfig& cfg = model_.config();
   const Device dev = model_.options().device;
   const std::int64_t d = cfg.d_model, V = cfg.vocab_size;
   const Tensor x_last(static_cast<float*>(x_.tensor().data()) + first * d, DType::f32, dev, {B, d});
   const Tensor& norm_weight = model_.parameters()[model_.layout().ln_final_index()];
   const Tensor logits = rows(logits_, B, V), w = weight(model_.layout().lm_head_index());
-  if (skinny_ok_ && skinny_linear_fits(B, d)) {  // the final norm fused into the LM head's GEMM
+  if (fused && skinny_linear_fits(B, d)) {  // the final norm fused into the LM head's GEMM
     SkinnyLinearArgs s;
     s.y = logits;
     s.x = x_last;
@@ -293,7 +294,7 @@ void Generator::prefill(const std::vector<std::int32_t>& ids, std::int64_t B, st
   embedding_forward(rows(x_, T * B, d).reshape({T, B, d}), TokenIds{device_ids(), {T, B}, dev},
                     model_.parameters()[ParameterLayout::embedding_index()], stream_);
   for (std::int64_t l = 0; l < cfg.num_layers; ++l) prefill_layer(l, B, T);
-  lm_head((T - 1) * B, B, false);  // the logits of the last position only
+  lm_head((T - 1) * B, B, false, skinny_ok_);  // the logits of the last position only
   host_logits_.resize(static_cast<std::size_t>(B * V));
   if (dev.is_cuda()) {
     download(host_logits_.data(), logits_.tensor().data(), host_logits_.size() * sizeof(float), stream_);
@@ -302,15 +303,15 @@ void Generator::prefill(const std::vector<std::int32_t>& ids, std::int64_t B, st
   }
 }
 
-void Generator::enqueue_decode(std::int64_t B, std::int64_t id_limit, bool overlap) {
+void Generator::enqueue_decode(std::int64_t B, const DecodePlan& plan) {
   const ModelConfig& cfg = model_.config();
   const Device dev = model_.options().device;
   const std::int64_t d = cfg.d_model, V = cfg.vocab_size;
   embedding_forward(rows(x_, B, d).reshape({1, B, d}), TokenIds{device_ids(), {1, B}, dev},
                     model_.parameters()[ParameterLayout::embedding_index()], stream_);
-  for (std::int64_t l = 0; l < cfg.num_layers; ++l) decode_layer(l, B, overlap);
-  lm_head(0, B, overlap);
-  argmax_rows(device_ids(), rows(logits_, B, V), id_limit, stream_);
+  for (std::int64_t l = 0; l < cfg.num_layers; ++l) decode_layer(l, B, plan);
+  lm_head(0, B, plan.overlap, plan.fused);
+  argmax_rows(device_ids(), rows(logits_, B, V), plan.id_limit, stream_);
   advance_position(position(), 1, dev, stream_);
 }
 
@@ -356,13 +357,16 @@ std::vector<std::vector<std::int32_t>> Generator::generate(const std::vector<std
   const std::int64_t V = cfg.vocab_size;
   const bool greedy = options.sampling.temperature == 0;
   const std::int64_t id_limit = options.sampling.id_limit;
-  const bool overlap = options.overlap_launches;
+  const DecodePlan plan{id_limit, options.overlap_launches, options.fused_gemms && skinny_ok_};
 
   auto start = std::chrono::steady_clock::now();
   std::vector<std::int32_t> ids(static_cast<std::size_t>(T0 * B));  // (T0, B) position-major
   for (std::int64_t b = 0; b < B; ++b)
     for (std::int64_t t = 0; t < T0; ++t) ids[t * B + b] = prompts[b][t];
-  prefill(ids, B, T0);
+  {
+    NvtxRange prefill_range("prefill");
+    prefill(ids, B, T0);
+  }
   std::vector<std::int32_t> next = sample_tokens(host_logits_, B, V, options.sampling, rng);
   stats_.prefill_ms = ms_since(start);
 
@@ -383,10 +387,10 @@ std::vector<std::vector<std::int32_t>> Generator::generate(const std::vector<std
   write_device(position(), &position0, sizeof(position0));
   CudaGraph* graph = nullptr;
   if (dev.is_cuda() && options.cuda_graph && options.max_new_tokens > 1) {
-    std::unique_ptr<CudaGraph>& slot = graphs_[{B, id_limit, overlap}];
+    std::unique_ptr<CudaGraph>& slot = graphs_[{B, plan.id_limit, plan.overlap, plan.fused}];
     if (!slot) {
       auto captured = std::make_unique<CudaGraph>();
-      captured->capture(stream_, [&] { enqueue_decode(B, id_limit, overlap); });
+      captured->capture(stream_, [&] { enqueue_decode(B, plan); });
       slot = std::move(captured);
     }
     graph = slot.get();
@@ -397,11 +401,12 @@ std::vector<std::vector<std::int32_t>> Generator::generate(const std::vector<std
     for (std::int64_t b = 0; b < B; ++b) out[b].push_back(next[b]);
     if (step + 1 == options.max_new_tokens) break;
     // Greedy steps after the first find their ids on the device already (the argmax's).
+    NvtxRange step_range("decode step");  // kernel profiles attribute the step's kernels to it
     if (step == 0 || !greedy) write_device(device_ids(), next.data(), next.size() * sizeof(std::int32_t));
     if (graph)
       graph->launch();
     else
-      enqueue_decode(B, id_limit, overlap);
+      enqueue_decode(B, plan);
     if (greedy) {
       read_device(next.data(), device_ids(), next.size() * sizeof(std::int32_t));  // the argmax's ids
     } else {

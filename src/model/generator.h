@@ -8,7 +8,7 @@
 // Note [Graphed decode step]
 // The decode step reads the position of its token (the cache length before it) from one int32 in device
 // memory, advanced by the step itself, so every step enqueues the same work and a CUDA graph captured once
-// per (batch size, id limit, overlap_launches) replays it for every token:
+// per batch size and DecodePlan replays it for every token:
 //   embedding of the ids in device memory -> per layer: RMSNorm, the fused QKV GEMM, rope_append (RoPE of q
 //   and k at the device position, k and v written into the cache; ops/rope.h), decode_attention over the
 //   cache's first position + 1 keys (flash-decoding; ops/decode_attention.h), output projection, residual,
@@ -65,6 +65,9 @@ struct GenerationOptions {
   // while its predecessor finishes, prefetching its weights (programmatic dependent launch; see
   // SkinnyLinearArgs::overlap_launch). The same tokens either way.
   bool overlap_launches = true;
+  // bf16, at most kSkinnyMaxRows rows: the decode step's GEMMs are the fused few-row kernels of
+  // ops/skinny_linear.h; false runs the unfused ops (cuBLASLt GEMMs) instead, for comparison.
+  bool fused_gemms = true;
 };
 
 // Wall-clock times of the last generate() (the device waited for at the end of each part).
@@ -97,13 +100,20 @@ class Generator {
   // leaves the last position's logits (B, V) in host_logits_.
   void prefill(const std::vector<std::int32_t>& ids, std::int64_t B, std::int64_t T);
   void prefill_layer(std::int64_t l, std::int64_t B, std::int64_t T);
+  // What a decode step enqueues besides its batch size (a captured graph holds one plan).
+  struct DecodePlan {
+    std::int64_t id_limit = 0;  // argmax over ids below it (0 = all)
+    bool overlap = false;       // GenerationOptions::overlap_launches
+    bool fused = false;         // fused few-row GEMMs where they fit (GenerationOptions::fused_gemms, bf16)
+  };
   // Enqueues one decode step of B rows (see Note [Graphed decode step]).
-  void enqueue_decode(std::int64_t B, std::int64_t id_limit, bool overlap);
-  void decode_layer(std::int64_t l, std::int64_t B, bool overlap);
+  void enqueue_decode(std::int64_t B, const DecodePlan& plan);
+  void decode_layer(std::int64_t l, std::int64_t B, const DecodePlan& plan);
   // Block l after its attention over R rows: x_mid = x + output_proj(o), then x = x_mid + FFN(ln2(x_mid)).
   void block_rest(std::int64_t l, std::int64_t R);
   // The final norm and LM head over the B rows of the residual stream starting at row `first`: logits_.
-  void lm_head(std::int64_t first, std::int64_t B, bool overlap);
+  // fused: the fused few-row GEMM where it fits; overlap: launched to overlap its predecessor.
+  void lm_head(std::int64_t first, std::int64_t B, bool overlap, bool fused);
   Tensor weight(std::size_t index) const;  // a GEMM weight (the bf16 cast in bf16 mode)
   Tensor rows(const OwnedTensor& t, std::int64_t count, std::int64_t cols) const;  // (count, cols) view of t
   char* layer_cache(std::int64_t l) const;  // layer l's (max_len, B, 2, H, Dh) cache
@@ -129,8 +139,8 @@ class Generator {
   Buffer attention_workspace_;  // decode_attention's, zeroed once
   std::size_t attention_workspace_bytes_ = 0;
   bool skinny_ok_ = false;  // bf16 weights the fused few-row GEMMs take (ops/skinny_linear.h)
-  // By batch size, id limit and overlap_launches.
-  std::map<std::tuple<std::int64_t, std::int64_t, bool>, std::unique_ptr<CudaGraph>> graphs_;
+  // By batch size and plan (id limit, overlap, fused).
+  std::map<std::tuple<std::int64_t, std::int64_t, bool, bool>, std::unique_ptr<CudaGraph>> graphs_;
   std::vector<float> host_logits_;
   GenerationStats stats_;
 };
