@@ -1,9 +1,10 @@
 // test_generate_cuda.cpp — KV-cache generation (model/generator.h) on CUDA with the tiny model: every greedy
 // token of the graphed decode is the argmax of a full forward without a cache over the tokens so far — at least
 // 90% exactly, every one within a small logit margin of the argmax (cuBLASLt may pick other algorithms for the
-// decode's few rows than for the full forward's, and the flash kernels run fp32 attention on TF32, so near ties
-// may split: margin 1e-3 in fp32, 0.05 in bf16) — for a batch of 3 in a generator sized for 4; the graphed
-// decode gives exactly the tokens of the ungraphed one, with and without overlapping launches (greedy and
+// decode's few rows than for the full forward's, the fused few-row GEMMs sum in another order, and the flash
+// kernels run fp32 attention on TF32, so near ties may split: margin 1e-3 in fp32, 0.05 in bf16, fused GEMMs or
+// not) — for a batch of 3 in a generator sized for 4; the graphed decode (fused few-row GEMMs in bf16, and the
+// unfused ops) gives exactly the tokens of the ungraphed one, with and without overlapping launches (greedy and
 // sampled; batch sizes 3 then 1, one graph each; the model's legacy default stream and a stream of its own);
 // seeded sampling is reproducible.
 // Run on a GPU machine: ./build/bin/gpu_test_generate_cuda
@@ -55,14 +56,15 @@ std::vector<double> last_logits(TransformerLM& model, const Rows& seqs) {
   return out;
 }
 
-void expect_greedy_matches_full_forwards(Precision precision, double margin) {
-  SCOPED_TRACE(name_of(precision));
+void expect_greedy_matches_full_forwards(Precision precision, double margin, bool fused = true) {
+  SCOPED_TRACE(str(name_of(precision), fused ? "" : " unfused GEMMs"));
   TransformerLM model(kTiny, options(precision, Device::cuda(0)));
   Generator generator(model, 4, kTiny.context_length);
   const Rows prompts{{5, 17, 3, 60}, {90, 1, 44, 44}, {0, 0, 0, 1}};
   GenerationOptions g;
   g.max_new_tokens = kTiny.context_length - 4;
   g.sampling.temperature = 0;
+  g.fused_gemms = fused;
   const Rows out = generator.generate(prompts, g);
   Rows seqs = prompts;
   int exact = 0, total = 0;
@@ -85,6 +87,7 @@ void expect_greedy_matches_full_forwards(Precision precision, double margin) {
 TEST(GenerateCuda, GreedyEqualsRepeatedFullForwards) {
   expect_greedy_matches_full_forwards(Precision::fp32, 1e-3);
   expect_greedy_matches_full_forwards(Precision::bf16, 0.05);
+  expect_greedy_matches_full_forwards(Precision::bf16, 0.05, false);
 }
 
 TEST(GenerateCuda, GraphedEqualsUngraphed) {
@@ -95,24 +98,27 @@ TEST(GenerateCuda, GraphedEqualsUngraphed) {
       TransformerLM model(kTiny, options(precision, Device::cuda(0), stream ? *stream : Stream()));
       Generator generator(model, 4, kTiny.context_length);
       for (const Rows& prompts : {Rows{{5, 17, 3, 60}, {90, 1, 44, 44}, {0, 0, 0, 1}}, Rows{{7, 8}}})
-        for (double temperature : {0.0, 0.9}) {
-          GenerationOptions g;
-          g.max_new_tokens = kTiny.context_length - 4;
-          g.sampling = {temperature, 20, 0.95};
-          g.seed = 3;
-          g.cuda_graph = true;
-          const Rows graphed = generator.generate(prompts, g);
-          EXPECT_TRUE(generator.stats().graphed);
-          EXPECT_EQ(generator.stats().decode_steps, g.max_new_tokens - 1);
-          EXPECT_EQ(generator.generate(prompts, g), graphed) << "a replay of the captured graph";
-          g.cuda_graph = false;
-          EXPECT_EQ(generator.generate(prompts, g), graphed) << "temperature " << temperature;
-          EXPECT_FALSE(generator.stats().graphed);
-          g.overlap_launches = false;
-          EXPECT_EQ(generator.generate(prompts, g), graphed) << "no overlapping launches";
-          g.cuda_graph = true;
-          EXPECT_EQ(generator.generate(prompts, g), graphed) << "graphed, no overlapping launches";
-        }
+        for (double temperature : {0.0, 0.9})
+          for (bool fused : {true, false}) {
+            SCOPED_TRACE(str("temperature ", temperature, fused ? " fused GEMMs" : " unfused GEMMs"));
+            GenerationOptions g;
+            g.fused_gemms = fused;
+            g.max_new_tokens = kTiny.context_length - 4;
+            g.sampling = {temperature, 20, 0.95};
+            g.seed = 3;
+            g.cuda_graph = true;
+            const Rows graphed = generator.generate(prompts, g);
+            EXPECT_TRUE(generator.stats().graphed);
+            EXPECT_EQ(generator.stats().decode_steps, g.max_new_tokens - 1);
+            EXPECT_EQ(generator.generate(prompts, g), graphed) << "a replay of the captured graph";
+            g.cuda_graph = false;
+            EXPECT_EQ(generator.generate(prompts, g), graphed) << "ungraphed";
+            EXPECT_FALSE(generator.stats().graphed);
+            g.overlap_launches = false;
+            EXPECT_EQ(generator.generate(prompts, g), graphed) << "no overlapping launches";
+            g.cuda_graph = true;
+            EXPECT_EQ(generator.generate(prompts, g), graphed) << "graphed, no overlapping launches";
+          }
     }
 }
 
