@@ -142,9 +142,7 @@ void Generator::prefill_layer(std::int64_t l, std::int64_t B, std::int64_t T) {
 
 void Generator::decode_layer(std::int64_t l, std::int64_t B, const DecodePlan& plan) {
   NvtxRange range(str("generate decode layer ", l));
-  const bool skinny =
-      plan.fused && skinny_linear_fits(B, model_.config().d_model) && skinny_linear_fits(B, model_.config().d_ff);
-  const bool overlap = plan.overlap;
+  const bool skinny = plan.fused, overlap = plan.overlap;
   const ModelConfig& cfg = model_.config();
   const ModelOptions& mo = model_.options();
   const ParameterLayout& layout = model_.layout();
@@ -357,7 +355,10 @@ std::vector<std::vector<std::int32_t>> Generator::generate(const std::vector<std
   const std::int64_t V = cfg.vocab_size;
   const bool greedy = options.sampling.temperature == 0;
   const std::int64_t id_limit = options.sampling.id_limit;
-  const DecodePlan plan{id_limit, options.overlap_launches, options.fused_gemms && skinny_ok_};
+  const DecodePlan plan{id_limit, options.overlap_launches,
+                        options.fused_gemms && skinny_ok_ && skinny_linear_fits(B, cfg.d_model) &&
+                            skinny_linear_fits(B, cfg.d_ff)};
+  stats_.fused_gemms = plan.fused;
 
   auto start = std::chrono::steady_clock::now();
   std::vector<std::int32_t> ids(static_cast<std::size_t>(T0 * B));  // (T0, B) position-major

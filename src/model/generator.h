@@ -76,6 +76,7 @@ struct GenerationStats {
   double decode_ms = 0;           // all decode steps
   std::int64_t decode_steps = 0;  // max_new_tokens - 1 (the first new token comes from the prefill)
   bool graphed = false;           // the decode steps replayed a CUDA graph
+  bool fused_gemms = false;       // the decode steps ran the fused few-row GEMMs (ops/skinny_linear.h)
 };
 
 class Generator {
@@ -104,7 +105,7 @@ class Generator {
   struct DecodePlan {
     std::int64_t id_limit = 0;  // argmax over ids below it (0 = all)
     bool overlap = false;       // GenerationOptions::overlap_launches
-    bool fused = false;         // fused few-row GEMMs where they fit (GenerationOptions::fused_gemms, bf16)
+    bool fused = false;         // the fused few-row GEMMs (GenerationOptions::fused_gemms, bf16, and they fit)
   };
   // Enqueues one decode step of B rows (see Note [Graphed decode step]).
   void enqueue_decode(std::int64_t B, const DecodePlan& plan);

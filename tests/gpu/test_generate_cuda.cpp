@@ -1,12 +1,13 @@
-// test_generate_cuda.cpp — KV-cache generation (model/generator.h) on CUDA with the tiny model: every greedy
-// token of the graphed decode is the argmax of a full forward without a cache over the tokens so far — at least
-// 90% exactly, every one within a small logit margin of the argmax (cuBLASLt may pick other algorithms for the
-// decode's few rows than for the full forward's, the fused few-row GEMMs sum in another order, and the flash
-// kernels run fp32 attention on TF32, so near ties may split: margin 1e-3 in fp32, 0.05 in bf16, fused GEMMs or
-// not) — for a batch of 3 in a generator sized for 4; the graphed decode (fused few-row GEMMs in bf16, and the
-// unfused ops) gives exactly the tokens of the ungraphed one, with and without overlapping launches (greedy and
-// sampled; batch sizes 3 then 1, one graph each; the model's legacy default stream and a stream of its own);
-// seeded sampling is reproducible.
+// test_generate_cuda.cpp — KV-cache generation (model/generator.h) on CUDA with the tiny model (d_ff 128, so
+// that bf16 decode steps can run the fused few-row GEMMs): every greedy token of the graphed decode is the
+// argmax of a full forward without a cache over the tokens so far — at least 90% exactly, every one within a
+// small logit margin of the argmax (cuBLASLt may pick other algorithms for the decode's few rows than for the
+// full forward's, the fused few-row GEMMs sum in another order, and the flash kernels run fp32 attention on
+// TF32, so near ties may split: margin 1e-3 in fp32, 0.05 in bf16, fused GEMMs or not) — for a batch of 3 in a
+// generator sized for 4; the graphed decode (fused few-row GEMMs in bf16, and the unfused ops) gives exactly
+// the tokens of the ungraphed one, with and without overlapping launches (greedy and sampled; batch sizes 3
+// then 1, one graph each; the model's legacy default stream and a stream of its own); seeded sampling is
+// reproducible.
 // Run on a GPU machine: ./build/bin/gpu_test_generate_cuda
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -22,7 +23,12 @@
 namespace ft {
 namespace {
 
-const ModelConfig kTiny = model_config("tiny");  // vocab 97, context 32
+// tiny (vocab 97, context 32) with d_ff 128: a multiple of 8, so bf16 decode steps run the fused GEMMs.
+const ModelConfig kTiny = [] {
+  ModelShapeOverrides d_ff;
+  d_ff.d_ff = 128;
+  return with_overrides(model_config("tiny"), d_ff);
+}();
 using Rows = std::vector<std::vector<std::int32_t>>;
 
 ModelOptions options(Precision precision, Device device, const Stream& stream = {}) {
@@ -109,6 +115,7 @@ TEST(GenerateCuda, GraphedEqualsUngraphed) {
             g.cuda_graph = true;
             const Rows graphed = generator.generate(prompts, g);
             EXPECT_TRUE(generator.stats().graphed);
+            EXPECT_EQ(generator.stats().fused_gemms, fused && precision == Precision::bf16);
             EXPECT_EQ(generator.stats().decode_steps, g.max_new_tokens - 1);
             EXPECT_EQ(generator.generate(prompts, g), graphed) << "a replay of the captured graph";
             g.cuda_graph = false;
