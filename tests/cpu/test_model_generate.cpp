@@ -1,9 +1,10 @@
 // test_model_generate.cpp — KV-cache generation (model/generator.h) on the tiny model on the CPU: greedy
 // tokens equal the argmax of repeated full forwards without a cache (fp32 and bf16, flash and naive
-// attention, batch of 2; and bf16 with d_ff 128, where the decode step runs the fused few-row GEMMs), seeded sampling is reproducible, top-k 1 / a tiny top-p fall back to greedy, top-k,
-// top-p and an id limit keep to their ids, and bad requests (prompt longer than the context, too many new
-// tokens, ragged prompts, ids outside the vocabulary, top-p outside (0, 1], negative temperature) are clear
-// errors.
+// attention, batch of 2; and bf16 with d_ff 128, where the decode step runs the fused few-row GEMMs), seeded
+// sampling is reproducible, top-k 1 / a tiny top-p fall back to greedy, top-k, top-p and an id limit keep to
+// their ids, plain temperature sampling follows the softmax, and bad requests (prompt longer than the context,
+// too many new tokens, ragged prompts, ids outside the vocabulary, top-p outside (0, 1], negative
+// temperature) are clear errors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -118,6 +119,15 @@ TEST(Generate, SamplingKeepsToTopKAndTopP) {
   for (int i = 0; i < 2000; ++i) seen[sample_tokens(logits, 1, 4, {1.0, 0, 0.8}, rng)[0]] += 1;
   EXPECT_EQ(seen[0] + seen[2], 0);  // top-p 0.8: 0.64 + 0.24 reaches it
   EXPECT_GT(seen[1], 0);
+  // Neither top-k nor top-p: softmax over every id (drawn in id order, no sort), rows reproducible.
+  std::fill(seen.begin(), seen.end(), 0);
+  for (int i = 0; i < 4000; ++i) seen[sample_tokens(logits, 1, 4, {1.0, 0, 1.0}, rng)[0]] += 1;
+  const double want[] = {0.0871, 0.2369, 0.0321, 0.6439};  // softmax(1, 2, 0, 3)
+  for (int id = 0; id < 4; ++id) EXPECT_NEAR(seen[id] / 4000.0, want[id], 0.03) << "id " << id;
+  const std::vector<float> rows{1, 2, 0, 3, 3, 0, 2, 1, 0, 0, 0, 0};
+  Rng a(5), b(5);
+  for (int i = 0; i < 50; ++i)
+    EXPECT_EQ(sample_tokens(rows, 3, 4, {0.7, 0, 1.0}, a), sample_tokens(rows, 3, 4, {0.7, 0, 1.0}, b));
   // An id limit bars the ids past it, greedy or sampled.
   EXPECT_EQ(sample_tokens(logits, 1, 4, {0, 0, 1.0, 3}, rng)[0], 1);
   for (int i = 0; i < 200; ++i) EXPECT_LT(sample_tokens(logits, 1, 4, {2.0, 0, 1.0, 2}, rng)[0], 2);
