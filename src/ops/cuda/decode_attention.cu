@@ -1,11 +1,12 @@
 // decode_attention.cu — flash-decoding for a few queries per row against a KV cache whose length is read from
 // device memory (see ops/decode_attention.h). Grid (splits, Hkv x groups, B), 4 warps per block: a block takes
 // up to kDecodeRowsPerBlock query rows of one KV head (its query heads x new positions) and the split's share
-// of the keys; each warp walks every 4th key of that share, each lane holding kPairs bf16/fp16/fp32 pairs of
-// the head dim, and keeps an online softmax (log2 domain, fp32) per row; the warps' states merge in shared
-// memory. With one split the block writes o; with several, each writes its (max, sum, accumulator) partial to
-// the workspace, and the last block of the group to arrive (an atomic counter it resets) merges the splits in
-// split order and writes o — the same order whichever block is last, so the result is deterministic.
+// of the keys; each warp walks every 4th key of that share, loading several keys' rows before using them, each
+// lane holding kPairs bf16/fp16/fp32 pairs of the head dim, and keeps an online softmax (log2 domain, fp32) per
+// row; the warps' states merge in shared memory. With one split the block writes o; with several, each writes
+// its (max, sum, accumulator) partial to the workspace, and the last block of the group to arrive (an atomic
+// counter it resets) merges the splits in split order and writes o — the same order whichever block is last,
+// so the result is deterministic.
 #include <cuda_runtime.h>
 
 #include <cmath>
@@ -60,7 +61,8 @@ __device__ __forceinline__ float finish(float acc, float m, float l, const float
 
 template <class E, int kPairs>
 __global__ void __launch_bounds__(kThreads) decode_kernel(Params p) {
-  constexpr int kDim = 64 * kPairs;  // head dims a warp covers (>= D)
+  constexpr int kDim = 64 * kPairs;                // head dims a warp covers (>= D)
+  constexpr int kKeys = kPairs == 1 ? 8 : kPairs == 2 ? 4 : 2;  // keys a warp loads at once
   __shared__ float s_acc[kWarps][kRows][kDim];
   __shared__ float s_m[kWarps][kRows], s_l[kWarps][kRows];
   __shared__ int s_last;
@@ -106,37 +108,48 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(Params p) {
 
   const E* k_base = static_cast<const E*>(p.k.data) + b * p.k.b + kvh * p.k.h;
   const E* v_base = static_cast<const E*>(p.v.data) + b * p.v.b + kvh * p.v.h;
-  for (std::int64_t j = j0 + warp; j < j1; j += kWarps) {
-    float2 kf[kPairs], vf[kPairs];
+  // kKeys keys per warp at a time: all their K and V rows are loaded before any is used, so that many loads
+  // are in flight per warp (one key at a time waits a memory latency per key).
+  for (std::int64_t jb = j0 + warp; jb < j1; jb += kWarps * kKeys) {
+    float2 kf[kKeys][kPairs], vf[kKeys][kPairs];
 #pragma unroll
-    for (int c = 0; c < kPairs; ++c) {
-      const std::int64_t d = 2 * (lane + 32 * c);
-      kf[c] = vf[c] = make_float2(0.f, 0.f);
-      if (d < p.D) {
-        const Pack<E, 2> kx = load_pack<2>(k_base + j * p.k.t + d), vx = load_pack<2>(v_base + j * p.v.t + d);
-        kf[c] = make_float2(to_f32(kx.v[0]), to_f32(kx.v[1]));
-        vf[c] = make_float2(to_f32(vx.v[0]), to_f32(vx.v[1]));
+    for (int u = 0; u < kKeys; ++u) {
+      const std::int64_t j = jb + u * kWarps;
+#pragma unroll
+      for (int c = 0; c < kPairs; ++c) {
+        const std::int64_t d = 2 * (lane + 32 * c);
+        kf[u][c] = vf[u][c] = make_float2(0.f, 0.f);
+        if (j < j1 && d < p.D) {
+          const Pack<E, 2> kx = load_pack<2>(k_base + j * p.k.t + d), vx = load_pack<2>(v_base + j * p.v.t + d);
+          kf[u][c] = make_float2(to_f32(kx.v[0]), to_f32(kx.v[1]));
+          vf[u][c] = make_float2(to_f32(vx.v[0]), to_f32(vx.v[1]));
+        }
       }
     }
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      if (r >= nr) break;
-      const std::int64_t i = (r0 + r) % p.Nq;
-      const bool visible = j <= i + off &&
-                           (p.window_left < 0 || j >= i + off - p.window_left || j < p.sink_tokens);
-      float dot = 0.f;
+    for (int u = 0; u < kKeys; ++u) {
+      const std::int64_t j = jb + u * kWarps;
+      if (j >= j1) break;
 #pragma unroll
-      for (int c = 0; c < kPairs; ++c) dot += q[r][c].x * kf[c].x + q[r][c].y * kf[c].y;
-      dot = warp_reduce(dot, SumOp{});
-      if (!visible) continue;
-      const float m_new = fmaxf(m[r], dot);
-      const float alpha = exp2f(m[r] - m_new), pj = exp2f(dot - m_new);
-      m[r] = m_new;
-      l[r] = l[r] * alpha + pj;
+      for (int r = 0; r < kRows; ++r) {
+        if (r >= nr) break;
+        const std::int64_t i = (r0 + r) % p.Nq;
+        const bool visible = j <= i + off &&
+                             (p.window_left < 0 || j >= i + off - p.window_left || j < p.sink_tokens);
+        float dot = 0.f;
 #pragma unroll
-      for (int c = 0; c < kPairs; ++c) {
-        acc[r][c].x = acc[r][c].x * alpha + pj * vf[c].x;
-        acc[r][c].y = acc[r][c].y * alpha + pj * vf[c].y;
+        for (int c = 0; c < kPairs; ++c) dot += q[r][c].x * kf[u][c].x + q[r][c].y * kf[u][c].y;
+        dot = warp_reduce(dot, SumOp{});
+        if (!visible) continue;
+        const float m_new = fmaxf(m[r], dot);
+        const float alpha = exp2f(m[r] - m_new), pj = exp2f(dot - m_new);
+        m[r] = m_new;
+        l[r] = l[r] * alpha + pj;
+#pragma unroll
+        for (int c = 0; c < kPairs; ++c) {
+          acc[r][c].x = acc[r][c].x * alpha + pj * vf[u][c].x;
+          acc[r][c].y = acc[r][c].y * alpha + pj * vf[u][c].y;
+        }
       }
     }
   }

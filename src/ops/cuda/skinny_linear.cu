@@ -118,7 +118,7 @@ __device__ __forceinline__ void epilogue(const Args& a, std::int64_t m, std::int
 }
 
 template <int kM, int kMode, bool kNorm>
-__global__ void __launch_bounds__(kThreads) skinny_kernel(Args a) {
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_kernel(Args a) {
   extern __shared__ __align__(16) unsigned char staged[];
   __shared__ double scratch[32];
   bf16* xs = reinterpret_cast<bf16*>(staged);  // (kM, K)
@@ -139,14 +139,33 @@ __global__ void __launch_bounds__(kThreads) skinny_kernel(Args a) {
       wb = a.w + n1 * K;
     }
   };
+  // kUnroll 16-byte chunks of each of the rows from column k0 (zeros past K).
+  const auto load_chunks = [&](const bf16* wa, const bf16* wb, std::int64_t k0, uint4* va, uint4* vb) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const std::int64_t k = k0 + u * 32 * 8;
+      va[u] = vb[u] = make_uint4(0, 0, 0, 0);
+      if (k < K) {
+        va[u] = __ldg(reinterpret_cast<const uint4*>(wa + k));
+        vb[u] = __ldg(reinterpret_cast<const uint4*>(wb + k));
+      }
+    }
+  };
+  // The first chunks of this warp's first unit go into registers (the rest of its rows into L2 when launched to
+  // overlap) before the wait and the staging below, so that the weights' memory latency overlaps them.
   const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
-  if (a.prefetch && first < units) {
+  uint4 va[kUnroll], vb[kUnroll];
+  if (first < units) {
     std::int64_t n0 = 0, n1 = 0;
     const bf16 *wa = nullptr, *wb = nullptr;
     rows_of(first, n0, n1, wa, wb);
-    for (std::int64_t k = lane * 64; k < K; k += 32 * 64) {  // one 128-byte line per lane
-      prefetch_l2(wa + k);
-      prefetch_l2(wb + k);
+    load_chunks(wa, wb, lane * 8, va, vb);
+    if (a.prefetch) {
+      // Past the columns the chunks hold, one 128-byte line (64 elements) per lane.
+      for (std::int64_t k = 32 * 8 * kUnroll + lane * 64; k < K; k += 32 * 64) {
+        prefetch_l2(wa + k);
+        prefetch_l2(wb + k);
+      }
     }
   }
   wait_for_previous_grid();
@@ -186,16 +205,7 @@ __global__ void __launch_bounds__(kThreads) skinny_kernel(Args a) {
 #pragma unroll
     for (int m = 0; m < kM; ++m) acc0[m] = acc1[m] = 0.f;
     for (std::int64_t k0 = lane * 8; k0 < K; k0 += 32 * 8 * kUnroll) {
-      uint4 va[kUnroll], vb[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const std::int64_t k = k0 + u * 32 * 8;
-        va[u] = vb[u] = make_uint4(0, 0, 0, 0);
-        if (k < K) {
-          va[u] = __ldg(reinterpret_cast<const uint4*>(wa + k));
-          vb[u] = __ldg(reinterpret_cast<const uint4*>(wb + k));
-        }
-      }
+      if (unit != first || k0 != lane * 8) load_chunks(wa, wb, k0, va, vb);  // the first are loaded above
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const std::int64_t k = k0 + u * 32 * 8;
