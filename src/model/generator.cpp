@@ -65,10 +65,12 @@ Generator::Generator(const TransformerLM& model, std::int64_t max_batch, std::in
   logits_ = OwnedTensor({max_batch, cfg.vocab_size}, DType::f32, dev, "generator logits", stream);
   ids_ = Buffer(static_cast<std::size_t>(R) * sizeof(std::int32_t), dev, "generator ids", stream);
   position_ = Buffer(sizeof(std::int32_t), dev, "generator position", stream);
-  // The fused few-row GEMMs (ops/skinny_linear.h) take bf16 weights starting 16-byte aligned.
+  // The fused few-row GEMMs (ops/skinny_linear.h) take bf16 weights and fp32 norm weights starting 16-byte
+  // aligned.
   skinny_ok_ = c == DType::bf16;
   for (std::size_t i = 0; skinny_ok_ && i < model.layout().size(); ++i)
-    skinny_ok_ = reinterpret_cast<std::uintptr_t>(casts_[i].data()) % 16 == 0;
+    skinny_ok_ = reinterpret_cast<std::uintptr_t>(casts_[i].data()) % 16 == 0 &&
+                 reinterpret_cast<std::uintptr_t>(model.parameters()[i].data()) % 16 == 0;
   // The decode attention's workspace, for the largest any batch size up to max_batch needs.
   for (std::int64_t b = 1; b <= max_batch; ++b)
     attention_workspace_bytes_ = std::max(attention_workspace_bytes_,

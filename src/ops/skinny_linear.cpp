@@ -35,11 +35,12 @@ void check_matrix(const Tensor& t, const char* name, std::initializer_list<DType
            " must be a (rows, cols) matrix with a contiguous last dim, given ", t.describe());
 }
 
-// The CUDA kernel reads bf16 operands in 16-byte chunks.
+// The CUDA kernel reads its operands in 16-byte chunks.
 void check_chunks(const Tensor& t, const char* name) {
-  FT_CHECK(reinterpret_cast<std::uintptr_t>(t.data()) % 16 == 0 && (t.size(0) <= 1 || t.stride(0) % 8 == 0), kOp,
-           ": ", name, " on CUDA must start 16-byte aligned with rows a multiple of 8 elements apart, given ",
-           t.describe());
+  const std::int64_t per_chunk = 16 / static_cast<std::int64_t>(t.element_size());
+  FT_CHECK(reinterpret_cast<std::uintptr_t>(t.data()) % 16 == 0 && (t.size(0) <= 1 || t.stride(0) % per_chunk == 0),
+           kOp, ": ", name, " on CUDA must start 16-byte aligned with rows a multiple of ", per_chunk,
+           " elements apart, given ", t.describe());
 }
 
 void validate(const SkinnyLinearArgs& a) {
@@ -95,7 +96,11 @@ void validate(const SkinnyLinearArgs& a) {
   const std::int64_t width = a.epilogue == SkinnyEpilogue::rope_append ? N / 3 : N;
   ops::check_shape(kOp, a.y, "y", {M, width});
   if (dev.is_cuda()) {
-    if (!norm) check_chunks(a.x, "x");
+    check_chunks(a.x, "x");
+    if (norm) {
+      FT_CHECK(reinterpret_cast<std::uintptr_t>(a.norm_weight.data()) % 16 == 0, kOp,
+               ": norm_weight on CUDA must start 16-byte aligned, given ", a.norm_weight.describe());
+    }
     check_chunks(a.w, "w");
     if (a.epilogue == SkinnyEpilogue::swiglu) check_chunks(a.w3, "w3");
   }

@@ -1,5 +1,6 @@
-// argmax.cu — one block per row: each thread scans a strided share of the columns keeping the largest value
-// and its lowest index, then a block reduction over (value, index) pairs in a fixed order.
+// argmax.cu — one block per row: each thread scans a strided share of the columns (several loads in flight)
+// keeping the largest value and its lowest index, then a block reduction over (value, index) pairs in a fixed
+// order.
 #include <cstdint>
 
 #include "ops/cuda/common.cuh"
@@ -9,7 +10,8 @@ namespace ft::gpu {
 
 namespace {
 
-constexpr int kThreads = 256;
+constexpr int kThreads = 1024;
+constexpr int kLoads = 8;
 
 struct Best {
   float value;
@@ -27,8 +29,20 @@ __global__ void __launch_bounds__(kThreads)
   __shared__ Best scratch[kThreads / 32];
   const float* row = logits + blockIdx.x * row_stride;
   Best best{-INFINITY, static_cast<std::int32_t>(cols)};
-  for (std::int64_t c = threadIdx.x; c < cols; c += kThreads)
-    best = better(best, Best{row[c], static_cast<std::int32_t>(c)});
+  // kLoads values per thread loaded before any is compared: one memory round trip per kLoads x kThreads columns.
+  for (std::int64_t c0 = threadIdx.x; c0 < cols; c0 += kThreads * kLoads) {
+    float v[kLoads];
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      const std::int64_t c = c0 + u * kThreads;
+      v[u] = c < cols ? row[c] : -INFINITY;
+    }
+#pragma unroll
+    for (int u = 0; u < kLoads; ++u) {
+      const std::int64_t c = c0 + u * kThreads;
+      if (c < cols) best = better(best, Best{v[u], static_cast<std::int32_t>(c)});
+    }
+  }
   for (int offset = 16; offset > 0; offset /= 2) {
     const Best other{__shfl_xor_sync(0xffffffffu, best.value, offset), __shfl_xor_sync(0xffffffffu, best.index, offset)};
     best = better(best, other);

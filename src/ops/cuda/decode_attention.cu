@@ -203,8 +203,10 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(Params p) {
   for (int e = threadIdx.x; e < nr * D; e += kThreads) {
     const int r = e / static_cast<int>(D), d = e % static_cast<int>(D);
     float mx = -INFINITY;
+#pragma unroll 8
     for (int s = 0; s < p.splits; ++s) mx = fmaxf(mx, __ldcg(partial + (s * kRows + r) * (D + 2) + D));
     float acc_r = 0.f, l_r = 0.f;
+#pragma unroll 8
     for (int s = 0; s < p.splits; ++s) {
       const float* part = partial + (s * kRows + r) * (D + 2);
       const float ms = __ldcg(part + D);

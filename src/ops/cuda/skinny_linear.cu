@@ -22,7 +22,8 @@ using bf16 = __nv_bfloat16;
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kBlocksPerSm = 2;  // the grid's cap: blocks per streaming multiprocessor
-constexpr int kUnroll = 4;                              // 16-byte weight chunks per lane in flight, per row
+constexpr int kUnroll = 4;  // 16-byte weight chunks per lane in flight, per row
+constexpr int kStage = 4;   // 16-byte input packs per thread in flight while staging
 constexpr std::int64_t kDefaultSharedBytes = 48 * 1024;
 
 enum Mode { kStore = 0, kResidual = 1, kSwiglu = 2, kRope = 3 };
@@ -63,22 +64,31 @@ __device__ __forceinline__ float dot8(const uint4& w, const uint4& x) {
 
 __device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
-// (x0, x1) rotated by the RoPE angle of pair i at `position` (angles as rope.cu's table computes them; the
-// rotation with rope.cu's unfused fp32 products), each rounded to bf16.
-__device__ __forceinline__ void rotate(float x0, float x1, double theta, std::int64_t position, std::int64_t i,
-                                       std::int64_t Dh, bf16* out0, bf16* out1) {
+// The (cos, sin) of RoPE pair i at `position`, as rope.cu's table computes them (in double, rounded to fp32).
+__device__ __forceinline__ float2 angle_of(double theta, std::int64_t position, std::int64_t i, std::int64_t Dh) {
   const double inv_freq = pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(Dh));
   double sin_a = 0, cos_a = 0;
   sincos(static_cast<double>(position) * inv_freq, &sin_a, &cos_a);
-  const float c = static_cast<float>(cos_a), s = static_cast<float>(sin_a);
-  *out0 = __float2bfloat16_rn(__fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s)));
-  *out1 = __float2bfloat16_rn(__fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c)));
+  return make_float2(static_cast<float>(cos_a), static_cast<float>(sin_a));
+}
+
+// (x0, x1) rotated by cs = (cos, sin) with rope.cu's unfused fp32 products, each rounded to bf16.
+__device__ __forceinline__ void rotate(float x0, float x1, float2 cs, bf16* out0, bf16* out1) {
+  *out0 = __float2bfloat16_rn(__fsub_rn(__fmul_rn(x0, cs.x), __fmul_rn(x1, cs.y)));
+  *out1 = __float2bfloat16_rn(__fadd_rn(__fmul_rn(x0, cs.y), __fmul_rn(x1, cs.x)));
+}
+
+// The (cos, sin) the rope epilogue of output columns n0, n0 + 1 uses (q and k columns; (1, 0) for v).
+__device__ __forceinline__ float2 rope_angle(const Args& a, std::int64_t n0) {
+  if (n0 >= 2 * a.d) return make_float2(1.f, 0.f);
+  return angle_of(a.theta, *a.position, n0 % a.d % a.Dh / 2, a.Dh);
 }
 
 // Row m's epilogue for output column n0 (and n1: the second column, == n0 when there is none).
+// cs: rope_append's (cos, sin) for the columns (rope_angle); unused by the other modes.
 template <int kMode>
 __device__ __forceinline__ void epilogue(const Args& a, std::int64_t m, std::int64_t n0, std::int64_t n1, float v0,
-                                         float v1) {
+                                         float v1, float2 cs) {
   if constexpr (kMode == kStore) {
     if (a.y_f32) {
       float* y = static_cast<float*>(a.y) + m * a.y_stride;
@@ -103,11 +113,11 @@ __device__ __forceinline__ void epilogue(const Args& a, std::int64_t m, std::int
     const std::int64_t pos = *a.position;
     if (section == 0) {
       bf16* y = static_cast<bf16*>(a.y) + m * a.y_stride + c;
-      rotate(round_bf16(v0), round_bf16(v1), a.theta, pos, i, a.Dh, y, y + 1);
+      rotate(round_bf16(v0), round_bf16(v1), cs, y, y + 1);
     } else if (pos < a.capacity) {
       if (section == 1) {
         bf16* k = a.kc + m * a.kcb + h * a.kch + pos * a.kct + 2 * i;
-        rotate(round_bf16(v0), round_bf16(v1), a.theta, pos, i, a.Dh, k, k + 1);
+        rotate(round_bf16(v0), round_bf16(v1), cs, k, k + 1);
       } else {
         bf16* v = a.vc + m * a.vcb + h * a.vch + pos * a.vct + 2 * i;
         v[0] = __float2bfloat16_rn(v0);
@@ -170,34 +180,81 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_kernel(Args a) 
   }
   wait_for_previous_grid();
   allow_next_grid();
+  // rope_append: lane j computes the angle of this warp's j-th unit (the double-precision pow and sincos take
+  // as long as a memory round trip: once per warp in parallel, not once per unit in turn).
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * kWarps;
+  float2 lane_cs = make_float2(1.f, 0.f);
+  if constexpr (kMode == kRope) {
+    const std::int64_t unit = first + lane * stride;
+    if (unit < units) lane_cs = rope_angle(a, 2 * unit);
+  }
 
-  // Stage x' of every row.
+  // Stage x' of every row, kStage 16-byte packs per thread loaded before any is used: one memory round trip
+  // per kStage x 1024 (fp32) or 8192 (bf16) columns, not one per 256.
 #pragma unroll
   for (int m = 0; m < kM; ++m) {
     bf16* row = xs + m * K;
     if (m >= a.M) {
-      for (std::int64_t k = threadIdx.x; k < K; k += kThreads) row[k] = __float2bfloat16_rn(0.f);
+      for (std::int64_t k = threadIdx.x * 8; k < K; k += kThreads * 8)
+        *reinterpret_cast<uint4*>(row + k) = make_uint4(0, 0, 0, 0);
       continue;
     }
     if constexpr (kNorm) {
       const float* xr = static_cast<const float*>(a.x) + m * a.x_stride;
+      const auto load4 = [K](const float* p, std::int64_t k) {
+        return k < K ? *reinterpret_cast<const float4*>(p + k) : make_float4(0.f, 0.f, 0.f, 0.f);
+      };
       double ss = 0;
-      for (std::int64_t k = threadIdx.x; k < K; k += kThreads) ss += static_cast<double>(xr[k]) * xr[k];
+      for (std::int64_t k0 = threadIdx.x * 4; k0 < K; k0 += kThreads * 4 * kStage) {
+        float4 v[kStage];
+#pragma unroll
+        for (int u = 0; u < kStage; ++u) v[u] = load4(xr, k0 + u * kThreads * 4);
+#pragma unroll
+        for (int u = 0; u < kStage; ++u)
+          ss += static_cast<double>(v[u].x) * v[u].x + static_cast<double>(v[u].y) * v[u].y +
+                static_cast<double>(v[u].z) * v[u].z + static_cast<double>(v[u].w) * v[u].w;
+      }
       ss = block_reduce(ss, SumOp{}, scratch);
       const float s = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(K) + a.eps));
-      for (std::int64_t k = threadIdx.x; k < K; k += kThreads)
-        row[k] = __float2bfloat16_rn(__fmul_rn(__fmul_rn(xr[k], s), a.norm_w[k]));
+      const auto norm = [s](float x, float w) { return __fmul_rn(__fmul_rn(x, s), w); };
+      for (std::int64_t k0 = threadIdx.x * 4; k0 < K; k0 += kThreads * 4 * kStage) {
+        float4 v[kStage], g[kStage];
+#pragma unroll
+        for (int u = 0; u < kStage; ++u) {
+          v[u] = load4(xr, k0 + u * kThreads * 4);
+          g[u] = load4(a.norm_w, k0 + u * kThreads * 4);
+        }
+#pragma unroll
+        for (int u = 0; u < kStage; ++u) {
+          const std::int64_t k = k0 + u * kThreads * 4;
+          if (k >= K) break;
+          auto* out = reinterpret_cast<__nv_bfloat162*>(row + k);
+          out[0] = __floats2bfloat162_rn(norm(v[u].x, g[u].x), norm(v[u].y, g[u].y));
+          out[1] = __floats2bfloat162_rn(norm(v[u].z, g[u].z), norm(v[u].w, g[u].w));
+        }
+      }
     } else {
       const bf16* xr = static_cast<const bf16*>(a.x) + m * a.x_stride;
-      for (std::int64_t k = threadIdx.x * 8; k < K; k += kThreads * 8)
-        *reinterpret_cast<uint4*>(row + k) = *reinterpret_cast<const uint4*>(xr + k);
+      for (std::int64_t k0 = threadIdx.x * 8; k0 < K; k0 += kThreads * 8 * kStage) {
+        uint4 v[kStage];
+#pragma unroll
+        for (int u = 0; u < kStage; ++u) {
+          const std::int64_t k = k0 + u * kThreads * 8;
+          if (k < K) v[u] = *reinterpret_cast<const uint4*>(xr + k);
+        }
+#pragma unroll
+        for (int u = 0; u < kStage; ++u) {
+          const std::int64_t k = k0 + u * kThreads * 8;
+          if (k < K) *reinterpret_cast<uint4*>(row + k) = v[u];
+        }
+      }
     }
   }
   __syncthreads();
 
   // Each warp takes units (two weight rows) blockIdx.x * kWarps + warp, then every gridDim.x * kWarps-th: few
   // enough blocks that staging x' stays cheap beside the weights, enough to keep the memory system busy.
-  for (std::int64_t unit = first; unit < units; unit += static_cast<std::int64_t>(gridDim.x) * kWarps) {
+  for (std::int64_t unit = first; unit < units; unit += stride) {
     std::int64_t n0 = 0, n1 = 0;
     const bf16 *wa = nullptr, *wb = nullptr;
     rows_of(unit, n0, n1, wa, wb);
@@ -223,9 +280,16 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_kernel(Args a) 
       acc0[m] = warp_reduce(acc0[m], SumOp{});
       acc1[m] = warp_reduce(acc1[m], SumOp{});
     }
+    float2 cs = make_float2(1.f, 0.f);
+    if constexpr (kMode == kRope) {
+      const std::int64_t t = (unit - first) / stride;  // this unit's place among the warp's (the same in every lane)
+      cs = t < 32 ? make_float2(__shfl_sync(0xffffffffu, lane_cs.x, static_cast<int>(t)),
+                                __shfl_sync(0xffffffffu, lane_cs.y, static_cast<int>(t)))
+                  : rope_angle(a, n0);
+    }
 #pragma unroll
     for (int m = 0; m < kM; ++m)
-      if (lane == m && m < a.M) epilogue<kMode>(a, m, n0, n1, acc0[m], acc1[m]);
+      if (lane == m && m < a.M) epilogue<kMode>(a, m, n0, n1, acc0[m], acc1[m], cs);
   }
 }
 
