@@ -1,7 +1,7 @@
 // skinny_linear.cu — the fused few-row bf16 GEMM of ops/skinny_linear.h. A block of 8 warps (at most two
 // blocks per multiprocessor, the warps looping over the weight rows) first stages x' of the call's rows (rounded up to kM = 1, 2, 4 or 8; extra rows zero) in shared memory as bf16 — normalising
 // fp32 rows on the way when the RMSNorm is fused (sum of squares in double, as rmsnorm_forward) — then each
-// warp streams its two weight rows in 16-byte non-coherent loads, kUnroll chunks in flight per lane, and
+// warp streams its two weight rows in 16-byte non-coherent loads, 4 or 8 chunks in flight per lane, and
 // accumulates kM x 2 fp32 dot products; butterfly reductions leave every sum in every lane, and lane m applies
 // the epilogue to row m. Launched to overlap its predecessor (SkinnyLinearArgs::overlap_launch), each warp
 // first prefetches its first unit's weight rows into L2, then waits for that kernel (dependent_launch.cuh).
@@ -22,7 +22,6 @@ using bf16 = __nv_bfloat16;
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kBlocksPerSm = 2;  // the grid's cap: blocks per streaming multiprocessor
-constexpr int kUnroll = 4;  // 16-byte weight chunks per lane in flight, per row
 constexpr int kStage = 4;   // 16-byte input packs per thread in flight while staging
 constexpr std::int64_t kDefaultSharedBytes = 48 * 1024;
 
@@ -129,6 +128,9 @@ __device__ __forceinline__ void epilogue(const Args& a, std::int64_t m, std::int
 
 template <int kM, int kMode, bool kNorm>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_kernel(Args a) {
+  // 16-byte weight chunks per lane in flight, per row: 8 (a whole 2048-column row per round trip) where the
+  // registers allow, 4 with the accumulators of more rows.
+  constexpr int kUnroll = kM <= 2 ? 8 : 4;
   extern __shared__ __align__(16) unsigned char staged[];
   __shared__ double scratch[32];
   bf16* xs = reinterpret_cast<bf16*>(staged);  // (kM, K)
