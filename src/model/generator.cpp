@@ -311,7 +311,9 @@ void Generator::enqueue_decode(std::int64_t B, const DecodePlan& plan) {
                     model_.parameters()[ParameterLayout::embedding_index()], stream_);
   for (std::int64_t l = 0; l < cfg.num_layers; ++l) decode_layer(l, B, plan);
   lm_head(0, B, plan.overlap, plan.fused);
-  argmax_rows(device_ids(), rows(logits_, B, V), plan.id_limit, stream_);
+  // Greedy's next ids: the next step's input, and kept by position in ids_ (rows (position + 1) * B ..) so that
+  // generate() reads a greedy generation back once.
+  argmax_rows(device_ids(), rows(logits_, B, V), plan.id_limit, stream_, device_ids() + B, position());
   advance_position(position(), 1, dev, stream_);
 }
 
@@ -400,23 +402,29 @@ std::vector<std::vector<std::int32_t>> Generator::generate(const std::vector<std
     stats_.graphed = true;
   }
   start = std::chrono::steady_clock::now();
-  for (std::int64_t step = 0;; ++step) {
-    for (std::int64_t b = 0; b < B; ++b) out[b].push_back(next[b]);
-    if (step + 1 == options.max_new_tokens) break;
-    // Greedy steps after the first find their ids on the device already (the argmax's).
+  for (std::int64_t b = 0; b < B; ++b) out[b].push_back(next[b]);
+  const std::int64_t steps = options.max_new_tokens - 1;
+  for (std::int64_t step = 0; step < steps; ++step) {
     NvtxRange step_range("decode step");  // kernel profiles attribute the step's kernels to it
+    // Greedy steps after the first find their ids on the device already (the argmax's).
     if (step == 0 || !greedy) write_device(device_ids(), next.data(), next.size() * sizeof(std::int32_t));
     if (graph)
       graph->launch();
     else
       enqueue_decode(B, plan);
-    if (greedy) {
-      read_device(next.data(), device_ids(), next.size() * sizeof(std::int32_t));  // the argmax's ids
-    } else {
+    if (!greedy) {
       read_device(host_logits_.data(), logits_.tensor().data(), host_logits_.size() * sizeof(float));
       next = sample_tokens(host_logits_, B, V, options.sampling, rng);
+      for (std::int64_t b = 0; b < B; ++b) out[b].push_back(next[b]);
     }
     ++stats_.decode_steps;
+  }
+  if (greedy && steps > 0) {
+    // The argmax kept each step's ids by position (see enqueue_decode): positions T0 + 1 .. T0 + steps.
+    std::vector<std::int32_t> tokens(static_cast<std::size_t>(steps * B));  // (steps, B)
+    read_device(tokens.data(), device_ids() + (T0 + 1) * B, tokens.size() * sizeof(std::int32_t));
+    for (std::int64_t s = 0; s < steps; ++s)
+      for (std::int64_t b = 0; b < B; ++b) out[b].push_back(tokens[s * B + b]);
   }
   stats_.decode_ms = ms_since(start);
   return out;

@@ -21,7 +21,8 @@
 // and the decode attention are launched to overlap their predecessors (GenerationOptions::overlap_launches):
 // each is scheduled while the previous one finishes, prefetches its first weight rows into L2 and then waits
 // for it, which hides most of a launch between consecutive kernels.
-// The host then reads the B ids back (greedy: one synchronisation per token), or reads the logits, samples
+// Greedy decoding launches every step without waiting: the argmax also keeps each step's ids by position in
+// device memory, read back once at the end. Sampling reads the logits back at every step, samples
 // (model/sampling.h) and writes the ids it drew over the argmax's. Without a graph (GenerationOptions::
 // cuda_graph false, and on the CPU) the same work is enqueued at every step, so both give the same tokens
 // bit for bit. The graph holds the cache, weights and workspace addresses (all allocated here once) and the
@@ -135,7 +136,8 @@ class Generator {
   OwnedTensor rstd_;        // (rows) fp32
   OwnedTensor lse_;         // (max_batch, H, max_len) fp32
   OwnedTensor logits_;      // (max_batch, V) fp32
-  Buffer ids_;              // (rows) int32 in the device's memory: the ids a pass embeds
+  Buffer ids_;              // (rows) int32 in the device's memory: the ids a pass embeds (the first B in a
+                            // decode step) and, from row B on, greedy's ids by position
   Buffer position_;         // (1) int32 in the device's memory: the decode step's position
   Buffer attention_workspace_;  // decode_attention's, zeroed once
   std::size_t attention_workspace_bytes_ = 0;

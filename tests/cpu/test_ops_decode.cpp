@@ -1,7 +1,7 @@
 // test_ops_decode.cpp — the decode step's ops on the CPU: rope_append equals rope_forward on q and on a copy
 // of k written at the position (bit for bit) and leaves the rest of the cache alone; decode_attention equals
 // attention_forward (naive) over the cache's first past + Nq keys, GQA and window included; advance_position;
-// argmax_rows (ties to the lower index, the id limit); skinny_linear's composition against the ops it stands
+// argmax_rows (ties to the lower index, the id limit, the history by position); skinny_linear's composition against the ops it stands
 // for; malformed calls (heads, capacity, rows, dtypes, a residual with a norm) are clear errors.
 #include <gtest/gtest.h>
 
@@ -118,6 +118,13 @@ TEST(ArgmaxRows, LowestIndexOfTheLargestWithinTheLimit) {
   argmax_rows(out.data(), logits, 4, {});
   EXPECT_EQ(out, (std::vector<std::int32_t>{1, 0, 0}));
   EXPECT_TRUE(has(error_of([&] { argmax_rows(out.data(), logits, -1, {}); }), "limit must be >= 0"));
+  // With a history: the indices also land at row *position of it.
+  std::vector<std::int32_t> history(9, -1);
+  const std::int32_t position = 2;
+  argmax_rows(out.data(), logits, 0, {}, history.data(), &position);
+  EXPECT_EQ(history, (std::vector<std::int32_t>{-1, -1, -1, -1, -1, -1, 1, 4, 0}));
+  EXPECT_TRUE(has(error_of([&] { argmax_rows(out.data(), logits, 0, {}, history.data(), nullptr); }),
+                  "give both or neither"));
 }
 
 TEST(SkinnyLinear, ComposesTheOpsItFuses) {

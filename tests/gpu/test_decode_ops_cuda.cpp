@@ -4,7 +4,8 @@
 // 80, 128 and 256, GQA with several query positions (more rows than one block takes), a sliding window with
 // sink tokens, gpt-oss sink logits; a repeated call (the split counters reset; launched to overlap the first)
 // bit-identical, a captured CUDA graph replayed at a new length equal to a direct call; rope_append (RoPE at a
-// device position, k and v appended to the cache) against the CPU's; argmax_rows (ties, id limit) exactly.
+// device position, k and v appended to the cache) against the CPU's; argmax_rows (ties, id limit, the history
+// row at a device position) exactly.
 // Run on a GPU machine: ./build/bin/gpu_test_decode_ops_cuda
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -185,9 +186,17 @@ TEST(ArgmaxCuda, MatchesTheCpu) {
     std::vector<std::int32_t> want(rows), got(rows);
     argmax_rows(want.data(), x.cpu, limit, {});
     Buffer out(rows * sizeof(std::int32_t), kGpu, "test argmax");
-    argmax_rows(static_cast<std::int32_t*>(out.data()), x.gpu, limit, {});
+    Buffer history(3 * rows * sizeof(std::int32_t), kGpu, "test history");  // (3, rows): row 2 written
+    DeviceInt position;
+    position.set(2);
+    argmax_rows(static_cast<std::int32_t*>(out.data()), x.gpu, limit, {}, static_cast<std::int32_t*>(history.data()),
+                position.data());
     ASSERT_EQ(cudaMemcpy(got.data(), out.data(), rows * sizeof(std::int32_t), cudaMemcpyDeviceToHost), cudaSuccess);
     EXPECT_EQ(got, want) << "limit " << limit;
+    ASSERT_EQ(cudaMemcpy(got.data(), static_cast<std::int32_t*>(history.data()) + 2 * rows, rows * sizeof(std::int32_t),
+                         cudaMemcpyDeviceToHost),
+              cudaSuccess);
+    EXPECT_EQ(got, want) << "history, limit " << limit;
     EXPECT_EQ(want[1], 7);
   }
 }

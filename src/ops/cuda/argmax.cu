@@ -24,7 +24,8 @@ __device__ __forceinline__ Best better(Best a, Best b) {
 }
 
 __global__ void __launch_bounds__(kThreads)
-    argmax_kernel(std::int32_t* __restrict__ out, const float* __restrict__ logits, std::int64_t cols,
+    argmax_kernel(std::int32_t* __restrict__ out, std::int32_t* __restrict__ history,
+                  const std::int32_t* __restrict__ position, const float* __restrict__ logits, std::int64_t cols,
                   std::int64_t row_stride) {
   __shared__ Best scratch[kThreads / 32];
   const float* row = logits + blockIdx.x * row_stride;
@@ -53,17 +54,20 @@ __global__ void __launch_bounds__(kThreads)
   if (threadIdx.x == 0) {
     for (int w = 1; w < kThreads / 32; ++w) best = better(best, scratch[w]);
     // A row of -inf (or NaN) only: the first column, as std::max_element gives.
-    out[blockIdx.x] = best.index < cols ? best.index : 0;
+    const std::int32_t index = best.index < cols ? best.index : 0;
+    out[blockIdx.x] = index;
+    if (history) history[static_cast<std::int64_t>(*position) * gridDim.x + blockIdx.x] = index;
   }
 }
 
 }  // namespace
 
-void argmax_rows(std::int32_t* out, const float* logits, std::int64_t rows, std::int64_t cols,
-                 std::int64_t row_stride, Device device, const Stream& stream) {
+void argmax_rows(std::int32_t* out, std::int32_t* history, const std::int32_t* position, const float* logits,
+                 std::int64_t rows, std::int64_t cols, std::int64_t row_stride, Device device, const Stream& stream) {
   if (rows == 0) return;
   CudaDeviceGuard guard(device.index);
-  argmax_kernel<<<static_cast<unsigned>(rows), kThreads, 0, cuda_stream(stream)>>>(out, logits, cols, row_stride);
+  argmax_kernel<<<static_cast<unsigned>(rows), kThreads, 0, cuda_stream(stream)>>>(out, history, position, logits, cols,
+                                                                                 row_stride);
   FT_CUDA_CHECK_LAUNCH();
 }
 

@@ -30,9 +30,10 @@ void advance_position(std::int32_t* position, std::int32_t by, Device device, co
 // skinny_linear.cu — see ops/skinny_linear.h; args validated, skinny_linear_fits(M, K).
 void skinny_linear(const SkinnyLinearArgs& args);
 
-// argmax.cu — out (rows) int32 <- the first index of the largest of logits (rows, cols) fp32, row_stride apart.
-void argmax_rows(std::int32_t* out, const float* logits, std::int64_t rows, std::int64_t cols,
-                 std::int64_t row_stride, Device device, const Stream& stream);
+// argmax.cu — out (rows) int32 <- the first index of the largest of logits (rows, cols) fp32, row_stride apart;
+// also to history[*position * rows + r] when history is not null.
+void argmax_rows(std::int32_t* out, std::int32_t* history, const std::int32_t* position, const float* logits,
+                 std::int64_t rows, std::int64_t cols, std::int64_t row_stride, Device device, const Stream& stream);
 
 }  // namespace ft::gpu
 
