@@ -3,6 +3,7 @@
 #include "model/generator.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "core/error.h"
 #include "core/nvtx.h"
@@ -283,7 +284,7 @@ void Generator::lm_head(std::int64_t first, std::int64_t B, bool overlap, bool f
   linear_forward(logits, ln, w, {model_.options().allow_tf32, stream_});
 }
 
-void Generator::prefill(const std::vector<std::int32_t>& ids, std::int64_t B, std::int64_t T) {
+void Generator::prefill(const std::vector<std::int32_t>& ids, std::int64_t B, std::int64_t T, bool fused) {
   const ModelConfig& cfg = model_.config();
   const Device dev = model_.options().device;
   const std::int64_t d = cfg.d_model, V = cfg.vocab_size;
@@ -294,7 +295,7 @@ void Generator::prefill(const std::vector<std::int32_t>& ids, std::int64_t B, st
   embedding_forward(rows(x_, T * B, d).reshape({T, B, d}), TokenIds{device_ids(), {T, B}, dev},
                     model_.parameters()[ParameterLayout::embedding_index()], stream_);
   for (std::int64_t l = 0; l < cfg.num_layers; ++l) prefill_layer(l, B, T);
-  lm_head((T - 1) * B, B, false, skinny_ok_);  // the logits of the last position only
+  lm_head((T - 1) * B, B, false, fused);  // the logits of the last position only
   host_logits_.resize(static_cast<std::size_t>(B * V));
   if (dev.is_cuda()) {
     download(host_logits_.data(), logits_.tensor().data(), host_logits_.size() * sizeof(float), stream_);
@@ -370,7 +371,7 @@ std::vector<std::vector<std::int32_t>> Generator::generate(const std::vector<std
     for (std::int64_t t = 0; t < T0; ++t) ids[t * B + b] = prompts[b][t];
   {
     NvtxRange prefill_range("prefill");
-    prefill(ids, B, T0);
+    prefill(ids, B, T0, options.fused_gemms && skinny_ok_);
   }
   std::vector<std::int32_t> next = sample_tokens(host_logits_, B, V, options.sampling, rng);
   stats_.prefill_ms = ms_since(start);

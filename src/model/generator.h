@@ -99,8 +99,8 @@ class Generator {
 
  private:
   // Runs tokens ids (T, B) (position-major) at positions [0, T) through the model, filling the cache, and
-  // leaves the last position's logits (B, V) in host_logits_.
-  void prefill(const std::vector<std::int32_t>& ids, std::int64_t B, std::int64_t T);
+  // leaves the last position's logits (B, V) in host_logits_ (fused: the LM head's fused GEMM where it fits).
+  void prefill(const std::vector<std::int32_t>& ids, std::int64_t B, std::int64_t T, bool fused);
   void prefill_layer(std::int64_t l, std::int64_t B, std::int64_t T);
   // What a decode step enqueues besides its batch size (a captured graph holds one plan).
   struct DecodePlan {
