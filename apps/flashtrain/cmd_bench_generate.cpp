@@ -54,14 +54,16 @@ void profile_decode(Generator& generator, const std::vector<std::vector<std::int
   profiler.start();
   generator.generate(prompts, g);
   const KernelProfile profile = profiler.stop();
-  std::vector<RangeKernelSummary> summaries{summarize_kernels(profile.records, "decode step"),
+  std::vector<RangeKernelSummary> summaries{summarize_kernels(profile.records, "decode step *"),
                                             summarize_kernels(profile.records, "prefill")};
   std::cout << "\nkernel profile (per occurrence: one decode step, one prefill)\n"
             << format_range_overview(summaries, false) << "\ndecode step kernels\n"
             << format_kernel_table(summaries[0], false, 15);
   nlohmann::json config = row;
-  config["profiler"] = "CUPTI activity records of one more generation after the timed one; 'decode step' = "
-                       "each decode step (graph launch or enqueue, and the read-back), 'prefill' = the prompt";
+  config["profiler"] = "CUPTI activity records of one more generation after the timed one; 'decode step *' = "
+                       "each decode step (its graph launch or enqueue), 'prefill' = the prompt. With overlapping "
+                       "launches a kernel's time includes its wait for the previous one: profile with "
+                       "--overlap-launches off for each kernel's own time";
   write_json_reported(path, kernel_profile_document(profile, summaries, device, config, 200000), std::cout);
 }
 

@@ -406,7 +406,7 @@ std::vector<std::vector<std::int32_t>> Generator::generate(const std::vector<std
   for (std::int64_t b = 0; b < B; ++b) out[b].push_back(next[b]);
   const std::int64_t steps = options.max_new_tokens - 1;
   for (std::int64_t step = 0; step < steps; ++step) {
-    NvtxRange step_range("decode step");  // kernel profiles attribute the step's kernels to it
+    NvtxRange step_range(str("decode step ", step + 1));  // kernel profiles attribute the step's kernels to it
     // Greedy steps after the first find their ids on the device already (the argmax's).
     if (step == 0 || !greedy) write_device(device_ids(), next.data(), next.size() * sizeof(std::int32_t));
     if (graph)
