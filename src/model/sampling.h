@@ -2,7 +2,8 @@
 // the largest logit) or a draw from softmax(logits / temperature) restricted to the top_k largest logits
 // and then to the smallest set of most probable ids whose probability reaches top_p (nucleus), renormalised.
 // Draws come from the counter-based Rng of data_loader.h, one per sampled row in row order, so a seed
-// reproduces a generation.
+// reproduces a generation. A draw picks along the candidates by decreasing logit — or, with neither top-k nor
+// top-p, along the ids in order, which needs no sort of the vocabulary. Rows are sampled in parallel.
 #pragma once
 
 #include <cstdint>

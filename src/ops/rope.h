@@ -32,4 +32,15 @@ void rope_forward(const Tensor& x, const RopeOptions& options = {});
 // dx <- rope^-1(dx): the gradient with respect to the unrotated input.
 void rope_backward(const Tensor& dx, const RopeOptions& options = {});
 
+// A decode step's RoPE and KV-cache append in one pass, at a position read from memory when the work runs
+// (so the enqueued step is the same at every position and a CUDA graph can hold it): with p = *position,
+//   q (B, Hq, T, Dh)           <- rope(q) at positions p + t, in place
+//   k_cache[:, :, p + t, :]    <- rope(k) at positions p + t     k (B, Hkv, T, Dh), k_cache (B, Hkv, capacity, Dh)
+//   v_cache[:, :, p + t, :]    <- v                              v (B, Hkv, T, Dh), v_cache like k_cache
+// Any strides with a contiguous last dim; one dtype. The same rotation as rope_forward (angles in double,
+// rounded to fp32; fp32 products; rounded once). position: one int32 in the tensors' device memory; positions
+// past the capacity are not written (the caller keeps p + T <= capacity). options.position_offset is unused.
+void rope_append(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache, const Tensor& v_cache,
+                 const std::int32_t* position, const RopeOptions& options = {});
+
 }  // namespace ft

@@ -1,9 +1,10 @@
 // test_model_generate.cpp — KV-cache generation (model/generator.h) on the tiny model on the CPU: greedy
 // tokens equal the argmax of repeated full forwards without a cache (fp32 and bf16, flash and naive
-// attention, batch of 2), seeded sampling is reproducible, top-k 1 / a tiny top-p fall back to greedy, top-k,
-// top-p and an id limit keep to their ids, and bad requests (prompt longer than the context, too many new
-// tokens, ragged prompts, ids outside the vocabulary, top-p outside (0, 1], negative temperature) are clear
-// errors.
+// attention, batch of 2; and bf16 with d_ff 128, where the decode step runs the fused few-row GEMMs), seeded
+// sampling is reproducible, top-k 1 / a tiny top-p fall back to greedy, top-k, top-p and an id limit keep to
+// their ids, plain temperature sampling follows the softmax, and bad requests (prompt longer than the context,
+// too many new tokens, ragged prompts, ids outside the vocabulary, top-p outside (0, 1], negative
+// temperature) are clear errors.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -47,30 +48,40 @@ std::vector<std::int32_t> full_forward_argmax(TransformerLM& model, const Rows& 
   return out;
 }
 
-TEST(Generate, GreedyEqualsRepeatedFullForwards) {
+// Greedy generation of config's model against repeated full forwards, token for token.
+void expect_greedy_equals_full_forwards(const ModelConfig& config, Precision precision, AttentionImpl impl,
+                                        bool fused_gemms) {
+  SCOPED_TRACE(str(config.name, " ", name_of(precision), " ", name_of(impl)));
   const Rows prompts{{5, 17, 3, 60, 2}, {90, 1, 44, 44, 7}};
-  for (Precision precision : {Precision::fp32, Precision::bf16})
-    for (AttentionImpl impl : {AttentionImpl::flash, AttentionImpl::naive}) {
-      SCOPED_TRACE(str(name_of(precision), " ", name_of(impl)));
-      TransformerLM model(kTiny, options(precision, impl));
-      Generator generator(model, 2, kTiny.context_length);
-      GenerationOptions g;
-      g.max_new_tokens = kTiny.context_length - 5;  // to the end of the context
-      g.sampling.temperature = 0;
-      const Rows out = generator.generate(prompts, g);
-      ASSERT_EQ(out.size(), 2u);
-      Rows seqs = prompts;
-      for (std::int64_t i = 0; i < g.max_new_tokens; ++i) {
-        const std::vector<std::int32_t> want = full_forward_argmax(model, seqs);
-        for (std::size_t b = 0; b < 2; ++b) {
-          ASSERT_EQ(out[b][i], want[b]) << "row " << b << " new token " << i;
-          seqs[b].push_back(out[b][i]);
-        }
-      }
-      EXPECT_EQ(generator.stats().decode_steps, g.max_new_tokens - 1);
-      // A second call reuses the cache from position 0: the same tokens.
-      EXPECT_EQ(generator.generate(prompts, g), out);
+  TransformerLM model(config, options(precision, impl));
+  Generator generator(model, 2, config.context_length);
+  GenerationOptions g;
+  g.max_new_tokens = config.context_length - 5;  // to the end of the context
+  g.sampling.temperature = 0;
+  const Rows out = generator.generate(prompts, g);
+  ASSERT_EQ(out.size(), 2u);
+  EXPECT_EQ(generator.stats().fused_gemms, fused_gemms);
+  Rows seqs = prompts;
+  for (std::int64_t i = 0; i < g.max_new_tokens; ++i) {
+    const std::vector<std::int32_t> want = full_forward_argmax(model, seqs);
+    for (std::size_t b = 0; b < 2; ++b) {
+      ASSERT_EQ(out[b][i], want[b]) << "row " << b << " new token " << i;
+      seqs[b].push_back(out[b][i]);
     }
+  }
+  EXPECT_EQ(generator.stats().decode_steps, g.max_new_tokens - 1);
+  // A second call reuses the cache from position 0: the same tokens.
+  EXPECT_EQ(generator.generate(prompts, g), out);
+}
+
+TEST(Generate, GreedyEqualsRepeatedFullForwards) {
+  for (Precision precision : {Precision::fp32, Precision::bf16})
+    for (AttentionImpl impl : {AttentionImpl::flash, AttentionImpl::naive})
+      expect_greedy_equals_full_forwards(kTiny, precision, impl, false);  // d_ff 172: no fused GEMMs
+  // d_ff a multiple of 8: bf16 decode steps run the fused few-row GEMMs (composed of the same ops on the CPU).
+  ModelShapeOverrides d_ff;
+  d_ff.d_ff = 128;
+  expect_greedy_equals_full_forwards(with_overrides(kTiny, d_ff), Precision::bf16, AttentionImpl::flash, true);
 }
 
 TEST(Generate, SeededSamplingIsReproducible) {
@@ -108,6 +119,15 @@ TEST(Generate, SamplingKeepsToTopKAndTopP) {
   for (int i = 0; i < 2000; ++i) seen[sample_tokens(logits, 1, 4, {1.0, 0, 0.8}, rng)[0]] += 1;
   EXPECT_EQ(seen[0] + seen[2], 0);  // top-p 0.8: 0.64 + 0.24 reaches it
   EXPECT_GT(seen[1], 0);
+  // Neither top-k nor top-p: softmax over every id (drawn in id order, no sort), rows reproducible.
+  std::fill(seen.begin(), seen.end(), 0);
+  for (int i = 0; i < 4000; ++i) seen[sample_tokens(logits, 1, 4, {1.0, 0, 1.0}, rng)[0]] += 1;
+  const double want[] = {0.0871, 0.2369, 0.0321, 0.6439};  // softmax(1, 2, 0, 3)
+  for (int id = 0; id < 4; ++id) EXPECT_NEAR(seen[id] / 4000.0, want[id], 0.03) << "id " << id;
+  const std::vector<float> rows{1, 2, 0, 3, 3, 0, 2, 1, 0, 0, 0, 0};
+  Rng a(5), b(5);
+  for (int i = 0; i < 50; ++i)
+    EXPECT_EQ(sample_tokens(rows, 3, 4, {0.7, 0, 1.0}, a), sample_tokens(rows, 3, 4, {0.7, 0, 1.0}, b));
   // An id limit bars the ids past it, greedy or sampled.
   EXPECT_EQ(sample_tokens(logits, 1, 4, {0, 0, 1.0, 3}, rng)[0], 1);
   for (int i = 0; i < 200; ++i) EXPECT_LT(sample_tokens(logits, 1, 4, {2.0, 0, 1.0, 2}, rng)[0], 2);

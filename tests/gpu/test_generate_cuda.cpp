@@ -1,8 +1,12 @@
-// test_generate_cuda.cpp — KV-cache generation (model/generator.h) on CUDA with the tiny model: every greedy
-// token is the argmax of a full forward without a cache over the tokens so far — at least 90% exactly, every
-// one within a small logit margin of the argmax (cuBLASLt may pick other algorithms for the decode's few rows
-// than for the full forward's, and the flash kernels run fp32 attention on TF32, so near ties may split:
-// margin 1e-3 in fp32, 0.05 in bf16) — for a batch of 3 in a generator sized for 4; seeded sampling is
+// test_generate_cuda.cpp — KV-cache generation (model/generator.h) on CUDA with the tiny model (d_ff 128, so
+// that bf16 decode steps can run the fused few-row GEMMs): every greedy token of the graphed decode is the
+// argmax of a full forward without a cache over the tokens so far — at least 90% exactly, every one within a
+// small logit margin of the argmax (cuBLASLt may pick other algorithms for the decode's few rows than for the
+// full forward's, the fused few-row GEMMs sum in another order, and the flash kernels run fp32 attention on
+// TF32, so near ties may split: margin 1e-3 in fp32, 0.05 in bf16, fused GEMMs or not) — for a batch of 3 in a
+// generator sized for 4; the graphed decode (fused few-row GEMMs in bf16, and the unfused ops) gives exactly
+// the tokens of the ungraphed one, with and without overlapping launches (greedy and sampled; batch sizes 3
+// then 1, one graph each; the model's legacy default stream and a stream of its own); seeded sampling is
 // reproducible.
 // Run on a GPU machine: ./build/bin/gpu_test_generate_cuda
 #include <cuda_runtime.h>
@@ -12,16 +16,22 @@
 #include <vector>
 
 #include "core/buffer.h"
+#include "core/error.h"
 #include "core/tensor_io.h"
 #include "model/generator.h"
 
 namespace ft {
 namespace {
 
-const ModelConfig kTiny = model_config("tiny");  // vocab 97, context 32
+// tiny (vocab 97, context 32) with d_ff 128: a multiple of 8, so bf16 decode steps run the fused GEMMs.
+const ModelConfig kTiny = [] {
+  ModelShapeOverrides d_ff;
+  d_ff.d_ff = 128;
+  return with_overrides(model_config("tiny"), d_ff);
+}();
 using Rows = std::vector<std::vector<std::int32_t>>;
 
-ModelOptions options(Precision precision, Device device) {
+ModelOptions options(Precision precision, Device device, const Stream& stream = {}) {
   ModelOptions o;
   o.precision = precision;
   o.max_batch = 4;
@@ -30,6 +40,7 @@ ModelOptions options(Precision precision, Device device) {
   o.device = device;
   o.training = false;
   o.loss_chunk = 0;  // the materialised loss: the reference reads the logits
+  o.stream = stream;
   return o;
 }
 
@@ -51,14 +62,15 @@ std::vector<double> last_logits(TransformerLM& model, const Rows& seqs) {
   return out;
 }
 
-void expect_greedy_matches_full_forwards(Precision precision, double margin) {
-  SCOPED_TRACE(name_of(precision));
+void expect_greedy_matches_full_forwards(Precision precision, double margin, bool fused = true) {
+  SCOPED_TRACE(str(name_of(precision), fused ? "" : " unfused GEMMs"));
   TransformerLM model(kTiny, options(precision, Device::cuda(0)));
   Generator generator(model, 4, kTiny.context_length);
   const Rows prompts{{5, 17, 3, 60}, {90, 1, 44, 44}, {0, 0, 0, 1}};
   GenerationOptions g;
   g.max_new_tokens = kTiny.context_length - 4;
   g.sampling.temperature = 0;
+  g.fused_gemms = fused;
   const Rows out = generator.generate(prompts, g);
   Rows seqs = prompts;
   int exact = 0, total = 0;
@@ -81,6 +93,40 @@ void expect_greedy_matches_full_forwards(Precision precision, double margin) {
 TEST(GenerateCuda, GreedyEqualsRepeatedFullForwards) {
   expect_greedy_matches_full_forwards(Precision::fp32, 1e-3);
   expect_greedy_matches_full_forwards(Precision::bf16, 0.05);
+  expect_greedy_matches_full_forwards(Precision::bf16, 0.05, false);
+}
+
+TEST(GenerateCuda, GraphedEqualsUngraphed) {
+  const Stream own = Stream::create(Device::cuda(0));
+  for (Precision precision : {Precision::fp32, Precision::bf16})
+    for (const Stream* stream : {static_cast<const Stream*>(nullptr), &own}) {
+      SCOPED_TRACE(str(name_of(precision), stream ? " own stream" : " legacy default stream"));
+      TransformerLM model(kTiny, options(precision, Device::cuda(0), stream ? *stream : Stream()));
+      Generator generator(model, 4, kTiny.context_length);
+      for (const Rows& prompts : {Rows{{5, 17, 3, 60}, {90, 1, 44, 44}, {0, 0, 0, 1}}, Rows{{7, 8}}})
+        for (double temperature : {0.0, 0.9})
+          for (bool fused : {true, false}) {
+            SCOPED_TRACE(str("temperature ", temperature, fused ? " fused GEMMs" : " unfused GEMMs"));
+            GenerationOptions g;
+            g.fused_gemms = fused;
+            g.max_new_tokens = kTiny.context_length - 4;
+            g.sampling = {temperature, 20, 0.95};
+            g.seed = 3;
+            g.cuda_graph = true;
+            const Rows graphed = generator.generate(prompts, g);
+            EXPECT_TRUE(generator.stats().graphed);
+            EXPECT_EQ(generator.stats().fused_gemms, fused && precision == Precision::bf16);
+            EXPECT_EQ(generator.stats().decode_steps, g.max_new_tokens - 1);
+            EXPECT_EQ(generator.generate(prompts, g), graphed) << "a replay of the captured graph";
+            g.cuda_graph = false;
+            EXPECT_EQ(generator.generate(prompts, g), graphed) << "ungraphed";
+            EXPECT_FALSE(generator.stats().graphed);
+            g.overlap_launches = false;
+            EXPECT_EQ(generator.generate(prompts, g), graphed) << "no overlapping launches";
+            g.cuda_graph = true;
+            EXPECT_EQ(generator.generate(prompts, g), graphed) << "graphed, no overlapping launches";
+          }
+    }
 }
 
 TEST(GenerateCuda, SeededSamplingIsReproducible) {

@@ -3,6 +3,8 @@
 // rotates every pair of every (b, h, t) row through the tensor's strides, two pairs per thread in one
 // pack where the strides allow, with the CPU's unfused fp32 products. With per-token positions the row reads
 // the table at its position instead of t (NaN for a position outside [0, T)).
+// rope_append's one kernel does the same rotation for q and k at a position read from device memory (each
+// thread computing its pair's angle as the table does) and writes k and v into the cache.
 #include <cstdint>
 
 #include "core/buffer.h"
@@ -70,7 +72,80 @@ __global__ void rotate_kernel(E* x, std::int64_t H, std::int64_t T, std::int64_t
   }
 }
 
+// The (cos, sin) of pair i at position `position`, as table_kernel computes it.
+__device__ __forceinline__ float2 angle_of(double theta, std::int64_t position, std::int64_t i, std::int64_t Dh) {
+  const double inv_freq = pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(Dh));
+  double sin_a = 0, cos_a = 0;
+  sincos(static_cast<double>(position) * inv_freq, &sin_a, &cos_a);
+  return make_float2(static_cast<float>(cos_a), static_cast<float>(sin_a));
+}
+
+// Strides of a (B, H, T, Dh) view, in elements.
+struct Strides4 {
+  std::int64_t b, h, t;
+};
+
+// One thread per pair of (B, Hq + 2 Hkv, T, half): the first Hq heads rotate q in place, the next Hkv rotate
+// k into the cache at *position + t, the last Hkv copy v there.
+template <class E>
+__global__ void rope_append_kernel(E* q, Strides4 qs, const E* k, Strides4 ks, const E* v, Strides4 vs, E* kc,
+                                   Strides4 kcs, E* vc, Strides4 vcs, const std::int32_t* __restrict__ position,
+                                   std::int64_t capacity, std::int64_t Hq, std::int64_t Hkv, std::int64_t T,
+                                   std::int64_t half, double theta) {
+  const std::int64_t heads = Hq + 2 * Hkv, pairs = heads * T * half;
+  const std::int64_t b = blockIdx.y;
+  const std::int64_t p0 = *position;
+  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < pairs;
+       e += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
+    const std::int64_t i = e % half, t = e / half % T, h = e / (half * T);
+    const std::int64_t pos = p0 + t;
+    if (h < Hq) {
+      E* x = q + b * qs.b + h * qs.h + t * qs.t + 2 * i;
+      const float2 cs = angle_of(theta, pos, i, 2 * half);
+      const float x0 = to_f32(x[0]), x1 = to_f32(x[1]);
+      x[0] = from_f32<E>(__fsub_rn(__fmul_rn(x0, cs.x), __fmul_rn(x1, cs.y)));
+      x[1] = from_f32<E>(__fadd_rn(__fmul_rn(x0, cs.y), __fmul_rn(x1, cs.x)));
+      continue;
+    }
+    if (pos >= capacity) continue;
+    if (h < Hq + Hkv) {
+      const std::int64_t hk = h - Hq;
+      const E* x = k + b * ks.b + hk * ks.h + t * ks.t + 2 * i;
+      E* y = kc + b * kcs.b + hk * kcs.h + pos * kcs.t + 2 * i;
+      const float2 cs = angle_of(theta, pos, i, 2 * half);
+      const float x0 = to_f32(x[0]), x1 = to_f32(x[1]);
+      y[0] = from_f32<E>(__fsub_rn(__fmul_rn(x0, cs.x), __fmul_rn(x1, cs.y)));
+      y[1] = from_f32<E>(__fadd_rn(__fmul_rn(x0, cs.y), __fmul_rn(x1, cs.x)));
+    } else {
+      const std::int64_t hv = h - Hq - Hkv;
+      const E* x = v + b * vs.b + hv * vs.h + t * vs.t + 2 * i;
+      E* y = vc + b * vcs.b + hv * vcs.h + pos * vcs.t + 2 * i;
+      y[0] = x[0];
+      y[1] = x[1];
+    }
+  }
+}
+
+Strides4 strides4(const Tensor& x) { return {x.stride(0), x.stride(1), x.stride(2)}; }
+
 }  // namespace
+
+void rope_append(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache, const Tensor& v_cache,
+                 const std::int32_t* position, double theta, const Stream& stream) {
+  const std::int64_t B = q.size(0), Hq = q.size(1), T = q.size(2), half = q.size(3) / 2, Hkv = k.size(1);
+  const std::int64_t pairs = (Hq + 2 * Hkv) * T * half;
+  if (B * pairs == 0) return;
+  CudaDeviceGuard guard(q.device().index);
+  const dim3 grid(static_cast<unsigned>(ceil_div(pairs, kThreads)), static_cast<unsigned>(B));
+  with_cuda_dtype(q.dtype(), [&](auto tag) {
+    using E = decltype(tag);
+    rope_append_kernel<E><<<grid, kThreads, 0, cuda_stream(stream)>>>(
+        static_cast<E*>(q.data()), strides4(q), static_cast<const E*>(k.data()), strides4(k),
+        static_cast<const E*>(v.data()), strides4(v), static_cast<E*>(k_cache.data()), strides4(k_cache),
+        static_cast<E*>(v_cache.data()), strides4(v_cache), position, k_cache.size(2), Hq, Hkv, T, half, theta);
+  });
+  FT_CUDA_CHECK_LAUNCH();
+}
 
 void rope(const Tensor& x, double theta, std::int64_t position_offset, const std::int32_t* positions, bool inverse,
           const Stream& stream) {

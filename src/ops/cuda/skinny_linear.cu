@@ -1,0 +1,380 @@
+// skinny_linear.cu — the fused few-row bf16 GEMM of ops/skinny_linear.h. A block of 8 warps (at most two
+// blocks per multiprocessor, the warps looping over the weight rows) first stages x' of the call's rows (rounded up to kM = 1, 2, 4 or 8; extra rows zero) in shared memory as bf16 — normalising
+// fp32 rows on the way when the RMSNorm is fused (sum of squares in double, as rmsnorm_forward) — then each
+// warp streams its two weight rows in 16-byte non-coherent loads, 4 or 8 chunks in flight per lane, and
+// accumulates kM x 2 fp32 dot products; butterfly reductions leave every sum in every lane, and lane m applies
+// the epilogue to row m. Launched to overlap its predecessor (SkinnyLinearArgs::overlap_launch), each warp
+// first prefetches its first unit's weight rows into L2, then waits for that kernel (dependent_launch.cuh).
+#include <cuda_bf16.h>
+
+#include <cstdint>
+
+#include "ops/cuda/common.cuh"
+#include "ops/cuda/decode_ops.h"
+#include "ops/cuda/dependent_launch.cuh"
+
+namespace ft::gpu {
+
+namespace {
+
+using bf16 = __nv_bfloat16;
+
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kBlocksPerSm = 2;  // the grid's cap: blocks per streaming multiprocessor
+constexpr int kStage = 4;   // 16-byte input packs per thread in flight while staging
+constexpr std::int64_t kDefaultSharedBytes = 48 * 1024;
+
+enum Mode { kStore = 0, kResidual = 1, kSwiglu = 2, kRope = 3 };
+
+struct Args {
+  const void* x;  // (M, K) bf16, or fp32 with norm_w
+  std::int64_t x_stride;
+  const float* norm_w;  // (K) or null
+  float eps;
+  const bf16* w;   // (N, K)
+  const bf16* w3;  // swiglu: (N, K)
+  std::int64_t M, N, K;
+  void* y;
+  std::int64_t y_stride;
+  bool y_f32;
+  const float* res;  // residual: (M, N)
+  std::int64_t res_stride;
+  bf16* kc;  // rope: (M, H, capacity, Dh) caches
+  bf16* vc;
+  std::int64_t kcb, kch, kct, vcb, vch, vct, capacity, Dh, d;
+  const std::int32_t* position;
+  double theta;
+  bool prefetch;  // launched to overlap its predecessor: prefetch the first weight rows
+};
+
+__device__ __forceinline__ float dot8(const uint4& w, const uint4& x) {
+  const auto* wp = reinterpret_cast<const __nv_bfloat162*>(&w);
+  const auto* xp = reinterpret_cast<const __nv_bfloat162*>(&x);
+  float s = 0.f;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const float2 a = __bfloat1622float2(wp[i]), b = __bfloat1622float2(xp[i]);
+    s = fmaf(a.x, b.x, s);
+    s = fmaf(a.y, b.y, s);
+  }
+  return s;
+}
+
+__device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
+
+// The (cos, sin) of RoPE pair i at `position`, as rope.cu's table computes them (in double, rounded to fp32).
+__device__ __forceinline__ float2 angle_of(double theta, std::int64_t position, std::int64_t i, std::int64_t Dh) {
+  const double inv_freq = pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(Dh));
+  double sin_a = 0, cos_a = 0;
+  sincos(static_cast<double>(position) * inv_freq, &sin_a, &cos_a);
+  return make_float2(static_cast<float>(cos_a), static_cast<float>(sin_a));
+}
+
+// (x0, x1) rotated by cs = (cos, sin) with rope.cu's unfused fp32 products, each rounded to bf16.
+__device__ __forceinline__ void rotate(float x0, float x1, float2 cs, bf16* out0, bf16* out1) {
+  *out0 = __float2bfloat16_rn(__fsub_rn(__fmul_rn(x0, cs.x), __fmul_rn(x1, cs.y)));
+  *out1 = __float2bfloat16_rn(__fadd_rn(__fmul_rn(x0, cs.y), __fmul_rn(x1, cs.x)));
+}
+
+// The (cos, sin) the rope epilogue of output columns n0, n0 + 1 uses (q and k columns; (1, 0) for v).
+__device__ __forceinline__ float2 rope_angle(const Args& a, std::int64_t n0) {
+  if (n0 >= 2 * a.d) return make_float2(1.f, 0.f);
+  return angle_of(a.theta, *a.position, n0 % a.d % a.Dh / 2, a.Dh);
+}
+
+// Row m's epilogue for output column n0 (and n1: the second column, == n0 when there is none).
+// cs: rope_append's (cos, sin) for the columns (rope_angle); unused by the other modes.
+template <int kMode>
+__device__ __forceinline__ void epilogue(const Args& a, std::int64_t m, std::int64_t n0, std::int64_t n1, float v0,
+                                         float v1, float2 cs) {
+  if constexpr (kMode == kStore) {
+    if (a.y_f32) {
+      float* y = static_cast<float*>(a.y) + m * a.y_stride;
+      y[n0] = v0;
+      if (n1 != n0) y[n1] = v1;
+    } else {
+      bf16* y = static_cast<bf16*>(a.y) + m * a.y_stride;
+      y[n0] = __float2bfloat16_rn(v0);
+      if (n1 != n0) y[n1] = __float2bfloat16_rn(v1);
+    }
+  } else if constexpr (kMode == kResidual) {
+    float* y = static_cast<float*>(a.y) + m * a.y_stride;
+    const float* r = a.res + m * a.res_stride;
+    const float r0 = r[n0], r1 = r[n1];
+    y[n0] = v0 + r0;
+    if (n1 != n0) y[n1] = v1 + r1;
+  } else if constexpr (kMode == kSwiglu) {
+    const float x = round_bf16(v0), b = round_bf16(v1);
+    static_cast<bf16*>(a.y)[m * a.y_stride + n0] = __float2bfloat16_rn(x * (1.0f / (1.0f + expf(-x))) * b);
+  } else {
+    const std::int64_t section = n0 / a.d, c = n0 % a.d, h = c / a.Dh, i = c % a.Dh / 2;
+    const std::int64_t pos = *a.position;
+    if (section == 0) {
+      bf16* y = static_cast<bf16*>(a.y) + m * a.y_stride + c;
+      rotate(round_bf16(v0), round_bf16(v1), cs, y, y + 1);
+    } else if (pos < a.capacity) {
+      if (section == 1) {
+        bf16* k = a.kc + m * a.kcb + h * a.kch + pos * a.kct + 2 * i;
+        rotate(round_bf16(v0), round_bf16(v1), cs, k, k + 1);
+      } else {
+        bf16* v = a.vc + m * a.vcb + h * a.vch + pos * a.vct + 2 * i;
+        v[0] = __float2bfloat16_rn(v0);
+        v[1] = __float2bfloat16_rn(v1);
+      }
+    }
+  }
+}
+
+template <int kM, int kMode, bool kNorm>
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_kernel(Args a) {
+  // 16-byte weight chunks per lane in flight, per row: 8 (a whole 2048-column row per round trip) where the
+  // registers allow, 4 with the accumulators of more rows.
+  constexpr int kUnroll = kM <= 2 ? 8 : 4;
+  extern __shared__ __align__(16) unsigned char staged[];
+  __shared__ double scratch[32];
+  bf16* xs = reinterpret_cast<bf16*>(staged);  // (kM, K)
+  const std::int64_t K = a.K;
+  const int lane = threadIdx.x % 32;
+  const std::int64_t units = kMode == kSwiglu ? a.N : (a.N + 1) / 2;
+  // The weight rows of this warp's first unit (independent of the previous kernel) on their way into L2
+  // while that kernel finishes (see dependent_launch.cuh).
+  const auto rows_of = [&](std::int64_t unit, std::int64_t& n0, std::int64_t& n1, const bf16*& wa, const bf16*& wb) {
+    if constexpr (kMode == kSwiglu) {
+      n0 = n1 = unit;
+      wa = a.w + n0 * K;
+      wb = a.w3 + n0 * K;
+    } else {
+      n0 = 2 * unit;
+      n1 = n0 + 1 < a.N ? n0 + 1 : n0;
+      wa = a.w + n0 * K;
+      wb = a.w + n1 * K;
+    }
+  };
+  // kUnroll 16-byte chunks of each of the rows from column k0 (zeros past K).
+  const auto load_chunks = [&](const bf16* wa, const bf16* wb, std::int64_t k0, uint4* va, uint4* vb) {
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const std::int64_t k = k0 + u * 32 * 8;
+      va[u] = vb[u] = make_uint4(0, 0, 0, 0);
+      if (k < K) {
+        va[u] = __ldg(reinterpret_cast<const uint4*>(wa + k));
+        vb[u] = __ldg(reinterpret_cast<const uint4*>(wb + k));
+      }
+    }
+  };
+  // The first chunks of this warp's first unit go into registers (the rest of its rows into L2 when launched to
+  // overlap) before the wait and the staging below, so that the weights' memory latency overlaps them.
+  const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  uint4 va[kUnroll], vb[kUnroll];
+  if (first < units) {
+    std::int64_t n0 = 0, n1 = 0;
+    const bf16 *wa = nullptr, *wb = nullptr;
+    rows_of(first, n0, n1, wa, wb);
+    load_chunks(wa, wb, lane * 8, va, vb);
+    if (a.prefetch) {
+      // Past the columns the chunks hold, one 128-byte line (64 elements) per lane.
+      for (std::int64_t k = 32 * 8 * kUnroll + lane * 64; k < K; k += 32 * 64) {
+        prefetch_l2(wa + k);
+        prefetch_l2(wb + k);
+      }
+    }
+  }
+  wait_for_previous_grid();
+  allow_next_grid();
+  // rope_append: lane j computes the angle of this warp's j-th unit (the double-precision pow and sincos take
+  // as long as a memory round trip: once per warp in parallel, not once per unit in turn).
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * kWarps;
+  float2 lane_cs = make_float2(1.f, 0.f);
+  if constexpr (kMode == kRope) {
+    const std::int64_t unit = first + lane * stride;
+    if (unit < units) lane_cs = rope_angle(a, 2 * unit);
+  }
+
+  // Stage x' of every row, kStage 16-byte packs per thread loaded before any is used: one memory round trip
+  // per kStage x 1024 (fp32) or 8192 (bf16) columns, not one per 256.
+#pragma unroll
+  for (int m = 0; m < kM; ++m) {
+    bf16* row = xs + m * K;
+    if (m >= a.M) {
+      for (std::int64_t k = threadIdx.x * 8; k < K; k += kThreads * 8)
+        *reinterpret_cast<uint4*>(row + k) = make_uint4(0, 0, 0, 0);
+      continue;
+    }
+    if constexpr (kNorm) {
+      const float* xr = static_cast<const float*>(a.x) + m * a.x_stride;
+      const auto load4 = [K](const float* p, std::int64_t k) {
+        return k < K ? *reinterpret_cast<const float4*>(p + k) : make_float4(0.f, 0.f, 0.f, 0.f);
+      };
+      double ss = 0;
+      for (std::int64_t k0 = threadIdx.x * 4; k0 < K; k0 += kThreads * 4 * kStage) {
+        float4 v[kStage];
+#pragma unroll
+        for (int u = 0; u < kStage; ++u) v[u] = load4(xr, k0 + u * kThreads * 4);
+#pragma unroll
+        for (int u = 0; u < kStage; ++u)
+          ss += static_cast<double>(v[u].x) * v[u].x + static_cast<double>(v[u].y) * v[u].y +
+                static_cast<double>(v[u].z) * v[u].z + static_cast<double>(v[u].w) * v[u].w;
+      }
+      ss = block_reduce(ss, SumOp{}, scratch);
+      const float s = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(K) + a.eps));
+      const auto norm = [s](float x, float w) { return __fmul_rn(__fmul_rn(x, s), w); };
+      for (std::int64_t k0 = threadIdx.x * 4; k0 < K; k0 += kThreads * 4 * kStage) {
+        float4 v[kStage], g[kStage];
+#pragma unroll
+        for (int u = 0; u < kStage; ++u) {
+          v[u] = load4(xr, k0 + u * kThreads * 4);
+          g[u] = load4(a.norm_w, k0 + u * kThreads * 4);
+        }
+#pragma unroll
+        for (int u = 0; u < kStage; ++u) {
+          const std::int64_t k = k0 + u * kThreads * 4;
+          if (k >= K) break;
+          auto* out = reinterpret_cast<__nv_bfloat162*>(row + k);
+          out[0] = __floats2bfloat162_rn(norm(v[u].x, g[u].x), norm(v[u].y, g[u].y));
+          out[1] = __floats2bfloat162_rn(norm(v[u].z, g[u].z), norm(v[u].w, g[u].w));
+        }
+      }
+    } else {
+      const bf16* xr = static_cast<const bf16*>(a.x) + m * a.x_stride;
+      for (std::int64_t k0 = threadIdx.x * 8; k0 < K; k0 += kThreads * 8 * kStage) {
+        uint4 v[kStage];
+#pragma unroll
+        for (int u = 0; u < kStage; ++u) {
+          const std::int64_t k = k0 + u * kThreads * 8;
+          if (k < K) v[u] = *reinterpret_cast<const uint4*>(xr + k);
+        }
+#pragma unroll
+        for (int u = 0; u < kStage; ++u) {
+          const std::int64_t k = k0 + u * kThreads * 8;
+          if (k < K) *reinterpret_cast<uint4*>(row + k) = v[u];
+        }
+      }
+    }
+  }
+  __syncthreads();
+
+  // Each warp takes units (two weight rows) blockIdx.x * kWarps + warp, then every gridDim.x * kWarps-th: few
+  // enough blocks that staging x' stays cheap beside the weights, enough to keep the memory system busy.
+  for (std::int64_t unit = first; unit < units; unit += stride) {
+    std::int64_t n0 = 0, n1 = 0;
+    const bf16 *wa = nullptr, *wb = nullptr;
+    rows_of(unit, n0, n1, wa, wb);
+    float acc0[kM], acc1[kM];
+#pragma unroll
+    for (int m = 0; m < kM; ++m) acc0[m] = acc1[m] = 0.f;
+    for (std::int64_t k0 = lane * 8; k0 < K; k0 += 32 * 8 * kUnroll) {
+      if (unit != first || k0 != lane * 8) load_chunks(wa, wb, k0, va, vb);  // the first are loaded above
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const std::int64_t k = k0 + u * 32 * 8;
+        if (k >= K) break;
+#pragma unroll
+        for (int m = 0; m < kM; ++m) {
+          const uint4 xv = *reinterpret_cast<const uint4*>(xs + m * K + k);
+          acc0[m] += dot8(va[u], xv);
+          acc1[m] += dot8(vb[u], xv);
+        }
+      }
+    }
+#pragma unroll
+    for (int m = 0; m < kM; ++m) {
+      acc0[m] = warp_reduce(acc0[m], SumOp{});
+      acc1[m] = warp_reduce(acc1[m], SumOp{});
+    }
+    float2 cs = make_float2(1.f, 0.f);
+    if constexpr (kMode == kRope) {
+      const std::int64_t t = (unit - first) / stride;  // this unit's place among the warp's (the same in every lane)
+      cs = t < 32 ? make_float2(__shfl_sync(0xffffffffu, lane_cs.x, static_cast<int>(t)),
+                                __shfl_sync(0xffffffffu, lane_cs.y, static_cast<int>(t)))
+                  : rope_angle(a, n0);
+    }
+#pragma unroll
+    for (int m = 0; m < kM; ++m)
+      if (lane == m && m < a.M) epilogue<kMode>(a, m, n0, n1, acc0[m], acc1[m], cs);
+  }
+}
+
+template <int kM, int kMode, bool kNorm>
+void launch(const Args& a, int sms, cudaStream_t stream) {
+  const std::int64_t units = kMode == kSwiglu ? a.N : (a.N + 1) / 2;
+  // Every warp the same number of units (the last block's aside): a warp with one more than the others
+  // would finish alone, with too few loads in flight to keep the memory busy.
+  const std::int64_t per_warp = ceil_div(units, static_cast<std::int64_t>(kBlocksPerSm) * sms * kWarps);
+  const auto blocks = static_cast<unsigned>(ceil_div(units, kWarps * per_warp));
+  const auto smem = static_cast<std::size_t>(kM * a.K) * sizeof(bf16);
+  if (smem > static_cast<std::size_t>(kDefaultSharedBytes))
+    FT_CUDA_CHECK(cudaFuncSetAttribute(skinny_kernel<kM, kMode, kNorm>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)));
+  launch_kernel(skinny_kernel<kM, kMode, kNorm>, blocks, kThreads, smem, stream, a.prefetch, a);
+}
+
+template <int kMode, bool kNorm>
+void launch_rows(const Args& a, int sms, cudaStream_t stream) {
+  if (a.M <= 1)
+    launch<1, kMode, kNorm>(a, sms, stream);
+  else if (a.M <= 2)
+    launch<2, kMode, kNorm>(a, sms, stream);
+  else if (a.M <= 4)
+    launch<4, kMode, kNorm>(a, sms, stream);
+  else
+    launch<8, kMode, kNorm>(a, sms, stream);
+}
+
+}  // namespace
+
+void skinny_linear(const SkinnyLinearArgs& s) {
+  Args a{};
+  const bool norm = s.norm_weight.defined();
+  a.x = s.x.data();
+  a.x_stride = s.x.stride(0);
+  a.norm_w = norm ? s.norm_weight.data_as<float>() : nullptr;
+  a.eps = s.norm_eps;
+  a.w = static_cast<const bf16*>(s.w.data());
+  a.w3 = s.w3.defined() ? static_cast<const bf16*>(s.w3.data()) : nullptr;
+  a.M = s.x.size(0);
+  a.N = s.w.size(0);
+  a.K = s.x.size(1);
+  a.y = s.y.data();
+  a.y_stride = s.y.stride(0);
+  a.y_f32 = s.y.dtype() == DType::f32;
+  if (s.residual.defined()) {
+    a.res = s.residual.data_as<float>();
+    a.res_stride = s.residual.stride(0);
+  }
+  if (s.epilogue == SkinnyEpilogue::rope_append) {
+    a.kc = static_cast<bf16*>(s.k_cache.data());
+    a.vc = static_cast<bf16*>(s.v_cache.data());
+    a.kcb = s.k_cache.stride(0);
+    a.kch = s.k_cache.stride(1);
+    a.kct = s.k_cache.stride(2);
+    a.vcb = s.v_cache.stride(0);
+    a.vch = s.v_cache.stride(1);
+    a.vct = s.v_cache.stride(2);
+    a.capacity = s.k_cache.size(2);
+    a.Dh = s.k_cache.size(3);
+    a.d = a.N / 3;
+    a.position = s.position;
+    a.theta = s.rope_theta;
+  }
+  if (a.M * a.N == 0) return;
+  CudaDeviceGuard guard(s.x.device().index);
+  const cudaStream_t stream = cuda_stream(s.stream);
+  const int sms = multiprocessors(s.x.device());
+  a.prefetch = s.overlap_launch && supports_dependent_launch(s.x.device());
+  switch (s.epilogue) {
+    case SkinnyEpilogue::store:
+      norm ? launch_rows<kStore, true>(a, sms, stream) : launch_rows<kStore, false>(a, sms, stream);
+      break;
+    case SkinnyEpilogue::residual: launch_rows<kResidual, false>(a, sms, stream); break;
+    case SkinnyEpilogue::swiglu:
+      norm ? launch_rows<kSwiglu, true>(a, sms, stream) : launch_rows<kSwiglu, false>(a, sms, stream);
+      break;
+    case SkinnyEpilogue::rope_append:
+      norm ? launch_rows<kRope, true>(a, sms, stream) : launch_rows<kRope, false>(a, sms, stream);
+      break;
+  }
+  FT_CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace ft::gpu
