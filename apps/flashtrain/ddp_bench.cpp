@@ -27,6 +27,10 @@ namespace {
 
 constexpr std::uint64_t kBatchSeedOffset = 1;  // rank r's batch draws from seed + 1 + r
 
+double host_clock_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 TrainerConfig replica_trainer_config(bool external_optimizer) {
   TrainerConfig t;
   t.max_grad_norm = kBenchClipNorm;
@@ -85,6 +89,9 @@ void profile_timeline(const DdpBenchCase& c, const DdpBenchConfig& config, DataP
                                {"precision", name_of(c.model.precision)},
                                {"strategy", c.strategy ? name_of(*c.strategy) : "single"},
                                {"bucket_mb", c.bucket_mb ? nlohmann::json(*c.bucket_mb) : nlohmann::json(nullptr)},
+                               {"transport", c.copy_engine ? "copy_engine" : "nccl"},
+                               {"buffer", name_of(c.buffer)},
+                               {"nccl", c.tuning.describe()},
                                {"world", host.world_size()},
                                {"local_batch", config.model.batch}};
   write_json_atomic(timeline_path(config.timeline_prefix, c),
@@ -96,18 +103,31 @@ DdpBenchRow run_ddp_row(const DdpBenchCase& c, const DdpBenchConfig& config, Dat
                         Communicator& comm, Communicator& host) {
   const ModelBenchConfig& m = config.model;
   Allocator& allocator = Allocator::instance();
-  std::vector<double> step_ms, comm_ms;  // (steps) this rank's
+  std::vector<double> step_ms, comm_ms, backward_ms;  // (steps) this rank's
   std::size_t collectives = 0;
   std::string oom_message;
   bool comm_timed = true;
+  // A tuned row's own communicator (collective: every rank makes it); outlives the DDP object below.
+  std::unique_ptr<Communicator> own;
+  DdpOptions options;
+  if (c.strategy) {
+    options.strategy = *c.strategy;
+    if (c.bucket_mb) options.bucket_size_mb = *c.bucket_mb;
+    options.bf16_communication = config.bf16_comm;
+    options.buffer = c.buffer;
+  }
+  if (c.strategy && (c.copy_engine || !c.tuning.is_default())) {
+    FT_CHECK(config.context, "bench ddp: the row ", c.copy_engine ? "over the copy engine" : "with NCCL limits",
+             " needs the job's DistributedContext to make its communicator");
+    own = c.copy_engine ? config.context->make_copy_engine_communicator(
+                              largest_bucket_bytes(ddp_model(replica.model()), options))
+                        : config.context->make_device_communicator(c.tuning);
+  }
+  Communicator& row_comm = own ? *own : comm;
   try {
     std::optional<DistributedDataParallel> ddp;
     if (c.strategy) {
-      DdpOptions options;
-      options.strategy = *c.strategy;
-      if (c.bucket_mb) options.bucket_size_mb = *c.bucket_mb;
-      options.bf16_communication = config.bf16_comm;
-      ddp.emplace(comm, ddp_model(replica.model()), options);  // broadcasts rank 0's parameters
+      ddp.emplace(row_comm, ddp_model(replica.model()), options);  // broadcasts rank 0's parameters
       attach(*ddp, replica.trainer());
       collectives = ddp->plan().buckets.size();
     }
@@ -123,6 +143,7 @@ DdpBenchRow run_ddp_row(const DdpBenchCase& c, const DdpBenchConfig& config, Dat
     for (std::int64_t i = 1; i <= m.steps; ++i) {
       NvtxRange range(str("step ", i));
       step_ms.push_back(replica.timed_step(host, sync));
+      backward_ms.push_back(replica.backward_ms());
       const std::optional<double> ms = ddp ? ddp->comm_ms() : std::optional<double>(0.0);
       comm_timed = comm_timed && ms.has_value();
       comm_ms.push_back(ms.value_or(0.0));
@@ -145,6 +166,7 @@ DdpBenchRow run_ddp_row(const DdpBenchCase& c, const DdpBenchConfig& config, Dat
   row.collectives = collectives;
   const std::vector<double> slowest = max_over_ranks(host, step_ms);  // (steps)
   row.step = summarize(slowest);
+  row.backward_ms = summarize(max_over_ranks(host, backward_ms)).median;
   if (comm_timed) row.comm_ms = summarize(max_over_ranks(host, comm_ms)).median;
   row.peak_gib = max_over_ranks(host, {static_cast<double>(allocator.stats(m.device).peak_bytes)}).front() / kBytesPerGiB;
   row.tokens_per_s =
@@ -156,6 +178,9 @@ std::string describe_case(const DdpBenchCase& c) {
   std::string text = str(c.model.model.name, " ctx ", c.model.model.context_length, " ", name_of(c.model.precision),
                          " ", strategy_name(c.strategy));
   if (c.bucket_mb) text += str(" ", *c.bucket_mb, " MiB");
+  if (c.strategy && c.buffer != CommBufferKind::plain) text += str(", ", name_of(c.buffer), " buffers");
+  if (c.strategy && !c.tuning.is_default()) text += str(", NCCL ", c.tuning.describe());
+  if (c.copy_engine) text += ", copy engine";
   return text;
 }
 
@@ -193,6 +218,45 @@ DdpBenchConfig resolve_bench_ddp_options(const BenchDdpOptions& o, const Communi
     FT_CHECK(used == text.size() && mb > 0 && mb < 1e9, "expected bucket sizes in MiB > 0, given '", text, "'");
     return mb;
   });
+  config.buffers = parse_list<CommBufferKind>("--comm-buffer", o.buffers, parse_comm_buffer_kind);
+  const std::vector<int> max_ctas = parse_list<int>("--nccl-max-ctas", o.max_ctas, [](const std::string& text) {
+    int value = -1;
+    std::size_t used = 0;
+    try {
+      value = std::stoi(text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    FT_CHECK(used == text.size() && value >= 0 && value <= NcclTuning::kMaxCtas, "expected CTA counts 0..",
+             NcclTuning::kMaxCtas, " (0: NCCL's default), given '", text, "'");
+    return value;
+  });
+  const std::vector<CtaPolicy> policies = parse_list<CtaPolicy>("--cta-policy", o.cta_policies, parse_cta_policy);
+  for (int max : max_ctas)
+    for (CtaPolicy policy : policies) {
+      const NcclTuning tuning{.min_ctas = o.min_ctas, .max_ctas = max, .cta_policy = policy};
+      for_option("--nccl-min-ctas", [&] { tuning.check(); });
+      config.tunings.push_back(tuning);
+    }
+  const std::vector<std::string> transports =
+      parse_list<std::string>("--transport", o.transports, [](const std::string& t) {
+        FT_CHECK(t == "nccl" || t == "copy_engine", "expected nccl or copy_engine, given '", t, "'");
+        return t;
+      });
+  config.nccl = std::find(transports.begin(), transports.end(), "nccl") != transports.end();
+  config.copy_engine = std::find(transports.begin(), transports.end(), "copy_engine") != transports.end();
+  FT_CHECK_KIND(unsupported, !config.copy_engine || config.model.device.is_cuda(),
+                "--transport copy_engine moves GPU buffers by peer copies: it needs 2 GPUs, given --device ",
+                config.model.device.to_string());
+  FT_CHECK_KIND(unsupported, !config.copy_engine || host.world_size() == 2,
+                "--transport copy_engine runs between 2 GPUs: it needs 2 ranks, given ", host.world_size());
+  const bool nccl_only = std::any_of(config.buffers.begin(), config.buffers.end(),
+                                     [](CommBufferKind k) { return k != CommBufferKind::plain; }) ||
+                         std::any_of(config.tunings.begin(), config.tunings.end(),
+                                     [](const NcclTuning& t) { return !t.is_default(); });
+  FT_CHECK_KIND(unsupported, !nccl_only || config.model.device.is_cuda(),
+                "--comm-buffer other than plain, --nccl-max-ctas, --nccl-min-ctas and --cta-policy shape NCCL's "
+                "collectives: they need GPUs (NCCL), given --device ", config.model.device.to_string());
   config.bf16_comm = o.bf16_comm;
   if (!o.profile.empty()) {
     FT_CHECK(o.profile == "timeline", "--profile: expected timeline, given '", o.profile, "'");
@@ -212,6 +276,11 @@ std::string timeline_path(const std::string& prefix, const DdpBenchCase& c) {
   if (!c.strategy) return prefix + "-single.json";
   std::string path = prefix + "-" + name_of(*c.strategy);
   if (c.bucket_mb) path += str("-", *c.bucket_mb, "mb");
+  if (c.buffer != CommBufferKind::plain) path += str("-", name_of(c.buffer));
+  if (c.tuning.min_ctas > 0) path += str("-min", c.tuning.min_ctas);
+  if (c.tuning.max_ctas > 0) path += str("-ctas", c.tuning.max_ctas);
+  if (c.tuning.cta_policy != CtaPolicy::nccl_default) path += str("-", name_of(c.tuning.cta_policy));
+  if (c.copy_engine) path += "-copy_engine";
   return path + ".json";
 }
 
@@ -219,11 +288,18 @@ std::vector<DdpBenchCase> expand_ddp_cases(const DdpBenchConfig& config) {
   std::vector<DdpBenchCase> cases;
   for (const ModelBenchCase& m : expand_model_cases(config.model))
     for (const std::optional<DdpStrategy>& s : config.strategies) {
-      if (s != DdpStrategy::bucketed) {
+      if (!s) {
         cases.push_back({m, s, std::nullopt});
         continue;
       }
-      for (double mb : config.bucket_mbs) cases.push_back({m, s, mb});
+      std::vector<std::optional<double>> sizes{std::nullopt};
+      if (s == DdpStrategy::bucketed) sizes.assign(config.bucket_mbs.begin(), config.bucket_mbs.end());
+      for (const std::optional<double>& mb : sizes) {
+        if (config.nccl)
+          for (CommBufferKind buffer : config.buffers)
+            for (const NcclTuning& tuning : config.tunings) cases.push_back({m, s, mb, buffer, tuning});
+        if (config.copy_engine) cases.push_back({m, s, mb, CommBufferKind::plain, NcclTuning{}, true});
+      }
     }
   return cases;
 }
@@ -260,18 +336,22 @@ std::vector<DdpBenchRow> run_ddp_bench(const DdpBenchConfig& config, Communicato
 }
 
 std::string format_ddp_bench(const std::vector<DdpBenchRow>& rows, bool csv) {
-  ReportTable table({"strategy", "bucket_mb", "size", "ctx", "precision", "world", "local_batch", "collectives",
-                     "step_ms", "comm_ms", "min_ms", "peak_gib", "tokens_per_s"});
+  ReportTable table({"strategy", "bucket_mb", "transport", "buffer", "nccl", "size", "ctx", "precision", "world", "local_batch",
+                     "collectives", "step_ms", "bwd_ms", "comm_ms", "min_ms", "peak_gib", "tokens_per_s"});
   for (const DdpBenchRow& r : rows) {
+    const bool ddp = r.c.strategy.has_value();
     std::vector<std::string> cells{strategy_name(r.c.strategy), r.c.bucket_mb ? str(*r.c.bucket_mb) : "-",
+                                   ddp ? (r.c.copy_engine ? "copy_engine" : "nccl") : "-",
+                                   ddp ? name_of(r.c.buffer) : "-", ddp ? r.c.tuning.describe() : "-",
                                    r.c.model.model.name, std::to_string(r.c.model.model.context_length),
                                    name_of(r.c.model.precision), std::to_string(r.world),
                                    std::to_string(r.local_batch)};
     if (r.oom) {
-      cells.resize(13, "OOM");
+      cells.resize(17, "OOM");
     } else {
       cells.push_back(std::to_string(r.collectives));
       cells.push_back(fixed(r.step.median, 2));
+      cells.push_back(fixed(r.backward_ms, 2));
       cells.push_back(r.comm_ms ? fixed(*r.comm_ms, 2) : "n/a");
       cells.push_back(fixed(r.step.min, 2));
       cells.push_back(fixed(r.peak_gib, 3));
@@ -301,9 +381,15 @@ nlohmann::json ddp_bench_document(const DdpBenchConfig& config, const std::vecto
     nlohmann::json row = data_parallel_row(r);
     row.update({{"strategy", strategy_name(r.c.strategy)},
                 {"bucket_mb", r.c.bucket_mb ? nlohmann::json(*r.c.bucket_mb) : nlohmann::json(nullptr)},
+                {"transport", r.c.copy_engine ? "copy_engine" : "nccl"},
+                {"buffer", name_of(r.c.buffer)},
+                {"min_ctas", r.c.tuning.min_ctas},
+                {"max_ctas", r.c.tuning.max_ctas},
+                {"cta_policy", name_of(r.c.tuning.cta_policy)},
                 {"bf16_comm", config.bf16_comm && r.c.strategy.has_value()}});
     if (!r.oom)
       row.update({{"collectives", r.collectives},
+                  {"bwd_ms", r.backward_ms},
                   {"comm_ms", r.comm_ms ? nlohmann::json(*r.comm_ms) : nlohmann::json(nullptr)},
                   {"peak_gib", r.peak_gib}});
     out_rows.push_back(std::move(row));
@@ -320,6 +406,15 @@ nlohmann::json ddp_bench_document(const DdpBenchConfig& config, const std::vecto
                   "durations (NCCL: CUDA events around each collective on the communication stream; host "
                   "communicators: issue to observed completion, overlapping collectives counted once); the "
                   "overlapped and bucketed strategies hide most of it behind backward; null when not measured"},
+      {"bwd_ms", "median over the timed steps of the max over ranks of backward's own time: CUDA events on the "
+                 "model's stream from backward's start (after the loss) to its last kernel, before DDP's "
+                 "synchronize (the host clock on the CPU)"},
+      {"buffer", "where the buckets are reduced: plain (in place), registered (in place, ncclCommRegister), "
+                 "nccl_mem (a staging buffer from ncclMemAlloc, registered), symmetric (a staging buffer in an "
+                 "NCCL symmetric window)"},
+      {"transport", "nccl, or copy_engine: all-reduce by peer copies on the copy engines and a small reduction "
+                    "kernel (2 GPUs of one node), mailboxes of the largest bucket's bytes"},
+      {"max_ctas", "min_ctas, max_ctas and cta_policy of the row's NCCL communicator (0 / default: NCCL's own)"},
       {"single", "no DDP: every rank runs the one-device step of its own local batch at the same time, with no "
                  "communication"},
       {"peak", "max over ranks of the peak flashtrain-held device memory over the timed steps"}});
@@ -364,13 +459,28 @@ DataParallelReplica::DataParallelReplica(const ModelBenchCase& c, const ModelBen
       trainer_(model_, replica_trainer_config(external_optimizer)),
       batch_(replica_batch(c, config, rank)),
       staging_(config.device, config.batch, c.model.context_length),
-      ids_(staging_.place(batch_)) {}
+      ids_(staging_.place(batch_)) {
+  if (device_.is_cuda()) {
+    backward_start_.emplace(device_);
+    backward_end_.emplace(device_);
+  }
+  trainer_.set_backward_start_hook([this] {
+    if (backward_start_) backward_start_->record(model_.options().stream);
+    backward_start_host_ms_ = host_clock_ms();
+  });
+}
+
+double DataParallelReplica::backward_ms() const {
+  return backward_start_ ? backward_start_->elapsed_ms(*backward_end_) : backward_host_ms_;
+}
 
 void DataParallelReplica::step(const std::function<void()>& sync, MemoryRecorder* recorder) {
   const auto& [inputs, targets] = ids_;
   if (recorder) recorder->phase("forward_backward");
   trainer_.zero_grads();
   trainer_.forward_backward(inputs, targets);
+  if (backward_end_) backward_end_->record(model_.options().stream);
+  backward_host_ms_ = host_clock_ms() - backward_start_host_ms_;
   sync();
   if (recorder) recorder->phase("optimizer");
   trainer_.optimizer_step();

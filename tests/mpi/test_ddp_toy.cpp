@@ -219,5 +219,22 @@ TEST(DdpToy, Bf16CommunicationStaysWithinBf16Precision) {
   }
 }
 
+TEST(DdpToy, NcclBuffersAreRefusedByTheHostCommunicator) {
+  for (CommBufferKind kind : {CommBufferKind::registered, CommBufferKind::nccl_mem, CommBufferKind::symmetric}) {
+    SCOPED_TRACE(name_of(kind));
+    ToyModel model(kSeed);
+    DdpOptions options;
+    options.buffer = kind;
+    try {
+      DistributedDataParallel ddp(world(), model.ddp_model(), options);
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::unsupported);
+      EXPECT_NE(e.message().find("the mpi communicator"), std::string::npos) << e.message();
+      EXPECT_NE(e.message().find("use plain buffers"), std::string::npos) << e.message();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ft::test

@@ -1,0 +1,324 @@
+// peer_communicator.cpp — the copy-engine all-reduce of 2 GPUs: mailboxes exchanged by CUDA IPC, peer copies
+// on the communication stream, flags written and awaited by stream memory operations, one small reduction
+// kernel; the other collectives forwarded to the fallback communicator.
+#include "dist/nccl/peer_communicator.h"
+
+#include <cuda.h>
+#include <cuda_runtime.h>
+
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <utility>
+
+#include "core/cuda_check.h"
+#include "core/error.h"
+#include "dist/backoff.h"
+#include "dist/nccl/peer_reduce.h"
+#include "ops/cast.h"
+#if FT_HAS_MPI
+#include <mpi.h>
+#endif
+
+namespace ft {
+
+// Note [Copy-engine all-reduce]
+// NCCL's kernels move data with SMs: each channel's CTA holds an SM for the whole collective and loads and
+// stores through it, beside backward's kernels. Between 2 GPUs of one node the copy engines can move the
+// bytes instead. Each rank owns a mailbox (device memory its peer maps through CUDA IPC) and two 32-bit
+// flags in it, `arrived` and `free`, which the peer writes with cuStreamWriteValue32 (ordered after the
+// copies before it on the stream, with a memory barrier) and this rank awaits with cuStreamWaitValue32 —
+// on the GPU, without the host. Collective s (1, 2, ...; both ranks issue the same sequence), on the
+// communication stream of rank r, whose half of the n elements is h_r (h_0 = [0, n/2), h_1 = [n/2, n)):
+//   1. wait free >= s - 1         the peer has read everything of collective s - 1 from its mailbox
+//   2. copy data[h_peer] -> the peer's mailbox[h_peer]                     (copy engine, over NVLink)
+//   3. write the peer's arrived = 2s - 1;  wait arrived >= 2s - 1           (the peer's half is here)
+//   4. data[h_r] <- (data[h_r] + mailbox[h_r]) * scale                     (the reduction: a small kernel)
+//   5. copy data[h_r] -> the peer's mailbox[h_r]                            (the reduced half, back)
+//   6. write the peer's arrived = 2s;  wait arrived >= 2s
+//   7. copy mailbox[h_peer] -> data[h_peer]                                 (the peer's reduced half)
+//   8. write the peer's free = s
+// Steps 2-4 are a reduce-scatter, 5-7 an all-gather. Each element is one addition in fp32 (a + b, rounded
+// once to the dtype) and a scaling by 1 or 1/2 (exact), so the result is NCCL's bit for bit on 2 ranks.
+// The SMs it takes: the reduction kernel's few blocks, for the time they read and write one half.
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+using StreamWaitValue32 = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+using StreamWriteValue32 = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+
+// A driver function through the runtime (no link against libcuda): ft::Error (unsupported) when missing.
+void* driver_function(const char* name) {
+  void* fn = nullptr;
+  cudaDriverEntryPointQueryResult found = cudaDriverEntryPointSymbolNotFound;
+  const cudaError_t rc = cudaGetDriverEntryPointByVersion(name, &fn, 12000, cudaEnableDefault, &found);
+  FT_CHECK_KIND(unsupported, rc == cudaSuccess && found == cudaDriverEntryPointSuccess && fn, "the copy-engine ",
+                "all-reduce needs the CUDA driver's ", name, " (stream memory operations), which this driver lacks");
+  return fn;
+}
+
+constexpr std::size_t kFlagBytes = 256;  // the two flags, then the mailbox (aligned)
+
+// Ends the job after a fatal failure when the options say so.
+[[noreturn]] void end_job() {
+#if FT_HAS_MPI
+  int initialized = 0, finalized = 0;
+  MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
+  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
+#endif
+  std::_Exit(1);
+}
+
+}  // namespace
+
+struct PeerState {
+  int device = 0, rank = 0;
+  CommunicatorOptions options;
+  cudaStream_t stream = nullptr;   // the communication stream (owned)
+  cudaStream_t compute = nullptr;  // not owned; nullptr = the legacy default stream
+  cudaEvent_t ready = nullptr;     // recorded on the compute stream before each collective (owned)
+  char* mine = nullptr;            // this rank's flags + mailbox (cudaMalloc, owned)
+  char* peers = nullptr;           // the peer's, mapped (cudaIpcOpenMemHandle)
+  std::uint32_t sequence = 0;      // collectives issued
+  StreamWaitValue32 wait_value = nullptr;
+  StreamWriteValue32 write_value = nullptr;
+
+  ~PeerState() {
+    CudaDeviceGuard guard(device);
+    if (stream) cudaStreamSynchronize(stream);
+    if (peers) cudaIpcCloseMemHandle(peers);
+    if (mine) cudaFree(mine);
+    if (ready) cudaEventDestroy(ready);
+    if (stream) cudaStreamDestroy(stream);
+  }
+
+  static CUdeviceptr arrived(char* base) { return reinterpret_cast<CUdeviceptr>(base); }
+  static CUdeviceptr freed(char* base) { return reinterpret_cast<CUdeviceptr>(base + sizeof(std::uint32_t)); }
+  char* mailbox(char* base) const { return base + kFlagBytes; }
+
+  void wait_at_least(CUdeviceptr flag, std::uint32_t value) {
+    FT_CHECK_KIND(device, wait_value(stream, flag, value, CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS,
+                  "cuStreamWaitValue32 failed on ", Device::cuda(device).to_string());
+  }
+  void write(CUdeviceptr flag, std::uint32_t value) {
+    FT_CHECK_KIND(device, write_value(stream, flag, value, CU_STREAM_WRITE_VALUE_DEFAULT) == CUDA_SUCCESS,
+                  "cuStreamWriteValue32 failed on ", Device::cuda(device).to_string());
+  }
+
+  [[noreturn]] void fail(const std::string& message) {
+    if (options.on_timeout == TimeoutAction::abort_job) {
+      std::fprintf(stderr, "flashtrain: error: %s; ending every rank\n", message.c_str());
+      std::fflush(stderr);
+      end_job();
+    }
+    FT_THROW(runtime, message);
+  }
+};
+
+namespace {
+
+class PeerWork final : public Work {
+ public:
+  PeerWork(std::shared_ptr<PeerState> state, std::string what)
+      : state_(std::move(state)), what_(std::move(what)), compute_(state_->compute) {
+    FT_CUDA_CHECK(cudaEventCreate(&start_));
+    FT_CUDA_CHECK(cudaEventCreate(&done_));
+  }
+  ~PeerWork() override {
+    if (start_) cudaEventDestroy(start_);
+    if (done_) cudaEventDestroy(done_);
+  }
+  PeerWork(const PeerWork&) = delete;
+  PeerWork& operator=(const PeerWork&) = delete;
+
+  cudaEvent_t start() const { return start_; }
+  cudaEvent_t done() const { return done_; }
+
+  bool is_completed() override {
+    if (completed_) return true;
+    const cudaError_t status = cudaEventQuery(done_);
+    if (status == cudaErrorNotReady) return false;
+    FT_CUDA_CHECK(status);
+    completed_ = true;
+    return true;
+  }
+  void wait() override {
+    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
+                                             std::chrono::duration<double>(state_->options.timeout_seconds));
+    Backoff backoff;
+    while (!is_completed()) {
+      if (Clock::now() > deadline)
+        state_->fail(timeout_message(what_, state_->rank, 2, state_->options.timeout_seconds));
+      backoff.pause();
+    }
+    join();
+  }
+  void join() override {
+    if (joined_) return;
+    CudaDeviceGuard guard(state_->device);
+    FT_CUDA_CHECK(cudaStreamWaitEvent(compute_, done_, 0));
+    joined_ = true;
+  }
+  std::optional<double> elapsed_ms() override {
+    if (!is_completed()) return std::nullopt;
+    float ms = 0;
+    FT_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, done_));
+    return ms;
+  }
+
+ private:
+  std::shared_ptr<PeerState> state_;
+  std::string what_;
+  cudaStream_t compute_;
+  cudaEvent_t start_ = nullptr, done_ = nullptr;
+  bool completed_ = false, joined_ = false;
+};
+
+void copy_device(void* dst, const void* src, std::size_t bytes, cudaStream_t stream) {
+  if (bytes > 0) FT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
+}
+
+}  // namespace
+
+PeerCommunicator::PeerCommunicator(Communicator& bootstrap, Communicator& fallback, Device gpu,
+                                   std::int64_t capacity_bytes, const CommunicatorOptions& options,
+                                   const Stream& compute_stream)
+    : state_(std::make_shared<PeerState>()), fallback_(fallback), gpu_(gpu), rank_(bootstrap.rank()),
+      capacity_bytes_(capacity_bytes) {
+  FT_CHECK_KIND(unsupported, bootstrap.world_size() == 2, "the copy-engine all-reduce runs between 2 GPUs: it needs "
+                "a world of 2 ranks, given ", bootstrap.world_size());
+  FT_CHECK_KIND(unsupported, bootstrap.local_world_size() == 2, "the copy-engine all-reduce needs both ranks on one "
+                "node (CUDA peer access), given ", bootstrap.local_world_size(), " rank(s) on this node");
+  FT_CHECK(fallback.world_size() == 2 && fallback.rank() == rank_, "PeerCommunicator: the fallback communicator must "
+           "span the same 2 ranks, given rank ", fallback.rank(), " of ", fallback.world_size());
+  FT_CHECK(gpu.is_cuda(), "PeerCommunicator: expected a GPU (cuda:N), given ", gpu.to_string());
+  FT_CHECK(capacity_bytes >= 0, "PeerCommunicator: capacity_bytes must be >= 0, given ", capacity_bytes);
+  FT_CHECK(options.timeout_seconds > 0, "PeerCommunicator: timeout_seconds must be > 0, given ",
+           options.timeout_seconds);
+  FT_CHECK(compute_stream.handle() == nullptr || compute_stream.device() == gpu,
+           "PeerCommunicator: the compute stream must be on ", gpu.to_string(), ", given one on ",
+           compute_stream.device().to_string());
+  PeerState& s = *state_;
+  s.device = gpu.index;
+  s.rank = rank_;
+  s.options = options;
+  s.compute = static_cast<cudaStream_t>(compute_stream.handle());
+  CudaDeviceGuard guard(gpu.index);
+
+  // Both ranks learn each other's GPU and whether each can reach the other before anything is allocated,
+  // so a refusal is the same on both ranks (no rank is left waiting in the exchange below).
+  std::int32_t mine_info[2] = {gpu.index, 0};   // device, can reach the peer (filled below)
+  std::int32_t all_info[4] = {0, 0, 0, 0};      // (2 ranks, 2)
+  const auto gather_ints = [&](std::int32_t* in, std::int32_t* out) {
+    // 2 int32 as 4 bf16 elements: moved bit for bit.
+    bootstrap.all_gather(Tensor(out, DType::bf16, Device::cpu(), {8}), Tensor(in, DType::bf16, Device::cpu(), {4}))
+        ->wait();
+  };
+  gather_ints(mine_info, all_info);
+  const int peer_device = all_info[2 * (1 - rank_)];
+  int can_access = 0;
+  if (peer_device != gpu.index) FT_CUDA_CHECK(cudaDeviceCanAccessPeer(&can_access, gpu.index, peer_device));
+  mine_info[1] = can_access;
+  gather_ints(mine_info, all_info);
+  FT_CHECK_KIND(unsupported, all_info[1] && all_info[3], "the copy-engine all-reduce needs CUDA peer access "
+                "between the ranks' GPUs (cuda:", all_info[0], " and cuda:", all_info[2], "), which this machine ",
+                "does not give (cudaDeviceCanAccessPeer: rank 0 ", all_info[1] ? "yes" : "no", ", rank 1 ",
+                all_info[3] ? "yes" : "no", "); use NCCL");
+
+  s.wait_value = reinterpret_cast<StreamWaitValue32>(driver_function("cuStreamWaitValue32"));
+  s.write_value = reinterpret_cast<StreamWriteValue32>(driver_function("cuStreamWriteValue32"));
+  int lowest_priority = 0, highest_priority = 0;
+  FT_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lowest_priority, &highest_priority));
+  FT_CUDA_CHECK(cudaStreamCreateWithPriority(&s.stream, cudaStreamNonBlocking, highest_priority));
+  FT_CUDA_CHECK(cudaEventCreateWithFlags(&s.ready, cudaEventDisableTiming));
+  FT_CUDA_CHECK(cudaMalloc(&s.mine, kFlagBytes + static_cast<std::size_t>(capacity_bytes)));
+  FT_CUDA_CHECK(cudaMemset(s.mine, 0, kFlagBytes));
+
+  cudaIpcMemHandle_t handle{};  // 64 bytes
+  FT_CUDA_CHECK(cudaIpcGetMemHandle(&handle, s.mine));
+  static_assert(sizeof(handle) % 2 == 0);
+  cudaIpcMemHandle_t handles[2]{};
+  const std::int64_t halves = static_cast<std::int64_t>(sizeof(handle) / 2);
+  bootstrap.all_gather(Tensor(handles, DType::bf16, Device::cpu(), {2 * halves}),
+                       Tensor(&handle, DType::bf16, Device::cpu(), {halves}))
+      ->wait();
+  FT_CUDA_CHECK(cudaDeviceSynchronize());  // the flags are zero before the peer may write them
+  FT_CUDA_CHECK(cudaIpcOpenMemHandle(reinterpret_cast<void**>(&s.peers), handles[1 - rank_],
+                                     cudaIpcMemLazyEnablePeerAccess));
+  bootstrap.barrier()->wait();  // both mapped and zeroed before either issues a collective
+}
+
+PeerCommunicator::~PeerCommunicator() = default;  // PeerState's destructor waits for the stream
+
+std::optional<Stream> PeerCommunicator::compute_stream() const { return Stream::wrap(state_->compute, gpu_); }
+
+WorkHandle PeerCommunicator::enqueue(const Tensor& data, ReduceOp op, const Tensor* widened) {
+  check_collective_buffer("all_reduce", "data", data, true);
+  FT_CHECK(data.device() == gpu_, "all_reduce: the copy-engine communicator moves buffers on ", gpu_.to_string(),
+           " (this rank's GPU), given ", data.describe());
+  const std::size_t bytes = data.span_bytes();
+  FT_CHECK(static_cast<std::int64_t>(bytes) <= capacity_bytes_, "all_reduce: ", data.describe(), " (", bytes,
+           " bytes) exceeds the copy-engine communicator's mailbox of ", capacity_bytes_, " bytes");
+  if (data.numel() == 0) return std::make_unique<CompletedWork>();
+  PeerState& s = *state_;
+  CudaDeviceGuard guard(s.device);
+  auto work = std::make_unique<PeerWork>(state_, str("all_reduce (copy engine, ", name_of(data.dtype()), ", ",
+                                                     data.numel(), " elements)"));
+  FT_CUDA_CHECK(cudaEventRecord(s.ready, s.compute));
+  FT_CUDA_CHECK(cudaStreamWaitEvent(s.stream, s.ready, 0));
+  FT_CUDA_CHECK(cudaEventRecord(work->start(), s.stream));
+
+  const std::uint32_t seq = ++s.sequence;
+  const std::int64_t n = data.numel(), split = n / 2;
+  const std::size_t element = data.element_size();
+  // [begin, end) of rank r's half, in bytes.
+  const auto begin = [&](int r) { return static_cast<std::size_t>(r == 0 ? 0 : split) * element; };
+  const auto length = [&](int r) { return static_cast<std::size_t>(r == 0 ? split : n - split) * element; };
+  const int me = rank_, peer = 1 - rank_;
+  char* base = static_cast<char*>(data.data());
+  char* my_mailbox = s.mailbox(s.mine);
+  char* peer_mailbox = s.mailbox(s.peers);
+
+  s.wait_at_least(PeerState::freed(s.mine), seq - 1);                                          // 1
+  copy_device(peer_mailbox + begin(peer), base + begin(peer), length(peer), s.stream);          // 2
+  s.write(PeerState::arrived(s.peers), 2 * seq - 1);                                            // 3
+  s.wait_at_least(PeerState::arrived(s.mine), 2 * seq - 1);
+  gpu::peer_reduce(base + begin(me), my_mailbox + begin(me), static_cast<std::int64_t>(length(me) / element),
+                   data.dtype(), op == ReduceOp::average ? 0.5f : 1.0f, s.stream);              // 4
+  copy_device(peer_mailbox + begin(me), base + begin(me), length(me), s.stream);                // 5
+  s.write(PeerState::arrived(s.peers), 2 * seq);                                                // 6
+  s.wait_at_least(PeerState::arrived(s.mine), 2 * seq);
+  copy_device(base + begin(peer), my_mailbox + begin(peer), length(peer), s.stream);            // 7
+  s.write(PeerState::freed(s.peers), seq);                                                      // 8
+  if (widened) cast(*widened, data, Stream::wrap(s.stream, gpu_));
+  FT_CUDA_CHECK(cudaEventRecord(work->done(), s.stream));
+  return work;
+}
+
+WorkHandle PeerCommunicator::all_reduce(const Tensor& data, ReduceOp op) { return enqueue(data, op, nullptr); }
+
+WorkHandle PeerCommunicator::all_reduce_widened(const Tensor& data, ReduceOp op, const Tensor& widened,
+                                                const Stream&) {
+  check_collective_buffer("all_reduce", "data", data, true);
+  check_widened(data, widened);
+  return enqueue(data, op, &widened);
+}
+
+WorkHandle PeerCommunicator::reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) {
+  return fallback_.reduce_scatter(output, input, op);
+}
+
+WorkHandle PeerCommunicator::all_gather(const Tensor& output, const Tensor& input) {
+  return fallback_.all_gather(output, input);
+}
+
+WorkHandle PeerCommunicator::broadcast(const Tensor& data, int root) { return fallback_.broadcast(data, root); }
+
+WorkHandle PeerCommunicator::barrier() { return fallback_.barrier(); }
+
+}  // namespace ft

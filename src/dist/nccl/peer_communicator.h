@@ -1,0 +1,68 @@
+// peer_communicator.h — PeerCommunicator: all-reduce between the 2 GPUs of a 2-rank job by copy engines over
+// CUDA peer access, with no NCCL kernel (Note [Copy-engine all-reduce]); its other collectives go to a
+// fallback communicator (the job's NCCL one). Built with NCCL (this folder), for buffers on this rank's GPU.
+//   requirements  world size 2, both ranks on one node, peer access between their GPUs
+//                 (cudaDeviceCanAccessPeer); anything else is an ft::Error (unsupported) naming it.
+//   memory        each rank cudaMallocs a mailbox of capacity_bytes (plus two flags), and the ranks exchange
+//                 its IPC handle (cudaIpcGetMemHandle) over the bootstrap communicator, so each maps the
+//                 other's (cudaIpcOpenMemHandle). An all_reduce larger than the capacity is an ft::Error.
+//   streams       as NcclCommunicator: a high-priority communication stream that first waits for the compute
+//                 stream; Work::wait() makes the compute stream wait for the collective; elapsed_ms() is the
+//                 collective's device time.
+//   failures      a wait() past the timeout throws ft::Error or ends the job (CommunicatorOptions); a peer
+//                 that never arrives leaves this rank's communication stream waiting (no abort exists for
+//                 it), so the job must end.
+// One thread uses it at a time. The header holds no CUDA types.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "core/device.h"
+#include "core/stream.h"
+#include "dist/communicator.h"
+
+namespace ft {
+
+struct PeerState;  // the mailboxes, flags, stream and counters (peer_communicator.cpp)
+
+class PeerCommunicator final : public Communicator {
+ public:
+  // Collective over `bootstrap` (2 ranks): checks the requirements, allocates and exchanges the mailboxes.
+  // fallback: on the same ranks and GPU (reduce_scatter, all_gather, broadcast, barrier go to it); it must
+  // outlive this communicator.
+  PeerCommunicator(Communicator& bootstrap, Communicator& fallback, Device gpu, std::int64_t capacity_bytes,
+                   const CommunicatorOptions& options = {}, const Stream& compute_stream = {});
+  ~PeerCommunicator() override;
+  PeerCommunicator(const PeerCommunicator&) = delete;
+  PeerCommunicator& operator=(const PeerCommunicator&) = delete;
+
+  int rank() const override { return rank_; }
+  int world_size() const override { return 2; }
+  int local_rank() const override { return fallback_.local_rank(); }
+  int local_world_size() const override { return fallback_.local_world_size(); }
+  const char* backend() const override { return "copy_engine"; }
+  std::optional<Stream> compute_stream() const override;
+
+  WorkHandle all_reduce(const Tensor& data, ReduceOp op) override;
+  // The widening runs on the communication stream right after the reduction.
+  WorkHandle all_reduce_widened(const Tensor& data, ReduceOp op, const Tensor& widened,
+                                const Stream& stream = {}) override;
+  WorkHandle reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) override;
+  WorkHandle all_gather(const Tensor& output, const Tensor& input) override;
+  WorkHandle broadcast(const Tensor& data, int root) override;
+  WorkHandle barrier() override;
+
+  std::int64_t capacity_bytes() const { return capacity_bytes_; }
+
+ private:
+  WorkHandle enqueue(const Tensor& data, ReduceOp op, const Tensor* widened);
+
+  std::shared_ptr<PeerState> state_;
+  Communicator& fallback_;
+  Device gpu_;
+  int rank_ = 0;
+  std::int64_t capacity_bytes_ = 0;
+};
+
+}  // namespace ft
