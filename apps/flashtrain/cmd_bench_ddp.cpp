@@ -26,6 +26,10 @@ sequences. Rows, per case: each --strategy in order, bucketed once per --bucket-
   overlapped  an all-reduce per parameter as soon as its gradient is final, during backward
   bucketed    buckets of --bucket-mb MiB in reverse parameter order, each all-reduced as soon as its last
               gradient is final, during backward
+  zero2       ZeRO-2 (as bench fsdp's stage 2): each unit's gradients reduce-scattered as backward finishes
+              it, AdamW on this rank's shard, the parameters all-gathered after the step; zero3 likewise
+              with parameters gathered as used. On a model of their own, after the other rows (once per
+              --nccl-max-ctas / --cta-policy value; comm_ms n/a)
 A step is the full training step: forward and backward of the local batch, the DDP gradient average,
 clipping to 1.0 and AdamW, with the device synchronised at its end. --warmup steps, then --steps timed
 ones, each after an untimed barrier. step_ms = the median over the timed steps of the max over ranks;
@@ -88,7 +92,8 @@ void register_bench_ddp(CLI::App& bench, Action& action) {
   o.model = data_parallel_model_options();
   add_data_parallel_model_options(*command, o.model);
   command->add_option("--strategy", o.strategies,
-                      "Strategies, comma-separated: single (no DDP), naive, flat, overlapped, bucketed");
+                      "Strategies, comma-separated: single (no DDP), naive, flat, overlapped, bucketed, zero2, zero3 "
+                      "(ZeRO-2/3's traffic: reduce-scatter in backward, sharded AdamW, all-gather)");
   command->add_option("--bucket-mb", o.bucket_mbs, "Bucket sizes of the bucketed rows, MiB, comma-separated");
   command->add_option("--transport", o.transports,
                       "How each DDP row's all-reduces move, comma-separated (a row per transport): nccl, copy_engine "

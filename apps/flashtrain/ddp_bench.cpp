@@ -16,6 +16,7 @@
 #include "core/error.h"
 #include "core/nvtx.h"
 #include "dist/ddp_transformer.h"
+#include "dist/fsdp.h"
 #include "flashtrain/cli_parse.h"
 #include "flashtrain/out_of_memory.h"
 #include "train/train_run.h"
@@ -45,16 +46,24 @@ TokenBatch replica_batch(const ModelBenchCase& c, const ModelBenchConfig& config
   return batch;
 }
 
-std::string strategy_name(const std::optional<DdpStrategy>& strategy) {
-  return strategy ? name_of(*strategy) : "single";
+std::string strategy_name(const DdpBenchCase& c) {
+  if (c.zero_stage) return str("zero", c.zero_stage);
+  return c.strategy ? name_of(*c.strategy) : "single";
 }
 
-std::optional<DdpStrategy> parse_strategy_item(const std::string& text) {
+// A --strategy item: a DDP strategy, single (nullopt), or a ZeRO stage (zero2, zero3: `zero_stage` set).
+std::optional<DdpStrategy> parse_strategy_item(const std::string& text, int& zero_stage) {
+  zero_stage = 0;
   if (text == "single") return std::nullopt;
+  if (text == "zero2" || text == "zero3") {
+    zero_stage = text[4] - '0';
+    return std::nullopt;
+  }
   try {
     return parse_ddp_strategy(text);
   } catch (const Error&) {
-    FT_THROW(invalid_argument, "unknown strategy '", text, "': expected single, naive, flat, overlapped or bucketed");
+    FT_THROW(invalid_argument, "unknown strategy '", text,
+             "': expected single, naive, flat, overlapped, bucketed, zero2 or zero3");
   }
 }
 
@@ -87,7 +96,7 @@ void profile_timeline(const DdpBenchCase& c, const DdpBenchConfig& config, DataP
   nlohmann::json row_config = {{"size", c.model.model.name},
                                {"ctx", c.model.model.context_length},
                                {"precision", name_of(c.model.precision)},
-                               {"strategy", c.strategy ? name_of(*c.strategy) : "single"},
+                               {"strategy", strategy_name(c)},
                                {"bucket_mb", c.bucket_mb ? nlohmann::json(*c.bucket_mb) : nlohmann::json(nullptr)},
                                {"transport", c.copy_engine ? "copy_engine" : "nccl"},
                                {"buffer", name_of(c.buffer)},
@@ -144,7 +153,8 @@ DdpBenchRow run_ddp_row(const DdpBenchCase& c, const DdpBenchConfig& config, Dat
       NvtxRange range(str("step ", i));
       step_ms.push_back(replica.timed_step(host, sync));
       backward_ms.push_back(replica.backward_ms());
-      const std::optional<double> ms = ddp ? ddp->comm_ms() : std::optional<double>(0.0);
+      // The ZeRO rows' collectives are not timed (n/a); single has none.
+      const std::optional<double> ms = ddp ? ddp->comm_ms() : c.zero_stage ? std::nullopt : std::optional<double>(0.0);
       comm_timed = comm_timed && ms.has_value();
       comm_ms.push_back(ms.value_or(0.0));
     }
@@ -174,12 +184,46 @@ DdpBenchRow run_ddp_row(const DdpBenchCase& c, const DdpBenchConfig& config, Dat
   return row;
 }
 
+// A ZeRO-2/3 row: its own model, reading its parameters from an Fsdp on the row's communicator (its own when
+// tuned), timed as a DDP row is.
+DdpBenchRow run_zero_row(const DdpBenchCase& c, const DdpBenchConfig& config, Communicator& comm,
+                         Communicator& host) {
+  const ModelBenchConfig& m = config.model;
+  std::unique_ptr<Communicator> own;
+  if (!c.tuning.is_default()) {
+    FT_CHECK(config.context, "bench ddp: the ZeRO row with NCCL limits needs the job's DistributedContext");
+    own = config.context->make_device_communicator(c.tuning);
+  }
+  Communicator& row_comm = own ? *own : comm;
+  std::optional<Fsdp> fsdp;  // before the replica, whose model reads from it
+  std::optional<DataParallelReplica> replica;
+  std::string oom_message;
+  try {
+    fsdp.emplace(row_comm, c.model.model,
+                 FsdpOptions{.stage = c.zero_stage,
+                             .precision = c.model.precision,
+                             .adamw = {},
+                             .max_grad_norm = kBenchClipNorm,
+                             .seed = m.seed,
+                             .bf16_grad_comm = config.bf16_comm,
+                             .device = m.device,
+                             .stream = m.stream});
+    replica.emplace(c.model, m, true, host.rank(), &*fsdp);
+    attach(*fsdp, replica->trainer());
+  } catch (const std::exception& e) {
+    if (!is_out_of_memory(e) || row_comm.compute_stream()) throw;
+    oom_message = out_of_memory_message(e);
+  }
+  if (any_rank(host, !oom_message.empty())) return oom_row(c, config, host.world_size(), comm.backend(), oom_message);
+  return run_ddp_row(c, config, *replica, row_comm, host);
+}
+
 std::string describe_case(const DdpBenchCase& c) {
   std::string text = str(c.model.model.name, " ctx ", c.model.model.context_length, " ", name_of(c.model.precision),
-                         " ", strategy_name(c.strategy));
+                         " ", strategy_name(c));
   if (c.bucket_mb) text += str(" ", *c.bucket_mb, " MiB");
   if (c.strategy && c.buffer != CommBufferKind::plain) text += str(", ", name_of(c.buffer), " buffers");
-  if (c.strategy && !c.tuning.is_default()) text += str(", NCCL ", c.tuning.describe());
+  if ((c.strategy || c.zero_stage) && !c.tuning.is_default()) text += str(", NCCL ", c.tuning.describe());
   if (c.copy_engine) text += ", copy engine";
   return text;
 }
@@ -206,7 +250,18 @@ ModelBenchConfig resolve_data_parallel_model(const BenchModelOptions& options, c
 DdpBenchConfig resolve_bench_ddp_options(const BenchDdpOptions& o, const Communicator& host) {
   DdpBenchConfig config;
   config.model = resolve_data_parallel_model(o.model, host);
-  config.strategies = parse_list<std::optional<DdpStrategy>>("--strategy", o.strategies, parse_strategy_item);
+  for (const std::string& item : parse_list<std::string>("--strategy", o.strategies, [](const std::string& t) {
+         int stage = 0;
+         parse_strategy_item(t, stage);
+         return t;
+       })) {
+    int stage = 0;
+    const std::optional<DdpStrategy> strategy = parse_strategy_item(item, stage);
+    if (stage)
+      config.zero_stages.push_back(stage);
+    else
+      config.strategies.push_back(strategy);
+  }
   config.bucket_mbs = parse_list<double>("--bucket-mb", o.bucket_mbs, [](const std::string& text) {
     double mb = 0;
     std::size_t used = 0;
@@ -273,7 +328,13 @@ DdpBenchConfig resolve_bench_ddp_options(const BenchDdpOptions& o, const Communi
 }
 
 std::string timeline_path(const std::string& prefix, const DdpBenchCase& c) {
-  if (!c.strategy) return prefix + "-single.json";
+  if (!c.strategy) {
+    std::string path = prefix + "-" + strategy_name(c);
+    if (c.tuning.min_ctas > 0) path += str("-min", c.tuning.min_ctas);
+    if (c.tuning.max_ctas > 0) path += str("-ctas", c.tuning.max_ctas);
+    if (c.tuning.cta_policy != CtaPolicy::nccl_default) path += str("-", name_of(c.tuning.cta_policy));
+    return path + ".json";
+  }
   std::string path = prefix + "-" + name_of(*c.strategy);
   if (c.bucket_mb) path += str("-", *c.bucket_mb, "mb");
   if (c.buffer != CommBufferKind::plain) path += str("-", name_of(c.buffer));
@@ -286,7 +347,7 @@ std::string timeline_path(const std::string& prefix, const DdpBenchCase& c) {
 
 std::vector<DdpBenchCase> expand_ddp_cases(const DdpBenchConfig& config) {
   std::vector<DdpBenchCase> cases;
-  for (const ModelBenchCase& m : expand_model_cases(config.model))
+  for (const ModelBenchCase& m : expand_model_cases(config.model)) {
     for (const std::optional<DdpStrategy>& s : config.strategies) {
       if (!s) {
         cases.push_back({m, s, std::nullopt});
@@ -301,6 +362,10 @@ std::vector<DdpBenchCase> expand_ddp_cases(const DdpBenchConfig& config) {
         if (config.copy_engine) cases.push_back({m, s, mb, CommBufferKind::plain, NcclTuning{}, true});
       }
     }
+    for (int stage : config.zero_stages)
+      for (const NcclTuning& tuning : config.tunings)
+        cases.push_back({m, std::nullopt, std::nullopt, CommBufferKind::plain, tuning, false, stage});
+  }
   return cases;
 }
 
@@ -317,8 +382,9 @@ std::vector<DdpBenchRow> run_ddp_bench(const DdpBenchConfig& config, Communicato
       ++end;
     std::optional<DataParallelReplica> replica;
     std::string oom_message;
+    const bool shared = cases[first].zero_stage == 0;  // the ZeRO rows (last) build their own models
     try {
-      replica.emplace(cases[first].model, config.model, false, host.rank());
+      if (shared) replica.emplace(cases[first].model, config.model, false, host.rank());
     } catch (const std::exception& e) {
       if (!is_out_of_memory(e)) throw;
       oom_message = out_of_memory_message(e);
@@ -326,8 +392,10 @@ std::vector<DdpBenchRow> run_ddp_bench(const DdpBenchConfig& config, Communicato
     const bool oom = any_rank(host, !oom_message.empty());
     if (oom) replica.reset();
     for (std::size_t i = first; i < end; ++i) {
-      rows.push_back(oom ? oom_row(cases[i], config, host.world_size(), comm.backend(), oom_message)
-                         : run_ddp_row(cases[i], config, *replica, comm, host));
+      if (cases[i].zero_stage) replica.reset();  // its memory back before the ZeRO row's model
+      rows.push_back(oom                   ? oom_row(cases[i], config, host.world_size(), comm.backend(), oom_message)
+                     : cases[i].zero_stage ? run_zero_row(cases[i], config, comm, host)
+                                           : run_ddp_row(cases[i], config, *replica, comm, host));
       if (progress) *progress << "  " << describe_case(cases[i]) << (rows.back().oom ? ": OOM" : ": done") << "\n";
     }
     first = end;
@@ -339,8 +407,8 @@ std::string format_ddp_bench(const std::vector<DdpBenchRow>& rows, bool csv) {
   ReportTable table({"strategy", "bucket_mb", "transport", "buffer", "nccl", "size", "ctx", "precision", "world", "local_batch",
                      "collectives", "step_ms", "bwd_ms", "comm_ms", "min_ms", "peak_gib", "tokens_per_s"});
   for (const DdpBenchRow& r : rows) {
-    const bool ddp = r.c.strategy.has_value();
-    std::vector<std::string> cells{strategy_name(r.c.strategy), r.c.bucket_mb ? str(*r.c.bucket_mb) : "-",
+    const bool ddp = r.c.strategy.has_value() || r.c.zero_stage > 0;
+    std::vector<std::string> cells{strategy_name(r.c), r.c.bucket_mb ? str(*r.c.bucket_mb) : "-",
                                    ddp ? (r.c.copy_engine ? "copy_engine" : "nccl") : "-",
                                    ddp ? name_of(r.c.buffer) : "-", ddp ? r.c.tuning.describe() : "-",
                                    r.c.model.model.name, std::to_string(r.c.model.model.context_length),
@@ -379,14 +447,14 @@ nlohmann::json ddp_bench_document(const DdpBenchConfig& config, const std::vecto
   nlohmann::json out_rows = nlohmann::json::array();
   for (const DdpBenchRow& r : rows) {
     nlohmann::json row = data_parallel_row(r);
-    row.update({{"strategy", strategy_name(r.c.strategy)},
+    row.update({{"strategy", strategy_name(r.c)},
                 {"bucket_mb", r.c.bucket_mb ? nlohmann::json(*r.c.bucket_mb) : nlohmann::json(nullptr)},
                 {"transport", r.c.copy_engine ? "copy_engine" : "nccl"},
                 {"buffer", name_of(r.c.buffer)},
                 {"min_ctas", r.c.tuning.min_ctas},
                 {"max_ctas", r.c.tuning.max_ctas},
                 {"cta_policy", name_of(r.c.tuning.cta_policy)},
-                {"bf16_comm", config.bf16_comm && r.c.strategy.has_value()}});
+                {"bf16_comm", config.bf16_comm && (r.c.strategy.has_value() || r.c.zero_stage > 0)}});
     if (!r.oom)
       row.update({{"collectives", r.collectives},
                   {"bwd_ms", r.backward_ms},
@@ -415,6 +483,8 @@ nlohmann::json ddp_bench_document(const DdpBenchConfig& config, const std::vecto
       {"transport", "nccl, or copy_engine: all-reduce by peer copies on the copy engines and a small reduction "
                     "kernel (2 GPUs of one node), mailboxes of the largest bucket's bytes"},
       {"max_ctas", "min_ctas, max_ctas and cta_policy of the row's NCCL communicator (0 / default: NCCL's own)"},
+      {"zero2", "zero2 / zero3: ZeRO-2/3 (dist/fsdp.h) on a model of its own: gradients reduce-scattered unit by "
+                "unit during backward, AdamW on this rank's shard, parameters all-gathered (comm_ms not measured)"},
       {"single", "no DDP: every rank runs the one-device step of its own local batch at the same time, with no "
                  "communication"},
       {"peak", "max over ranks of the peak flashtrain-held device memory over the timed steps"}});

@@ -4,7 +4,9 @@
 // rank's replica of a model case, a step timed between barriers, and gathers over ranks.
 //
 // Rows: for each model case (size x context x precision) the strategies in order, `bucketed` once per
-// bucket size. `single` is no DDP at all: every rank runs the plain one-GPU step of its own local batch at
+// bucket size, then the ZeRO rows (`zero2`, `zero3`: the traffic pattern of sharded training for DDP's
+// users — gradients reduce-scattered unit by unit during backward, the sharded AdamW, parameters
+// all-gathered after; dist/fsdp.h), each on a model of its own built after the DDP rows' is released. `single` is no DDP at all: every rank runs the plain one-GPU step of its own local batch at
 // the same time, with no communication (so the GPUs run as they do in the DDP rows, and every row's
 // figures are gathered the same way); it is the step DDP adds communication to.
 // Figures: each rank times every step on the host (a barrier before it, untimed; the step ends with the
@@ -84,11 +86,13 @@ struct DdpBenchCase {
   CommBufferKind buffer = CommBufferKind::plain;
   NcclTuning tuning;
   bool copy_engine = false;  // all-reduce by peer copies (DistributedContext::make_copy_engine_communicator)
+  int zero_stage = 0;        // 2 or 3: not DDP but ZeRO-2/3 (dist/fsdp.h; strategy nullopt)
 };
 
 struct DdpBenchConfig {
   ModelBenchConfig model;                           // batch is the local batch; device is this rank's
   std::vector<std::optional<DdpStrategy>> strategies;  // nullopt: single
+  std::vector<int> zero_stages;                       // the zero2 / zero3 rows, after the DDP rows
   std::vector<double> bucket_mbs;
   std::vector<CommBufferKind> buffers;  // each DDP row once per buffer kind ...
   std::vector<NcclTuning> tunings;      // ... and per NCCL tuning,

@@ -115,6 +115,34 @@ TEST(BenchDdp, EveryStrategyGivesARowWithTimesWithinTheStep) {
   }
 }
 
+TEST(BenchDdp, ZeroRowsRunAfterTheDdpRowsOnModelsOfTheirOwn) {
+  BenchDdpOptions o = tiny_options();
+  o.strategies = "zero2,single,bucketed,zero3";
+  o.bucket_mbs = "1";
+  const cli::DdpBenchConfig config = cli::resolve_bench_ddp_options(o, world());
+  EXPECT_EQ(config.zero_stages, (std::vector<int>{2, 3}));
+  const std::vector<DdpBenchRow> rows = cli::run_ddp_bench(config, world(), world(), nullptr);
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_FALSE(rows[0].c.strategy.has_value());  // single
+  EXPECT_EQ(rows[0].c.zero_stage, 0);
+  EXPECT_EQ(rows[1].c.strategy, DdpStrategy::bucketed);
+  EXPECT_EQ(rows[2].c.zero_stage, 2);
+  EXPECT_EQ(rows[3].c.zero_stage, 3);
+  for (std::size_t i = 2; i < 4; ++i) {
+    EXPECT_FALSE(rows[i].oom);
+    EXPECT_GT(rows[i].step.median, 0);
+    EXPECT_GT(rows[i].backward_ms, 0);
+    EXPECT_FALSE(rows[i].comm_ms.has_value());  // not measured
+  }
+  const nlohmann::json doc = cli::ddp_bench_document(config, rows);
+  EXPECT_EQ(doc["rows"][2]["strategy"], "zero2");
+  EXPECT_EQ(doc["rows"][3]["strategy"], "zero3");
+  EXPECT_TRUE(doc["rows"][3]["comm_ms"].is_null());
+  cli::DdpBenchCase c = rows[2].c;
+  c.tuning.max_ctas = 2;
+  EXPECT_EQ(cli::timeline_path("t", c), "t-zero2-ctas2.json");
+}
+
 TEST(BenchDdp, RankZeroAlonePrintsAndWritesTheDocument) {
   testing_util::TempFolder folder;  // one per rank (named by process id)
   const std::string path = folder.file("ddp.json");
@@ -141,7 +169,7 @@ TEST(BenchDdp, RankZeroAlonePrintsAndWritesTheDocument) {
 }
 
 TEST(BenchDdp, RefusesUnknownStrategiesAndBucketSizes) {
-  for (const char* strategies : {"zero", "flat,", "single,fsdp"}) {
+  for (const char* strategies : {"zero", "zero1", "flat,", "single,fsdp"}) {
     BenchDdpOptions o = tiny_options();
     o.strategies = strategies;
     EXPECT_THROW(cli::resolve_bench_ddp_options(o, world()), Error) << strategies;

@@ -17,10 +17,8 @@
 #include "core/cuda_check.h"
 #include "core/error.h"
 #include "dist/backoff.h"
+#include "dist/nccl/stream_work.h"
 #include "ops/cast.h"
-#if FT_HAS_MPI
-#include <mpi.h>
-#endif
 
 #if NCCL_VERSION_CODE < NCCL_VERSION(2, 19, 0)
 #error "flashtrain needs NCCL 2.19 or newer (nonblocking communicators, ncclCommFinalize, ncclGetLastError, ncclMemAlloc, ncclCommRegister)"
@@ -81,16 +79,6 @@ void apply_tuning(const NcclTuning& tuning, ncclConfig_t& config) {
 #endif
 }
 
-// Ends the whole job after a fatal communication failure: MPI_Abort when MPI runs, else this process.
-[[noreturn]] void end_job() {
-#if FT_HAS_MPI
-  int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
-#endif
-  std::_Exit(1);
-}
 
 }  // namespace
 
@@ -242,74 +230,22 @@ NcclState::~NcclState() {
 
 namespace {
 
-class NcclWork final : public Work {
+// A collective on the communication stream (StreamWork), refused once the communicator is aborted and
+// failed by NCCL's asynchronous errors.
+class NcclWork final : public StreamWork {
  public:
   NcclWork(std::shared_ptr<NcclState> state, std::string what)
-      : state_(std::move(state)), what_(std::move(what)), compute_(state_->compute) {
-    FT_CUDA_CHECK(cudaEventCreate(&start_));
-    FT_CUDA_CHECK(cudaEventCreate(&done_));
-  }
-  ~NcclWork() override {
-    if (start_) cudaEventDestroy(start_);
-    if (done_) cudaEventDestroy(done_);
-  }
-  NcclWork(const NcclWork&) = delete;
-  NcclWork& operator=(const NcclWork&) = delete;
-
-  const std::string& what() const { return what_; }
-  cudaEvent_t start() const { return start_; }
-  cudaEvent_t done() const { return done_; }
-
-  bool is_completed() override {
-    if (completed_) return true;
-    state_->require_usable(what_);
-    const cudaError_t status = cudaEventQuery(done_);
-    if (status == cudaSuccess) {
-      completed_ = true;
-      return true;
-    }
-    if (status != cudaErrorNotReady) FT_CUDA_CHECK(status);
-    state_->check_async(what_);
-    return false;
-  }
-
-  void wait() override {
-    const auto deadline = deadline_after(state_->options.timeout_seconds);
-    Backoff backoff;
-    while (!is_completed()) {
-      if (Clock::now() > deadline)
-        state_->fail(timeout_message(what_, state_->rank, state_->world, state_->options.timeout_seconds));
-      backoff.pause();
-    }
-    if (joined_) return;
-    CudaDeviceGuard guard(state_->device);  // the legacy default stream is the current device's
-    FT_CUDA_CHECK(cudaStreamWaitEvent(compute_, done_, 0));
-    joined_ = true;
-  }
-
-  void join() override {
-    if (joined_) return;
-    state_->require_usable(what_);
-    CudaDeviceGuard guard(state_->device);
-    FT_CUDA_CHECK(cudaStreamWaitEvent(compute_, done_, 0));
-    joined_ = true;
-  }
-
-  std::optional<double> elapsed_ms() override {
-    if (!is_completed()) return std::nullopt;
-    float ms = 0;
-    FT_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, done_));
-    return ms;
-  }
+      : StreamWork(std::move(what), state->device, state->compute, state->options.timeout_seconds),
+        state_(std::move(state)) {}
 
  private:
+  void check_usable() override { state_->require_usable(what()); }
+  void check_progress() override { state_->check_async(what()); }
+  [[noreturn]] void time_out(const std::string& message) override { state_->fail(message); }
+  int rank() const override { return state_->rank; }
+  int world() const override { return state_->world; }
+
   std::shared_ptr<NcclState> state_;
-  std::string what_;
-  cudaStream_t compute_;        // the compute stream when the collective was issued
-  cudaEvent_t start_ = nullptr;  // recorded on the communication stream just before the collective
-  cudaEvent_t done_ = nullptr;   // recorded on the communication stream after the collective
-  bool completed_ = false;      // the event has completed
-  bool joined_ = false;         // the compute stream waits for it
 };
 
 // One collective being issued: on construction the communication stream is ordered after the work

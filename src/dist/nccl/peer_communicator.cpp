@@ -6,7 +6,6 @@
 #include <cuda.h>
 #include <cuda_runtime.h>
 
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -15,12 +14,9 @@
 
 #include "core/cuda_check.h"
 #include "core/error.h"
-#include "dist/backoff.h"
+#include "dist/nccl/stream_work.h"
 #include "dist/nccl/peer_reduce.h"
 #include "ops/cast.h"
-#if FT_HAS_MPI
-#include <mpi.h>
-#endif
 
 namespace ft {
 
@@ -46,8 +42,6 @@ namespace ft {
 
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
 using StreamWaitValue32 = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 using StreamWriteValue32 = CUresult (*)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 
@@ -63,16 +57,6 @@ void* driver_function(const char* name) {
 
 constexpr std::size_t kFlagBytes = 256;  // the two flags, then the mailbox (aligned)
 
-// Ends the job after a fatal failure when the options say so.
-[[noreturn]] void end_job() {
-#if FT_HAS_MPI
-  int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
-#endif
-  std::_Exit(1);
-}
 
 }  // namespace
 
@@ -122,61 +106,19 @@ struct PeerState {
 
 namespace {
 
-class PeerWork final : public Work {
+// A collective on the communication stream (StreamWork).
+class PeerWork final : public StreamWork {
  public:
   PeerWork(std::shared_ptr<PeerState> state, std::string what)
-      : state_(std::move(state)), what_(std::move(what)), compute_(state_->compute) {
-    FT_CUDA_CHECK(cudaEventCreate(&start_));
-    FT_CUDA_CHECK(cudaEventCreate(&done_));
-  }
-  ~PeerWork() override {
-    if (start_) cudaEventDestroy(start_);
-    if (done_) cudaEventDestroy(done_);
-  }
-  PeerWork(const PeerWork&) = delete;
-  PeerWork& operator=(const PeerWork&) = delete;
-
-  cudaEvent_t start() const { return start_; }
-  cudaEvent_t done() const { return done_; }
-
-  bool is_completed() override {
-    if (completed_) return true;
-    const cudaError_t status = cudaEventQuery(done_);
-    if (status == cudaErrorNotReady) return false;
-    FT_CUDA_CHECK(status);
-    completed_ = true;
-    return true;
-  }
-  void wait() override {
-    const auto deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                             std::chrono::duration<double>(state_->options.timeout_seconds));
-    Backoff backoff;
-    while (!is_completed()) {
-      if (Clock::now() > deadline)
-        state_->fail(timeout_message(what_, state_->rank, 2, state_->options.timeout_seconds));
-      backoff.pause();
-    }
-    join();
-  }
-  void join() override {
-    if (joined_) return;
-    CudaDeviceGuard guard(state_->device);
-    FT_CUDA_CHECK(cudaStreamWaitEvent(compute_, done_, 0));
-    joined_ = true;
-  }
-  std::optional<double> elapsed_ms() override {
-    if (!is_completed()) return std::nullopt;
-    float ms = 0;
-    FT_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, done_));
-    return ms;
-  }
+      : StreamWork(std::move(what), state->device, state->compute, state->options.timeout_seconds),
+        state_(std::move(state)) {}
 
  private:
+  [[noreturn]] void time_out(const std::string& message) override { state_->fail(message); }
+  int rank() const override { return state_->rank; }
+  int world() const override { return 2; }
+
   std::shared_ptr<PeerState> state_;
-  std::string what_;
-  cudaStream_t compute_;
-  cudaEvent_t start_ = nullptr, done_ = nullptr;
-  bool completed_ = false, joined_ = false;
 };
 
 void copy_device(void* dst, const void* src, std::size_t bytes, cudaStream_t stream) {
