@@ -54,6 +54,9 @@ Communication beside compute (GPUs, NCCL; each DDP row is repeated per value of 
               run on the copy engines over CUDA peer access (2 ranks on one node): each rank copies the
               peer's half of the bucket into the peer's mailbox, reduces its own half with a small kernel
               and copies the result back (reduce-scatter + all-gather by copies).
+A row whose communicator or buffers this machine cannot give (an NCCL without symmetric windows, GPUs
+without peer access: ft::Error unsupported on a rank) is an `unsupported` row with the reason, and the
+sweep goes on.
 
 --profile timeline --timeline-json PREFIX: after each row's timed steps, two more steps ("step 1",
 "step 2") run with rank 0's kernels, memory copies and NCCL collectives recorded per CUDA stream through

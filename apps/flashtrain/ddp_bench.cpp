@@ -80,6 +80,16 @@ DdpBenchRow oom_row(const DdpBenchCase& c, const DdpBenchConfig& config, int wor
   return row;
 }
 
+// A row whose communicator or buffers this machine lacks (ft::Error unsupported on some rank, e.g. NCCL
+// refusing a symmetric window): reported with the reason, and the sweep goes on.
+DdpBenchRow unsupported_row(const DdpBenchCase& c, const DdpBenchConfig& config, int world, const std::string& backend,
+                            const std::string& message) {
+  DdpBenchRow row = oom_row(c, config, world, backend, message);
+  row.oom = false;
+  row.unsupported = message.empty() ? "unsupported on another rank" : message;
+  return row;
+}
+
 // --profile timeline: two more steps, rank 0's kernels and collectives recorded per stream and written as a
 // kernel-timeline document (the other ranks step along untraced).
 void profile_timeline(const DdpBenchCase& c, const DdpBenchConfig& config, DataParallelReplica& replica,
@@ -125,21 +135,27 @@ DdpBenchRow run_ddp_row(const DdpBenchCase& c, const DdpBenchConfig& config, Dat
     options.bf16_communication = config.bf16_comm;
     options.buffer = c.buffer;
   }
-  if (c.strategy && (c.copy_engine || !c.tuning.is_default())) {
-    FT_CHECK(config.context, "bench ddp: the row ", c.copy_engine ? "over the copy engine" : "with NCCL limits",
-             " needs the job's DistributedContext to make its communicator");
-    own = c.copy_engine ? config.context->make_copy_engine_communicator(
-                              largest_bucket_bytes(ddp_model(replica.model()), options))
-                        : config.context->make_device_communicator(c.tuning);
-  }
-  Communicator& row_comm = own ? *own : comm;
+  std::optional<DistributedDataParallel> ddp;  // destroyed before `own`
+  std::string unsupported;
   try {
-    std::optional<DistributedDataParallel> ddp;
+    if (c.strategy && (c.copy_engine || !c.tuning.is_default())) {
+      FT_CHECK(config.context, "bench ddp: the row ", c.copy_engine ? "over the copy engine" : "with NCCL limits",
+               " needs the job's DistributedContext to make its communicator");
+      own = c.copy_engine ? config.context->make_copy_engine_communicator(
+                                largest_bucket_bytes(ddp_model(replica.model()), options))
+                          : config.context->make_device_communicator(c.tuning);
+    }
     if (c.strategy) {
-      ddp.emplace(row_comm, ddp_model(replica.model()), options);  // broadcasts rank 0's parameters
-      attach(*ddp, replica.trainer());
+      ddp.emplace(own ? *own : comm, ddp_model(replica.model()), options);  // broadcasts rank 0's parameters
       collectives = ddp->plan().buckets.size();
     }
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::unsupported) throw;
+    unsupported = e.message();
+  }
+  if (any_rank(host, !unsupported.empty())) return unsupported_row(c, config, host.world_size(), comm.backend(), unsupported);
+  try {
+    if (ddp) attach(*ddp, replica.trainer());
     const HookReset reset(replica.trainer());
     const std::function<void()> sync = [&ddp] {
       if (ddp) ddp->synchronize();
@@ -190,10 +206,17 @@ DdpBenchRow run_zero_row(const DdpBenchCase& c, const DdpBenchConfig& config, Co
                          Communicator& host) {
   const ModelBenchConfig& m = config.model;
   std::unique_ptr<Communicator> own;
-  if (!c.tuning.is_default()) {
-    FT_CHECK(config.context, "bench ddp: the ZeRO row with NCCL limits needs the job's DistributedContext");
-    own = config.context->make_device_communicator(c.tuning);
+  std::string unsupported;
+  try {
+    if (!c.tuning.is_default()) {
+      FT_CHECK(config.context, "bench ddp: the ZeRO row with NCCL limits needs the job's DistributedContext");
+      own = config.context->make_device_communicator(c.tuning);
+    }
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::unsupported) throw;
+    unsupported = e.message();
   }
+  if (any_rank(host, !unsupported.empty())) return unsupported_row(c, config, host.world_size(), comm.backend(), unsupported);
   Communicator& row_comm = own ? *own : comm;
   std::optional<Fsdp> fsdp;  // before the replica, whose model reads from it
   std::optional<DataParallelReplica> replica;
@@ -396,7 +419,10 @@ std::vector<DdpBenchRow> run_ddp_bench(const DdpBenchConfig& config, Communicato
       rows.push_back(oom                   ? oom_row(cases[i], config, host.world_size(), comm.backend(), oom_message)
                      : cases[i].zero_stage ? run_zero_row(cases[i], config, comm, host)
                                            : run_ddp_row(cases[i], config, *replica, comm, host));
-      if (progress) *progress << "  " << describe_case(cases[i]) << (rows.back().oom ? ": OOM" : ": done") << "\n";
+      if (progress)
+        *progress << "  " << describe_case(cases[i])
+                  << (rows.back().oom ? ": OOM" : rows.back().unsupported.empty() ? ": done" : ": unsupported: ")
+                  << rows.back().unsupported << "\n";
     }
     first = end;
   }
@@ -414,8 +440,8 @@ std::string format_ddp_bench(const std::vector<DdpBenchRow>& rows, bool csv) {
                                    r.c.model.model.name, std::to_string(r.c.model.model.context_length),
                                    name_of(r.c.model.precision), std::to_string(r.world),
                                    std::to_string(r.local_batch)};
-    if (r.oom) {
-      cells.resize(17, "OOM");
+    if (r.oom || !r.unsupported.empty()) {
+      cells.resize(17, r.oom ? "OOM" : "unsupported");
     } else {
       cells.push_back(std::to_string(r.collectives));
       cells.push_back(fixed(r.step.median, 2));
@@ -447,6 +473,15 @@ nlohmann::json ddp_bench_document(const DdpBenchConfig& config, const std::vecto
   nlohmann::json out_rows = nlohmann::json::array();
   for (const DdpBenchRow& r : rows) {
     nlohmann::json row = data_parallel_row(r);
+    if (!r.unsupported.empty()) {
+      row.erase("step_ms");
+      row.erase("mean_ms");
+      row.erase("min_ms");
+      row.erase("max_ms");
+      row.erase("tokens_per_s");
+      row["unsupported"] = true;
+      row["error"] = r.unsupported;
+    }
     row.update({{"strategy", strategy_name(r.c)},
                 {"bucket_mb", r.c.bucket_mb ? nlohmann::json(*r.c.bucket_mb) : nlohmann::json(nullptr)},
                 {"transport", r.c.copy_engine ? "copy_engine" : "nccl"},
@@ -455,7 +490,7 @@ nlohmann::json ddp_bench_document(const DdpBenchConfig& config, const std::vecto
                 {"max_ctas", r.c.tuning.max_ctas},
                 {"cta_policy", name_of(r.c.tuning.cta_policy)},
                 {"bf16_comm", config.bf16_comm && (r.c.strategy.has_value() || r.c.zero_stage > 0)}});
-    if (!r.oom)
+    if (!r.oom && r.unsupported.empty())
       row.update({{"collectives", r.collectives},
                   {"bwd_ms", r.backward_ms},
                   {"comm_ms", r.comm_ms ? nlohmann::json(*r.comm_ms) : nlohmann::json(nullptr)},

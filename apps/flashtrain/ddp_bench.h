@@ -120,6 +120,7 @@ struct DdpBenchRow {
   std::int64_t parameters = 0;
   bool oom = false;
   std::string oom_message;
+  std::string unsupported;        // non-empty: the row's communicator or buffers are not available here (why)
   std::size_t collectives = 0;    // all-reduces per step (DDP buckets); 0 for single
   Summary step;                   // of the per-step max over ranks, ms
   std::optional<double> comm_ms;  // median over steps of the max over ranks; 0 for single
@@ -144,7 +145,7 @@ std::string format_ddp_bench(const std::vector<DdpBenchRow>& rows, bool csv);  /
 // Results document, benchmark "ddp": a row per case {strategy, bucket_mb (null unless bucketed), transport, buffer,
 // min_ctas, max_ctas, cta_policy, world, backend, size, ctx, precision, local_batch, parameters, bf16_comm,
 // collectives, step_ms (median), mean_ms, min_ms, max_ms, bwd_ms, comm_ms, peak_gib, tokens_per_s}; OOM
-// rows {"oom": true, "error"}.
+// rows {"oom": true, "error"}; rows this machine cannot run {"unsupported": true, "error"}.
 nlohmann::json ddp_bench_document(const DdpBenchConfig& config, const std::vector<DdpBenchRow>& rows);
 
 // The whole subcommand: runs the rows; rank 0 prints the table to out and writes json_path (when given).

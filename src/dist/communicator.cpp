@@ -141,6 +141,9 @@ std::unique_ptr<CommRegistration> Communicator::register_buffer(const Tensor& da
 void check_staged(const Tensor& data, const Tensor& staging) {
   check_collective_buffer("all_reduce_staged", "data", data, false);
   check_collective_buffer("all_reduce_staged", "staging", staging, true);
+  FT_CHECK(staging.numel() == data.numel() && staging.device() == data.device(),
+           "all_reduce_staged: the staging buffer must hold the data's ", data.numel(), " elements on ",
+           data.device().to_string(), ", given ", staging.describe());
   check_widened(staging, data);
 }
 

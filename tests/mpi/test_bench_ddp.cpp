@@ -143,6 +143,26 @@ TEST(BenchDdp, ZeroRowsRunAfterTheDdpRowsOnModelsOfTheirOwn) {
   EXPECT_EQ(cli::timeline_path("t", c), "t-zero2-ctas2.json");
 }
 
+TEST(BenchDdp, RowsThisMachineCannotRunAreReportedAndTheSweepGoesOn) {
+  BenchDdpOptions o = tiny_options();
+  o.strategies = "bucketed";
+  o.bucket_mbs = "1";
+  cli::DdpBenchConfig config = cli::resolve_bench_ddp_options(o, world());
+  config.buffers = {CommBufferKind::registered, CommBufferKind::plain};  // MPI registers nothing
+  const std::vector<DdpBenchRow> rows = cli::run_ddp_bench(config, world(), world(), nullptr);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_NE(rows[0].unsupported.find("the mpi communicator registers no buffers"), std::string::npos)
+      << rows[0].unsupported;
+  EXPECT_FALSE(rows[0].oom);
+  EXPECT_TRUE(rows[1].unsupported.empty());
+  EXPECT_GT(rows[1].step.median, 0);
+  const nlohmann::json doc = cli::ddp_bench_document(config, rows);
+  EXPECT_EQ(doc["rows"][0]["unsupported"], true);
+  EXPECT_FALSE(doc["rows"][0].contains("step_ms"));
+  EXPECT_TRUE(doc["rows"][1]["step_ms"].is_number());
+  EXPECT_NE(cli::format_ddp_bench(rows, false).find("| unsupported |"), std::string::npos);
+}
+
 TEST(BenchDdp, RankZeroAlonePrintsAndWritesTheDocument) {
   testing_util::TempFolder folder;  // one per rank (named by process id)
   const std::string path = folder.file("ddp.json");
