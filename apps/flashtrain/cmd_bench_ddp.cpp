@@ -29,7 +29,8 @@ sequences. Rows, per case: each --strategy in order, bucketed once per --bucket-
   zero2       ZeRO-2 (as bench fsdp's stage 2): each unit's gradients reduce-scattered as backward finishes
               it, AdamW on this rank's shard, the parameters all-gathered after the step; zero3 likewise
               with parameters gathered as used. On a model of their own, after the other rows (once per
-              --nccl-max-ctas / --cta-policy value; comm_ms n/a)
+              --nccl-max-ctas / --cta-policy value, and once over the copy engine's reduce-scatter with
+              --transport copy_engine; comm_ms n/a)
 A step is the full training step: forward and backward of the local batch, the DDP gradient average,
 clipping to 1.0 and AdamW, with the device synchronised at its end. --warmup steps, then --steps timed
 ones, each after an untimed barrier. step_ms = the median over the timed steps of the max over ranks;

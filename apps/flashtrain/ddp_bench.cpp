@@ -17,6 +17,7 @@
 #include "core/nvtx.h"
 #include "dist/ddp_transformer.h"
 #include "dist/fsdp.h"
+#include "dist/fsdp_plan.h"
 #include "flashtrain/cli_parse.h"
 #include "flashtrain/out_of_memory.h"
 #include "train/train_run.h"
@@ -208,9 +209,13 @@ DdpBenchRow run_zero_row(const DdpBenchCase& c, const DdpBenchConfig& config, Co
   std::unique_ptr<Communicator> own;
   std::string unsupported;
   try {
-    if (!c.tuning.is_default()) {
-      FT_CHECK(config.context, "bench ddp: the ZeRO row with NCCL limits needs the job's DistributedContext");
-      own = config.context->make_device_communicator(c.tuning);
+    if (c.copy_engine || !c.tuning.is_default()) {
+      FT_CHECK(config.context, "bench ddp: the ZeRO row ", c.copy_engine ? "over the copy engine" : "with NCCL limits",
+               " needs the job's DistributedContext");
+      // The copy engine's mailboxes hold the largest unit's piece in fp32 (reduce_scatter's output).
+      const FsdpPlan plan(ParameterLayout(c.model.model), 2);
+      own = c.copy_engine ? config.context->make_copy_engine_communicator(plan.max_padded() / 2 * 4)
+                          : config.context->make_device_communicator(c.tuning);
     }
   } catch (const Error& e) {
     if (e.kind() != ErrorKind::unsupported) throw;
@@ -356,6 +361,7 @@ std::string timeline_path(const std::string& prefix, const DdpBenchCase& c) {
     if (c.tuning.min_ctas > 0) path += str("-min", c.tuning.min_ctas);
     if (c.tuning.max_ctas > 0) path += str("-ctas", c.tuning.max_ctas);
     if (c.tuning.cta_policy != CtaPolicy::nccl_default) path += str("-", name_of(c.tuning.cta_policy));
+    if (c.copy_engine) path += "-copy_engine";
     return path + ".json";
   }
   std::string path = prefix + "-" + name_of(*c.strategy);
@@ -373,7 +379,7 @@ std::vector<DdpBenchCase> expand_ddp_cases(const DdpBenchConfig& config) {
   for (const ModelBenchCase& m : expand_model_cases(config.model)) {
     for (const std::optional<DdpStrategy>& s : config.strategies) {
       if (!s) {
-        cases.push_back({m, s, std::nullopt});
+        cases.push_back({.model = m, .strategy = s});
         continue;
       }
       std::vector<std::optional<double>> sizes{std::nullopt};
@@ -381,13 +387,18 @@ std::vector<DdpBenchCase> expand_ddp_cases(const DdpBenchConfig& config) {
       for (const std::optional<double>& mb : sizes) {
         if (config.nccl)
           for (CommBufferKind buffer : config.buffers)
-            for (const NcclTuning& tuning : config.tunings) cases.push_back({m, s, mb, buffer, tuning});
-        if (config.copy_engine) cases.push_back({m, s, mb, CommBufferKind::plain, NcclTuning{}, true});
+            for (const NcclTuning& tuning : config.tunings)
+              cases.push_back({.model = m, .strategy = s, .bucket_mb = mb, .buffer = buffer, .tuning = tuning});
+        if (config.copy_engine) cases.push_back({.model = m, .strategy = s, .bucket_mb = mb, .copy_engine = true});
       }
     }
-    for (int stage : config.zero_stages)
-      for (const NcclTuning& tuning : config.tunings)
-        cases.push_back({m, std::nullopt, std::nullopt, CommBufferKind::plain, tuning, false, stage});
+    for (int stage : config.zero_stages) {
+      if (config.nccl)
+        for (const NcclTuning& tuning : config.tunings)
+          cases.push_back({.model = m, .tuning = tuning, .zero_stage = stage});
+      if (config.copy_engine)
+        cases.push_back({.model = m, .copy_engine = true, .zero_stage = stage});
+    }
   }
   return cases;
 }
@@ -433,7 +444,7 @@ std::string format_ddp_bench(const std::vector<DdpBenchRow>& rows, bool csv) {
   ReportTable table({"strategy", "bucket_mb", "transport", "buffer", "nccl", "size", "ctx", "precision", "world", "local_batch",
                      "collectives", "step_ms", "bwd_ms", "comm_ms", "min_ms", "peak_gib", "tokens_per_s"});
   for (const DdpBenchRow& r : rows) {
-    const bool ddp = r.c.strategy.has_value() || r.c.zero_stage > 0;
+    const bool ddp = r.c.strategy.has_value() || r.c.zero_stage > 0;  // communicates
     std::vector<std::string> cells{strategy_name(r.c), r.c.bucket_mb ? str(*r.c.bucket_mb) : "-",
                                    ddp ? (r.c.copy_engine ? "copy_engine" : "nccl") : "-",
                                    ddp ? name_of(r.c.buffer) : "-", ddp ? r.c.tuning.describe() : "-",

@@ -80,11 +80,11 @@ ModelBenchConfig resolve_data_parallel_model(const BenchModelOptions& options, c
 // own for the row, DistributedContext::make_device_communicator), or the copy-engine transport instead of
 // NCCL (plain buffers, no NCCL tuning).
 struct DdpBenchCase {
-  ModelBenchCase model;                 // mode train
-  std::optional<DdpStrategy> strategy;  // nullopt: single
-  std::optional<double> bucket_mb;      // bucketed only
+  ModelBenchCase model{};                 // mode train
+  std::optional<DdpStrategy> strategy{};  // nullopt: single
+  std::optional<double> bucket_mb{};      // bucketed only
   CommBufferKind buffer = CommBufferKind::plain;
-  NcclTuning tuning;
+  NcclTuning tuning{};
   bool copy_engine = false;  // all-reduce by peer copies (DistributedContext::make_copy_engine_communicator)
   int zero_stage = 0;        // 2 or 3: not DDP but ZeRO-2/3 (dist/fsdp.h; strategy nullopt)
 };

@@ -270,8 +270,10 @@ TEST(BenchDdp, EveryDdpRowRepeatsPerBufferAndTuning) {
 
   config.nccl = false;  // the copy-engine rows alone: one per DDP row, plain buffers, no NCCL tuning
   config.copy_engine = true;
+  config.zero_stages = {2};
   const std::vector<cli::DdpBenchCase> copies = cli::expand_ddp_cases(config);
-  ASSERT_EQ(copies.size(), 1u + 1u + 2u);
+  ASSERT_EQ(copies.size(), 1u + 1u + 2u + 1u);
+  EXPECT_EQ(copies.back().zero_stage, 2);
   for (std::size_t i = 1; i < copies.size(); ++i) {
     EXPECT_TRUE(copies[i].copy_engine);
     EXPECT_EQ(copies[i].buffer, CommBufferKind::plain);

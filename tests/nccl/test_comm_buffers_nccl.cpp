@@ -3,8 +3,8 @@
 // windows), all_reduce_staged (fp32 by copies, bf16 by rounding), and communicators with CTA limits and
 // policies (ncclConfig_t), and the copy-engine communicator (peer copies, dist/nccl/peer_communicator.h) — each
 // gives the plain all-reduce's result bit for bit (2 ranks: one commutative addition per element, an exact
-// halving), also for reduce_scatter and all_gather on the tuned communicators, and the copy engine for 40
-// collectives in flight at once; bad tunings, buffer requests and oversized buffers are refused with
+// halving), also for reduce_scatter and all_gather on the tuned communicators, the copy engine's
+// reduce_scatter NCCL's, and the copy engine for 80 collectives in flight at once; bad tunings, buffer requests and oversized buffers are refused with
 // ft::Error.
 #include <gtest/gtest.h>
 
@@ -129,6 +129,29 @@ TEST(CopyEngineNccl, AllReduceEqualsNcclBitForBit) {
   }
 }
 
+TEST(CopyEngineNccl, ReduceScatterEqualsNcclBitForBit) {
+  const std::unique_ptr<Communicator> peer = context().make_copy_engine_communicator(8 << 20);
+  for (std::int64_t m : {std::int64_t{1}, std::int64_t{7}, std::int64_t{(1 << 20) + 3}}) {
+    for (DType dtype : {DType::f32, DType::bf16}) {
+      for (ReduceOp op : {ReduceOp::sum, ReduceOp::average}) {
+        SCOPED_TRACE(str(m, " elements per rank, ", name_of(dtype), ", ", name_of(op)));
+        const std::vector<float> mine = inputs(context().rank(), 2 * m);
+        OwnedTensor wide = to_gpu(mine, DType::f32, gpu());
+        OwnedTensor input({2 * m}, dtype, gpu(), "test reduce_scatter input");
+        cast(input, wide);
+        OwnedTensor expected({m}, dtype, gpu(), "test reduce_scatter output");
+        OwnedTensor got({m}, dtype, gpu(), "test reduce_scatter output");
+        nccl().reduce_scatter(expected, input, op)->wait();
+        peer->reduce_scatter(got, input, op)->wait();
+        OwnedTensor expected32({m}, DType::f32, gpu(), "test"), got32({m}, DType::f32, gpu(), "test");
+        cast(expected32, expected);
+        cast(got32, got);
+        EXPECT_EQ(to_host<float>(got32), to_host<float>(expected32));
+      }
+    }
+  }
+}
+
 TEST(CopyEngineNccl, ManyCollectivesInFlightKeepTheirOwnResults) {
   // 40 all-reduces of changing sizes issued back to back, waited for only at the end: the mailboxes are
   // reused by each, so the flags must keep them apart.
@@ -142,7 +165,27 @@ TEST(CopyEngineNccl, ManyCollectivesInFlightKeepTheirOwnResults) {
     expected.push_back(plain_all_reduce(mine, ReduceOp::average));
     buffers.push_back(to_gpu(mine, DType::f32, gpu()));
   }
-  for (const OwnedTensor& b : buffers) works.push_back(peer->all_reduce(b, ReduceOp::average));
+  // All-reduces with a reduce-scatter between each (the same flags and mailboxes).
+  std::vector<OwnedTensor> rs_in, rs_out;
+  std::vector<std::vector<float>> rs_expected;
+  for (int k = 0; k < 40; ++k) {
+    const std::int64_t m = 1 + (k * 104729) % 100000;
+    const std::vector<float> mine = inputs(context().rank() + 3 * k, 2 * m);
+    rs_in.push_back(to_gpu(mine, DType::f32, gpu()));
+    rs_out.emplace_back(Shape{m}, DType::f32, gpu(), "test reduce_scatter output");
+    OwnedTensor reference({m}, DType::f32, gpu(), "test reduce_scatter output");
+    nccl().reduce_scatter(reference, rs_in.back(), ReduceOp::sum)->wait();
+    rs_expected.push_back(to_host<float>(reference));
+  }
+  std::vector<WorkHandle> rs_works;
+  for (std::size_t k = 0; k < buffers.size(); ++k) {
+    works.push_back(peer->all_reduce(buffers[k], ReduceOp::average));
+    rs_works.push_back(peer->reduce_scatter(rs_out[k], rs_in[k], ReduceOp::sum));
+  }
+  for (std::size_t k = 0; k < rs_works.size(); ++k) {
+    rs_works[k]->wait();
+    EXPECT_EQ(to_host<float>(rs_out[k]), rs_expected[k]) << "reduce_scatter " << k;
+  }
   for (std::size_t k = 0; k < works.size(); ++k) {
     works[k]->wait();
     ASSERT_TRUE(works[k]->elapsed_ms().has_value());

@@ -36,7 +36,8 @@ namespace ft {
 //   6. write the peer's arrived = 2s;  wait arrived >= 2s
 //   7. copy mailbox[h_peer] -> data[h_peer]                                 (the peer's reduced half)
 //   8. write the peer's free = s
-// Steps 2-4 are a reduce-scatter, 5-7 an all-gather. Each element is one addition in fp32 (a + b, rounded
+// Steps 2-4 are a reduce-scatter, 5-7 an all-gather; reduce_scatter alone is steps 1-4 (its pieces the
+// halves, the peer's piece into the mailbox's start, the sum into the output, one `arrived` of 2s) and 8. Each element is one addition in fp32 (a + b, rounded
 // once to the dtype) and a scaling by 1 or 1/2 (exact), so the result is NCCL's bit for bit on 2 ranks.
 // The SMs it takes: the reduction kernel's few blocks, for the time they read and write one half.
 
@@ -121,6 +122,8 @@ class PeerWork final : public StreamWork {
   std::shared_ptr<PeerState> state_;
 };
 
+float scale_of(ReduceOp op) { return op == ReduceOp::average ? 0.5f : 1.0f; }
+
 void copy_device(void* dst, const void* src, std::size_t bytes, cudaStream_t stream) {
   if (bytes > 0) FT_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream));
 }
@@ -199,24 +202,36 @@ PeerCommunicator::~PeerCommunicator() = default;  // PeerState's destructor wait
 
 std::optional<Stream> PeerCommunicator::compute_stream() const { return Stream::wrap(state_->compute, gpu_); }
 
-WorkHandle PeerCommunicator::enqueue(const Tensor& data, ReduceOp op, const Tensor* widened) {
-  check_collective_buffer("all_reduce", "data", data, true);
-  FT_CHECK(data.device() == gpu_, "all_reduce: the copy-engine communicator moves buffers on ", gpu_.to_string(),
-           " (this rank's GPU), given ", data.describe());
-  const std::size_t bytes = data.span_bytes();
-  FT_CHECK(static_cast<std::int64_t>(bytes) <= capacity_bytes_, "all_reduce: ", data.describe(), " (", bytes,
+void PeerCommunicator::check_fits(const char* op, const Tensor& input, const Tensor& received) const {
+  FT_CHECK(input.device() == gpu_, op, ": the copy-engine communicator moves buffers on ", gpu_.to_string(),
+           " (this rank's GPU), given ", input.describe());
+  const std::size_t bytes = received.span_bytes();
+  FT_CHECK(static_cast<std::int64_t>(bytes) <= capacity_bytes_, op, ": ", received.describe(), " (", bytes,
            " bytes) exceeds the copy-engine communicator's mailbox of ", capacity_bytes_, " bytes");
-  if (data.numel() == 0) return std::make_unique<CompletedWork>();
+}
+
+std::unique_ptr<StreamWork> PeerCommunicator::begin(std::string what) {
   PeerState& s = *state_;
-  CudaDeviceGuard guard(s.device);
-  auto work = std::make_unique<PeerWork>(state_, str("all_reduce (copy engine, ", name_of(data.dtype()), ", ",
-                                                     data.numel(), " elements)"));
+  auto work = std::make_unique<PeerWork>(state_, std::move(what));
   FT_CUDA_CHECK(cudaEventRecord(s.ready, s.compute));
   FT_CUDA_CHECK(cudaStreamWaitEvent(s.stream, s.ready, 0));
   FT_CUDA_CHECK(cudaEventRecord(work->start(), s.stream));
+  return work;
+}
+
+WorkHandle PeerCommunicator::enqueue(const Tensor& data, ReduceOp op, const Tensor* widened) {
+  check_collective_buffer("all_reduce", "data", data, true);
+  check_fits("all_reduce", data, data);
+  if (data.numel() == 0) return std::make_unique<CompletedWork>();
+  PeerState& s = *state_;
+  CudaDeviceGuard guard(s.device);
+  std::unique_ptr<StreamWork> work = begin(str("all_reduce (copy engine, ", name_of(data.dtype()), ", ",
+                                               data.numel(), " elements)"));
 
   const std::uint32_t seq = ++s.sequence;
-  const std::int64_t n = data.numel(), split = n / 2;
+  // The halves meet at a multiple of 8 elements, so both start 16-byte aligned in the mailboxes (the
+  // reduction's vector loads).
+  const std::int64_t n = data.numel(), split = n / 2 / 8 * 8;
   const std::size_t element = data.element_size();
   // [begin, end) of rank r's half, in bytes.
   const auto begin = [&](int r) { return static_cast<std::size_t>(r == 0 ? 0 : split) * element; };
@@ -230,8 +245,8 @@ WorkHandle PeerCommunicator::enqueue(const Tensor& data, ReduceOp op, const Tens
   copy_device(peer_mailbox + begin(peer), base + begin(peer), length(peer), s.stream);          // 2
   s.write(PeerState::arrived(s.peers), 2 * seq - 1);                                            // 3
   s.wait_at_least(PeerState::arrived(s.mine), 2 * seq - 1);
-  gpu::peer_reduce(base + begin(me), my_mailbox + begin(me), static_cast<std::int64_t>(length(me) / element),
-                   data.dtype(), op == ReduceOp::average ? 0.5f : 1.0f, s.stream);              // 4
+  gpu::peer_reduce(base + begin(me), base + begin(me), my_mailbox + begin(me),
+                   static_cast<std::int64_t>(length(me) / element), data.dtype(), scale_of(op), s.stream);  // 4
   copy_device(peer_mailbox + begin(me), base + begin(me), length(me), s.stream);                // 5
   s.write(PeerState::arrived(s.peers), 2 * seq);                                                // 6
   s.wait_at_least(PeerState::arrived(s.mine), 2 * seq);
@@ -252,7 +267,28 @@ WorkHandle PeerCommunicator::all_reduce_widened(const Tensor& data, ReduceOp op,
 }
 
 WorkHandle PeerCommunicator::reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) {
-  return fallback_.reduce_scatter(output, input, op);
+  check_reduce_scatter(output, input, 2);
+  check_fits("reduce_scatter", input, output);
+  if (output.numel() == 0) return std::make_unique<CompletedWork>();
+  const std::size_t bytes = output.span_bytes();
+  PeerState& s = *state_;
+  CudaDeviceGuard guard(s.device);
+  std::unique_ptr<StreamWork> work = begin(str("reduce_scatter (copy engine, ", name_of(input.dtype()), ", ",
+                                               input.numel(), " elements)"));
+  // Note [Copy-engine all-reduce]'s steps 1-4 with the halves the ranks' pieces of the input, the reduced
+  // piece written to output, then step 8.
+  const std::uint32_t seq = ++s.sequence;
+  const int peer = 1 - rank_;
+  const char* in = static_cast<const char*>(input.data());
+  s.wait_at_least(PeerState::freed(s.mine), seq - 1);
+  copy_device(s.mailbox(s.peers), in + static_cast<std::size_t>(peer) * bytes, bytes, s.stream);
+  s.write(PeerState::arrived(s.peers), 2 * seq);
+  s.wait_at_least(PeerState::arrived(s.mine), 2 * seq);
+  gpu::peer_reduce(output.data(), in + static_cast<std::size_t>(rank_) * bytes, s.mailbox(s.mine), output.numel(),
+                   output.dtype(), scale_of(op), s.stream);
+  s.write(PeerState::freed(s.peers), seq);
+  FT_CUDA_CHECK(cudaEventRecord(work->done(), s.stream));
+  return work;
 }
 
 WorkHandle PeerCommunicator::all_gather(const Tensor& output, const Tensor& input) {

@@ -1,11 +1,12 @@
-// peer_communicator.h — PeerCommunicator: all-reduce between the 2 GPUs of a 2-rank job by copy engines over
-// CUDA peer access, with no NCCL kernel (Note [Copy-engine all-reduce]); its other collectives go to a
-// fallback communicator (the job's NCCL one). Built with NCCL (this folder), for buffers on this rank's GPU.
+// peer_communicator.h — PeerCommunicator: all-reduce and reduce-scatter between the 2 GPUs of a 2-rank job by
+// copy engines over CUDA peer access, with no NCCL kernel (Note [Copy-engine all-reduce]); its other
+// collectives go to a fallback communicator (the job's NCCL one). Built with NCCL (this folder), for buffers on this rank's GPU.
 //   requirements  world size 2, both ranks on one node, peer access between their GPUs
 //                 (cudaDeviceCanAccessPeer); anything else is an ft::Error (unsupported) naming it.
 //   memory        each rank cudaMallocs a mailbox of capacity_bytes (plus two flags), and the ranks exchange
 //                 its IPC handle (cudaIpcGetMemHandle) over the bootstrap communicator, so each maps the
-//                 other's (cudaIpcOpenMemHandle). An all_reduce larger than the capacity is an ft::Error.
+//                 other's (cudaIpcOpenMemHandle). An all_reduce, or a reduce_scatter's output, larger than
+//                 the capacity is an ft::Error.
 //   streams       as NcclCommunicator: a high-priority communication stream that first waits for the compute
 //                 stream; Work::wait() makes the compute stream wait for the collective; elapsed_ms() is the
 //                 collective's device time.
@@ -17,6 +18,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "core/device.h"
 #include "core/stream.h"
@@ -25,11 +27,12 @@
 namespace ft {
 
 struct PeerState;  // the mailboxes, flags, stream and counters (peer_communicator.cpp)
+class StreamWork;  // dist/nccl/stream_work.h
 
 class PeerCommunicator final : public Communicator {
  public:
   // Collective over `bootstrap` (2 ranks): checks the requirements, allocates and exchanges the mailboxes.
-  // fallback: on the same ranks and GPU (reduce_scatter, all_gather, broadcast, barrier go to it); it must
+  // fallback: on the same ranks and GPU (all_gather, broadcast, barrier go to it); it must
   // outlive this communicator.
   PeerCommunicator(Communicator& bootstrap, Communicator& fallback, Device gpu, std::int64_t capacity_bytes,
                    const CommunicatorOptions& options = {}, const Stream& compute_stream = {});
@@ -57,6 +60,11 @@ class PeerCommunicator final : public Communicator {
 
  private:
   WorkHandle enqueue(const Tensor& data, ReduceOp op, const Tensor* widened);
+  // ft::Error unless `input` is on this rank's GPU and `received` (what the peer sends) fits the mailbox.
+  void check_fits(const char* op, const Tensor& input, const Tensor& received) const;
+  // A Work whose collective is about to be enqueued: the communication stream ordered after the compute
+  // stream, the start event recorded (on the current device: the caller's guard).
+  std::unique_ptr<StreamWork> begin(std::string what);
 
   std::shared_ptr<PeerState> state_;
   Communicator& fallback_;
