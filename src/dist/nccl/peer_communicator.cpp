@@ -36,6 +36,8 @@ namespace ft {
 //   6. write the peer's arrived = 2s;  wait arrived >= 2s
 //   7. copy mailbox[h_peer] -> data[h_peer]                                 (the peer's reduced half)
 //   8. write the peer's free = s
+// Collectives alternate between two lanes, each with its own stream, flags and mailboxes (s counts a
+// lane's collectives), so one collective's copies overlap the reduction of the one before it.
 // Steps 2-4 are a reduce-scatter, 5-7 an all-gather; reduce_scatter alone is steps 1-4 (its pieces the
 // halves, the peer's piece into the mailbox's start, the sum into the output, one `arrived` of 2s) and 8. Each element is one addition in fp32 (a + b, rounded
 // once to the dtype) and a scaling by 1 or 1/2 (exact), so the result is NCCL's bit for bit on 2 ranks.
@@ -61,37 +63,51 @@ constexpr std::size_t kFlagBytes = 256;  // the two flags, then the mailbox (ali
 
 }  // namespace
 
+// One instance of the protocol (Note [Copy-engine all-reduce]): its stream, flags, mailboxes and count.
+// Collectives alternate between the lanes (the same on both ranks), so one collective's copies run while
+// the one before it reduces.
+struct PeerLane {
+  cudaStream_t stream = nullptr;  // a communication stream (owned)
+  char* mine = nullptr;           // this rank's flags + mailbox (cudaMalloc, owned)
+  char* peers = nullptr;          // the peer's, mapped (cudaIpcOpenMemHandle)
+  std::uint32_t sequence = 0;     // collectives issued on this lane
+};
+
+constexpr int kLanes = 2;
+
 struct PeerState {
   int device = 0, rank = 0;
   CommunicatorOptions options;
-  cudaStream_t stream = nullptr;   // the communication stream (owned)
   cudaStream_t compute = nullptr;  // not owned; nullptr = the legacy default stream
   cudaEvent_t ready = nullptr;     // recorded on the compute stream before each collective (owned)
-  char* mine = nullptr;            // this rank's flags + mailbox (cudaMalloc, owned)
-  char* peers = nullptr;           // the peer's, mapped (cudaIpcOpenMemHandle)
-  std::uint32_t sequence = 0;      // collectives issued
+  PeerLane lanes[kLanes];
+  std::size_t issued = 0;          // collectives issued (the next one's lane: issued % kLanes)
   StreamWaitValue32 wait_value = nullptr;
   StreamWriteValue32 write_value = nullptr;
 
   ~PeerState() {
     CudaDeviceGuard guard(device);
-    if (stream) cudaStreamSynchronize(stream);
-    if (peers) cudaIpcCloseMemHandle(peers);
-    if (mine) cudaFree(mine);
+    for (PeerLane& lane : lanes) {
+      if (lane.stream) cudaStreamSynchronize(lane.stream);
+      if (lane.peers) cudaIpcCloseMemHandle(lane.peers);
+      if (lane.mine) cudaFree(lane.mine);
+      if (lane.stream) cudaStreamDestroy(lane.stream);
+    }
     if (ready) cudaEventDestroy(ready);
-    if (stream) cudaStreamDestroy(stream);
   }
+
+  PeerLane& next_lane() { return lanes[issued++ % kLanes]; }
 
   static CUdeviceptr arrived(char* base) { return reinterpret_cast<CUdeviceptr>(base); }
   static CUdeviceptr freed(char* base) { return reinterpret_cast<CUdeviceptr>(base + sizeof(std::uint32_t)); }
   char* mailbox(char* base) const { return base + kFlagBytes; }
 
-  void wait_at_least(CUdeviceptr flag, std::uint32_t value) {
-    FT_CHECK_KIND(device, wait_value(stream, flag, value, CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS,
+  void wait_at_least(const PeerLane& lane, CUdeviceptr flag, std::uint32_t value) {
+    FT_CHECK_KIND(device, wait_value(lane.stream, flag, value, CU_STREAM_WAIT_VALUE_GEQ) == CUDA_SUCCESS,
                   "cuStreamWaitValue32 failed on ", Device::cuda(device).to_string());
   }
-  void write(CUdeviceptr flag, std::uint32_t value) {
-    FT_CHECK_KIND(device, write_value(stream, flag, value, CU_STREAM_WRITE_VALUE_DEFAULT) == CUDA_SUCCESS,
+  void write(const PeerLane& lane, CUdeviceptr flag, std::uint32_t value) {
+    FT_CHECK_KIND(device, write_value(lane.stream, flag, value, CU_STREAM_WRITE_VALUE_DEFAULT) == CUDA_SUCCESS,
                   "cuStreamWriteValue32 failed on ", Device::cuda(device).to_string());
   }
 
@@ -179,22 +195,25 @@ PeerCommunicator::PeerCommunicator(Communicator& bootstrap, Communicator& fallba
   s.write_value = reinterpret_cast<StreamWriteValue32>(driver_function("cuStreamWriteValue32"));
   int lowest_priority = 0, highest_priority = 0;
   FT_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lowest_priority, &highest_priority));
-  FT_CUDA_CHECK(cudaStreamCreateWithPriority(&s.stream, cudaStreamNonBlocking, highest_priority));
   FT_CUDA_CHECK(cudaEventCreateWithFlags(&s.ready, cudaEventDisableTiming));
-  FT_CUDA_CHECK(cudaMalloc(&s.mine, kFlagBytes + static_cast<std::size_t>(capacity_bytes)));
-  FT_CUDA_CHECK(cudaMemset(s.mine, 0, kFlagBytes));
-
-  cudaIpcMemHandle_t handle{};  // 64 bytes
-  FT_CUDA_CHECK(cudaIpcGetMemHandle(&handle, s.mine));
-  static_assert(sizeof(handle) % 2 == 0);
-  cudaIpcMemHandle_t handles[2]{};
-  const std::int64_t halves = static_cast<std::int64_t>(sizeof(handle) / 2);
-  bootstrap.all_gather(Tensor(handles, DType::bf16, Device::cpu(), {2 * halves}),
-                       Tensor(&handle, DType::bf16, Device::cpu(), {halves}))
-      ->wait();
+  cudaIpcMemHandle_t handles[kLanes][2]{};  // (lane, rank), 64 bytes each
+  for (int l = 0; l < kLanes; ++l) {
+    PeerLane& lane = s.lanes[l];
+    FT_CUDA_CHECK(cudaStreamCreateWithPriority(&lane.stream, cudaStreamNonBlocking, highest_priority));
+    FT_CUDA_CHECK(cudaMalloc(&lane.mine, kFlagBytes + static_cast<std::size_t>(capacity_bytes)));
+    FT_CUDA_CHECK(cudaMemset(lane.mine, 0, kFlagBytes));
+    cudaIpcMemHandle_t handle{};
+    FT_CUDA_CHECK(cudaIpcGetMemHandle(&handle, lane.mine));
+    static_assert(sizeof(handle) % 2 == 0);
+    const std::int64_t halves = static_cast<std::int64_t>(sizeof(handle) / 2);
+    bootstrap.all_gather(Tensor(handles[l], DType::bf16, Device::cpu(), {2 * halves}),
+                         Tensor(&handle, DType::bf16, Device::cpu(), {halves}))
+        ->wait();
+  }
   FT_CUDA_CHECK(cudaDeviceSynchronize());  // the flags are zero before the peer may write them
-  FT_CUDA_CHECK(cudaIpcOpenMemHandle(reinterpret_cast<void**>(&s.peers), handles[1 - rank_],
-                                     cudaIpcMemLazyEnablePeerAccess));
+  for (int l = 0; l < kLanes; ++l)
+    FT_CUDA_CHECK(cudaIpcOpenMemHandle(reinterpret_cast<void**>(&s.lanes[l].peers), handles[l][1 - rank_],
+                                       cudaIpcMemLazyEnablePeerAccess));
   bootstrap.barrier()->wait();  // both mapped and zeroed before either issues a collective
 }
 
@@ -210,12 +229,12 @@ void PeerCommunicator::check_fits(const char* op, const Tensor& input, const Ten
            " bytes) exceeds the copy-engine communicator's mailbox of ", capacity_bytes_, " bytes");
 }
 
-std::unique_ptr<StreamWork> PeerCommunicator::begin(std::string what) {
+std::unique_ptr<StreamWork> PeerCommunicator::begin(std::string what, PeerLane& lane) {
   PeerState& s = *state_;
   auto work = std::make_unique<PeerWork>(state_, std::move(what));
   FT_CUDA_CHECK(cudaEventRecord(s.ready, s.compute));
-  FT_CUDA_CHECK(cudaStreamWaitEvent(s.stream, s.ready, 0));
-  FT_CUDA_CHECK(cudaEventRecord(work->start(), s.stream));
+  FT_CUDA_CHECK(cudaStreamWaitEvent(lane.stream, s.ready, 0));
+  FT_CUDA_CHECK(cudaEventRecord(work->start(), lane.stream));
   return work;
 }
 
@@ -225,10 +244,11 @@ WorkHandle PeerCommunicator::enqueue(const Tensor& data, ReduceOp op, const Tens
   if (data.numel() == 0) return std::make_unique<CompletedWork>();
   PeerState& s = *state_;
   CudaDeviceGuard guard(s.device);
+  PeerLane& lane = s.next_lane();
   std::unique_ptr<StreamWork> work = begin(str("all_reduce (copy engine, ", name_of(data.dtype()), ", ",
-                                               data.numel(), " elements)"));
+                                               data.numel(), " elements)"), lane);
 
-  const std::uint32_t seq = ++s.sequence;
+  const std::uint32_t seq = ++lane.sequence;
   // The halves meet at a multiple of 8 elements, so both start 16-byte aligned in the mailboxes (the
   // reduction's vector loads).
   const std::int64_t n = data.numel(), split = n / 2 / 8 * 8;
@@ -238,22 +258,23 @@ WorkHandle PeerCommunicator::enqueue(const Tensor& data, ReduceOp op, const Tens
   const auto length = [&](int r) { return static_cast<std::size_t>(r == 0 ? split : n - split) * element; };
   const int me = rank_, peer = 1 - rank_;
   char* base = static_cast<char*>(data.data());
-  char* my_mailbox = s.mailbox(s.mine);
-  char* peer_mailbox = s.mailbox(s.peers);
+  char* my_mailbox = s.mailbox(lane.mine);
+  char* peer_mailbox = s.mailbox(lane.peers);
+  const cudaStream_t stream = lane.stream;
 
-  s.wait_at_least(PeerState::freed(s.mine), seq - 1);                                          // 1
-  copy_device(peer_mailbox + begin(peer), base + begin(peer), length(peer), s.stream);          // 2
-  s.write(PeerState::arrived(s.peers), 2 * seq - 1);                                            // 3
-  s.wait_at_least(PeerState::arrived(s.mine), 2 * seq - 1);
+  s.wait_at_least(lane, PeerState::freed(lane.mine), seq - 1);                                  // 1
+  copy_device(peer_mailbox + begin(peer), base + begin(peer), length(peer), stream);            // 2
+  s.write(lane, PeerState::arrived(lane.peers), 2 * seq - 1);                                   // 3
+  s.wait_at_least(lane, PeerState::arrived(lane.mine), 2 * seq - 1);
   gpu::peer_reduce(base + begin(me), base + begin(me), my_mailbox + begin(me),
-                   static_cast<std::int64_t>(length(me) / element), data.dtype(), scale_of(op), s.stream);  // 4
-  copy_device(peer_mailbox + begin(me), base + begin(me), length(me), s.stream);                // 5
-  s.write(PeerState::arrived(s.peers), 2 * seq);                                                // 6
-  s.wait_at_least(PeerState::arrived(s.mine), 2 * seq);
-  copy_device(base + begin(peer), my_mailbox + begin(peer), length(peer), s.stream);            // 7
-  s.write(PeerState::freed(s.peers), seq);                                                      // 8
-  if (widened) cast(*widened, data, Stream::wrap(s.stream, gpu_));
-  FT_CUDA_CHECK(cudaEventRecord(work->done(), s.stream));
+                   static_cast<std::int64_t>(length(me) / element), data.dtype(), scale_of(op), stream);  // 4
+  copy_device(peer_mailbox + begin(me), base + begin(me), length(me), stream);                  // 5
+  s.write(lane, PeerState::arrived(lane.peers), 2 * seq);                                       // 6
+  s.wait_at_least(lane, PeerState::arrived(lane.mine), 2 * seq);
+  copy_device(base + begin(peer), my_mailbox + begin(peer), length(peer), stream);              // 7
+  s.write(lane, PeerState::freed(lane.peers), seq);                                             // 8
+  if (widened) cast(*widened, data, Stream::wrap(stream, gpu_));
+  FT_CUDA_CHECK(cudaEventRecord(work->done(), stream));
   return work;
 }
 
@@ -273,21 +294,22 @@ WorkHandle PeerCommunicator::reduce_scatter(const Tensor& output, const Tensor& 
   const std::size_t bytes = output.span_bytes();
   PeerState& s = *state_;
   CudaDeviceGuard guard(s.device);
+  PeerLane& lane = s.next_lane();
   std::unique_ptr<StreamWork> work = begin(str("reduce_scatter (copy engine, ", name_of(input.dtype()), ", ",
-                                               input.numel(), " elements)"));
+                                               input.numel(), " elements)"), lane);
   // Note [Copy-engine all-reduce]'s steps 1-4 with the halves the ranks' pieces of the input, the reduced
   // piece written to output, then step 8.
-  const std::uint32_t seq = ++s.sequence;
+  const std::uint32_t seq = ++lane.sequence;
   const int peer = 1 - rank_;
   const char* in = static_cast<const char*>(input.data());
-  s.wait_at_least(PeerState::freed(s.mine), seq - 1);
-  copy_device(s.mailbox(s.peers), in + static_cast<std::size_t>(peer) * bytes, bytes, s.stream);
-  s.write(PeerState::arrived(s.peers), 2 * seq);
-  s.wait_at_least(PeerState::arrived(s.mine), 2 * seq);
-  gpu::peer_reduce(output.data(), in + static_cast<std::size_t>(rank_) * bytes, s.mailbox(s.mine), output.numel(),
-                   output.dtype(), scale_of(op), s.stream);
-  s.write(PeerState::freed(s.peers), seq);
-  FT_CUDA_CHECK(cudaEventRecord(work->done(), s.stream));
+  s.wait_at_least(lane, PeerState::freed(lane.mine), seq - 1);
+  copy_device(s.mailbox(lane.peers), in + static_cast<std::size_t>(peer) * bytes, bytes, lane.stream);
+  s.write(lane, PeerState::arrived(lane.peers), 2 * seq);
+  s.wait_at_least(lane, PeerState::arrived(lane.mine), 2 * seq);
+  gpu::peer_reduce(output.data(), in + static_cast<std::size_t>(rank_) * bytes, s.mailbox(lane.mine), output.numel(),
+                   output.dtype(), scale_of(op), lane.stream);
+  s.write(lane, PeerState::freed(lane.peers), seq);
+  FT_CUDA_CHECK(cudaEventRecord(work->done(), lane.stream));
   return work;
 }
 

@@ -1,15 +1,17 @@
-// peer_communicator.h — PeerCommunicator: all-reduce and reduce-scatter between the 2 GPUs of a 2-rank job by
-// copy engines over CUDA peer access, with no NCCL kernel (Note [Copy-engine all-reduce]); its other
-// collectives go to a fallback communicator (the job's NCCL one). Built with NCCL (this folder), for buffers on this rank's GPU.
+// peer_communicator.h — PeerCommunicator: all-reduce and reduce-scatter between the 2 GPUs of a 2-rank job
+// by copy engines over CUDA peer access, with no NCCL kernel (Note [Copy-engine all-reduce]); its other
+// collectives go to a fallback communicator (the job's NCCL one). Built with NCCL (this folder), for
+// buffers on this rank's GPU.
 //   requirements  world size 2, both ranks on one node, peer access between their GPUs
 //                 (cudaDeviceCanAccessPeer); anything else is an ft::Error (unsupported) naming it.
-//   memory        each rank cudaMallocs a mailbox of capacity_bytes (plus two flags), and the ranks exchange
-//                 its IPC handle (cudaIpcGetMemHandle) over the bootstrap communicator, so each maps the
-//                 other's (cudaIpcOpenMemHandle). An all_reduce, or a reduce_scatter's output, larger than
-//                 the capacity is an ft::Error.
-//   streams       as NcclCommunicator: a high-priority communication stream that first waits for the compute
-//                 stream; Work::wait() makes the compute stream wait for the collective; elapsed_ms() is the
-//                 collective's device time.
+//   memory        each rank cudaMallocs two mailboxes of capacity_bytes plus two flags each (one per lane:
+//                 the collectives alternate between them), and the ranks exchange their IPC handles
+//                 (cudaIpcGetMemHandle) over the bootstrap communicator, so each maps the other's
+//                 (cudaIpcOpenMemHandle). An all_reduce, or a reduce_scatter's output, larger than the
+//                 capacity is an ft::Error.
+//   streams       as NcclCommunicator, with one high-priority communication stream per lane, which first
+//                 waits for the compute stream; Work::wait() makes the compute stream wait for the
+//                 collective; elapsed_ms() is the collective's device time.
 //   failures      a wait() past the timeout throws ft::Error or ends the job (CommunicatorOptions); a peer
 //                 that never arrives leaves this rank's communication stream waiting (no abort exists for
 //                 it), so the job must end.
@@ -27,6 +29,7 @@
 namespace ft {
 
 struct PeerState;  // the mailboxes, flags, stream and counters (peer_communicator.cpp)
+struct PeerLane;   // one stream, flags and mailboxes (peer_communicator.cpp)
 class StreamWork;  // dist/nccl/stream_work.h
 
 class PeerCommunicator final : public Communicator {
@@ -64,7 +67,7 @@ class PeerCommunicator final : public Communicator {
   void check_fits(const char* op, const Tensor& input, const Tensor& received) const;
   // A Work whose collective is about to be enqueued: the communication stream ordered after the compute
   // stream, the start event recorded (on the current device: the caller's guard).
-  std::unique_ptr<StreamWork> begin(std::string what);
+  std::unique_ptr<StreamWork> begin(std::string what, PeerLane& lane);
 
   std::shared_ptr<PeerState> state_;
   Communicator& fallback_;
