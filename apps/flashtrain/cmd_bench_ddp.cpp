@@ -114,6 +114,9 @@ void register_bench_ddp(CLI::App& bench, Action& action) {
                       "NCCL CTA policies, comma-separated (a row per policy): default, efficiency (NCCL 2.27+), "
                       "zero (NCCL 2.28+) (GPUs)");
   command->add_flag("--bf16-comm", o.bf16_comm, "All-reduce bf16 copies of the gradients (half the bytes)");
+  command->add_option("--bf16-round", o.bf16_rounding,
+                      "With --bf16-comm, where buckets are rounded to bf16, comma-separated (a row per place): model "
+                      "(the model's stream), comm (the communication stream, beside backward)");
   command->add_flag("--csv", o.csv, "Print CSV instead of a markdown table");
   command->add_option("--json", o.json_path, "Write the results document (benchmark ddp) to this path (rank 0)");
   command->add_option("--profile", o.profile,

@@ -135,6 +135,7 @@ DdpBenchRow run_ddp_row(const DdpBenchCase& c, const DdpBenchConfig& config, Dat
     if (c.bucket_mb) options.bucket_size_mb = *c.bucket_mb;
     options.bf16_communication = config.bf16_comm;
     options.buffer = c.buffer;
+    options.round_on_comm_stream = c.round_on_comm;
   }
   std::optional<DistributedDataParallel> ddp;  // destroyed before `own`
   std::string unsupported;
@@ -253,6 +254,7 @@ std::string describe_case(const DdpBenchCase& c) {
   if (c.strategy && c.buffer != CommBufferKind::plain) text += str(", ", name_of(c.buffer), " buffers");
   if ((c.strategy || c.zero_stage) && !c.tuning.is_default()) text += str(", NCCL ", c.tuning.describe());
   if (c.copy_engine) text += ", copy engine";
+  if (c.round_on_comm) text += ", bf16 rounding on the communication stream";
   return text;
 }
 
@@ -341,6 +343,12 @@ DdpBenchConfig resolve_bench_ddp_options(const BenchDdpOptions& o, const Communi
                 "--comm-buffer other than plain, --nccl-max-ctas, --nccl-min-ctas and --cta-policy shape NCCL's "
                 "collectives: they need GPUs (NCCL), given --device ", config.model.device.to_string());
   config.bf16_comm = o.bf16_comm;
+  config.rounding_on_comm = parse_list<bool>("--bf16-round", o.bf16_rounding, [](const std::string& t) {
+    FT_CHECK(t == "model" || t == "comm", "expected model or comm, given '", t, "'");
+    return t == "comm";
+  });
+  FT_CHECK(config.bf16_comm || (config.rounding_on_comm.size() == 1 && !config.rounding_on_comm.front()),
+           "--bf16-round places the rounding of --bf16-comm: give --bf16-comm too, or leave it at model");
   if (!o.profile.empty()) {
     FT_CHECK(o.profile == "timeline", "--profile: expected timeline, given '", o.profile, "'");
     FT_CHECK(!o.timeline_prefix.empty(), "--profile timeline needs --timeline-json PREFIX (where rank 0 writes "
@@ -371,6 +379,7 @@ std::string timeline_path(const std::string& prefix, const DdpBenchCase& c) {
   if (c.tuning.max_ctas > 0) path += str("-ctas", c.tuning.max_ctas);
   if (c.tuning.cta_policy != CtaPolicy::nccl_default) path += str("-", name_of(c.tuning.cta_policy));
   if (c.copy_engine) path += "-copy_engine";
+  if (c.round_on_comm) path += "-round_comm";
   return path + ".json";
 }
 
@@ -385,11 +394,18 @@ std::vector<DdpBenchCase> expand_ddp_cases(const DdpBenchConfig& config) {
       std::vector<std::optional<double>> sizes{std::nullopt};
       if (s == DdpStrategy::bucketed) sizes.assign(config.bucket_mbs.begin(), config.bucket_mbs.end());
       for (const std::optional<double>& mb : sizes) {
-        if (config.nccl)
-          for (CommBufferKind buffer : config.buffers)
-            for (const NcclTuning& tuning : config.tunings)
-              cases.push_back({.model = m, .strategy = s, .bucket_mb = mb, .buffer = buffer, .tuning = tuning});
-        if (config.copy_engine) cases.push_back({.model = m, .strategy = s, .bucket_mb = mb, .copy_engine = true});
+        for (bool round_on_comm : config.rounding_on_comm) {
+          if (config.nccl)
+            for (CommBufferKind buffer : config.buffers) {
+              if (round_on_comm && is_staged(buffer)) continue;  // staged buffers round on it anyway
+              for (const NcclTuning& tuning : config.tunings)
+                cases.push_back({.model = m, .strategy = s, .bucket_mb = mb, .buffer = buffer, .tuning = tuning,
+                                 .round_on_comm = round_on_comm});
+            }
+          if (config.copy_engine)
+            cases.push_back(
+                {.model = m, .strategy = s, .bucket_mb = mb, .copy_engine = true, .round_on_comm = round_on_comm});
+        }
       }
     }
     for (int stage : config.zero_stages) {
@@ -447,7 +463,8 @@ std::string format_ddp_bench(const std::vector<DdpBenchRow>& rows, bool csv) {
     const bool ddp = r.c.strategy.has_value() || r.c.zero_stage > 0;  // communicates
     std::vector<std::string> cells{strategy_name(r.c), r.c.bucket_mb ? str(*r.c.bucket_mb) : "-",
                                    ddp ? (r.c.copy_engine ? "copy_engine" : "nccl") : "-",
-                                   ddp ? name_of(r.c.buffer) : "-", ddp ? r.c.tuning.describe() : "-",
+                                   ddp ? str(name_of(r.c.buffer), r.c.round_on_comm ? ", rounded on comm" : "") : "-",
+                                   ddp ? r.c.tuning.describe() : "-",
                                    r.c.model.model.name, std::to_string(r.c.model.model.context_length),
                                    name_of(r.c.model.precision), std::to_string(r.world),
                                    std::to_string(r.local_batch)};
@@ -497,6 +514,7 @@ nlohmann::json ddp_bench_document(const DdpBenchConfig& config, const std::vecto
                 {"bucket_mb", r.c.bucket_mb ? nlohmann::json(*r.c.bucket_mb) : nlohmann::json(nullptr)},
                 {"transport", r.c.copy_engine ? "copy_engine" : "nccl"},
                 {"buffer", name_of(r.c.buffer)},
+                {"bf16_round", r.c.round_on_comm ? "comm" : "model"},
                 {"min_ctas", r.c.tuning.min_ctas},
                 {"max_ctas", r.c.tuning.max_ctas},
                 {"cta_policy", name_of(r.c.tuning.cta_policy)},
@@ -526,6 +544,8 @@ nlohmann::json ddp_bench_document(const DdpBenchConfig& config, const std::vecto
       {"buffer", "where the buckets are reduced: plain (in place), registered (in place, ncclCommRegister), "
                  "nccl_mem (a staging buffer from ncclMemAlloc, registered), symmetric (a staging buffer in an "
                  "NCCL symmetric window)"},
+      {"bf16_round", "with bf16_comm: where each bucket is rounded to bf16, on the model's stream (model) or on "
+                     "the communication stream before its all-reduce (comm)"},
       {"transport", "nccl, or copy_engine: all-reduce by peer copies on the copy engines and a small reduction "
                     "kernel (2 GPUs of one node), mailboxes of the largest bucket's bytes"},
       {"max_ctas", "min_ctas, max_ctas and cta_policy of the row's NCCL communicator (0 / default: NCCL's own)"},

@@ -60,6 +60,7 @@ struct BenchDdpOptions {
   int min_ctas = 0;                           // NCCL min CTAs of the tuned rows (0: NCCL's default)
   std::string cta_policies = "default";       // NCCL CTA policies (CtaPolicy names)
   bool bf16_comm = false;
+  std::string bf16_rounding = "model";        // --bf16-comm: where buckets are rounded (model, comm)
   bool csv = false;
   std::string json_path;
   std::string profile;          // "" or "timeline"
@@ -86,6 +87,7 @@ struct DdpBenchCase {
   CommBufferKind buffer = CommBufferKind::plain;
   NcclTuning tuning{};
   bool copy_engine = false;  // all-reduce by peer copies (DistributedContext::make_copy_engine_communicator)
+  bool round_on_comm = false;  // bf16 communication: buckets rounded on the communication stream
   int zero_stage = 0;        // 2 or 3: not DDP but ZeRO-2/3 (dist/fsdp.h; strategy nullopt)
 };
 
@@ -98,6 +100,7 @@ struct DdpBenchConfig {
   std::vector<NcclTuning> tunings;      // ... and per NCCL tuning,
   bool copy_engine = false;             // then once over the copy-engine transport
   bool nccl = true;                     // (false: the copy-engine rows alone)
+  std::vector<bool> rounding_on_comm{false};  // --bf16-comm: each of those per rounding place
   bool bf16_comm = false;
   // Makes the rows' tuned communicators (set by the command from its job's context); null: every row
   // uses the data-parallel communicator, and a tuned row is an ft::Error.
@@ -109,7 +112,8 @@ struct DdpBenchConfig {
 };
 
 // "<prefix>-<strategy>.json", bucketed "<prefix>-bucketed-<mb>mb.json"; a buffer other than plain adds
-// "-<buffer>", a tuned communicator "-min<min>", "-ctas<max>" and "-<policy>", the copy engine "-copy_engine".
+// "-<buffer>", a tuned communicator "-min<min>", "-ctas<max>" and "-<policy>", the copy engine "-copy_engine",
+// bf16 rounding on the communication stream "-round_comm".
 std::string timeline_path(const std::string& prefix, const DdpBenchCase& c);
 
 struct DdpBenchRow {

@@ -126,10 +126,11 @@ void DistributedDataParallel::launch(std::size_t bucket) {
   const Bucket& b = plan_.buckets[bucket];
   const Tensor grads = model_.gradients.narrow(0, b.offset, b.numel);  // (numel) fp32, in place
   const Tensor staged = staged_.defined() ? staged_.narrow(0, b.offset, b.numel) : Tensor();  // (numel) bf16/fp32
-  if (staged.defined() && !is_staged(options_.buffer))
+  const bool staged_by_comm = is_staged(options_.buffer) || (staged.defined() && options_.round_on_comm_stream);
+  if (staged.defined() && !staged_by_comm)
     cast(staged, grads, model_.stream);  // a device communicator orders itself after it (check_stream_order)
   issued_ms_[bucket] = host_now_ms();
-  if (is_staged(options_.buffer)) {
+  if (staged_by_comm) {
     works_[bucket] = comm_.all_reduce_staged(grads, staged, ReduceOp::average, model_.stream);
   } else if (staged.defined()) {
     works_[bucket] = comm_.all_reduce_widened(staged, ReduceOp::average, grads, model_.stream);

@@ -87,6 +87,10 @@ struct DdpOptions {
   // staging buffer of the communicator's (all_reduce_staged: copied or rounded in and back on NCCL's stream).
   // Anything but plain needs a communicator that has such buffers (NCCL), else ft::Error (unsupported).
   CommBufferKind buffer = CommBufferKind::plain;
+  // bf16 communication with plain or registered buffers: round each bucket to bf16 on the communicator's
+  // stream (all_reduce_staged: beside backward) instead of the model's (in backward's way). The results
+  // are the same.
+  bool round_on_comm_stream = false;
 };
 
 // What DDP needs of a model.

@@ -143,6 +143,24 @@ TEST(BenchDdp, ZeroRowsRunAfterTheDdpRowsOnModelsOfTheirOwn) {
   EXPECT_EQ(cli::timeline_path("t", c), "t-zero2-ctas2.json");
 }
 
+TEST(BenchDdp, Bf16RoundingPlacesGiveARowEach) {
+  BenchDdpOptions o = tiny_options();
+  o.strategies = "single,bucketed";
+  o.bucket_mbs = "1";
+  o.bf16_comm = true;
+  o.bf16_rounding = "model,comm";
+  const cli::DdpBenchConfig config = cli::resolve_bench_ddp_options(o, world());
+  const std::vector<DdpBenchRow> rows = cli::run_ddp_bench(config, world(), world(), nullptr);
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_FALSE(rows[1].c.round_on_comm);
+  EXPECT_TRUE(rows[2].c.round_on_comm);
+  EXPECT_GT(rows[2].step.median, 0);
+  const nlohmann::json doc = cli::ddp_bench_document(config, rows);
+  EXPECT_EQ(doc["rows"][1]["bf16_round"], "model");
+  EXPECT_EQ(doc["rows"][2]["bf16_round"], "comm");
+  EXPECT_EQ(cli::timeline_path("t", rows[2].c), "t-bucketed-1mb-round_comm.json");
+}
+
 TEST(BenchDdp, RowsThisMachineCannotRunAreReportedAndTheSweepGoesOn) {
   BenchDdpOptions o = tiny_options();
   o.strategies = "bucketed";
@@ -240,6 +258,12 @@ TEST(BenchDdp, NcclBuffersAndLimitsNeedGpusAndValidValues) {
   EXPECT_NE(resolve_message(o).find("--transport copy_engine moves GPU buffers by peer copies: it needs 2 GPUs"),
             std::string::npos)
       << resolve_message(o);
+  o = tiny_options();
+  o.bf16_rounding = "comm";
+  EXPECT_NE(resolve_message(o).find("give --bf16-comm too"), std::string::npos) << resolve_message(o);
+  o.bf16_comm = true;
+  o.bf16_rounding = "model,gpu";
+  EXPECT_NE(resolve_message(o).find("expected model or comm, given 'gpu'"), std::string::npos) << resolve_message(o);
   o = tiny_options();
   o.transports = "nvlink";
   EXPECT_NE(resolve_message(o).find("expected nccl or copy_engine, given 'nvlink'"), std::string::npos)

@@ -5,8 +5,8 @@
 // to fp32 round-off — for every DDP strategy (bucket caps below one parameter, between, above the whole
 // model; 2 accumulation micro-batches), with bf16 communication (to bf16 precision), and for both ZeRO-1
 // modes with a global-norm clip that acts (the reference clips with the Trainer's own clipping); every
-// communication buffer kind, tuned communicator and the copy-engine transport takes plain DDP's steps bit
-// for bit.
+// communication buffer kind, tuned communicator and the copy-engine transport, with bf16 rounding on the
+// model's or the communication stream, takes plain DDP's steps bit for bit.
 // AdamW eps is 1e-3 (as test_model_cuda's Trainer step): near-zero gradients, whose last bits differ
 // between a batch of 4 and two averaged halves, then cannot turn into lr-sized updates.
 #include <gtest/gtest.h>
@@ -223,11 +223,16 @@ TEST(DdpNccl, BuffersAndTunedCommunicatorsTakePlainDdpsStepsBitForBit) {
     }
     for (DdpStrategy strategy : {DdpStrategy::flat, DdpStrategy::bucketed}) {
       SCOPED_TRACE(str("copy engine, ", name_of(strategy)));
-      const DdpOptions o = ddp_options(strategy, 16384, bf16);
+      DdpOptions o = ddp_options(strategy, 16384, bf16);
       // Mailboxes larger than the whole small model (the flat strategy's one bucket).
       const std::unique_ptr<Communicator> peer = context().make_copy_engine_communicator(std::int64_t{64} << 20);
       EXPECT_EQ(train_data_parallel({.ddp = o, .comm = peer.get()}), plain);
+      o.round_on_comm_stream = true;
+      EXPECT_EQ(train_data_parallel({.ddp = o, .comm = peer.get()}), plain) << "rounded on the lanes' streams";
     }
+    DdpOptions rounded = ddp_options(DdpStrategy::bucketed, 16384, bf16);
+    rounded.round_on_comm_stream = true;
+    EXPECT_EQ(train_data_parallel({.ddp = rounded}), plain) << "rounded on NCCL's stream";
   }
 }
 

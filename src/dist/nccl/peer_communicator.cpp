@@ -238,7 +238,7 @@ std::unique_ptr<StreamWork> PeerCommunicator::begin(std::string what, PeerLane& 
   return work;
 }
 
-WorkHandle PeerCommunicator::enqueue(const Tensor& data, ReduceOp op, const Tensor* widened) {
+WorkHandle PeerCommunicator::enqueue(const Tensor& data, ReduceOp op, const Tensor* widened, bool stage_in) {
   check_collective_buffer("all_reduce", "data", data, true);
   check_fits("all_reduce", data, data);
   if (data.numel() == 0) return std::make_unique<CompletedWork>();
@@ -261,6 +261,7 @@ WorkHandle PeerCommunicator::enqueue(const Tensor& data, ReduceOp op, const Tens
   char* my_mailbox = s.mailbox(lane.mine);
   char* peer_mailbox = s.mailbox(lane.peers);
   const cudaStream_t stream = lane.stream;
+  if (stage_in) cast(data, *widened, Stream::wrap(stream, gpu_));  // the bucket rounded (or copied) in
 
   s.wait_at_least(lane, PeerState::freed(lane.mine), seq - 1);                                  // 1
   copy_device(peer_mailbox + begin(peer), base + begin(peer), length(peer), stream);            // 2
@@ -278,13 +279,21 @@ WorkHandle PeerCommunicator::enqueue(const Tensor& data, ReduceOp op, const Tens
   return work;
 }
 
-WorkHandle PeerCommunicator::all_reduce(const Tensor& data, ReduceOp op) { return enqueue(data, op, nullptr); }
+WorkHandle PeerCommunicator::all_reduce(const Tensor& data, ReduceOp op) {
+  return enqueue(data, op, nullptr, false);
+}
+
+WorkHandle PeerCommunicator::all_reduce_staged(const Tensor& data, const Tensor& staging, ReduceOp op,
+                                               const Stream&) {
+  check_staged(data, staging);
+  return enqueue(staging, op, &data, true);
+}
 
 WorkHandle PeerCommunicator::all_reduce_widened(const Tensor& data, ReduceOp op, const Tensor& widened,
                                                 const Stream&) {
   check_collective_buffer("all_reduce", "data", data, true);
   check_widened(data, widened);
-  return enqueue(data, op, &widened);
+  return enqueue(data, op, &widened, false);
 }
 
 WorkHandle PeerCommunicator::reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) {

@@ -54,6 +54,9 @@ class PeerCommunicator final : public Communicator {
   // The widening runs on the communication stream right after the reduction.
   WorkHandle all_reduce_widened(const Tensor& data, ReduceOp op, const Tensor& widened,
                                 const Stream& stream = {}) override;
+  // The copy in, the all-reduce and the widening all run on the communication stream.
+  WorkHandle all_reduce_staged(const Tensor& data, const Tensor& staging, ReduceOp op,
+                               const Stream& stream = {}) override;
   WorkHandle reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) override;
   WorkHandle all_gather(const Tensor& output, const Tensor& input) override;
   WorkHandle broadcast(const Tensor& data, int root) override;
@@ -62,7 +65,9 @@ class PeerCommunicator final : public Communicator {
   std::int64_t capacity_bytes() const { return capacity_bytes_; }
 
  private:
-  WorkHandle enqueue(const Tensor& data, ReduceOp op, const Tensor* widened);
+  // The all-reduce of data on the next lane; widened (optional): the result widened into it afterwards;
+  // stage_in: data is first rounded (or copied) from widened, on the lane's stream.
+  WorkHandle enqueue(const Tensor& data, ReduceOp op, const Tensor* widened, bool stage_in);
   // ft::Error unless `input` is on this rank's GPU and `received` (what the peer sends) fits the mailbox.
   void check_fits(const char* op, const Tensor& input, const Tensor& received) const;
   // A Work whose collective is about to be enqueued: the communication stream ordered after the compute
