@@ -51,6 +51,8 @@ Communication beside compute (GPUs, NCCL; each DDP row is repeated per value of 
               window (NCCL 2.27+), NCCL's few-CTA symmetric kernels. The staging copies run on NCCL's stream.
   --nccl-max-ctas 0,2,4,8 --nccl-min-ctas N --cta-policy default,efficiency,zero   the CTAs (SMs) each
               collective may hold, set in the row's own communicator's ncclConfig_t.
+  --comm-priority high,low   the priority of that communicator's stream (low: backward's pending blocks
+              get the SMs first).
   --transport nccl,copy_engine   copy_engine adds a row (plain buffers, no NCCL limits) whose all-reduces
               run on the copy engines over CUDA peer access (2 ranks on one node): each rank copies the
               peer's half of the bucket into the peer's mailbox, reduces its own half with a small kernel
@@ -114,6 +116,9 @@ void register_bench_ddp(CLI::App& bench, Action& action) {
                       "NCCL CTA policies, comma-separated (a row per policy): default, efficiency (NCCL 2.27+), "
                       "zero (NCCL 2.28+) (GPUs)");
   command->add_flag("--bf16-comm", o.bf16_comm, "All-reduce bf16 copies of the gradients (half the bytes)");
+  command->add_option("--comm-priority", o.priorities,
+                      "The NCCL stream's priority, comma-separated (a row per value): high (the default), low (the "
+                      "model's blocks scheduled first; the row gets its own communicator) (GPUs)");
   command->add_option("--bf16-round", o.bf16_rounding,
                       "With --bf16-comm, where buckets are rounded to bf16, comma-separated (a row per place): model "
                       "(the model's stream), comm (the communication stream, beside backward)");

@@ -317,12 +317,18 @@ DdpBenchConfig resolve_bench_ddp_options(const BenchDdpOptions& o, const Communi
     return value;
   });
   const std::vector<CtaPolicy> policies = parse_list<CtaPolicy>("--cta-policy", o.cta_policies, parse_cta_policy);
+  const std::vector<bool> low = parse_list<bool>("--comm-priority", o.priorities, [](const std::string& t) {
+    FT_CHECK(t == "high" || t == "low", "expected high or low, given '", t, "'");
+    return t == "low";
+  });
   for (int max : max_ctas)
-    for (CtaPolicy policy : policies) {
-      const NcclTuning tuning{.min_ctas = o.min_ctas, .max_ctas = max, .cta_policy = policy};
-      for_option("--nccl-min-ctas", [&] { tuning.check(); });
-      config.tunings.push_back(tuning);
-    }
+    for (CtaPolicy policy : policies)
+      for (bool low_priority : low) {
+        const NcclTuning tuning{
+            .min_ctas = o.min_ctas, .max_ctas = max, .cta_policy = policy, .low_priority = low_priority};
+        for_option("--nccl-min-ctas", [&] { tuning.check(); });
+        config.tunings.push_back(tuning);
+      }
   const std::vector<std::string> transports =
       parse_list<std::string>("--transport", o.transports, [](const std::string& t) {
         FT_CHECK(t == "nccl" || t == "copy_engine", "expected nccl or copy_engine, given '", t, "'");
@@ -340,8 +346,8 @@ DdpBenchConfig resolve_bench_ddp_options(const BenchDdpOptions& o, const Communi
                          std::any_of(config.tunings.begin(), config.tunings.end(),
                                      [](const NcclTuning& t) { return !t.is_default(); });
   FT_CHECK_KIND(unsupported, !nccl_only || config.model.device.is_cuda(),
-                "--comm-buffer other than plain, --nccl-max-ctas, --nccl-min-ctas and --cta-policy shape NCCL's "
-                "collectives: they need GPUs (NCCL), given --device ", config.model.device.to_string());
+                "--comm-buffer other than plain, --nccl-max-ctas, --nccl-min-ctas, --cta-policy and --comm-priority "
+                "shape NCCL's collectives: they need GPUs (NCCL), given --device ", config.model.device.to_string());
   config.bf16_comm = o.bf16_comm;
   config.rounding_on_comm = parse_list<bool>("--bf16-round", o.bf16_rounding, [](const std::string& t) {
     FT_CHECK(t == "model" || t == "comm", "expected model or comm, given '", t, "'");
@@ -369,6 +375,7 @@ std::string timeline_path(const std::string& prefix, const DdpBenchCase& c) {
     if (c.tuning.min_ctas > 0) path += str("-min", c.tuning.min_ctas);
     if (c.tuning.max_ctas > 0) path += str("-ctas", c.tuning.max_ctas);
     if (c.tuning.cta_policy != CtaPolicy::nccl_default) path += str("-", name_of(c.tuning.cta_policy));
+    if (c.tuning.low_priority) path += "-low_priority";
     if (c.copy_engine) path += "-copy_engine";
     return path + ".json";
   }
@@ -378,6 +385,7 @@ std::string timeline_path(const std::string& prefix, const DdpBenchCase& c) {
   if (c.tuning.min_ctas > 0) path += str("-min", c.tuning.min_ctas);
   if (c.tuning.max_ctas > 0) path += str("-ctas", c.tuning.max_ctas);
   if (c.tuning.cta_policy != CtaPolicy::nccl_default) path += str("-", name_of(c.tuning.cta_policy));
+  if (c.tuning.low_priority) path += "-low_priority";
   if (c.copy_engine) path += "-copy_engine";
   if (c.round_on_comm) path += "-round_comm";
   return path + ".json";
@@ -518,6 +526,7 @@ nlohmann::json ddp_bench_document(const DdpBenchConfig& config, const std::vecto
                 {"min_ctas", r.c.tuning.min_ctas},
                 {"max_ctas", r.c.tuning.max_ctas},
                 {"cta_policy", name_of(r.c.tuning.cta_policy)},
+                {"low_priority", r.c.tuning.low_priority},
                 {"bf16_comm", config.bf16_comm && (r.c.strategy.has_value() || r.c.zero_stage > 0)}});
     if (!r.oom && r.unsupported.empty())
       row.update({{"collectives", r.collectives},
@@ -548,7 +557,8 @@ nlohmann::json ddp_bench_document(const DdpBenchConfig& config, const std::vecto
                      "the communication stream before its all-reduce (comm)"},
       {"transport", "nccl, or copy_engine: all-reduce by peer copies on the copy engines and a small reduction "
                     "kernel (2 GPUs of one node), mailboxes of the largest bucket's bytes"},
-      {"max_ctas", "min_ctas, max_ctas and cta_policy of the row's NCCL communicator (0 / default: NCCL's own)"},
+      {"max_ctas", "min_ctas, max_ctas and cta_policy of the row's NCCL communicator (0 / default: NCCL's own); "
+                   "low_priority: its stream at the lowest priority"},
       {"zero2", "zero2 / zero3: ZeRO-2/3 (dist/fsdp.h) on a model of its own: gradients reduce-scattered unit by "
                 "unit during backward, AdamW on this rank's shard, parameters all-gathered (comm_ms not measured)"},
       {"single", "no DDP: every rank runs the one-device step of its own local batch at the same time, with no "

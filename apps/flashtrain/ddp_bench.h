@@ -59,6 +59,7 @@ struct BenchDdpOptions {
   std::string max_ctas = "0";                 // NCCL max CTAs per row (0: NCCL's default)
   int min_ctas = 0;                           // NCCL min CTAs of the tuned rows (0: NCCL's default)
   std::string cta_policies = "default";       // NCCL CTA policies (CtaPolicy names)
+  std::string priorities = "high";            // the NCCL stream's priority (high, low)
   bool bf16_comm = false;
   std::string bf16_rounding = "model";        // --bf16-comm: where buckets are rounded (model, comm)
   bool csv = false;

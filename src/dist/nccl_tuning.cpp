@@ -27,6 +27,7 @@ std::string NcclTuning::describe() const {
   if (min_ctas > 0) add(str("min_ctas ", min_ctas));
   if (max_ctas > 0) add(str("max_ctas ", max_ctas));
   if (cta_policy != CtaPolicy::nccl_default) add(str("policy ", name_of(cta_policy)));
+  if (low_priority) add("low priority");
   return text;
 }
 

@@ -6,6 +6,8 @@
 //                       model's kernels and make each collective slower.
 //   cta_policy          NCCL 2.27+: default, efficiency (the fewest CTAs that still perform decently) or,
 //                       NCCL 2.28+, zero (no CTA wherever NCCL can: copy engines, symmetric memory).
+//   low_priority        the communication stream at the lowest priority instead of the highest: the model's
+//                       pending blocks are scheduled before the collectives' when SMs free up.
 // DistributedContext::make_device_communicator and NcclCommunicator take one; a host communicator has none.
 // Plain data, no CUDA or NCCL types: it is parsed and checked in builds without NCCL too.
 #pragma once
@@ -24,9 +26,12 @@ struct NcclTuning {
   int min_ctas = 0;                    // 0 or 1 .. kMaxCtas
   int max_ctas = 0;                    // 0 or min_ctas .. kMaxCtas
   CtaPolicy cta_policy = CtaPolicy::nccl_default;
+  bool low_priority = false;
 
-  bool is_default() const { return min_ctas == 0 && max_ctas == 0 && cta_policy == CtaPolicy::nccl_default; }
-  // "default", or e.g. "max_ctas 4, policy efficiency".
+  bool is_default() const {
+    return min_ctas == 0 && max_ctas == 0 && cta_policy == CtaPolicy::nccl_default && !low_priority;
+  }
+  // "default", or e.g. "max_ctas 4, policy efficiency, low priority".
   std::string describe() const;
   // ft::Error (invalid_argument) naming the field, the allowed range and the value given.
   void check() const;

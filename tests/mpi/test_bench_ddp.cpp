@@ -239,6 +239,11 @@ TEST(BenchDdp, NcclBuffersAndLimitsNeedGpusAndValidValues) {
   o.max_ctas = "0,4";
   EXPECT_NE(resolve_message(o).find("need GPUs (NCCL)"), std::string::npos) << resolve_message(o);
   o = tiny_options();
+  o.priorities = "high,low";
+  EXPECT_NE(resolve_message(o).find("need GPUs (NCCL)"), std::string::npos) << resolve_message(o);
+  o.priorities = "urgent";
+  EXPECT_NE(resolve_message(o).find("expected high or low, given 'urgent'"), std::string::npos) << resolve_message(o);
+  o = tiny_options();
   o.cta_policies = "efficiency";
   EXPECT_NE(resolve_message(o).find("need GPUs (NCCL)"), std::string::npos) << resolve_message(o);
   o = tiny_options();
@@ -336,6 +341,8 @@ TEST(BenchDdp, TimelinePathsNameTheRow) {
   c.buffer = CommBufferKind::symmetric;
   c.tuning = {.max_ctas = 4, .cta_policy = CtaPolicy::efficiency};
   EXPECT_EQ(cli::timeline_path("out/t", c), "out/t-bucketed-25mb-symmetric-ctas4-efficiency.json");
+  c.tuning.low_priority = true;
+  EXPECT_EQ(cli::timeline_path("out/t", c), "out/t-bucketed-25mb-symmetric-ctas4-efficiency-low_priority.json");
   c.buffer = CommBufferKind::plain;
   c.tuning = {};
   c.copy_engine = true;

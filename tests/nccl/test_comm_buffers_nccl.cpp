@@ -221,7 +221,7 @@ TEST(CommBuffersNccl, TunedCommunicatorsGiveTheDefaultsResults) {
 
   for (const NcclTuning& tuning : {NcclTuning{.max_ctas = 1}, NcclTuning{.min_ctas = 2, .max_ctas = 4},
                                    NcclTuning{.cta_policy = CtaPolicy::efficiency},
-                                   NcclTuning{.cta_policy = CtaPolicy::zero}}) {
+                                   NcclTuning{.cta_policy = CtaPolicy::zero}, NcclTuning{.low_priority = true}}) {
     SCOPED_TRACE(tuning.describe());
     const std::unique_ptr<Communicator> tuned = context().make_device_communicator(tuning);
     EXPECT_STREQ(tuned->backend(), "nccl");

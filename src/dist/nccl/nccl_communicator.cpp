@@ -418,7 +418,9 @@ NcclCommunicator::NcclCommunicator(Communicator& bootstrap, Device gpu, const Co
   // soon as SMs free up instead of queueing behind the compute stream's next kernels.
   int lowest_priority = 0, highest_priority = 0;
   FT_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lowest_priority, &highest_priority));
-  FT_CUDA_CHECK(cudaStreamCreateWithPriority(&s.stream, cudaStreamNonBlocking, highest_priority));
+  // NcclTuning::low_priority: the other way round, the model's blocks first.
+  FT_CUDA_CHECK(cudaStreamCreateWithPriority(&s.stream, cudaStreamNonBlocking,
+                                             tuning.low_priority ? lowest_priority : highest_priority));
   FT_CUDA_CHECK(cudaEventCreateWithFlags(&s.ready, cudaEventDisableTiming));
   FT_CUDA_CHECK(cudaMalloc(&s.barrier_word, sizeof(float)));
   FT_CUDA_CHECK(cudaMemset(s.barrier_word, 0, sizeof(float)));
