@@ -26,6 +26,11 @@ sequences. Rows, per case: each --strategy in order, bucketed once per --bucket-
   overlapped  an all-reduce per parameter as soon as its gradient is final, during backward
   bucketed    buckets of --bucket-mb MiB in reverse parameter order, each all-reduced as soon as its last
               gradient is final, during backward
+  zero2       ZeRO-2 (as bench fsdp's stage 2): each unit's gradients reduce-scattered as backward finishes
+              it, AdamW on this rank's shard, the parameters all-gathered after the step; zero3 likewise
+              with parameters gathered as used. On a model of their own, after the other rows (once per
+              --nccl-max-ctas / --cta-policy value, and once over the copy engine's reduce-scatter with
+              --transport copy_engine; comm_ms n/a)
 A step is the full training step: forward and backward of the local batch, the DDP gradient average,
 clipping to 1.0 and AdamW, with the device synchronised at its end. --warmup steps, then --steps timed
 ones, each after an untimed barrier. step_ms = the median over the timed steps of the max over ranks;
@@ -35,7 +40,26 @@ backward, so step_ms - single's step_ms (the exposed cost) is smaller than comm_
 largest rank's peak device memory; tokens_per_s = world x batch x context / step_ms. A case that runs
 out of memory while it is built is an OOM row and the sweep goes on; so is a row that runs out during
 its steps over MPI, while over NCCL that ends the run (the ranks' collectives no longer match).
---bf16-comm all-reduces bf16 copies of the gradients (half the bytes).
+--bf16-comm all-reduces bf16 copies of the gradients (half the bytes). bwd_ms = likewise of backward's own
+time: CUDA events on the model's stream from its start to its last kernel (what the collectives beside it
+cost backward).
+
+Communication beside compute (GPUs, NCCL; each DDP row is repeated per value of each list):
+  --comm-buffer plain,registered,nccl_mem,symmetric   plain reduces the buckets in place; registered
+              registers the gradient buffer with NCCL (ncclCommRegister); nccl_mem reduces each bucket in a
+              staging buffer from ncclMemAlloc (registered); symmetric in a staging buffer in a symmetric
+              window (NCCL 2.27+), NCCL's few-CTA symmetric kernels. The staging copies run on NCCL's stream.
+  --nccl-max-ctas 0,2,4,8 --nccl-min-ctas N --cta-policy default,efficiency,zero   the CTAs (SMs) each
+              collective may hold, set in the row's own communicator's ncclConfig_t.
+  --comm-priority high,low   the priority of that communicator's stream (low: backward's pending blocks
+              get the SMs first).
+  --transport nccl,copy_engine   copy_engine adds a row (plain buffers, no NCCL limits) whose all-reduces
+              run on the copy engines over CUDA peer access (2 ranks on one node): each rank copies the
+              peer's half of the bucket into the peer's mailbox, reduces its own half with a small kernel
+              and copies the result back (reduce-scatter + all-gather by copies).
+A row whose communicator or buffers this machine cannot give (an NCCL without symmetric windows, GPUs
+without peer access: ft::Error unsupported on a rank) is an `unsupported` row with the reason, and the
+sweep goes on.
 
 --profile timeline --timeline-json PREFIX: after each row's timed steps, two more steps ("step 1",
 "step 2") run with rank 0's kernels, memory copies and NCCL collectives recorded per CUDA stream through
@@ -74,9 +98,30 @@ void register_bench_ddp(CLI::App& bench, Action& action) {
   o.model = data_parallel_model_options();
   add_data_parallel_model_options(*command, o.model);
   command->add_option("--strategy", o.strategies,
-                      "Strategies, comma-separated: single (no DDP), naive, flat, overlapped, bucketed");
+                      "Strategies, comma-separated: single (no DDP), naive, flat, overlapped, bucketed, zero2, zero3 "
+                      "(ZeRO-2/3's traffic: reduce-scatter in backward, sharded AdamW, all-gather)");
   command->add_option("--bucket-mb", o.bucket_mbs, "Bucket sizes of the bucketed rows, MiB, comma-separated");
+  command->add_option("--transport", o.transports,
+                      "How each DDP row's all-reduces move, comma-separated (a row per transport): nccl, copy_engine "
+                      "(2 GPUs: peer copies on the copy engines, a small reduction kernel)");
+  command->add_option("--comm-buffer", o.buffers,
+                      "Where each DDP row's buckets are reduced, comma-separated (a row per kind): plain, registered, "
+                      "nccl_mem, symmetric (GPUs)");
+  command->add_option("--nccl-max-ctas", o.max_ctas,
+                      "NCCL CTAs per collective at most, comma-separated (a row per value; 0: NCCL's default); a "
+                      "value other than 0 gives the row its own communicator (GPUs)");
+  command->add_option("--nccl-min-ctas", o.min_ctas, "NCCL CTAs per collective at least, of the tuned rows (0: default)")
+      ->check(CLI::Range(0, NcclTuning::kMaxCtas));
+  command->add_option("--cta-policy", o.cta_policies,
+                      "NCCL CTA policies, comma-separated (a row per policy): default, efficiency (NCCL 2.27+), "
+                      "zero (NCCL 2.28+) (GPUs)");
   command->add_flag("--bf16-comm", o.bf16_comm, "All-reduce bf16 copies of the gradients (half the bytes)");
+  command->add_option("--comm-priority", o.priorities,
+                      "The NCCL stream's priority, comma-separated (a row per value): high (the default), low (the "
+                      "model's blocks scheduled first; the row gets its own communicator) (GPUs)");
+  command->add_option("--bf16-round", o.bf16_rounding,
+                      "With --bf16-comm, where buckets are rounded to bf16, comma-separated (a row per place): model "
+                      "(the model's stream), comm (the communication stream, beside backward)");
   command->add_flag("--csv", o.csv, "Print CSV instead of a markdown table");
   command->add_option("--json", o.json_path, "Write the results document (benchmark ddp) to this path (rank 0)");
   command->add_option("--profile", o.profile,

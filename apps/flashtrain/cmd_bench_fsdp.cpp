@@ -47,6 +47,9 @@ void register_bench_fsdp(CLI::App& bench, Action& action) {
   command->add_option("--grad-comm-dtype", o.grad_comm_dtype,
                       "fp32 or bf16: the dtype gradients are reduced in (stages 0, 2, 3; bf16 rounds them)");
   command->add_option("--bucket-mb", o.bucket_mb, "MiB per gradient bucket of stage 0's DDP");
+  command->add_option("--transport", o.transport,
+                      "nccl, or copy_engine: stages 2 and 3 reduce-scatter by peer copies on the copy engines (2 GPUs "
+                      "of one node; all-gathers stay on NCCL)");
   command->add_flag("--csv", o.csv, "Print CSV instead of a markdown table");
   command->add_option("--json", o.json_path, "Write the results document (benchmark fsdp) to this path (rank 0)");
   add_job_options(*command, o.job);

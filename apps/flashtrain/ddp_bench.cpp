@@ -16,6 +16,8 @@
 #include "core/error.h"
 #include "core/nvtx.h"
 #include "dist/ddp_transformer.h"
+#include "dist/fsdp.h"
+#include "dist/fsdp_plan.h"
 #include "flashtrain/cli_parse.h"
 #include "flashtrain/out_of_memory.h"
 #include "train/train_run.h"
@@ -26,6 +28,10 @@ namespace ft::cli {
 namespace {
 
 constexpr std::uint64_t kBatchSeedOffset = 1;  // rank r's batch draws from seed + 1 + r
+
+double host_clock_ms() {
+  return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
 
 TrainerConfig replica_trainer_config(bool external_optimizer) {
   TrainerConfig t;
@@ -41,16 +47,24 @@ TokenBatch replica_batch(const ModelBenchCase& c, const ModelBenchConfig& config
   return batch;
 }
 
-std::string strategy_name(const std::optional<DdpStrategy>& strategy) {
-  return strategy ? name_of(*strategy) : "single";
+std::string strategy_name(const DdpBenchCase& c) {
+  if (c.zero_stage) return str("zero", c.zero_stage);
+  return c.strategy ? name_of(*c.strategy) : "single";
 }
 
-std::optional<DdpStrategy> parse_strategy_item(const std::string& text) {
+// A --strategy item: a DDP strategy, single (nullopt), or a ZeRO stage (zero2, zero3: `zero_stage` set).
+std::optional<DdpStrategy> parse_strategy_item(const std::string& text, int& zero_stage) {
+  zero_stage = 0;
   if (text == "single") return std::nullopt;
+  if (text == "zero2" || text == "zero3") {
+    zero_stage = text[4] - '0';
+    return std::nullopt;
+  }
   try {
     return parse_ddp_strategy(text);
   } catch (const Error&) {
-    FT_THROW(invalid_argument, "unknown strategy '", text, "': expected single, naive, flat, overlapped or bucketed");
+    FT_THROW(invalid_argument, "unknown strategy '", text,
+             "': expected single, naive, flat, overlapped, bucketed, zero2 or zero3");
   }
 }
 
@@ -64,6 +78,16 @@ DdpBenchRow oom_row(const DdpBenchCase& c, const DdpBenchConfig& config, int wor
   row.parameters = ParameterLayout(c.model.model).numel();
   row.oom = true;
   row.oom_message = message.empty() ? "out of memory on another rank" : message;
+  return row;
+}
+
+// A row whose communicator or buffers this machine lacks (ft::Error unsupported on some rank, e.g. NCCL
+// refusing a symmetric window): reported with the reason, and the sweep goes on.
+DdpBenchRow unsupported_row(const DdpBenchCase& c, const DdpBenchConfig& config, int world, const std::string& backend,
+                            const std::string& message) {
+  DdpBenchRow row = oom_row(c, config, world, backend, message);
+  row.oom = false;
+  row.unsupported = message.empty() ? "unsupported on another rank" : message;
   return row;
 }
 
@@ -83,8 +107,11 @@ void profile_timeline(const DdpBenchCase& c, const DdpBenchConfig& config, DataP
   nlohmann::json row_config = {{"size", c.model.model.name},
                                {"ctx", c.model.model.context_length},
                                {"precision", name_of(c.model.precision)},
-                               {"strategy", c.strategy ? name_of(*c.strategy) : "single"},
+                               {"strategy", strategy_name(c)},
                                {"bucket_mb", c.bucket_mb ? nlohmann::json(*c.bucket_mb) : nlohmann::json(nullptr)},
+                               {"transport", c.copy_engine ? "copy_engine" : "nccl"},
+                               {"buffer", name_of(c.buffer)},
+                               {"nccl", c.tuning.describe()},
                                {"world", host.world_size()},
                                {"local_batch", config.model.batch}};
   write_json_atomic(timeline_path(config.timeline_prefix, c),
@@ -96,21 +123,41 @@ DdpBenchRow run_ddp_row(const DdpBenchCase& c, const DdpBenchConfig& config, Dat
                         Communicator& comm, Communicator& host) {
   const ModelBenchConfig& m = config.model;
   Allocator& allocator = Allocator::instance();
-  std::vector<double> step_ms, comm_ms;  // (steps) this rank's
+  std::vector<double> step_ms, comm_ms, backward_ms;  // (steps) this rank's
   std::size_t collectives = 0;
   std::string oom_message;
   bool comm_timed = true;
+  // A tuned row's own communicator (collective: every rank makes it); outlives the DDP object below.
+  std::unique_ptr<Communicator> own;
+  DdpOptions options;
+  if (c.strategy) {
+    options.strategy = *c.strategy;
+    if (c.bucket_mb) options.bucket_size_mb = *c.bucket_mb;
+    options.bf16_communication = config.bf16_comm;
+    options.buffer = c.buffer;
+    options.round_on_comm_stream = c.round_on_comm;
+  }
+  std::optional<DistributedDataParallel> ddp;  // destroyed before `own`
+  std::string unsupported;
   try {
-    std::optional<DistributedDataParallel> ddp;
+    if (c.strategy && (c.copy_engine || !c.tuning.is_default())) {
+      FT_CHECK(config.context, "bench ddp: the row ", c.copy_engine ? "over the copy engine" : "with NCCL limits",
+               " needs the job's DistributedContext to make its communicator");
+      own = c.copy_engine ? config.context->make_copy_engine_communicator(
+                                largest_bucket_bytes(ddp_model(replica.model()), options))
+                          : config.context->make_device_communicator(c.tuning);
+    }
     if (c.strategy) {
-      DdpOptions options;
-      options.strategy = *c.strategy;
-      if (c.bucket_mb) options.bucket_size_mb = *c.bucket_mb;
-      options.bf16_communication = config.bf16_comm;
-      ddp.emplace(comm, ddp_model(replica.model()), options);  // broadcasts rank 0's parameters
-      attach(*ddp, replica.trainer());
+      ddp.emplace(own ? *own : comm, ddp_model(replica.model()), options);  // broadcasts rank 0's parameters
       collectives = ddp->plan().buckets.size();
     }
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::unsupported) throw;
+    unsupported = e.message();
+  }
+  if (any_rank(host, !unsupported.empty())) return unsupported_row(c, config, host.world_size(), comm.backend(), unsupported);
+  try {
+    if (ddp) attach(*ddp, replica.trainer());
     const HookReset reset(replica.trainer());
     const std::function<void()> sync = [&ddp] {
       if (ddp) ddp->synchronize();
@@ -123,7 +170,9 @@ DdpBenchRow run_ddp_row(const DdpBenchCase& c, const DdpBenchConfig& config, Dat
     for (std::int64_t i = 1; i <= m.steps; ++i) {
       NvtxRange range(str("step ", i));
       step_ms.push_back(replica.timed_step(host, sync));
-      const std::optional<double> ms = ddp ? ddp->comm_ms() : std::optional<double>(0.0);
+      backward_ms.push_back(replica.backward_ms());
+      // The ZeRO rows' collectives are not timed (n/a); single has none.
+      const std::optional<double> ms = ddp ? ddp->comm_ms() : c.zero_stage ? std::nullopt : std::optional<double>(0.0);
       comm_timed = comm_timed && ms.has_value();
       comm_ms.push_back(ms.value_or(0.0));
     }
@@ -145,6 +194,7 @@ DdpBenchRow run_ddp_row(const DdpBenchCase& c, const DdpBenchConfig& config, Dat
   row.collectives = collectives;
   const std::vector<double> slowest = max_over_ranks(host, step_ms);  // (steps)
   row.step = summarize(slowest);
+  row.backward_ms = summarize(max_over_ranks(host, backward_ms)).median;
   if (comm_timed) row.comm_ms = summarize(max_over_ranks(host, comm_ms)).median;
   row.peak_gib = max_over_ranks(host, {static_cast<double>(allocator.stats(m.device).peak_bytes)}).front() / kBytesPerGiB;
   row.tokens_per_s =
@@ -152,10 +202,59 @@ DdpBenchRow run_ddp_row(const DdpBenchCase& c, const DdpBenchConfig& config, Dat
   return row;
 }
 
+// A ZeRO-2/3 row: its own model, reading its parameters from an Fsdp on the row's communicator (its own when
+// tuned), timed as a DDP row is.
+DdpBenchRow run_zero_row(const DdpBenchCase& c, const DdpBenchConfig& config, Communicator& comm,
+                         Communicator& host) {
+  const ModelBenchConfig& m = config.model;
+  std::unique_ptr<Communicator> own;
+  std::string unsupported;
+  try {
+    if (c.copy_engine || !c.tuning.is_default()) {
+      FT_CHECK(config.context, "bench ddp: the ZeRO row ", c.copy_engine ? "over the copy engine" : "with NCCL limits",
+               " needs the job's DistributedContext");
+      // The copy engine's mailboxes hold the largest unit's piece in fp32 (reduce_scatter's output).
+      const FsdpPlan plan(ParameterLayout(c.model.model), 2);
+      own = c.copy_engine ? config.context->make_copy_engine_communicator(plan.max_padded() / 2 * 4)
+                          : config.context->make_device_communicator(c.tuning);
+    }
+  } catch (const Error& e) {
+    if (e.kind() != ErrorKind::unsupported) throw;
+    unsupported = e.message();
+  }
+  if (any_rank(host, !unsupported.empty())) return unsupported_row(c, config, host.world_size(), comm.backend(), unsupported);
+  Communicator& row_comm = own ? *own : comm;
+  std::optional<Fsdp> fsdp;  // before the replica, whose model reads from it
+  std::optional<DataParallelReplica> replica;
+  std::string oom_message;
+  try {
+    fsdp.emplace(row_comm, c.model.model,
+                 FsdpOptions{.stage = c.zero_stage,
+                             .precision = c.model.precision,
+                             .adamw = {},
+                             .max_grad_norm = kBenchClipNorm,
+                             .seed = m.seed,
+                             .bf16_grad_comm = config.bf16_comm,
+                             .device = m.device,
+                             .stream = m.stream});
+    replica.emplace(c.model, m, true, host.rank(), &*fsdp);
+    attach(*fsdp, replica->trainer());
+  } catch (const std::exception& e) {
+    if (!is_out_of_memory(e) || row_comm.compute_stream()) throw;
+    oom_message = out_of_memory_message(e);
+  }
+  if (any_rank(host, !oom_message.empty())) return oom_row(c, config, host.world_size(), comm.backend(), oom_message);
+  return run_ddp_row(c, config, *replica, row_comm, host);
+}
+
 std::string describe_case(const DdpBenchCase& c) {
   std::string text = str(c.model.model.name, " ctx ", c.model.model.context_length, " ", name_of(c.model.precision),
-                         " ", strategy_name(c.strategy));
+                         " ", strategy_name(c));
   if (c.bucket_mb) text += str(" ", *c.bucket_mb, " MiB");
+  if (c.strategy && c.buffer != CommBufferKind::plain) text += str(", ", name_of(c.buffer), " buffers");
+  if ((c.strategy || c.zero_stage) && !c.tuning.is_default()) text += str(", NCCL ", c.tuning.describe());
+  if (c.copy_engine) text += ", copy engine";
+  if (c.round_on_comm) text += ", bf16 rounding on the communication stream";
   return text;
 }
 
@@ -181,7 +280,18 @@ ModelBenchConfig resolve_data_parallel_model(const BenchModelOptions& options, c
 DdpBenchConfig resolve_bench_ddp_options(const BenchDdpOptions& o, const Communicator& host) {
   DdpBenchConfig config;
   config.model = resolve_data_parallel_model(o.model, host);
-  config.strategies = parse_list<std::optional<DdpStrategy>>("--strategy", o.strategies, parse_strategy_item);
+  for (const std::string& item : parse_list<std::string>("--strategy", o.strategies, [](const std::string& t) {
+         int stage = 0;
+         parse_strategy_item(t, stage);
+         return t;
+       })) {
+    int stage = 0;
+    const std::optional<DdpStrategy> strategy = parse_strategy_item(item, stage);
+    if (stage)
+      config.zero_stages.push_back(stage);
+    else
+      config.strategies.push_back(strategy);
+  }
   config.bucket_mbs = parse_list<double>("--bucket-mb", o.bucket_mbs, [](const std::string& text) {
     double mb = 0;
     std::size_t used = 0;
@@ -193,7 +303,58 @@ DdpBenchConfig resolve_bench_ddp_options(const BenchDdpOptions& o, const Communi
     FT_CHECK(used == text.size() && mb > 0 && mb < 1e9, "expected bucket sizes in MiB > 0, given '", text, "'");
     return mb;
   });
+  config.buffers = parse_list<CommBufferKind>("--comm-buffer", o.buffers, parse_comm_buffer_kind);
+  const std::vector<int> max_ctas = parse_list<int>("--nccl-max-ctas", o.max_ctas, [](const std::string& text) {
+    int value = -1;
+    std::size_t used = 0;
+    try {
+      value = std::stoi(text, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    FT_CHECK(used == text.size() && value >= 0 && value <= NcclTuning::kMaxCtas, "expected CTA counts 0..",
+             NcclTuning::kMaxCtas, " (0: NCCL's default), given '", text, "'");
+    return value;
+  });
+  const std::vector<CtaPolicy> policies = parse_list<CtaPolicy>("--cta-policy", o.cta_policies, parse_cta_policy);
+  const std::vector<bool> low = parse_list<bool>("--comm-priority", o.priorities, [](const std::string& t) {
+    FT_CHECK(t == "high" || t == "low", "expected high or low, given '", t, "'");
+    return t == "low";
+  });
+  for (int max : max_ctas)
+    for (CtaPolicy policy : policies)
+      for (bool low_priority : low) {
+        const NcclTuning tuning{
+            .min_ctas = o.min_ctas, .max_ctas = max, .cta_policy = policy, .low_priority = low_priority};
+        for_option("--nccl-min-ctas", [&] { tuning.check(); });
+        config.tunings.push_back(tuning);
+      }
+  const std::vector<std::string> transports =
+      parse_list<std::string>("--transport", o.transports, [](const std::string& t) {
+        FT_CHECK(t == "nccl" || t == "copy_engine", "expected nccl or copy_engine, given '", t, "'");
+        return t;
+      });
+  config.nccl = std::find(transports.begin(), transports.end(), "nccl") != transports.end();
+  config.copy_engine = std::find(transports.begin(), transports.end(), "copy_engine") != transports.end();
+  FT_CHECK_KIND(unsupported, !config.copy_engine || config.model.device.is_cuda(),
+                "--transport copy_engine moves GPU buffers by peer copies: it needs 2 GPUs, given --device ",
+                config.model.device.to_string());
+  FT_CHECK_KIND(unsupported, !config.copy_engine || host.world_size() == 2,
+                "--transport copy_engine runs between 2 GPUs: it needs 2 ranks, given ", host.world_size());
+  const bool nccl_only = std::any_of(config.buffers.begin(), config.buffers.end(),
+                                     [](CommBufferKind k) { return k != CommBufferKind::plain; }) ||
+                         std::any_of(config.tunings.begin(), config.tunings.end(),
+                                     [](const NcclTuning& t) { return !t.is_default(); });
+  FT_CHECK_KIND(unsupported, !nccl_only || config.model.device.is_cuda(),
+                "--comm-buffer other than plain, --nccl-max-ctas, --nccl-min-ctas, --cta-policy and --comm-priority "
+                "shape NCCL's collectives: they need GPUs (NCCL), given --device ", config.model.device.to_string());
   config.bf16_comm = o.bf16_comm;
+  config.rounding_on_comm = parse_list<bool>("--bf16-round", o.bf16_rounding, [](const std::string& t) {
+    FT_CHECK(t == "model" || t == "comm", "expected model or comm, given '", t, "'");
+    return t == "comm";
+  });
+  FT_CHECK(config.bf16_comm || (config.rounding_on_comm.size() == 1 && !config.rounding_on_comm.front()),
+           "--bf16-round places the rounding of --bf16-comm: give --bf16-comm too, or leave it at model");
   if (!o.profile.empty()) {
     FT_CHECK(o.profile == "timeline", "--profile: expected timeline, given '", o.profile, "'");
     FT_CHECK(!o.timeline_prefix.empty(), "--profile timeline needs --timeline-json PREFIX (where rank 0 writes "
@@ -209,22 +370,60 @@ DdpBenchConfig resolve_bench_ddp_options(const BenchDdpOptions& o, const Communi
 }
 
 std::string timeline_path(const std::string& prefix, const DdpBenchCase& c) {
-  if (!c.strategy) return prefix + "-single.json";
+  if (!c.strategy) {
+    std::string path = prefix + "-" + strategy_name(c);
+    if (c.tuning.min_ctas > 0) path += str("-min", c.tuning.min_ctas);
+    if (c.tuning.max_ctas > 0) path += str("-ctas", c.tuning.max_ctas);
+    if (c.tuning.cta_policy != CtaPolicy::nccl_default) path += str("-", name_of(c.tuning.cta_policy));
+    if (c.tuning.low_priority) path += "-low_priority";
+    if (c.copy_engine) path += "-copy_engine";
+    return path + ".json";
+  }
   std::string path = prefix + "-" + name_of(*c.strategy);
   if (c.bucket_mb) path += str("-", *c.bucket_mb, "mb");
+  if (c.buffer != CommBufferKind::plain) path += str("-", name_of(c.buffer));
+  if (c.tuning.min_ctas > 0) path += str("-min", c.tuning.min_ctas);
+  if (c.tuning.max_ctas > 0) path += str("-ctas", c.tuning.max_ctas);
+  if (c.tuning.cta_policy != CtaPolicy::nccl_default) path += str("-", name_of(c.tuning.cta_policy));
+  if (c.tuning.low_priority) path += "-low_priority";
+  if (c.copy_engine) path += "-copy_engine";
+  if (c.round_on_comm) path += "-round_comm";
   return path + ".json";
 }
 
 std::vector<DdpBenchCase> expand_ddp_cases(const DdpBenchConfig& config) {
   std::vector<DdpBenchCase> cases;
-  for (const ModelBenchCase& m : expand_model_cases(config.model))
+  for (const ModelBenchCase& m : expand_model_cases(config.model)) {
     for (const std::optional<DdpStrategy>& s : config.strategies) {
-      if (s != DdpStrategy::bucketed) {
-        cases.push_back({m, s, std::nullopt});
+      if (!s) {
+        cases.push_back({.model = m, .strategy = s});
         continue;
       }
-      for (double mb : config.bucket_mbs) cases.push_back({m, s, mb});
+      std::vector<std::optional<double>> sizes{std::nullopt};
+      if (s == DdpStrategy::bucketed) sizes.assign(config.bucket_mbs.begin(), config.bucket_mbs.end());
+      for (const std::optional<double>& mb : sizes) {
+        for (bool round_on_comm : config.rounding_on_comm) {
+          if (config.nccl)
+            for (CommBufferKind buffer : config.buffers) {
+              if (round_on_comm && is_staged(buffer)) continue;  // staged buffers round on it anyway
+              for (const NcclTuning& tuning : config.tunings)
+                cases.push_back({.model = m, .strategy = s, .bucket_mb = mb, .buffer = buffer, .tuning = tuning,
+                                 .round_on_comm = round_on_comm});
+            }
+          if (config.copy_engine)
+            cases.push_back(
+                {.model = m, .strategy = s, .bucket_mb = mb, .copy_engine = true, .round_on_comm = round_on_comm});
+        }
+      }
     }
+    for (int stage : config.zero_stages) {
+      if (config.nccl)
+        for (const NcclTuning& tuning : config.tunings)
+          cases.push_back({.model = m, .tuning = tuning, .zero_stage = stage});
+      if (config.copy_engine)
+        cases.push_back({.model = m, .copy_engine = true, .zero_stage = stage});
+    }
+  }
   return cases;
 }
 
@@ -241,8 +440,9 @@ std::vector<DdpBenchRow> run_ddp_bench(const DdpBenchConfig& config, Communicato
       ++end;
     std::optional<DataParallelReplica> replica;
     std::string oom_message;
+    const bool shared = cases[first].zero_stage == 0;  // the ZeRO rows (last) build their own models
     try {
-      replica.emplace(cases[first].model, config.model, false, host.rank());
+      if (shared) replica.emplace(cases[first].model, config.model, false, host.rank());
     } catch (const std::exception& e) {
       if (!is_out_of_memory(e)) throw;
       oom_message = out_of_memory_message(e);
@@ -250,9 +450,14 @@ std::vector<DdpBenchRow> run_ddp_bench(const DdpBenchConfig& config, Communicato
     const bool oom = any_rank(host, !oom_message.empty());
     if (oom) replica.reset();
     for (std::size_t i = first; i < end; ++i) {
-      rows.push_back(oom ? oom_row(cases[i], config, host.world_size(), comm.backend(), oom_message)
-                         : run_ddp_row(cases[i], config, *replica, comm, host));
-      if (progress) *progress << "  " << describe_case(cases[i]) << (rows.back().oom ? ": OOM" : ": done") << "\n";
+      if (cases[i].zero_stage) replica.reset();  // its memory back before the ZeRO row's model
+      rows.push_back(oom                   ? oom_row(cases[i], config, host.world_size(), comm.backend(), oom_message)
+                     : cases[i].zero_stage ? run_zero_row(cases[i], config, comm, host)
+                                           : run_ddp_row(cases[i], config, *replica, comm, host));
+      if (progress)
+        *progress << "  " << describe_case(cases[i])
+                  << (rows.back().oom ? ": OOM" : rows.back().unsupported.empty() ? ": done" : ": unsupported: ")
+                  << rows.back().unsupported << "\n";
     }
     first = end;
   }
@@ -260,18 +465,23 @@ std::vector<DdpBenchRow> run_ddp_bench(const DdpBenchConfig& config, Communicato
 }
 
 std::string format_ddp_bench(const std::vector<DdpBenchRow>& rows, bool csv) {
-  ReportTable table({"strategy", "bucket_mb", "size", "ctx", "precision", "world", "local_batch", "collectives",
-                     "step_ms", "comm_ms", "min_ms", "peak_gib", "tokens_per_s"});
+  ReportTable table({"strategy", "bucket_mb", "transport", "buffer", "nccl", "size", "ctx", "precision", "world", "local_batch",
+                     "collectives", "step_ms", "bwd_ms", "comm_ms", "min_ms", "peak_gib", "tokens_per_s"});
   for (const DdpBenchRow& r : rows) {
-    std::vector<std::string> cells{strategy_name(r.c.strategy), r.c.bucket_mb ? str(*r.c.bucket_mb) : "-",
+    const bool ddp = r.c.strategy.has_value() || r.c.zero_stage > 0;  // communicates
+    std::vector<std::string> cells{strategy_name(r.c), r.c.bucket_mb ? str(*r.c.bucket_mb) : "-",
+                                   ddp ? (r.c.copy_engine ? "copy_engine" : "nccl") : "-",
+                                   ddp ? str(name_of(r.c.buffer), r.c.round_on_comm ? ", rounded on comm" : "") : "-",
+                                   ddp ? r.c.tuning.describe() : "-",
                                    r.c.model.model.name, std::to_string(r.c.model.model.context_length),
                                    name_of(r.c.model.precision), std::to_string(r.world),
                                    std::to_string(r.local_batch)};
-    if (r.oom) {
-      cells.resize(13, "OOM");
+    if (r.oom || !r.unsupported.empty()) {
+      cells.resize(17, r.oom ? "OOM" : "unsupported");
     } else {
       cells.push_back(std::to_string(r.collectives));
       cells.push_back(fixed(r.step.median, 2));
+      cells.push_back(fixed(r.backward_ms, 2));
       cells.push_back(r.comm_ms ? fixed(*r.comm_ms, 2) : "n/a");
       cells.push_back(fixed(r.step.min, 2));
       cells.push_back(fixed(r.peak_gib, 3));
@@ -299,11 +509,28 @@ nlohmann::json ddp_bench_document(const DdpBenchConfig& config, const std::vecto
   nlohmann::json out_rows = nlohmann::json::array();
   for (const DdpBenchRow& r : rows) {
     nlohmann::json row = data_parallel_row(r);
-    row.update({{"strategy", strategy_name(r.c.strategy)},
+    if (!r.unsupported.empty()) {
+      row.erase("step_ms");
+      row.erase("mean_ms");
+      row.erase("min_ms");
+      row.erase("max_ms");
+      row.erase("tokens_per_s");
+      row["unsupported"] = true;
+      row["error"] = r.unsupported;
+    }
+    row.update({{"strategy", strategy_name(r.c)},
                 {"bucket_mb", r.c.bucket_mb ? nlohmann::json(*r.c.bucket_mb) : nlohmann::json(nullptr)},
-                {"bf16_comm", config.bf16_comm && r.c.strategy.has_value()}});
-    if (!r.oom)
+                {"transport", r.c.copy_engine ? "copy_engine" : "nccl"},
+                {"buffer", name_of(r.c.buffer)},
+                {"bf16_round", r.c.round_on_comm ? "comm" : "model"},
+                {"min_ctas", r.c.tuning.min_ctas},
+                {"max_ctas", r.c.tuning.max_ctas},
+                {"cta_policy", name_of(r.c.tuning.cta_policy)},
+                {"low_priority", r.c.tuning.low_priority},
+                {"bf16_comm", config.bf16_comm && (r.c.strategy.has_value() || r.c.zero_stage > 0)}});
+    if (!r.oom && r.unsupported.empty())
       row.update({{"collectives", r.collectives},
+                  {"bwd_ms", r.backward_ms},
                   {"comm_ms", r.comm_ms ? nlohmann::json(*r.comm_ms) : nlohmann::json(nullptr)},
                   {"peak_gib", r.peak_gib}});
     out_rows.push_back(std::move(row));
@@ -320,6 +547,20 @@ nlohmann::json ddp_bench_document(const DdpBenchConfig& config, const std::vecto
                   "durations (NCCL: CUDA events around each collective on the communication stream; host "
                   "communicators: issue to observed completion, overlapping collectives counted once); the "
                   "overlapped and bucketed strategies hide most of it behind backward; null when not measured"},
+      {"bwd_ms", "median over the timed steps of the max over ranks of backward's own time: CUDA events on the "
+                 "model's stream from backward's start (after the loss) to its last kernel, before DDP's "
+                 "synchronize (the host clock on the CPU)"},
+      {"buffer", "where the buckets are reduced: plain (in place), registered (in place, ncclCommRegister), "
+                 "nccl_mem (a staging buffer from ncclMemAlloc, registered), symmetric (a staging buffer in an "
+                 "NCCL symmetric window)"},
+      {"bf16_round", "with bf16_comm: where each bucket is rounded to bf16, on the model's stream (model) or on "
+                     "the communication stream before its all-reduce (comm)"},
+      {"transport", "nccl, or copy_engine: all-reduce by peer copies on the copy engines and a small reduction "
+                    "kernel (2 GPUs of one node), mailboxes of the largest bucket's bytes"},
+      {"max_ctas", "min_ctas, max_ctas and cta_policy of the row's NCCL communicator (0 / default: NCCL's own); "
+                   "low_priority: its stream at the lowest priority"},
+      {"zero2", "zero2 / zero3: ZeRO-2/3 (dist/fsdp.h) on a model of its own: gradients reduce-scattered unit by "
+                "unit during backward, AdamW on this rank's shard, parameters all-gathered (comm_ms not measured)"},
       {"single", "no DDP: every rank runs the one-device step of its own local batch at the same time, with no "
                  "communication"},
       {"peak", "max over ranks of the peak flashtrain-held device memory over the timed steps"}});
@@ -364,13 +605,28 @@ DataParallelReplica::DataParallelReplica(const ModelBenchCase& c, const ModelBen
       trainer_(model_, replica_trainer_config(external_optimizer)),
       batch_(replica_batch(c, config, rank)),
       staging_(config.device, config.batch, c.model.context_length),
-      ids_(staging_.place(batch_)) {}
+      ids_(staging_.place(batch_)) {
+  if (device_.is_cuda()) {
+    backward_start_.emplace(device_);
+    backward_end_.emplace(device_);
+  }
+  trainer_.set_backward_start_hook([this] {
+    if (backward_start_) backward_start_->record(model_.options().stream);
+    backward_start_host_ms_ = host_clock_ms();
+  });
+}
+
+double DataParallelReplica::backward_ms() const {
+  return backward_start_ ? backward_start_->elapsed_ms(*backward_end_) : backward_host_ms_;
+}
 
 void DataParallelReplica::step(const std::function<void()>& sync, MemoryRecorder* recorder) {
   const auto& [inputs, targets] = ids_;
   if (recorder) recorder->phase("forward_backward");
   trainer_.zero_grads();
   trainer_.forward_backward(inputs, targets);
+  if (backward_end_) backward_end_->record(model_.options().stream);
+  backward_host_ms_ = host_clock_ms() - backward_start_host_ms_;
   sync();
   if (recorder) recorder->phase("optimizer");
   trainer_.optimizer_step();

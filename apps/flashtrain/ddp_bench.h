@@ -4,7 +4,9 @@
 // rank's replica of a model case, a step timed between barriers, and gathers over ranks.
 //
 // Rows: for each model case (size x context x precision) the strategies in order, `bucketed` once per
-// bucket size. `single` is no DDP at all: every rank runs the plain one-GPU step of its own local batch at
+// bucket size, then the ZeRO rows (`zero2`, `zero3`: the traffic pattern of sharded training for DDP's
+// users — gradients reduce-scattered unit by unit during backward, the sharded AdamW, parameters
+// all-gathered after; dist/fsdp.h), each on a model of its own built after the DDP rows' is released. `single` is no DDP at all: every rank runs the plain one-GPU step of its own local batch at
 // the same time, with no communication (so the GPUs run as they do in the DDP rows, and every row's
 // figures are gathered the same way); it is the step DDP adds communication to.
 // Figures: each rank times every step on the host (a barrier before it, untimed; the step ends with the
@@ -34,6 +36,7 @@
 #include "dist/communicator.h"
 #include "dist/context.h"
 #include "dist/ddp.h"
+#include "dist/nccl_tuning.h"
 #include "flashtrain/job.h"
 #include "flashtrain/model_bench.h"
 #include "flashtrain/output_paths.h"
@@ -51,7 +54,14 @@ struct BenchDdpOptions {
                             // steps, precisions, attention, tf32, device, seed
   std::string strategies = "single,naive,flat,overlapped,bucketed";
   std::string bucket_mbs = "1,10,100,1000";  // the bucketed rows' bucket sizes, MiB
+  std::string transports = "nccl";            // nccl, copy_engine
+  std::string buffers = "plain";              // communication buffer kinds (CommBufferKind names)
+  std::string max_ctas = "0";                 // NCCL max CTAs per row (0: NCCL's default)
+  int min_ctas = 0;                           // NCCL min CTAs of the tuned rows (0: NCCL's default)
+  std::string cta_policies = "default";       // NCCL CTA policies (CtaPolicy names)
+  std::string priorities = "high";            // the NCCL stream's priority (high, low)
   bool bf16_comm = false;
+  std::string bf16_rounding = "model";        // --bf16-comm: where buckets are rounded (model, comm)
   bool csv = false;
   std::string json_path;
   std::string profile;          // "" or "timeline"
@@ -67,25 +77,44 @@ BenchModelOptions data_parallel_model_options();
 // (rank_device: GPU local_rank under mpirun).
 ModelBenchConfig resolve_data_parallel_model(const BenchModelOptions& options, const Communicator& host);
 
-// One row's data parallelism: no DDP (`single`) or a strategy, with the bucket size when bucketed.
+// One row's data parallelism: no DDP (`single`) or a strategy, with the bucket size when bucketed, where
+// its buckets are reduced and the NCCL limits of its communicator (not the default: a communicator of its
+// own for the row, DistributedContext::make_device_communicator), or the copy-engine transport instead of
+// NCCL (plain buffers, no NCCL tuning).
 struct DdpBenchCase {
-  ModelBenchCase model;                 // mode train
-  std::optional<DdpStrategy> strategy;  // nullopt: single
-  std::optional<double> bucket_mb;      // bucketed only
+  ModelBenchCase model{};                 // mode train
+  std::optional<DdpStrategy> strategy{};  // nullopt: single
+  std::optional<double> bucket_mb{};      // bucketed only
+  CommBufferKind buffer = CommBufferKind::plain;
+  NcclTuning tuning{};
+  bool copy_engine = false;  // all-reduce by peer copies (DistributedContext::make_copy_engine_communicator)
+  bool round_on_comm = false;  // bf16 communication: buckets rounded on the communication stream
+  int zero_stage = 0;        // 2 or 3: not DDP but ZeRO-2/3 (dist/fsdp.h; strategy nullopt)
 };
 
 struct DdpBenchConfig {
   ModelBenchConfig model;                           // batch is the local batch; device is this rank's
   std::vector<std::optional<DdpStrategy>> strategies;  // nullopt: single
+  std::vector<int> zero_stages;                       // the zero2 / zero3 rows, after the DDP rows
   std::vector<double> bucket_mbs;
+  std::vector<CommBufferKind> buffers;  // each DDP row once per buffer kind ...
+  std::vector<NcclTuning> tunings;      // ... and per NCCL tuning,
+  bool copy_engine = false;             // then once over the copy-engine transport
+  bool nccl = true;                     // (false: the copy-engine rows alone)
+  std::vector<bool> rounding_on_comm{false};  // --bf16-comm: each of those per rounding place
   bool bf16_comm = false;
+  // Makes the rows' tuned communicators (set by the command from its job's context); null: every row
+  // uses the data-parallel communicator, and a tuned row is an ft::Error.
+  DistributedContext* context = nullptr;
   // Non-empty: after its timed steps each row runs 2 more steps ("step 1", "step 2") under the kernel
   // profiler (bench/kernel_profiler.h) on rank 0, and rank 0 writes their kernel-timeline document to
   // timeline_path(timeline_prefix, row) (draw it with tools/plot_timeline.py).
   std::string timeline_prefix;
 };
 
-// "<prefix>-<strategy>.json", bucketed "<prefix>-bucketed-<mb>mb.json".
+// "<prefix>-<strategy>.json", bucketed "<prefix>-bucketed-<mb>mb.json"; a buffer other than plain adds
+// "-<buffer>", a tuned communicator "-min<min>", "-ctas<max>" and "-<policy>", the copy engine "-copy_engine",
+// bf16 rounding on the communication stream "-round_comm".
 std::string timeline_path(const std::string& prefix, const DdpBenchCase& c);
 
 struct DdpBenchRow {
@@ -96,9 +125,11 @@ struct DdpBenchRow {
   std::int64_t parameters = 0;
   bool oom = false;
   std::string oom_message;
+  std::string unsupported;        // non-empty: the row's communicator or buffers are not available here (why)
   std::size_t collectives = 0;    // all-reduces per step (DDP buckets); 0 for single
   Summary step;                   // of the per-step max over ranks, ms
   std::optional<double> comm_ms;  // median over steps of the max over ranks; 0 for single
+  double backward_ms = 0;         // median over steps of the max over ranks of backward's own time
   double peak_gib = 0;            // max over ranks of the peak over the timed steps
   double tokens_per_s = 0;        // world x local batch x ctx / step_ms
 };
@@ -116,9 +147,10 @@ std::vector<DdpBenchRow> run_ddp_bench(const DdpBenchConfig& config, Communicato
                                        std::ostream* progress);
 
 std::string format_ddp_bench(const std::vector<DdpBenchRow>& rows, bool csv);  // markdown (or CSV); OOM rows
-// Results document, benchmark "ddp": a row per case {strategy, bucket_mb (null unless bucketed), world,
-// backend, size, ctx, precision, local_batch, parameters, bf16_comm, collectives, step_ms (median),
-// mean_ms, min_ms, max_ms, comm_ms, peak_gib, tokens_per_s}; OOM rows {"oom": true, "error"}.
+// Results document, benchmark "ddp": a row per case {strategy, bucket_mb (null unless bucketed), transport, buffer,
+// min_ctas, max_ctas, cta_policy, world, backend, size, ctx, precision, local_batch, parameters, bf16_comm,
+// collectives, step_ms (median), mean_ms, min_ms, max_ms, bwd_ms, comm_ms, peak_gib, tokens_per_s}; OOM
+// rows {"oom": true, "error"}; rows this machine cannot run {"unsupported": true, "error"}.
 nlohmann::json ddp_bench_document(const DdpBenchConfig& config, const std::vector<DdpBenchRow>& rows);
 
 // The whole subcommand: runs the rows; rank 0 prints the table to out and writes json_path (when given).
@@ -176,6 +208,7 @@ int run_data_parallel_bench(const Options& options, Resolve&& resolve, Bench&& b
   return run_job(context, [&] {
     Communicator& host = context.host_communicator();
     auto config = resolve(options, host);
+    if constexpr (requires { config.context; }) config.context = &context;
     if (host.rank() == 0) check_output_file(options.json_path, "--json");
     config.model.stream = context.model_stream(config.model.device);
     Communicator& comm = context.data_parallel_communicator(config.model.device);
@@ -198,6 +231,11 @@ class DataParallelReplica {
   void step(const std::function<void()>& sync, MemoryRecorder* recorder = nullptr);
   // A barrier over host (untimed), then step(); the step's host wall time in ms.
   double timed_step(Communicator& host, const std::function<void()>& sync);
+  // The last step's backward on its own, in ms: from the backward's start (the Trainer's backward-start
+  // hook, after the loss) to the return of forward_backward, before sync() — on a GPU CUDA events on the
+  // model's stream (so the time backward's kernels took there, slowed by whatever ran beside them, and
+  // not the collectives that end after it), on the CPU the host clock.
+  double backward_ms() const;
 
   TransformerLM& model() { return model_; }
   Trainer& trainer() { return trainer_; }
@@ -209,6 +247,8 @@ class DataParallelReplica {
   TokenBatch batch_;  // (local batch, ctx) host ids, the same every step
   TokenStaging staging_;
   std::pair<TokenIds, TokenIds> ids_;  // (inputs, targets) where the model reads them
+  std::optional<Event> backward_start_, backward_end_;  // on the model's stream (GPU)
+  double backward_start_host_ms_ = 0, backward_host_ms_ = 0;  // the host clock (CPU)
 };
 
 // Clears the Trainer's gradient-ready hook when it goes out of scope (declare it after the DDP object the

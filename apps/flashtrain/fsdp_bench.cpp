@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <iostream>
+#include <memory>
 
 #include "bench/report_table.h"
 #include "bench/results_json.h"
@@ -11,6 +12,7 @@
 #include "core/nvtx.h"
 #include "dist/ddp_transformer.h"
 #include "dist/fsdp.h"
+#include "dist/fsdp_plan.h"
 #include "dist/zero_transformer.h"
 #include "flashtrain/cli_parse.h"
 #include "flashtrain/ddp_bench.h"
@@ -162,6 +164,12 @@ FsdpBenchConfig resolve_bench_fsdp_options(const BenchFsdpOptions& o, const Comm
   FT_CHECK(o.grad_comm_dtype == "fp32" || o.grad_comm_dtype == "bf16",
            "--grad-comm-dtype must be fp32 or bf16, given '", o.grad_comm_dtype, "'");
   config.bf16_grad_comm = o.grad_comm_dtype == "bf16";
+  FT_CHECK(o.transport == "nccl" || o.transport == "copy_engine", "--transport must be nccl or copy_engine, given '",
+           o.transport, "'");
+  config.copy_engine = o.transport == "copy_engine";
+  FT_CHECK_KIND(unsupported, !config.copy_engine || (config.model.device.is_cuda() && host.world_size() == 2),
+                "--transport copy_engine reduce-scatters by peer copies between 2 GPUs: it needs 2 ranks on GPUs, "
+                "given ", host.world_size(), " rank(s) on ", config.model.device.to_string());
   FT_CHECK(!config.bf16_grad_comm ||
                std::find(config.stages.begin(), config.stages.end(), 1) == config.stages.end(),
            "--grad-comm-dtype bf16: ZeRO-1 (stage 1) reduce-scatters in fp32 only; leave stage 1 out of --zero");
@@ -179,7 +187,14 @@ std::vector<FsdpBenchRow> run_fsdp_bench(const FsdpBenchConfig& config, Communic
                                          std::ostream* progress) {
   std::vector<FsdpBenchRow> rows;
   for (const FsdpBenchCase& c : expand_fsdp_cases(config)) {
-    rows.push_back(run_fsdp_row(c, config, comm, host));
+    // Stages 2 and 3 over the copy engine: mailboxes of the largest unit's piece in fp32.
+    std::unique_ptr<Communicator> peer;
+    if (config.copy_engine && c.stage >= 2) {
+      FT_CHECK(config.context, "bench fsdp: --transport copy_engine needs the job's DistributedContext");
+      peer = config.context->make_copy_engine_communicator(
+          FsdpPlan(ParameterLayout(c.model.model), 2).max_padded() / 2 * 4);
+    }
+    rows.push_back(run_fsdp_row(c, config, peer ? *peer : comm, host));
     if (progress)
       *progress << "  " << c.model.model.name << " ctx " << c.model.model.context_length << " "
                 << name_of(c.model.precision) << " zero " << c.stage << (rows.back().oom ? ": OOM" : ": done") << "\n";
@@ -257,6 +272,7 @@ nlohmann::json fsdp_bench_document(const FsdpBenchConfig& config, const std::vec
   cfg.update({
       {"bucket_mb", config.bucket_mb},
       {"grad_comm_dtype", config.bf16_grad_comm ? "bf16" : "fp32"},
+      {"transport", config.copy_engine ? "copy_engine (stages 2 and 3: reduce-scatter by peer copies)" : "nccl"},
       {"step", "zero_grads, forward and backward of the local batch, gradient averaging (DDP synchronize at zero 0, "
                "the stage's reduce-scatters otherwise), clipping to 1.0 across shards and AdamW; the device "
                "synchronised at the end"},

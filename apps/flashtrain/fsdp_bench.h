@@ -33,6 +33,7 @@
 #include "bench/memory_timeline.h"
 #include "bench/statistics.h"
 #include "dist/communicator.h"
+#include "dist/context.h"
 #include "flashtrain/job.h"
 #include "flashtrain/model_bench.h"
 
@@ -44,6 +45,7 @@ struct BenchFsdpOptions {
   std::string stages = "0,1,2,3";
   double bucket_mb = 25;  // stage 0's DDP buckets
   std::string grad_comm_dtype = "fp32";  // bf16: gradients reduced in bf16 (stages 0, 2, 3)
+  std::string transport = "nccl";        // copy_engine: stages 2 and 3 reduce-scatter by peer copies
   bool csv = false;
   std::string json_path;
   JobOptions job;  // --timeout
@@ -54,6 +56,10 @@ struct FsdpBenchConfig {
   std::vector<int> stages;
   double bucket_mb = 25;
   bool bf16_grad_comm = false;
+  // Stages 2 and 3 over the copy-engine communicator (dist/nccl/peer_communicator.h: reduce-scatter by peer
+  // copies, all-gathers over NCCL), made per row through `context` (set by the command); 2 GPUs only.
+  bool copy_engine = false;
+  DistributedContext* context = nullptr;
 };
 
 struct FsdpBenchCase {

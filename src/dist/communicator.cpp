@@ -1,5 +1,6 @@
 // communicator.cpp — the argument checks shared by the Communicator backends, and the default
-// all_reduce_widened (widening when the completion is observed).
+// all_reduce_widened (widening when the completion is observed), all_reduce_staged, and the kinds of
+// communication buffer (Note [Communication buffers]).
 #include "dist/communicator.h"
 
 #include <utility>
@@ -8,6 +9,38 @@
 #include "ops/cast.h"
 
 namespace ft {
+
+// Note [Communication buffers]
+// A collective reads and writes its buffers where they are; how NCCL reaches them decides how many SMs and
+// copies it spends. An ordinary allocation (plain) is moved through NCCL's own internal buffers: each
+// channel's CTA copies the data in and out of them. A registered buffer (ncclCommRegister) lets NCCL map
+// the peer's buffer and move the data directly, with fewer copies. A buffer in a symmetric window
+// (ncclCommWindowRegister, NCCL_WIN_COLL_SYMMETRIC; memory from ncclMemAlloc) sits at the same offset on
+// every rank, and NCCL 2.27+ runs its symmetric kernels on it: one-shot or two-shot reductions over
+// NVLink loads and stores from few CTAs. DDP's gradients are one flat buffer from the caching allocator,
+// which NCCL cannot put in a window, so the nccl_mem and symmetric kinds are staging buffers of the
+// backend's: a bucket is copied (or rounded to bf16) in, reduced, and copied (widened) back — with bf16
+// communication DDP stages its buckets anyway, so there the copies cost nothing extra.
+
+const char* name_of(CommBufferKind kind) {
+  switch (kind) {
+    case CommBufferKind::plain: return "plain";
+    case CommBufferKind::registered: return "registered";
+    case CommBufferKind::nccl_mem: return "nccl_mem";
+    case CommBufferKind::symmetric: return "symmetric";
+  }
+  return "?";
+}
+
+CommBufferKind parse_comm_buffer_kind(std::string_view text) {
+  for (CommBufferKind k :
+       {CommBufferKind::plain, CommBufferKind::registered, CommBufferKind::nccl_mem, CommBufferKind::symmetric})
+    if (text == name_of(k)) return k;
+  FT_THROW(invalid_argument, "unknown communication buffer '", text,
+           "': expected plain, registered, nccl_mem or symmetric");
+}
+
+bool is_staged(CommBufferKind kind) { return kind == CommBufferKind::nccl_mem || kind == CommBufferKind::symmetric; }
 
 const char* name_of(ReduceOp op) {
   switch (op) {
@@ -86,6 +119,32 @@ WorkHandle Communicator::all_reduce_widened(const Tensor& data, ReduceOp op, con
   check_widened(data, widened);
   WorkHandle reduce = all_reduce(data, op);
   return std::make_unique<WidenedWork>(std::move(reduce), data, widened, stream);
+}
+
+WorkHandle Communicator::all_reduce_staged(const Tensor& data, const Tensor& staging, ReduceOp op,
+                                           const Stream& stream) {
+  check_staged(data, staging);
+  cast(staging, data, stream);
+  return all_reduce_widened(staging, op, data, stream);
+}
+
+std::unique_ptr<CommBuffer> Communicator::allocate_buffer(std::int64_t, DType, CommBufferKind kind) {
+  FT_THROW(unsupported, "the ", backend(), " communicator has no ", name_of(kind),
+           " buffers: they are NCCL memory (a job on GPUs over NCCL); use plain buffers");
+}
+
+std::unique_ptr<CommRegistration> Communicator::register_buffer(const Tensor& data) {
+  FT_THROW(unsupported, "the ", backend(), " communicator registers no buffers (given ", data.describe(),
+           "): registration is NCCL's (a job on GPUs over NCCL); use plain buffers");
+}
+
+void check_staged(const Tensor& data, const Tensor& staging) {
+  check_collective_buffer("all_reduce_staged", "data", data, false);
+  check_collective_buffer("all_reduce_staged", "staging", staging, true);
+  FT_CHECK(staging.numel() == data.numel() && staging.device() == data.device(),
+           "all_reduce_staged: the staging buffer must hold the data's ", data.numel(), " elements on ",
+           data.device().to_string(), ", given ", staging.describe());
+  check_widened(staging, data);
 }
 
 void check_widened(const Tensor& data, const Tensor& widened) {

@@ -16,6 +16,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "core/stream.h"
 #include "core/tensor.h"
@@ -33,6 +34,35 @@ enum class TimeoutAction { throw_error, abort_job };
 struct CommunicatorOptions {
   double timeout_seconds = 300;  // per wait(), from the moment it is called
   TimeoutAction on_timeout = TimeoutAction::abort_job;
+};
+
+// Where data-parallel code keeps a buffer while it is reduced (Note [Communication buffers]):
+//   plain       the caller's own memory, as allocated (in place; no registration)
+//   registered  the caller's memory registered with the backend (NCCL: ncclCommRegister), in place
+//   nccl_mem    a staging buffer the backend allocates and registers (NCCL: ncclMemAlloc + ncclCommRegister)
+//   symmetric   a staging buffer in a symmetric window (NCCL 2.27+: ncclMemAlloc + ncclCommWindowRegister
+//               with NCCL_WIN_COLL_SYMMETRIC), whose collectives run NCCL's symmetric kernels over NVLink
+enum class CommBufferKind { plain, registered, nccl_mem, symmetric };
+const char* name_of(CommBufferKind kind);
+CommBufferKind parse_comm_buffer_kind(std::string_view text);  // "plain" | "registered" | "nccl_mem" | "symmetric"
+bool is_staged(CommBufferKind kind);                           // nccl_mem, symmetric: a buffer of the backend's
+
+// Memory a backend allocated for collectives (allocate_buffer): (numel) of one dtype on its device, freed
+// (and deregistered) on destruction. Its collectives must have completed by then.
+class CommBuffer {
+ public:
+  virtual ~CommBuffer() = default;
+  const Tensor& tensor() const { return tensor_; }
+
+ protected:
+  Tensor tensor_;
+};
+
+// The caller's memory registered with a backend (register_buffer); deregistered on destruction, after its
+// collectives have completed. The memory must outlive it.
+class CommRegistration {
+ public:
+  virtual ~CommRegistration() = default;
 };
 
 // A collective in flight.
@@ -86,6 +116,22 @@ class Communicator {
   virtual WorkHandle broadcast(const Tensor& data, int root) = 0;
   virtual WorkHandle barrier() = 0;
 
+  // The staged all-reduce of a buffer the caller does not reduce in place: staging (n, bf16 or fp32) <-
+  // data (n, fp32), rounded when bf16; staging <- the reduction over ranks; data <- staging, widened. The
+  // Work completes once data holds the result. NCCL runs all three on its communication stream (the copies
+  // in and out beside the compute stream, by the copy engine when the dtypes match); this default copies
+  // in on `stream` (the one data was written on) and then is all_reduce_widened.
+  virtual WorkHandle all_reduce_staged(const Tensor& data, const Tensor& staging, ReduceOp op,
+                                       const Stream& stream = {});
+
+  // A buffer for collectives of kind nccl_mem or symmetric (n, dtype), on the backend's device. Collective
+  // for symmetric (every rank allocates the same sizes in the same order). ft::Error (unsupported) from a
+  // backend without such memory (every one but NCCL), or an NCCL too old for the kind (naming its version).
+  virtual std::unique_ptr<CommBuffer> allocate_buffer(std::int64_t numel, DType dtype, CommBufferKind kind);
+  // Registers the caller's buffer `data` (contiguous, on the backend's device) for zero-copy collectives
+  // (NCCL: ncclCommRegister). ft::Error (unsupported) from a backend that registers nothing.
+  virtual std::unique_ptr<CommRegistration> register_buffer(const Tensor& data);
+
   // Device backends (NCCL): the stream every collective orders itself after — the one the buffers are
   // written on (DistributedContext::set_compute_stream). nullopt for host backends.
   virtual std::optional<Stream> compute_stream() const { return std::nullopt; }
@@ -105,6 +151,9 @@ void check_reduce_scatter(const Tensor& output, const Tensor& input, int world_s
 void check_all_gather(const Tensor& output, const Tensor& input, int world_size);
 // all_reduce_widened's `widened`: fp32, contiguous, data's numel and device, disjoint from data.
 void check_widened(const Tensor& data, const Tensor& widened);
+// all_reduce_staged's buffers: data fp32, staging fp32 or bf16, both contiguous, of one length and device,
+// disjoint.
+void check_staged(const Tensor& data, const Tensor& staging);
 void check_root(const char* op, int root, int world_size);
 // "<what> on rank R of W did not complete within the T s timeout: ..." — the timeout error's message.
 std::string timeout_message(const std::string& what, int rank, int world_size, double timeout_seconds);

@@ -14,6 +14,7 @@
 #endif
 #if FT_HAS_NCCL
 #include "dist/nccl/nccl_communicator.h"
+#include "dist/nccl/peer_communicator.h"
 #endif
 #if FT_HAS_MPI
 #include "dist/mpi/mpi_communicator.h"
@@ -101,6 +102,30 @@ Communicator& DistributedContext::device_communicator() {
   }
   return *device_;
 #else
+  no_nccl();
+#endif
+}
+
+std::unique_ptr<Communicator> DistributedContext::make_device_communicator(const NcclTuning& tuning) {
+  tuning.check();
+#if FT_HAS_NCCL
+  const Device gpu = local_gpu();
+  FT_CUDA_CHECK(cudaSetDevice(gpu.index));
+  return std::make_unique<NcclCommunicator>(*host_, gpu, communicator_options_, compute_stream_, tuning);
+#else
+  no_nccl();
+#endif
+}
+
+std::unique_ptr<Communicator> DistributedContext::make_copy_engine_communicator(std::int64_t capacity_bytes) {
+  FT_CHECK_KIND(unsupported, world_size() == 2, "the copy-engine all-reduce runs between 2 GPUs: it needs a world "
+                "of 2 ranks, given ", world_size());
+#if FT_HAS_NCCL
+  Communicator& fallback = device_communicator();
+  return std::make_unique<PeerCommunicator>(*host_, fallback, local_gpu(), capacity_bytes, communicator_options_,
+                                            compute_stream_);
+#else
+  (void)capacity_bytes;
   no_nccl();
 #endif
 }

@@ -24,6 +24,7 @@
 // Communicator. The NCCL communicator is destroyed before MPI finalises.
 #pragma once
 
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -31,6 +32,7 @@
 #include "core/device.h"
 #include "core/stream.h"
 #include "dist/communicator.h"
+#include "dist/nccl_tuning.h"
 
 namespace ft {
 
@@ -69,6 +71,16 @@ class DistributedContext {
   // context's CommunicatorOptions (timeout, what a timeout does). ft::Error (unsupported) in a build
   // without NCCL or without a usable GPU (see local_gpu()).
   Communicator& device_communicator();
+  // Another NCCL communicator over every rank on local_gpu(), with its own CTA limits and policy
+  // (dist/nccl_tuning.h), ordered after the compute stream as the device communicator is — e.g. for DDP's
+  // gradient buckets alone. Collective (every rank, in the same order). The caller owns it; it must be
+  // destroyed before the context. ft::Error as device_communicator(), and for a tuning this NCCL lacks.
+  std::unique_ptr<Communicator> make_device_communicator(const NcclTuning& tuning);
+  // The copy-engine communicator of a 2-GPU job (dist/nccl/peer_communicator.h: all_reduce by peer copies
+  // through mailboxes of capacity_bytes, everything else over device_communicator()), ordered after the
+  // compute stream. Collective. The caller owns it; it must be destroyed before the context. ft::Error
+  // (unsupported) without NCCL, for a world other than 2, ranks on two nodes or GPUs without peer access.
+  std::unique_ptr<Communicator> make_copy_engine_communicator(std::int64_t capacity_bytes);
   // The communicator that moves buffers on `device`: host_communicator() for the CPU,
   // device_communicator() for local_gpu(); ft::Error for another GPU (invalid_argument) and for any GPU in
   // a build without NCCL (unsupported).

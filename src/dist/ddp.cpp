@@ -56,6 +56,16 @@ void check_flat(const char* who, const char* role, const Tensor& t) {
 
 }  // namespace
 
+BucketPlan plan_ddp_buckets(const DdpModel& model, const DdpOptions& options) {
+  return plan_buckets(model.tensors, model.ready_order, cap_bytes(options), sizeof(float));
+}
+
+std::int64_t largest_bucket_bytes(const DdpModel& model, const DdpOptions& options) {
+  std::int64_t largest = 0;
+  for (const Bucket& b : plan_ddp_buckets(model, options).buckets) largest = std::max(largest, b.numel);
+  return largest * static_cast<std::int64_t>(options.bf16_communication ? size_of(DType::bf16) : sizeof(float));
+}
+
 void check_stream_order(const char* who, const Communicator& comm, const DdpModel& model) {
   const std::optional<Stream> ordered_after = comm.compute_stream();
   if (!ordered_after) return;  // host collectives: issued after the host has finished the gradients
@@ -80,12 +90,19 @@ DistributedDataParallel::DistributedDataParallel(Communicator& comm, DdpModel mo
   for (const DdpParameter& p : model_.tensors)
     FT_CHECK(p.offset + p.numel <= model_.gradients.numel(), "DDP: parameter ", p.name, " [", p.offset, ", ",
              p.offset + p.numel, ") lies outside the flat buffers of ", model_.gradients.numel(), " elements");
-  plan_ = plan_buckets(model_.tensors, model_.ready_order, cap_bytes(options_), sizeof(float));
+  plan_ = plan_ddp_buckets(model_, options_);
   members_.resize(plan_.buckets.size());
   for (std::size_t b = 0; b < plan_.buckets.size(); ++b) members_[b] = plan_.buckets[b].parameters.size();
-  if (options_.bf16_communication)
-    staging_ = OwnedTensor({model_.gradients.numel()}, DType::bf16, model_.gradients.device(),
-                           "DDP bf16 gradient staging", model_.stream);
+  const std::int64_t numel = model_.gradients.numel();
+  if (is_staged(options_.buffer)) {
+    comm_buffer_ = comm_.allocate_buffer(numel, options_.bf16_communication ? DType::bf16 : DType::f32, options_.buffer);
+    staged_ = comm_buffer_->tensor();
+  } else if (options_.bf16_communication) {
+    staging_ = OwnedTensor({numel}, DType::bf16, model_.gradients.device(), "DDP bf16 gradient staging", model_.stream);
+    staged_ = staging_;
+  }
+  if (options_.buffer == CommBufferKind::registered)
+    registration_ = comm_.register_buffer(options_.bf16_communication ? staged_ : model_.gradients);
   reset_step();
   if (options_.broadcast_parameters) comm_.broadcast(model_.parameters, 0)->wait();
 }
@@ -108,12 +125,18 @@ void DistributedDataParallel::reset_step() {
 void DistributedDataParallel::launch(std::size_t bucket) {
   const Bucket& b = plan_.buckets[bucket];
   const Tensor grads = model_.gradients.narrow(0, b.offset, b.numel);  // (numel) fp32, in place
-  const bool bf16 = options_.bf16_communication;
-  const Tensor staged = bf16 ? staging_->narrow(0, b.offset, b.numel) : Tensor();  // (numel) bf16
-  if (bf16) cast(staged, grads, model_.stream);  // a device communicator orders itself after it (check_stream_order)
+  const Tensor staged = staged_.defined() ? staged_.narrow(0, b.offset, b.numel) : Tensor();  // (numel) bf16/fp32
+  const bool staged_by_comm = is_staged(options_.buffer) || (staged.defined() && options_.round_on_comm_stream);
+  if (staged.defined() && !staged_by_comm)
+    cast(staged, grads, model_.stream);  // a device communicator orders itself after it (check_stream_order)
   issued_ms_[bucket] = host_now_ms();
-  works_[bucket] = bf16 ? comm_.all_reduce_widened(staged, ReduceOp::average, grads, model_.stream)
-                        : comm_.all_reduce(grads, ReduceOp::average);
+  if (staged_by_comm) {
+    works_[bucket] = comm_.all_reduce_staged(grads, staged, ReduceOp::average, model_.stream);
+  } else if (staged.defined()) {
+    works_[bucket] = comm_.all_reduce_widened(staged, ReduceOp::average, grads, model_.stream);
+  } else {
+    works_[bucket] = comm_.all_reduce(grads, ReduceOp::average);
+  }
 }
 
 void DistributedDataParallel::observe_completion(std::size_t bucket) {

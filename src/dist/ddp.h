@@ -25,6 +25,12 @@
 // from the rounding, plus one such rounding per reduction step (log2(world) to world - 1 of them by
 // algorithm), so averaged gradients agree with fp32 communication to about 3 significant digits.
 //
+// Communication buffers (DdpOptions::buffer, Note [Communication buffers] in communicator.cpp): plain
+// reduces each bucket in place; registered registers the gradient buffer (bf16: the staging buffer) with
+// the communicator first; nccl_mem and symmetric reduce each bucket in a staging buffer the communicator
+// allocates (fp32, or bf16 with bf16 communication) through all_reduce_staged, which on NCCL copies (or
+// rounds) the bucket in and back on the communication stream. The results are the plain path's.
+//
 // Devices: the flat buffers may live on the CPU (a host communicator: MPI, single process) or on a CUDA
 // device (the NCCL communicator of DistributedContext::communicator_for). Nothing goes through the host:
 // collectives move the buffers where they are, the rounding to bf16 runs on the model's stream, and the
@@ -52,6 +58,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -75,6 +82,15 @@ struct DdpOptions {
   double bucket_size_mb = 25;       // bucketed: the most fp32 gradient bytes per bucket, in MiB (2^20 bytes)
   bool bf16_communication = false;  // all-reduce gradients rounded to bf16
   bool broadcast_parameters = true; // rank 0's parameters to every rank at construction
+  // Where buckets are reduced (Note [Communication buffers], communicator.h): plain in place; registered in
+  // place with the gradient buffer (bf16: the staging buffer) registered; nccl_mem and symmetric in a
+  // staging buffer of the communicator's (all_reduce_staged: copied or rounded in and back on NCCL's stream).
+  // Anything but plain needs a communicator that has such buffers (NCCL), else ft::Error (unsupported).
+  CommBufferKind buffer = CommBufferKind::plain;
+  // bf16 communication with plain or registered buffers: round each bucket to bf16 on the communicator's
+  // stream (all_reduce_staged: beside backward) instead of the model's (in backward's way). The results
+  // are the same.
+  bool round_on_comm_stream = false;
 };
 
 // What DDP needs of a model.
@@ -92,6 +108,12 @@ void check_flat_buffers(const char* who, const DdpModel& model);
 // Checks that a device communicator orders its collectives after the model's stream (else the gradients
 // could be reduced before backward has written them): ft::Error naming both streams.
 void check_stream_order(const char* who, const Communicator& comm, const DdpModel& model);
+
+// The buckets DDP plans for a model under these options (the strategy's cap); ft::Error for a bad bucket size.
+BucketPlan plan_ddp_buckets(const DdpModel& model, const DdpOptions& options);
+// The bytes of the largest bucket as communicated (fp32, or bf16 with bf16 communication): what a
+// communicator with fixed mailboxes (the copy-engine one) must hold.
+std::int64_t largest_bucket_bytes(const DdpModel& model, const DdpOptions& options);
 
 class DistributedDataParallel {
  public:
@@ -129,7 +151,10 @@ class DistributedDataParallel {
   DdpModel model_;
   DdpOptions options_;
   BucketPlan plan_;
-  OwnedTensor staging_;                      // (numel) bf16, bf16_communication only
+  OwnedTensor staging_;                      // (numel) bf16, bf16_communication with plain/registered buffers
+  std::unique_ptr<CommBuffer> comm_buffer_;  // (numel) bf16 or fp32, nccl_mem and symmetric buffers
+  std::unique_ptr<CommRegistration> registration_;  // registered buffers
+  Tensor staged_;                            // the staging buffer's view (either of the two above), or none
   std::vector<std::size_t> members_;         // (buckets) trainable parameters per bucket
   std::vector<std::size_t> pending_;         // (buckets) members not yet reported this step
   std::vector<bool> reported_;               // (parameters) reported on this step's last micro-batch

@@ -1,7 +1,8 @@
 // test_bench_ddp.cpp — `flashtrain bench ddp` without the binary, 2 ranks under mpirun on the tiny model on
 // the CPU: a row per strategy (bucketed once per bucket size) with the collectives each strategy issues,
 // positive step times, communication times within them (zero for single), the same rows on both ranks, a
-// well-formed results document, rank 0 alone printing and writing it, and bad options refused.
+// well-formed results document, rank 0 alone printing and writing it, backward's own time within the step,
+// the rows repeated per communication buffer and NCCL tuning, and bad options (NCCL's on the CPU) refused.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -58,6 +59,10 @@ TEST(BenchDdp, EveryStrategyGivesARowWithTimesWithinTheStep) {
     EXPECT_LE(r.step.min, r.step.median);
     EXPECT_LE(r.step.median, r.step.max);
     EXPECT_GT(r.peak_gib, 0);
+    EXPECT_GT(r.backward_ms, 0);  // the host clock on the CPU: backward lies inside the step
+    EXPECT_LE(r.backward_ms, r.step.max);
+    EXPECT_EQ(r.c.buffer, CommBufferKind::plain);
+    EXPECT_TRUE(r.c.tuning.is_default());
     EXPECT_DOUBLE_EQ(r.tokens_per_s, 2.0 * 2 * 16 / (r.step.median / 1e3));
     ASSERT_TRUE(r.comm_ms.has_value());
     // Each step's communication lies inside that step (collectives in flight together count once), so the
@@ -98,13 +103,82 @@ TEST(BenchDdp, EveryStrategyGivesARowWithTimesWithinTheStep) {
     EXPECT_EQ(row["precision"], "fp32");
     EXPECT_EQ(row["local_batch"], 2);
     EXPECT_FALSE(row.contains("oom"));
-    for (const char* key : {"step_ms", "mean_ms", "min_ms", "max_ms", "peak_gib", "tokens_per_s"}) {
+    EXPECT_EQ(row["buffer"], "plain");
+    EXPECT_EQ(row["max_ctas"], 0);
+    EXPECT_EQ(row["cta_policy"], "default");
+    for (const char* key : {"step_ms", "mean_ms", "min_ms", "max_ms", "bwd_ms", "peak_gib", "tokens_per_s"}) {
       ASSERT_TRUE(row[key].is_number()) << key;
       EXPECT_GT(row[key].get<double>(), 0) << key;
     }
     ASSERT_TRUE(row["comm_ms"].is_number());
     EXPECT_DOUBLE_EQ(row["step_ms"].get<double>(), rows[i].step.median);
   }
+}
+
+TEST(BenchDdp, ZeroRowsRunAfterTheDdpRowsOnModelsOfTheirOwn) {
+  BenchDdpOptions o = tiny_options();
+  o.strategies = "zero2,single,bucketed,zero3";
+  o.bucket_mbs = "1";
+  const cli::DdpBenchConfig config = cli::resolve_bench_ddp_options(o, world());
+  EXPECT_EQ(config.zero_stages, (std::vector<int>{2, 3}));
+  const std::vector<DdpBenchRow> rows = cli::run_ddp_bench(config, world(), world(), nullptr);
+  ASSERT_EQ(rows.size(), 4u);
+  EXPECT_FALSE(rows[0].c.strategy.has_value());  // single
+  EXPECT_EQ(rows[0].c.zero_stage, 0);
+  EXPECT_EQ(rows[1].c.strategy, DdpStrategy::bucketed);
+  EXPECT_EQ(rows[2].c.zero_stage, 2);
+  EXPECT_EQ(rows[3].c.zero_stage, 3);
+  for (std::size_t i = 2; i < 4; ++i) {
+    EXPECT_FALSE(rows[i].oom);
+    EXPECT_GT(rows[i].step.median, 0);
+    EXPECT_GT(rows[i].backward_ms, 0);
+    EXPECT_FALSE(rows[i].comm_ms.has_value());  // not measured
+  }
+  const nlohmann::json doc = cli::ddp_bench_document(config, rows);
+  EXPECT_EQ(doc["rows"][2]["strategy"], "zero2");
+  EXPECT_EQ(doc["rows"][3]["strategy"], "zero3");
+  EXPECT_TRUE(doc["rows"][3]["comm_ms"].is_null());
+  cli::DdpBenchCase c = rows[2].c;
+  c.tuning.max_ctas = 2;
+  EXPECT_EQ(cli::timeline_path("t", c), "t-zero2-ctas2.json");
+}
+
+TEST(BenchDdp, Bf16RoundingPlacesGiveARowEach) {
+  BenchDdpOptions o = tiny_options();
+  o.strategies = "single,bucketed";
+  o.bucket_mbs = "1";
+  o.bf16_comm = true;
+  o.bf16_rounding = "model,comm";
+  const cli::DdpBenchConfig config = cli::resolve_bench_ddp_options(o, world());
+  const std::vector<DdpBenchRow> rows = cli::run_ddp_bench(config, world(), world(), nullptr);
+  ASSERT_EQ(rows.size(), 3u);
+  EXPECT_FALSE(rows[1].c.round_on_comm);
+  EXPECT_TRUE(rows[2].c.round_on_comm);
+  EXPECT_GT(rows[2].step.median, 0);
+  const nlohmann::json doc = cli::ddp_bench_document(config, rows);
+  EXPECT_EQ(doc["rows"][1]["bf16_round"], "model");
+  EXPECT_EQ(doc["rows"][2]["bf16_round"], "comm");
+  EXPECT_EQ(cli::timeline_path("t", rows[2].c), "t-bucketed-1mb-round_comm.json");
+}
+
+TEST(BenchDdp, RowsThisMachineCannotRunAreReportedAndTheSweepGoesOn) {
+  BenchDdpOptions o = tiny_options();
+  o.strategies = "bucketed";
+  o.bucket_mbs = "1";
+  cli::DdpBenchConfig config = cli::resolve_bench_ddp_options(o, world());
+  config.buffers = {CommBufferKind::registered, CommBufferKind::plain};  // MPI registers nothing
+  const std::vector<DdpBenchRow> rows = cli::run_ddp_bench(config, world(), world(), nullptr);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_NE(rows[0].unsupported.find("the mpi communicator registers no buffers"), std::string::npos)
+      << rows[0].unsupported;
+  EXPECT_FALSE(rows[0].oom);
+  EXPECT_TRUE(rows[1].unsupported.empty());
+  EXPECT_GT(rows[1].step.median, 0);
+  const nlohmann::json doc = cli::ddp_bench_document(config, rows);
+  EXPECT_EQ(doc["rows"][0]["unsupported"], true);
+  EXPECT_FALSE(doc["rows"][0].contains("step_ms"));
+  EXPECT_TRUE(doc["rows"][1]["step_ms"].is_number());
+  EXPECT_NE(cli::format_ddp_bench(rows, false).find("| unsupported |"), std::string::npos);
 }
 
 TEST(BenchDdp, RankZeroAlonePrintsAndWritesTheDocument) {
@@ -133,7 +207,7 @@ TEST(BenchDdp, RankZeroAlonePrintsAndWritesTheDocument) {
 }
 
 TEST(BenchDdp, RefusesUnknownStrategiesAndBucketSizes) {
-  for (const char* strategies : {"zero", "flat,", "single,fsdp"}) {
+  for (const char* strategies : {"zero", "zero1", "flat,", "single,fsdp"}) {
     BenchDdpOptions o = tiny_options();
     o.strategies = strategies;
     EXPECT_THROW(cli::resolve_bench_ddp_options(o, world()), Error) << strategies;
@@ -146,6 +220,94 @@ TEST(BenchDdp, RefusesUnknownStrategiesAndBucketSizes) {
   BenchDdpOptions o = tiny_options();
   o.model.device = "cuda:1";  // with several ranks, each uses GPU local_rank: an explicit index is refused
   EXPECT_THROW(cli::resolve_bench_ddp_options(o, world()), Error);
+}
+
+std::string resolve_message(const BenchDdpOptions& o) {
+  try {
+    cli::resolve_bench_ddp_options(o, world());
+  } catch (const Error& e) {
+    return e.message();
+  }
+  return "accepted";
+}
+
+TEST(BenchDdp, NcclBuffersAndLimitsNeedGpusAndValidValues) {
+  BenchDdpOptions o = tiny_options();  // on the CPU
+  o.buffers = "plain,symmetric";
+  EXPECT_NE(resolve_message(o).find("need GPUs (NCCL), given --device cpu"), std::string::npos) << resolve_message(o);
+  o = tiny_options();
+  o.max_ctas = "0,4";
+  EXPECT_NE(resolve_message(o).find("need GPUs (NCCL)"), std::string::npos) << resolve_message(o);
+  o = tiny_options();
+  o.priorities = "high,low";
+  EXPECT_NE(resolve_message(o).find("need GPUs (NCCL)"), std::string::npos) << resolve_message(o);
+  o.priorities = "urgent";
+  EXPECT_NE(resolve_message(o).find("expected high or low, given 'urgent'"), std::string::npos) << resolve_message(o);
+  o = tiny_options();
+  o.cta_policies = "efficiency";
+  EXPECT_NE(resolve_message(o).find("need GPUs (NCCL)"), std::string::npos) << resolve_message(o);
+  o = tiny_options();
+  o.buffers = "pinned";
+  EXPECT_NE(resolve_message(o).find("expected plain, registered, nccl_mem or symmetric"), std::string::npos)
+      << resolve_message(o);
+  o = tiny_options();
+  o.max_ctas = "65";
+  EXPECT_NE(resolve_message(o).find("--nccl-max-ctas"), std::string::npos) << resolve_message(o);
+  o = tiny_options();
+  o.max_ctas = "2";
+  o.min_ctas = 4;
+  EXPECT_NE(resolve_message(o).find("min_ctas (4) must not exceed max_ctas (2)"), std::string::npos)
+      << resolve_message(o);
+  o = tiny_options();
+  o.transports = "nccl,copy_engine";
+  EXPECT_NE(resolve_message(o).find("--transport copy_engine moves GPU buffers by peer copies: it needs 2 GPUs"),
+            std::string::npos)
+      << resolve_message(o);
+  o = tiny_options();
+  o.bf16_rounding = "comm";
+  EXPECT_NE(resolve_message(o).find("give --bf16-comm too"), std::string::npos) << resolve_message(o);
+  o.bf16_comm = true;
+  o.bf16_rounding = "model,gpu";
+  EXPECT_NE(resolve_message(o).find("expected model or comm, given 'gpu'"), std::string::npos) << resolve_message(o);
+  o = tiny_options();
+  o.transports = "nvlink";
+  EXPECT_NE(resolve_message(o).find("expected nccl or copy_engine, given 'nvlink'"), std::string::npos)
+      << resolve_message(o);
+  o = tiny_options();
+  o.cta_policies = "greedy";
+  EXPECT_NE(resolve_message(o).find("expected default, efficiency or zero"), std::string::npos) << resolve_message(o);
+}
+
+TEST(BenchDdp, EveryDdpRowRepeatsPerBufferAndTuning) {
+  BenchDdpOptions o = tiny_options();
+  o.strategies = "single,flat,bucketed";
+  o.bucket_mbs = "1,25";
+  cli::DdpBenchConfig config = cli::resolve_bench_ddp_options(o, world());
+  config.buffers = {CommBufferKind::plain, CommBufferKind::symmetric};
+  config.tunings = {NcclTuning{}, NcclTuning{.max_ctas = 4}};
+  const std::vector<cli::DdpBenchCase> cases = cli::expand_ddp_cases(config);
+  ASSERT_EQ(cases.size(), 1u + 4u + 2u * 4u);  // single once; flat and each bucket size x 2 buffers x 2 tunings
+  EXPECT_FALSE(cases[0].strategy.has_value());
+  EXPECT_EQ(cases[1].buffer, CommBufferKind::plain);
+  EXPECT_TRUE(cases[1].tuning.is_default());
+  EXPECT_EQ(cases[2].tuning.max_ctas, 4);
+  EXPECT_EQ(cases[3].buffer, CommBufferKind::symmetric);
+  EXPECT_EQ(*cases[5].bucket_mb, 1.0);
+  EXPECT_EQ(*cases[12].bucket_mb, 25.0);
+  EXPECT_EQ(cases[12].buffer, CommBufferKind::symmetric);
+  EXPECT_EQ(cases[12].tuning.max_ctas, 4);
+
+  config.nccl = false;  // the copy-engine rows alone: one per DDP row, plain buffers, no NCCL tuning
+  config.copy_engine = true;
+  config.zero_stages = {2};
+  const std::vector<cli::DdpBenchCase> copies = cli::expand_ddp_cases(config);
+  ASSERT_EQ(copies.size(), 1u + 1u + 2u + 1u);
+  EXPECT_EQ(copies.back().zero_stage, 2);
+  for (std::size_t i = 1; i < copies.size(); ++i) {
+    EXPECT_TRUE(copies[i].copy_engine);
+    EXPECT_EQ(copies[i].buffer, CommBufferKind::plain);
+    EXPECT_TRUE(copies[i].tuning.is_default());
+  }
 }
 
 TEST(BenchDdp, TimelineNeedsItsPathAndAGpu) {
@@ -176,6 +338,15 @@ TEST(BenchDdp, TimelinePathsNameTheRow) {
   c.strategy = DdpStrategy::bucketed;
   c.bucket_mb = 25;
   EXPECT_EQ(cli::timeline_path("out/t", c), "out/t-bucketed-25mb.json");
+  c.buffer = CommBufferKind::symmetric;
+  c.tuning = {.max_ctas = 4, .cta_policy = CtaPolicy::efficiency};
+  EXPECT_EQ(cli::timeline_path("out/t", c), "out/t-bucketed-25mb-symmetric-ctas4-efficiency.json");
+  c.tuning.low_priority = true;
+  EXPECT_EQ(cli::timeline_path("out/t", c), "out/t-bucketed-25mb-symmetric-ctas4-efficiency-low_priority.json");
+  c.buffer = CommBufferKind::plain;
+  c.tuning = {};
+  c.copy_engine = true;
+  EXPECT_EQ(cli::timeline_path("out/t", c), "out/t-bucketed-25mb-copy_engine.json");
 }
 
 }  // namespace

@@ -98,6 +98,16 @@ TEST(BenchFsdp, RefusesBadOptions) {
   EXPECT_TRUE(cli::resolve_bench_fsdp_options(o, world()).bf16_grad_comm);
   o.stages = "1,3";
   EXPECT_THROW(cli::resolve_bench_fsdp_options(o, world()), Error);  // ZeRO-1 reduces in fp32 only
+  o.stages = "2,3";
+  o.transport = "nvlink";
+  EXPECT_THROW(cli::resolve_bench_fsdp_options(o, world()), Error);
+  o.transport = "copy_engine";  // peer copies between 2 GPUs: refused on the CPU
+  try {
+    cli::resolve_bench_fsdp_options(o, world());
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("needs 2 ranks on GPUs, given 2 rank(s) on cpu"), std::string::npos) << e.message();
+  }
 }
 
 }  // namespace

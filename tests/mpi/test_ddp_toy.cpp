@@ -219,5 +219,37 @@ TEST(DdpToy, Bf16CommunicationStaysWithinBf16Precision) {
   }
 }
 
+TEST(DdpToy, Bf16RoundingOnTheCommunicatorGivesTheSameSteps) {
+  for (const Case& c : {Case{DdpStrategy::flat, 0, 1}, Case{DdpStrategy::bucketed, 28, 3}}) {
+    SCOPED_TRACE(name_of(c.strategy));
+    DdpOptions options = options_of(c);
+    options.bf16_communication = true;
+    DdpRun on_model;
+    train_ddp(on_model, options, all_trainable());
+    options.round_on_comm_stream = true;
+    DdpRun on_comm;
+    train_ddp(on_comm, options, all_trainable());
+    EXPECT_EQ(on_comm.params, on_model.params);
+    EXPECT_EQ(gradient_all_reduces(on_comm), gradient_all_reduces(on_model));
+  }
+}
+
+TEST(DdpToy, NcclBuffersAreRefusedByTheHostCommunicator) {
+  for (CommBufferKind kind : {CommBufferKind::registered, CommBufferKind::nccl_mem, CommBufferKind::symmetric}) {
+    SCOPED_TRACE(name_of(kind));
+    ToyModel model(kSeed);
+    DdpOptions options;
+    options.buffer = kind;
+    try {
+      DistributedDataParallel ddp(world(), model.ddp_model(), options);
+      ADD_FAILURE() << "accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.kind(), ErrorKind::unsupported);
+      EXPECT_NE(e.message().find("the mpi communicator"), std::string::npos) << e.message();
+      EXPECT_NE(e.message().find("use plain buffers"), std::string::npos) << e.message();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace ft::test

@@ -4,17 +4,21 @@
 // that are bit-identical on both ranks and match one process trained on the whole batch on the same GPU
 // to fp32 round-off — for every DDP strategy (bucket caps below one parameter, between, above the whole
 // model; 2 accumulation micro-batches), with bf16 communication (to bf16 precision), and for both ZeRO-1
-// modes with a global-norm clip that acts (the reference clips with the Trainer's own clipping).
+// modes with a global-norm clip that acts (the reference clips with the Trainer's own clipping); every
+// communication buffer kind, tuned communicator and the copy-engine transport, with bf16 rounding on the
+// model's or the communication stream, takes plain DDP's steps bit for bit.
 // AdamW eps is 1e-3 (as test_model_cuda's Trainer step): near-zero gradients, whose last bits differ
 // between a batch of 4 and two averaged halves, then cannot turn into lr-sized updates.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "core/tensor_io.h"
 #include "cpu/test_model_util.h"
 #include "dist/ddp_transformer.h"
@@ -90,6 +94,7 @@ Reference train_reference(double clip) {
 
 struct RunOptions {
   std::optional<DdpOptions> ddp;  // none: ZeRO reduce_scatter alone
+  Communicator* comm = nullptr;   // DDP's; null: the job's NCCL communicator
   std::optional<ZeroMode> zero;
   std::int64_t accumulation = 1;
   double clip = 0;
@@ -99,7 +104,7 @@ struct RunOptions {
 // rank 0's at construction.
 std::vector<double> train_data_parallel(const RunOptions& run) {
   const int rank = context().rank();
-  Communicator& comm = context().communicator_for(gpu());
+  Communicator& comm = run.comm ? *run.comm : context().communicator_for(gpu());
   TransformerLM model(config(), options(1234 + static_cast<std::uint64_t>(rank)));
   Trainer trainer(model, trainer_config(run.accumulation, run.clip, run.zero.has_value()));
   std::optional<DistributedDataParallel> ddp;
@@ -189,6 +194,45 @@ TEST(DdpNccl, Bf16CommunicationMatchesToBf16Precision) {
   for (DdpStrategy strategy : {DdpStrategy::flat, DdpStrategy::bucketed}) {
     SCOPED_TRACE(name_of(strategy));
     expect_matches(train_data_parallel({.ddp = ddp_options(strategy, 16384, true)}), reference.params, 5e-4);
+  }
+}
+
+// Every way of reaching NCCL takes plain DDP's steps bit for bit: on 2 ranks each averaged element is one
+// addition (commutative) and a halving (exact), whichever algorithm, kernel or buffer NCCL uses, and the
+// staging copies and bf16 roundings are those of the plain path.
+TEST(DdpNccl, BuffersAndTunedCommunicatorsTakePlainDdpsStepsBitForBit) {
+  for (bool bf16 : {false, true}) {
+    SCOPED_TRACE(bf16 ? "bf16 communication" : "fp32 communication");
+    const std::vector<double> plain = train_data_parallel({.ddp = ddp_options(DdpStrategy::bucketed, 16384, bf16)});
+    for (CommBufferKind kind : {CommBufferKind::registered, CommBufferKind::nccl_mem, CommBufferKind::symmetric}) {
+      SCOPED_TRACE(name_of(kind));
+      DdpOptions o = ddp_options(DdpStrategy::bucketed, 16384, bf16);
+      o.buffer = kind;
+      EXPECT_EQ(train_data_parallel({.ddp = o}), plain);
+    }
+    for (const NcclTuning& tuning : {NcclTuning{.max_ctas = 2}, NcclTuning{.min_ctas = 1, .max_ctas = 4},
+                                     NcclTuning{.cta_policy = CtaPolicy::efficiency},
+                                     NcclTuning{.cta_policy = CtaPolicy::zero}}) {
+      SCOPED_TRACE(tuning.describe());
+      const std::unique_ptr<Communicator> tuned = context().make_device_communicator(tuning);
+      EXPECT_EQ(train_data_parallel({.ddp = ddp_options(DdpStrategy::bucketed, 16384, bf16), .comm = tuned.get()}),
+                plain);
+      DdpOptions o = ddp_options(DdpStrategy::bucketed, 16384, bf16);
+      o.buffer = CommBufferKind::symmetric;
+      EXPECT_EQ(train_data_parallel({.ddp = o, .comm = tuned.get()}), plain) << "symmetric buffers";
+    }
+    for (DdpStrategy strategy : {DdpStrategy::flat, DdpStrategy::bucketed}) {
+      SCOPED_TRACE(str("copy engine, ", name_of(strategy)));
+      DdpOptions o = ddp_options(strategy, 16384, bf16);
+      // Mailboxes larger than the whole small model (the flat strategy's one bucket).
+      const std::unique_ptr<Communicator> peer = context().make_copy_engine_communicator(std::int64_t{64} << 20);
+      EXPECT_EQ(train_data_parallel({.ddp = o, .comm = peer.get()}), plain);
+      o.round_on_comm_stream = true;
+      EXPECT_EQ(train_data_parallel({.ddp = o, .comm = peer.get()}), plain) << "rounded on the lanes' streams";
+    }
+    DdpOptions rounded = ddp_options(DdpStrategy::bucketed, 16384, bf16);
+    rounded.round_on_comm_stream = true;
+    EXPECT_EQ(train_data_parallel({.ddp = rounded}), plain) << "rounded on NCCL's stream";
   }
 }
 

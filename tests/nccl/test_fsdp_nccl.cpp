@@ -5,11 +5,13 @@
 // fp32 (also with 2 accumulation micro-batches) to fp32 round-off, gradients reduce-scattered in bf16 to
 // bf16 precision, bf16 mode to its GEMMs' precision. The gathered parameters are bit-identical on both ranks
 // (every rank gathers the same shards). AdamW eps is 1e-3 as in test_ddp_nccl: near-zero gradients, whose last
-// bits differ between a batch of 4 and two averaged halves, cannot turn into lr-sized updates.
+// bits differ between a batch of 4 and two averaged halves, cannot turn into lr-sized updates. The copy
+// engine's reduce-scatter takes NCCL's ZeRO-2/3 steps bit for bit.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -81,9 +83,10 @@ std::vector<double> train_reference(Precision precision) {
 }
 
 // This rank's half of every batch, sharded over NCCL; the whole parameters gathered after the steps.
-std::vector<double> train_sharded(int stage, Precision precision, std::int64_t accumulation, bool bf16_grad_comm) {
+std::vector<double> train_sharded(int stage, Precision precision, std::int64_t accumulation, bool bf16_grad_comm,
+                                  Communicator* over = nullptr) {
   const int rank = context().rank();
-  Communicator& comm = context().communicator_for(gpu());
+  Communicator& comm = over ? *over : context().communicator_for(gpu());
   const TrainerConfig tc = trainer_config(accumulation, true);
   FsdpOptions fo;
   fo.stage = stage;
@@ -160,6 +163,18 @@ TEST(FsdpNccl, Bf16ModeMatchesOneProcess) {
     SCOPED_TRACE("ZeRO-" + std::to_string(stage));
     expect_matches(train_sharded(stage, Precision::bf16, 1, false), reference, 5e-3);
   }
+}
+
+// The copy engine's reduce-scatter (dist/nccl/peer_communicator.h; its all-gathers go to NCCL) takes NCCL's
+// ZeRO-2/3 steps bit for bit: on 2 ranks each element of a reduced piece is one addition and an exact halving.
+TEST(FsdpNccl, CopyEngineReduceScatterTakesNcclsStepsBitForBit) {
+  const std::unique_ptr<Communicator> peer = context().make_copy_engine_communicator(std::int64_t{16} << 20);
+  for (int stage : {2, 3})
+    for (bool bf16_grad_comm : {false, true}) {
+      SCOPED_TRACE("ZeRO-" + std::to_string(stage) + (bf16_grad_comm ? ", bf16 gradients" : ""));
+      EXPECT_EQ(train_sharded(stage, Precision::fp32, 2, bf16_grad_comm, peer.get()),
+                train_sharded(stage, Precision::fp32, 2, bf16_grad_comm));
+    }
 }
 
 }  // namespace

@@ -17,13 +17,11 @@
 #include "core/cuda_check.h"
 #include "core/error.h"
 #include "dist/backoff.h"
+#include "dist/nccl/stream_work.h"
 #include "ops/cast.h"
-#if FT_HAS_MPI
-#include <mpi.h>
-#endif
 
-#if NCCL_VERSION_CODE < NCCL_VERSION(2, 14, 0)
-#error "flashtrain needs NCCL 2.14 or newer (nonblocking communicators, ncclCommFinalize, ncclGetLastError)"
+#if NCCL_VERSION_CODE < NCCL_VERSION(2, 19, 0)
+#error "flashtrain needs NCCL 2.19 or newer (nonblocking communicators, ncclCommFinalize, ncclGetLastError, ncclMemAlloc, ncclCommRegister)"
 #endif
 
 namespace ft {
@@ -52,16 +50,35 @@ void check_on_gpu(const char* op, const char* role, const Tensor& t, Device gpu)
            t.describe());
 }
 
-// Ends the whole job after a fatal communication failure: MPI_Abort when MPI runs, else this process.
-[[noreturn]] void end_job() {
-#if FT_HAS_MPI
-  int initialized = 0, finalized = 0;
-  MPI_Initialized(&initialized);
-  MPI_Finalized(&finalized);
-  if (initialized && !finalized) MPI_Abort(MPI_COMM_WORLD, 1);
-#endif
-  std::_Exit(1);
+std::string version_text(int code) { return str(code / 10000, ".", code / 100 % 100, ".", code % 100); }
+
+// ft::Error (unsupported) unless the NCCL this process runs is at least `needed` (NCCL_VERSION code).
+void require_runtime_version(int needed, const std::string& what) {
+  const int have = NcclCommunicator::runtime_version();
+  FT_CHECK_KIND(unsupported, have >= needed, what, " needs NCCL ", version_text(needed), " or newer; this process runs NCCL ",
+                version_text(have), " (built against ", version_text(NCCL_VERSION_CODE), ")");
 }
+
+// NcclTuning into the communicator's ncclConfig_t (0 and the default policy leave NCCL's own choice).
+void apply_tuning(const NcclTuning& tuning, ncclConfig_t& config) {
+  if (tuning.min_ctas > 0) config.minCTAs = tuning.min_ctas;
+  if (tuning.max_ctas > 0) config.maxCTAs = tuning.max_ctas;
+  if (tuning.cta_policy == CtaPolicy::nccl_default) return;
+  const std::string what = str("the NCCL CTA policy '", name_of(tuning.cta_policy), "'");
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+  require_runtime_version(tuning.cta_policy == CtaPolicy::zero ? NCCL_VERSION(2, 28, 0) : NCCL_VERSION(2, 27, 0), what);
+  config.CTAPolicy = tuning.cta_policy == CtaPolicy::zero ? NCCL_CTA_POLICY_ZERO : NCCL_CTA_POLICY_EFFICIENCY;
+#elif NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+  FT_CHECK_KIND(unsupported, tuning.cta_policy == CtaPolicy::efficiency, what,
+                " needs NCCL 2.28 or newer; flashtrain was built against NCCL ", version_text(NCCL_VERSION_CODE));
+  require_runtime_version(NCCL_VERSION(2, 27, 0), what);
+  config.CTAPolicy = NCCL_CTA_POLICY_EFFICIENCY;
+#else
+  FT_THROW(unsupported, what, " needs NCCL 2.27 or newer; flashtrain was built against NCCL ",
+           version_text(NCCL_VERSION_CODE));
+#endif
+}
+
 
 }  // namespace
 
@@ -146,6 +163,27 @@ struct NcclState {
     }
   }
 
+  // Polls until the last call has finished in the background, within the timeout, without failing: true
+  // when it succeeded (for destructors, which must not throw or end the job).
+  bool settle_quietly() {
+    const auto deadline = deadline_after(options.timeout_seconds);
+    Backoff backoff;
+    ncclResult_t state = async_state();
+    while (state == ncclInProgress && Clock::now() < deadline) {
+      backoff.pause();
+      state = async_state();
+    }
+    return state == ncclSuccess;
+  }
+
+  // The result of a registration call: ncclSuccess or ncclInProgress (then settled); any other result is
+  // ft::Error (unsupported) with NCCL's reason — the communicator stays usable (a registration NCCL refuses,
+  // e.g. on a topology without symmetric memory, breaks nothing).
+  void check_registration(ncclResult_t result, const std::string& what) {
+    if (result != ncclSuccess && result != ncclInProgress) FT_THROW(unsupported, error_message(what, result));
+    settle(what);
+  }
+
   // The orderly end: collectives still queued finish (bounded by the timeout), then ncclCommFinalize
   // (polled) and ncclCommDestroy; ncclCommAbort when that does not happen in time.
   void shut_down() {
@@ -192,74 +230,22 @@ NcclState::~NcclState() {
 
 namespace {
 
-class NcclWork final : public Work {
+// A collective on the communication stream (StreamWork), refused once the communicator is aborted and
+// failed by NCCL's asynchronous errors.
+class NcclWork final : public StreamWork {
  public:
   NcclWork(std::shared_ptr<NcclState> state, std::string what)
-      : state_(std::move(state)), what_(std::move(what)), compute_(state_->compute) {
-    FT_CUDA_CHECK(cudaEventCreate(&start_));
-    FT_CUDA_CHECK(cudaEventCreate(&done_));
-  }
-  ~NcclWork() override {
-    if (start_) cudaEventDestroy(start_);
-    if (done_) cudaEventDestroy(done_);
-  }
-  NcclWork(const NcclWork&) = delete;
-  NcclWork& operator=(const NcclWork&) = delete;
-
-  const std::string& what() const { return what_; }
-  cudaEvent_t start() const { return start_; }
-  cudaEvent_t done() const { return done_; }
-
-  bool is_completed() override {
-    if (completed_) return true;
-    state_->require_usable(what_);
-    const cudaError_t status = cudaEventQuery(done_);
-    if (status == cudaSuccess) {
-      completed_ = true;
-      return true;
-    }
-    if (status != cudaErrorNotReady) FT_CUDA_CHECK(status);
-    state_->check_async(what_);
-    return false;
-  }
-
-  void wait() override {
-    const auto deadline = deadline_after(state_->options.timeout_seconds);
-    Backoff backoff;
-    while (!is_completed()) {
-      if (Clock::now() > deadline)
-        state_->fail(timeout_message(what_, state_->rank, state_->world, state_->options.timeout_seconds));
-      backoff.pause();
-    }
-    if (joined_) return;
-    CudaDeviceGuard guard(state_->device);  // the legacy default stream is the current device's
-    FT_CUDA_CHECK(cudaStreamWaitEvent(compute_, done_, 0));
-    joined_ = true;
-  }
-
-  void join() override {
-    if (joined_) return;
-    state_->require_usable(what_);
-    CudaDeviceGuard guard(state_->device);
-    FT_CUDA_CHECK(cudaStreamWaitEvent(compute_, done_, 0));
-    joined_ = true;
-  }
-
-  std::optional<double> elapsed_ms() override {
-    if (!is_completed()) return std::nullopt;
-    float ms = 0;
-    FT_CUDA_CHECK(cudaEventElapsedTime(&ms, start_, done_));
-    return ms;
-  }
+      : StreamWork(std::move(what), state->device, state->compute, state->options.timeout_seconds),
+        state_(std::move(state)) {}
 
  private:
+  void check_usable() override { state_->require_usable(what()); }
+  void check_progress() override { state_->check_async(what()); }
+  [[noreturn]] void time_out(const std::string& message) override { state_->fail(message); }
+  int rank() const override { return state_->rank; }
+  int world() const override { return state_->world; }
+
   std::shared_ptr<NcclState> state_;
-  std::string what_;
-  cudaStream_t compute_;        // the compute stream when the collective was issued
-  cudaEvent_t start_ = nullptr;  // recorded on the communication stream just before the collective
-  cudaEvent_t done_ = nullptr;   // recorded on the communication stream after the collective
-  bool completed_ = false;      // the event has completed
-  bool joined_ = false;         // the compute stream waits for it
 };
 
 // One collective being issued: on construction the communication stream is ordered after the work
@@ -294,6 +280,94 @@ class Launch {
   std::unique_ptr<NcclWork> work_;
 };
 
+// dst <- src on `stream` (this rank's GPU): the copy engine when the dtypes match, else the cast kernel.
+void copy_on(const Tensor& dst, const Tensor& src, cudaStream_t stream, int device) {
+  if (dst.dtype() == src.dtype()) {
+    FT_CUDA_CHECK(cudaMemcpyAsync(dst.data(), src.data(), static_cast<std::size_t>(src.numel()) * src.element_size(),
+                                  cudaMemcpyDeviceToDevice, stream));
+    return;
+  }
+  cast(dst, src, Stream::wrap(stream, Device::cuda(device)));
+}
+
+// Memory from ncclMemAlloc, registered with the communicator (Note [Communication buffers]).
+class NcclBuffer final : public CommBuffer {
+ public:
+  NcclBuffer(std::shared_ptr<NcclState> state, std::int64_t numel, DType dtype, CommBufferKind kind)
+      : state_(std::move(state)) {
+    NcclState& s = *state_;
+    s.require_usable(str("allocate_buffer (", name_of(kind), ")"));
+    const std::string what = str(kind == CommBufferKind::symmetric ? "ncclCommWindowRegister" : "ncclCommRegister",
+                                 " of a ", name_of(kind), " buffer of ", numel, " ", name_of(dtype), " elements");
+    const std::size_t bytes = static_cast<std::size_t>(numel) * size_of(dtype);
+    CudaDeviceGuard guard(s.device);
+    if (bytes > 0) {
+      const ncclResult_t allocated = ncclMemAlloc(&memory_, bytes);
+      FT_CHECK_KIND(out_of_memory, allocated == ncclSuccess, "ncclMemAlloc of ", bytes, " bytes for a ",
+                    name_of(kind), " communication buffer on ", Device::cuda(s.device).to_string(), " failed: ",
+                    ncclGetErrorString(allocated));
+      try {
+        if (kind == CommBufferKind::symmetric) {
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+          s.check_registration(ncclCommWindowRegister(s.comm, memory_, bytes, &window_, NCCL_WIN_COLL_SYMMETRIC), what);
+#endif
+        } else {
+          s.check_registration(ncclCommRegister(s.comm, memory_, bytes, &handle_), what);
+        }
+      } catch (...) {
+        ncclMemFree(memory_);
+        throw;
+      }
+    }
+    tensor_ = Tensor(memory_, dtype, Device::cuda(s.device), {numel});
+  }
+  ~NcclBuffer() override {
+    CudaDeviceGuard guard(state_->device);
+    if (state_->comm) {
+      cudaStreamSynchronize(state_->stream);  // the collectives that used it have ended
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+      if (window_ && ncclCommWindowDeregister(state_->comm, window_) == ncclInProgress) state_->settle_quietly();
+#endif
+      if (handle_ && ncclCommDeregister(state_->comm, handle_) == ncclInProgress) state_->settle_quietly();
+    }
+    if (memory_) ncclMemFree(memory_);
+  }
+  NcclBuffer(const NcclBuffer&) = delete;
+  NcclBuffer& operator=(const NcclBuffer&) = delete;
+
+ private:
+  std::shared_ptr<NcclState> state_;
+  void* memory_ = nullptr;  // ncclMemAlloc's
+  void* handle_ = nullptr;  // ncclCommRegister's (nccl_mem)
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+  ncclWindow_t window_ = nullptr;  // symmetric
+#endif
+};
+
+// The caller's memory registered with ncclCommRegister.
+class NcclRegistration final : public CommRegistration {
+ public:
+  NcclRegistration(std::shared_ptr<NcclState> state, const Tensor& data) : state_(std::move(state)) {
+    NcclState& s = *state_;
+    const std::string what = str("ncclCommRegister of ", data.describe());
+    s.require_usable(what);
+    CudaDeviceGuard guard(s.device);
+    s.check_registration(ncclCommRegister(s.comm, data.data(), data.span_bytes(), &handle_), what);
+  }
+  ~NcclRegistration() override {
+    if (!state_->comm || !handle_) return;
+    CudaDeviceGuard guard(state_->device);
+    cudaStreamSynchronize(state_->stream);
+    if (ncclCommDeregister(state_->comm, handle_) == ncclInProgress) state_->settle_quietly();
+  }
+  NcclRegistration(const NcclRegistration&) = delete;
+  NcclRegistration& operator=(const NcclRegistration&) = delete;
+
+ private:
+  std::shared_ptr<NcclState> state_;
+  void* handle_ = nullptr;
+};
+
 // An NCCL call issuing a collective, checked with the call's text, file and line.
 #define FT_NCCL_ENQUEUE(launch, call) (launch).check((call), #call, __FILE__, __LINE__)
 
@@ -314,9 +388,10 @@ WorkHandle enqueue_all_reduce(const std::shared_ptr<NcclState>& state, Device gp
 }  // namespace
 
 NcclCommunicator::NcclCommunicator(Communicator& bootstrap, Device gpu, const CommunicatorOptions& options,
-                                   const Stream& compute_stream)
+                                   const Stream& compute_stream, const NcclTuning& tuning)
     : state_(std::make_shared<NcclState>()),
       gpu_(gpu),
+      tuning_(tuning),
       rank_(bootstrap.rank()),
       world_size_(bootstrap.world_size()),
       local_rank_(bootstrap.local_rank()),
@@ -324,6 +399,10 @@ NcclCommunicator::NcclCommunicator(Communicator& bootstrap, Device gpu, const Co
   FT_CHECK(options.timeout_seconds > 0, "NcclCommunicator: timeout_seconds must be > 0, given ",
            options.timeout_seconds);
   FT_CHECK(gpu.is_cuda(), "NcclCommunicator: expected a GPU (cuda:N), given ", gpu.to_string());
+  tuning.check();
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  apply_tuning(tuning, config);
   const int count = cuda_device_count();
   FT_CHECK_KIND(unsupported, gpu.index < count, "NcclCommunicator: no ", gpu.to_string(), " on this node (", count,
                 " GPU(s) visible)");
@@ -339,7 +418,9 @@ NcclCommunicator::NcclCommunicator(Communicator& bootstrap, Device gpu, const Co
   // soon as SMs free up instead of queueing behind the compute stream's next kernels.
   int lowest_priority = 0, highest_priority = 0;
   FT_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&lowest_priority, &highest_priority));
-  FT_CUDA_CHECK(cudaStreamCreateWithPriority(&s.stream, cudaStreamNonBlocking, highest_priority));
+  // NcclTuning::low_priority: the other way round, the model's blocks first.
+  FT_CUDA_CHECK(cudaStreamCreateWithPriority(&s.stream, cudaStreamNonBlocking,
+                                             tuning.low_priority ? lowest_priority : highest_priority));
   FT_CUDA_CHECK(cudaEventCreateWithFlags(&s.ready, cudaEventDisableTiming));
   FT_CUDA_CHECK(cudaMalloc(&s.barrier_word, sizeof(float)));
   FT_CUDA_CHECK(cudaMemset(s.barrier_word, 0, sizeof(float)));
@@ -352,9 +433,8 @@ NcclCommunicator::NcclCommunicator(Communicator& bootstrap, Device gpu, const Co
     const std::int64_t halves = static_cast<std::int64_t>(sizeof(id) / 2);
     bootstrap.broadcast(Tensor(&id, DType::bf16, Device::cpu(), {halves}), 0)->wait();
   }
-  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-  config.blocking = 0;
-  const std::string what = str("ncclCommInitRankConfig (", world_size_, " ranks, ", gpu.to_string(), ")");
+  const std::string what = str("ncclCommInitRankConfig (", world_size_, " ranks, ", gpu.to_string(),
+                               tuning.is_default() ? "" : ", " + tuning.describe(), ")");
   s.check_call(ncclCommInitRankConfig(&s.comm, world_size_, id, rank_, &config), what, "ncclCommInitRankConfig",
                __FILE__, __LINE__);
   s.settle(what);
@@ -427,6 +507,49 @@ WorkHandle NcclCommunicator::broadcast(const Tensor& data, int root) {
   FT_NCCL_ENQUEUE(launch, ncclBroadcast(data.data(), data.data(), static_cast<std::size_t>(data.numel()),
                                         nccl_type(data.dtype()), root, launch.comm(), launch.stream()));
   return launch.finish();
+}
+
+WorkHandle NcclCommunicator::all_reduce_staged(const Tensor& data, const Tensor& staging, ReduceOp op,
+                                               const Stream&) {
+  check_staged(data, staging);
+  check_on_gpu("all_reduce_staged", "data", data, gpu_);
+  if (data.numel() == 0) return std::make_unique<CompletedWork>();
+  Launch launch(state_, describe("all_reduce", staging, str(name_of(op), ", staged")));
+  const int device = gpu_.index;
+  copy_on(staging, data, launch.stream(), device);
+  FT_NCCL_ENQUEUE(launch, ncclAllReduce(staging.data(), staging.data(), static_cast<std::size_t>(staging.numel()),
+                                        nccl_type(staging.dtype()), nccl_op(op), launch.comm(), launch.stream()));
+  return launch.finish([&](const Stream& stream) {
+    copy_on(data, staging, static_cast<cudaStream_t>(stream.handle()), device);
+  });
+}
+
+std::unique_ptr<CommBuffer> NcclCommunicator::allocate_buffer(std::int64_t numel, DType dtype, CommBufferKind kind) {
+  FT_CHECK(is_staged(kind), "allocate_buffer: expected the kind nccl_mem or symmetric, given ", name_of(kind));
+  FT_CHECK(numel >= 0 && (dtype == DType::f32 || dtype == DType::bf16),
+           "allocate_buffer: expected numel >= 0 of fp32 or bf16, given ", numel, " of ", name_of(dtype));
+  if (kind == CommBufferKind::symmetric) {
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 27, 0)
+    require_runtime_version(NCCL_VERSION(2, 27, 0), "a symmetric communication buffer (ncclCommWindowRegister)");
+#else
+    FT_THROW(unsupported, "a symmetric communication buffer (ncclCommWindowRegister) needs NCCL 2.27 or newer; "
+             "flashtrain was built against NCCL ", version_text(NCCL_VERSION_CODE), " (use nccl_mem or registered)");
+#endif
+  }
+  return std::make_unique<NcclBuffer>(state_, numel, dtype, kind);
+}
+
+std::unique_ptr<CommRegistration> NcclCommunicator::register_buffer(const Tensor& data) {
+  FT_CHECK(data.defined() && data.is_contiguous(), "register_buffer: expected a contiguous tensor, given ",
+           data.defined() ? data.describe() : std::string("undefined"));
+  check_on_gpu("register_buffer", "data", data, gpu_);
+  return std::make_unique<NcclRegistration>(state_, data);
+}
+
+int NcclCommunicator::runtime_version() {
+  int version = 0;
+  FT_NCCL_CHECK(ncclGetVersion(&version));
+  return version;
 }
 
 WorkHandle NcclCommunicator::barrier() {

@@ -16,6 +16,14 @@
 //   NCCL      runs in its nonblocking mode (ncclConfig_t::blocking = 0): no NCCL call can block the host
 //             indefinitely (e.g. connecting to a peer that never comes); init and each enqueue are polled
 //             until ready, bounded by the same timeout.
+//   tuning    NcclTuning (dist/nccl_tuning.h): the communicator's CTA limits and policy, set in its
+//             ncclConfig_t; a policy this NCCL (ncclGetVersion, at run time) lacks is an ft::Error naming both
+//             versions.
+//   memory    allocate_buffer: ncclMemAlloc, then ncclCommRegister (nccl_mem) or ncclCommWindowRegister with
+//             NCCL_WIN_COLL_SYMMETRIC (symmetric; NCCL 2.27+ at build and run time, else ft::Error naming the
+//             version); register_buffer: ncclCommRegister of the caller's memory. A registration NCCL refuses
+//             is an ft::Error (unsupported) with NCCL's reason; the communicator stays usable.
+//             See Note [Communication buffers].
 //   buffers   contiguous fp32 or bf16 (reduce_scatter: fp32) on this rank's GPU; average is ncclAvg;
 //             all_gather may be in place; barrier is an all-reduce of one float the communicator owns.
 //             Empty buffers complete at once without calling NCCL (every rank passes the same shapes).
@@ -27,6 +35,7 @@
 #include "core/device.h"
 #include "core/stream.h"
 #include "dist/communicator.h"
+#include "dist/nccl_tuning.h"
 
 namespace ft {
 
@@ -40,7 +49,7 @@ class NcclCommunicator final : public Communicator {
   // world_size(), local_rank() and local_world_size() are bootstrap's. compute_stream: on `gpu`; the
   // default, a default-constructed Stream, is gpu's legacy default stream.
   NcclCommunicator(Communicator& bootstrap, Device gpu, const CommunicatorOptions& options = {},
-                   const Stream& compute_stream = {});
+                   const Stream& compute_stream = {}, const NcclTuning& tuning = {});
   // Lets issued collectives finish (bounded by the timeout), then ncclCommFinalize and ncclCommDestroy;
   // ncclCommAbort when they do not finish in time.
   ~NcclCommunicator() override;
@@ -66,6 +75,14 @@ class NcclCommunicator final : public Communicator {
   WorkHandle all_gather(const Tensor& output, const Tensor& input) override;
   WorkHandle broadcast(const Tensor& data, int root) override;
   WorkHandle barrier() override;
+  WorkHandle all_reduce_staged(const Tensor& data, const Tensor& staging, ReduceOp op,
+                               const Stream& stream = {}) override;
+  std::unique_ptr<CommBuffer> allocate_buffer(std::int64_t numel, DType dtype, CommBufferKind kind) override;
+  std::unique_ptr<CommRegistration> register_buffer(const Tensor& data) override;
+
+  const NcclTuning& tuning() const { return tuning_; }
+  // The NCCL library's version at run time (ncclGetVersion: e.g. 22809 for 2.28.9).
+  static int runtime_version();
 
   // Ends the NCCL communicator at once (ncclCommAbort), without waiting for its collectives; later
   // collectives throw ft::Error. For a rank whose peer has aborted (after a failure): destroying would
@@ -76,6 +93,7 @@ class NcclCommunicator final : public Communicator {
  private:
   std::shared_ptr<NcclState> state_;  // shared with the Works in flight
   Device gpu_;
+  NcclTuning tuning_;
   int rank_ = 0, world_size_ = 1, local_rank_ = 0, local_world_size_ = 1;
 };
 
