@@ -122,7 +122,7 @@ void add_train_options(CLI::App& command, TrainOptions& o) {
                    "CUDA: capture the whole step (forward, backward, clipping, AdamW) in a CUDA graph at the second "
                    "step and replay it (the first runs eagerly as its warm-up); needs --accumulate 1 and one process");
   command.add_option("--attention", o.attention, "Attention implementation: flash or naive");
-  add_model_memory_options(command, o.recompute, o.loss_chunk);
+  add_model_memory_options(command, o.recompute, o.loss_chunk, o.offload_activations);
   command.add_option("--device", o.device, "cpu, cuda, cuda:N, or auto (cuda:0 when a GPU is visible, else cpu)");
   command.add_option("--steps", o.steps, "Optimizer steps to train to (a resumed run continues to this step)");
   command.add_option("--accumulate", o.accumulate, "Micro-batches per optimizer step (gradient accumulation)");

@@ -26,6 +26,7 @@ struct TrainOptions {
   std::string attention = "flash";
   std::string recompute = "none";  // none, selective or full
   std::int64_t loss_chunk = 1024;  // rows per chunk of the fused LM head loss; 0 = materialised logits
+  bool offload_activations = false;  // ModelOptions::offload_activations
   std::string device = "auto";
   std::int64_t steps = 1000;
   std::int64_t accumulate = 1;  // micro-batches per optimizer step

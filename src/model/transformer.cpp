@@ -35,6 +35,8 @@ MemoryReport TransformerLM::planned_memory(const ModelConfig& config, const Mode
   m.gradients = options.parameter_source || !options.training ? 0 : parameter_bytes;
   m.activations = plan.activation_layout_.bytes();
   m.workspace = plan.workspace_layout_.bytes();
+  m.offloaded = plan.offload_unit_bytes_ * static_cast<std::size_t>(ActivationOffload::host_units(
+                                               config.num_layers, static_cast<std::int64_t>(plan.offload_slots_.size())));
   return m;
 }
 
@@ -50,6 +52,11 @@ TransformerLM::TransformerLM(const ModelConfig& config, const ModelOptions& opti
   }
   activations_ = Buffer(activation_layout_.bytes(), device, "activations", options_.stream);
   workspace_ = Buffer(workspace_layout_.bytes(), device, "workspace", options_.stream);
+  if (!offload_slots_.empty()) {
+    std::vector<char*> slots;
+    for (std::size_t offset : offload_slots_) slots.push_back(static_cast<char*>(activations_.data()) + offset);
+    offload_ = ActivationOffload(config_.num_layers, std::move(slots), offload_unit_bytes_, device, options_.stream);
+  }
   if (!options_.parameter_source) init_parameters(layout_, params_, options_.seed, options_.stream);
 }
 
@@ -88,19 +95,40 @@ void TransformerLM::plan_memory() {
     // Recomputation: the tensors it remakes live once, shared by every block (see Note [Recomputation]).
     LayerSlots shared{};
     if (recompute != Recompute::none) shared = add_layer("recomputed block.", recompute == Recompute::full);
-    residual_slots_.push_back(a.add("layers.0.x", rows * d, DType::f32));  // (B, T, d)
-    for (std::size_t l = 0; l < L; ++l) {
-      const std::string p = "layers." + std::to_string(l) + ".";
+    // What one block keeps beside its input x_l, named with prefix p.
+    const auto add_kept = [&](const std::string& p) {
+      if (recompute == Recompute::none) return add_layer(p, true);
       LayerSlots s = shared;
-      if (recompute == Recompute::none) {
-        s = add_layer(p, true);
-      } else if (recompute == Recompute::selective) {
+      if (recompute == Recompute::selective) {
         s.attn_o = a.add(p + "attn.o", rows * d, c);  // (B, T, H, Dh)
         s.attn_lse = a.add(p + "attn.lse", rows * static_cast<std::size_t>(config_.num_heads), DType::f32);
       }
-      layer_slots_.push_back(s);
-      const std::string next = l + 1 < L ? "layers." + std::to_string(l + 1) + ".x" : "ln_final.x";
-      residual_slots_.push_back(a.add(next, rows * d, DType::f32));  // (B, T, d)
+      return s;
+    };
+    if (options_.offload_activations) {
+      // A ring of block units, x_l then the kept tensors (see Note [Activation offloading]).
+      const std::size_t ring = std::min(static_cast<std::size_t>(kOffloadRing), L);
+      std::vector<std::size_t> ring_x;
+      std::vector<LayerSlots> ring_kept;
+      for (std::size_t k = 0; k < ring; ++k) {
+        const std::string p = "offload ring slot " + std::to_string(k) + ".";
+        ring_x.push_back(a.add(p + "x", rows * d, DType::f32));  // (B, T, d)
+        ring_kept.push_back(add_kept(p));
+        offload_slots_.push_back(ring_x.back());
+        offload_unit_bytes_ = a.end() - ring_x.back();
+      }
+      for (std::size_t l = 0; l < L; ++l) {
+        residual_slots_.push_back(ring_x[l % ring]);
+        layer_slots_.push_back(ring_kept[l % ring]);
+      }
+      residual_slots_.push_back(a.add("ln_final.x", rows * d, DType::f32));  // (B, T, d)
+    } else {
+      residual_slots_.push_back(a.add("layers.0.x", rows * d, DType::f32));  // (B, T, d)
+      for (std::size_t l = 0; l < L; ++l) {
+        layer_slots_.push_back(add_kept("layers." + std::to_string(l) + "."));
+        const std::string next = l + 1 < L ? "layers." + std::to_string(l + 1) + ".x" : "ln_final.x";
+        residual_slots_.push_back(a.add(next, rows * d, DType::f32));  // (B, T, d)
+      }
     }
   } else {
     // Forward only: one residual stream, overwritten by each layer's output once its x_mid is made, and one
@@ -312,6 +340,7 @@ MemoryReport TransformerLM::memory() const {
   m.gradients = grads_.bytes();
   m.activations = activations_.bytes();
   m.workspace = workspace_.bytes();
+  m.offloaded = offload_.host_bytes();
   return m;
 }
 

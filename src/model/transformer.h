@@ -14,7 +14,9 @@
 //                  (overwritten by their gradient in fp32 mode) and dlogits (B,T,V) bf16 in bf16 training.
 //                  c = the compute dtype (fp32 or bf16). The SwiGLU product h is not kept: backward recomputes
 //                  it from a and b. With recomputation (see Note [Recomputation]) most of a block's tensors live
-//                  once, in slots every block shares, instead of once per block.
+//                  once, in slots every block shares, instead of once per block. With offloading (see Note
+//                  [Activation offloading]) the per-block tensors and block inputs live in a ring of three
+//                  blocks' slots, the rest of the blocks' in pinned host memory (MemoryReport::offloaded).
 //   workspace      bf16 mode: the weights as GEMM operands, cast from the masters when needed (as autocast
 //                  casts on use; no bf16 copy of the parameters persists): two slots of one block's bf16
 //                  parameters — block l's are cast into slot l % 2 right before its forward and again right
@@ -45,6 +47,19 @@
 //              ln1, qkv (and RoPE), the output projection (x_mid), ln2, a and b, and skips the attention.
 // The same ops run on the same inputs in the same order, so every recomputed tensor, hence every gradient,
 // is bit for bit the one `none` gives.
+//
+// Note [Activation offloading]
+// Training with ModelOptions::offload_activations: block l's unit — what its backward reads that was made in
+// its forward: x_l and what the policy keeps per block (none: every tensor of the block; selective: attn.o
+// and attn.lse; full: nothing more) — lives in slot l % R of a ring of R = min(kOffloadRing, L) unit-sized
+// slots of the arena instead of a place of its own (x_L, the final norm's input, keeps its own). Right after
+// block l's forward (l < L - R) the unit is copied into pinned host memory on a copy stream; the model's
+// stream waits for that copy only before it writes the slot again (block l + R - 1 writes x_{l+R} there),
+// R - 2 blocks later. The last R units stay in their slots until their backward. In backward, once block l
+// is done the copy stream brings unit l - R back into its slot (the same one), so each copy has the R - 1
+// blocks between to finish; block l - R's backward waits for it. The bytes the backward reads are the bytes
+// the forward wrote, so losses and gradients are bit for bit those without offloading, for every policy.
+// See model/activation_offload.h.
 // The fused QKV GEMM uses q_proj, k_proj, v_proj as one (3d, d) matrix (they are adjacent in the layout)
 // writing (B,T,3,H,Dh); attention reads q, k, v as strided (B,H,T,Dh) views of it without copies.
 #pragma once
@@ -57,6 +72,7 @@
 #include "core/buffer.h"
 #include "core/stream.h"
 #include "core/tensor.h"
+#include "model/activation_offload.h"
 #include "model/arena.h"
 #include "model/config.h"
 #include "model/parameter_source.h"
@@ -84,7 +100,15 @@ struct ModelOptions {
   // (ZeRO-3: model/parameter_source.h); no bf16 weight slots (the source hands out bf16 weights) and no
   // initialisation (the source's). Not owned; it outlives the model.
   ParameterSource* parameter_source = nullptr;
+  // Training only: keep the blocks' saved activations in pinned host memory between their forward and their
+  // backward, a ring of a few blocks' on the device (see Note [Activation offloading]).
+  bool offload_activations = false;
 };
+
+// Device slots of the activation-offloading ring (see Note [Activation offloading]): three let each copy
+// to the host finish during the next block's forward and each copy back during the two blocks' backward
+// before its use.
+constexpr std::int64_t kOffloadRing = 3;
 
 // Bytes held per kind.
 struct MemoryReport {
@@ -93,6 +117,7 @@ struct MemoryReport {
   std::size_t optimizer_state = 0;
   std::size_t activations = 0;
   std::size_t workspace = 0;  // with the bf16 weight slots in bf16 mode and the fused loss's tiles
+  std::size_t offloaded = 0;  // pinned host memory of offloaded activations (not device memory: not in total())
   std::size_t total() const { return parameters + gradients + optimizer_state + activations + workspace; }
 };
 
@@ -237,10 +262,13 @@ class TransformerLM {
   ArenaLayout workspace_layout_;
   std::vector<std::size_t> residual_slots_;  // x entering layer l, l = 0..num_layers (inference: all one slot)
   std::vector<LayerSlots> layer_slots_;      // per layer (inference: every layer the same slots)
+  std::vector<std::size_t> offload_slots_;   // offloading: where each ring slot starts in the arena
+  std::size_t offload_unit_bytes_ = 0;       // offloading: bytes of one block's unit (a ring slot)
   std::size_t lnf_y_ = 0, lnf_rstd_ = 0, logits_ = 0, dlogits_ = 0;
   WorkspaceSlots ws_{};
   Buffer activations_;
   Buffer workspace_;
+  ActivationOffload offload_;  // off unless options_.offload_activations in training
   Batch logits_batch_;  // the batch whose logits the arena holds (B = 0: none)
 };
 

@@ -2,8 +2,8 @@
 // weight; the fused loss made its gradients in the forward), final RMSNorm, the blocks from the last to the
 // first (in bf16 mode the cast of the block's weights again; with recomputation the block's forward again,
 // see Note [Recomputation]; FFN: w2, SwiGLU with h recomputed, w3 and w1, ln2; attention: output projection,
-// attention, inverse RoPE, fused QKV, ln1), the embedding; the gradient-ready hook told as each gradient is
-// final.
+// attention, inverse RoPE, fused QKV, ln1; with offloading, each block's unit copied back ahead of it), the
+// embedding; the gradient-ready hook told as each gradient is final.
 #include "core/error.h"
 #include "core/nvtx.h"
 #include "model/transformer.h"
@@ -69,7 +69,12 @@ void TransformerLM::run_backward(const Batch& b, const TokenIds& inputs, const B
                    act(lnf_rstd_, DType::f32, {b.B, b.T}), {config_.norm_eps, stream});
   notify(options, ln_final);
 
-  for (std::int64_t l = L - 1; l >= 0; --l) layer_backward(l, b, options);
+  for (std::int64_t l = L - 1; l >= 0; --l) {
+    offload_.make_readable(l);  // see Note [Activation offloading]
+    layer_backward(l, b, options);
+    offload_.release(l);
+  }
+  offload_.finish();
 
   const std::size_t embedding = ParameterLayout::embedding_index();
   bind_gradients(0);

@@ -3,7 +3,7 @@
 // residual add; RMSNorm, SwiGLU FFN, residual add; or a block's recomputation before its backward, see Note
 // [Recomputation]), final RMSNorm, LM head (in bf16 mode after the cast of its weight) and mean cross-entropy
 // (with its softmax gradient when backward follows): materialised, or fused in chunks with the LM head's
-// backward (see Note [Fused LM head loss]).
+// backward (see Note [Fused LM head loss]); with offloading, each block's unit copied to the host after it.
 #include <algorithm>
 
 #include "core/error.h"
@@ -51,9 +51,15 @@ double TransformerLM::run_forward(const Batch& b, const TokenIds& inputs, const 
   const std::int64_t L = config_.num_layers, d = config_.d_model;
   const DType c = compute_dtype();
 
+  // Offloading moves the units only for a backward (see Note [Activation offloading]).
   bind_parameters(0);
+  offload_.make_writable(0);
   embedding_forward(residual(0, b), inputs, params_[ParameterLayout::embedding_index()], stream);
-  for (std::int64_t l = 0; l < L; ++l) layer_forward(l, b);
+  for (std::int64_t l = 0; l < L; ++l) {
+    offload_.make_writable(l + 1);  // block l writes x_{l+1}
+    layer_forward(l, b);
+    if (backward) offload_.store(l);
+  }
   bind_parameters(L + 1);
 
   const Tensor lnf_y = act(lnf_y_, c, {b.B, b.T, d});  // (B, T, d)

@@ -48,6 +48,7 @@ std::vector<RunSetting> run_settings(const TrainPlan& plan) {
       {"--attention", name_of(plan.attention)},
       {"--recompute", name_of(plan.recompute)},
       {"--loss-chunk", str(plan.loss_chunk)},
+      {"--offload-activations", plan.offload_activations ? "on" : "off"},
       {"--device", plan.device.is_cpu() ? "cpu" : "cuda"},
       {"--batch", str(plan.batch)},
       {"--steps", str(plan.steps)},

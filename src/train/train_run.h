@@ -55,6 +55,7 @@ struct TrainPlan {
   AttentionImpl attention = AttentionImpl::flash;
   Recompute recompute = Recompute::none;
   std::int64_t loss_chunk = 1024;  // ModelOptions::loss_chunk
+  bool offload_activations = false;  // ModelOptions::offload_activations
   Device device = Device::cpu();
   std::int64_t batch = 4;
   std::int64_t steps = 1000;

@@ -7,17 +7,14 @@
 // Run on a GPU machine: ./build/bin/gpu_test_model_fused_recompute_cuda
 #include <gtest/gtest.h>
 
-#include <cuda_runtime.h>
-
 #include <algorithm>
 #include <cmath>
-#include <random>
 #include <string>
 #include <vector>
 
-#include "core/buffer.h"
 #include "core/error.h"
 #include "core/tensor_io.h"
+#include "gpu/device_token_batch.h"
 #include "model/graphed_step.h"
 #include "model/trainer.h"
 
@@ -43,24 +40,9 @@ ModelOptions options_for(Precision precision, Device device, std::int64_t loss_c
   return o;
 }
 
-// (B, T) random inputs then targets on the host and on the GPU.
-struct Batch {
-  std::int64_t B = 4, T = 16;
-  std::vector<std::int32_t> host;  // (2, B, T)
-  Buffer device;
-  explicit Batch(std::uint64_t seed) : host(static_cast<std::size_t>(2 * B * T)) {
-    std::mt19937_64 gen(seed);
-    std::uniform_int_distribution<std::int32_t> id(0, static_cast<std::int32_t>(config().vocab_size - 1));
-    for (auto& x : host) x = id(gen);
-    device = Buffer(host.size() * sizeof(std::int32_t), Device::cuda(0), "test batch");
-    EXPECT_EQ(cudaMemcpy(device.data(), host.data(), host.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice),
-              cudaSuccess);
-  }
-  const std::int32_t* base(Device d) const {
-    return d.is_cpu() ? host.data() : static_cast<const std::int32_t*>(device.data());
-  }
-  TokenIds inputs(Device d) const { return {base(d), {B, T}, d}; }
-  TokenIds targets(Device d) const { return {base(d) + B * T, {B, T}, d}; }
+// (4, 16) random ids of the config's vocabulary.
+struct Batch : test::DeviceTokenBatch {
+  explicit Batch(std::uint64_t seed) : DeviceTokenBatch(4, 16, config().vocab_size, seed) {}
 };
 
 struct Result {
