@@ -8,14 +8,14 @@
 
 namespace ft {
 
-ActivationOffload::ActivationOffload(std::int64_t layers, std::vector<char*> slots, std::size_t unit_bytes,
+ActivationOffload::ActivationOffload(std::int64_t units, std::vector<char*> slots, std::size_t unit_bytes,
                                      Device device, const Stream& compute)
-    : layers_(layers),
+    : units_(units),
       slots_(std::move(slots)),
       unit_bytes_(unit_bytes),
       device_(device),
       compute_(compute),
-      host_(unit_bytes * static_cast<std::size_t>(host_units(layers, static_cast<std::int64_t>(slots_.size()))),
+      host_(unit_bytes * static_cast<std::size_t>(host_units(units, static_cast<std::int64_t>(slots_.size()))),
             device, "offloaded activations"),
       storing_(slots_.size(), false) {
   FT_CHECK(!slots_.empty(), "ActivationOffload: the ring needs at least one slot");
@@ -40,7 +40,7 @@ void ActivationOffload::copy_after_compute(char* dst, const char* src, Event* do
 }
 
 void ActivationOffload::make_writable(std::int64_t unit) {
-  if (slots_.empty() || unit >= layers_) return;
+  if (slots_.empty() || unit >= units_) return;
   const std::size_t k = slot_of(unit);
   if (!storing_[k]) return;
   if (!device_.is_cpu()) stored_[k]->wait_on(compute_);
@@ -48,22 +48,22 @@ void ActivationOffload::make_writable(std::int64_t unit) {
 }
 
 void ActivationOffload::store(std::int64_t l) {
-  if (slots_.empty() || l >= host_units(layers_, static_cast<std::int64_t>(slots_.size()))) return;
+  if (slots_.empty() || l >= host_units(units_, static_cast<std::int64_t>(slots_.size()))) return;
   const std::size_t k = slot_of(l);
   copy_after_compute(host_unit(l), slots_[k], device_.is_cpu() ? nullptr : stored_[k].get());
   storing_[k] = true;
 }
 
 void ActivationOffload::make_readable(std::int64_t l) {
-  if (slots_.empty() || l >= host_units(layers_, static_cast<std::int64_t>(slots_.size()))) return;
+  if (slots_.empty() || l >= host_units(units_, static_cast<std::int64_t>(slots_.size()))) return;
   if (!device_.is_cpu()) loaded_[slot_of(l)]->wait_on(compute_);
 }
 
-void ActivationOffload::release(std::int64_t l) {
+void ActivationOffload::release(std::int64_t u) {
   const auto ring = static_cast<std::int64_t>(slots_.size());
-  if (slots_.empty() || l < ring) return;
-  const std::size_t k = slot_of(l);  // unit l - ring's slot too
-  copy_after_compute(slots_[k], host_unit(l - ring), device_.is_cpu() ? nullptr : loaded_[k].get());
+  if (slots_.empty() || u < ring) return;
+  const std::size_t k = slot_of(u);  // unit u - ring's slot too
+  copy_after_compute(slots_[k], host_unit(u - ring), device_.is_cpu() ? nullptr : loaded_[k].get());
 }
 
 void ActivationOffload::finish() {

@@ -1,6 +1,7 @@
 // activation_offload.h — ActivationOffload: moves each block's kept activations (its saved unit: the block
-// input x_l and what the recompute policy keeps beside it) between a small ring of device slots and host
-// memory, so a training model holds a few blocks' units on the device instead of one per block. The model
+// input x_l and what the recompute policy keeps beside it; the last unit is the final norm's input x_L alone)
+// between a small ring of device slots and host memory, so a training model holds a few units on the device
+// instead of one per block. The model
 // calls it at fixed points of forward and backward; the copies run on a stream of their own, ordered against
 // the model's stream with events, so they overlap the blocks' compute. See Note [Activation offloading] in
 // model/transformer.h.
@@ -18,15 +19,16 @@ namespace ft {
 
 class ActivationOffload {
  public:
-  // Blocks whose units go through the ring of `ring` slots; units 0 .. host_units(layers, ring) - 1 go to the
-  // host, the last `ring` stay in their slots from the forward to their backward.
-  static std::int64_t host_units(std::int64_t layers, std::int64_t ring) { return layers > ring ? layers - ring : 0; }
+  // Of `units` going through a ring of `ring` slots, units 0 .. host_units(units, ring) - 1 go to the host; the
+  // last `ring` stay in their slots from the forward to their backward.
+  static std::int64_t host_units(std::int64_t units, std::int64_t ring) { return units > ring ? units - ring : 0; }
 
   ActivationOffload() = default;  // off: every call does nothing
-  // slots: the device addresses of the ring's slots, unit_bytes each (block l's unit lives in slot l % size);
-  // compute: the model's stream. Allocates host_units x unit_bytes of pinned host memory (ft::Error naming the
-  // bytes when the host cannot give them) and, on a CUDA device, the copy stream and events.
-  ActivationOffload(std::int64_t layers, std::vector<char*> slots, std::size_t unit_bytes, Device device,
+  // units: the model's blocks + 1; slots: the device addresses of the ring's slots, unit_bytes each (unit u
+  // lives in slot u % size); compute: the model's stream. Allocates host_units x unit_bytes of pinned host
+  // memory (ft::Error naming the bytes when the host cannot give them) and, on a CUDA device, the copy stream
+  // and events.
+  ActivationOffload(std::int64_t units, std::vector<char*> slots, std::size_t unit_bytes, Device device,
                     const Stream& compute);
   ActivationOffload(ActivationOffload&&) noexcept = default;
   ActivationOffload& operator=(ActivationOffload&&) noexcept = default;
@@ -42,9 +44,9 @@ class ActivationOffload {
   // Backward. Before block l's backward reads its unit: the model's stream waits for its copy back (for
   // l < host_units; the others never left their slots).
   void make_readable(std::int64_t l);
-  // After block l's backward is enqueued: its slot is free, and unit l - ring (whose slot it is) is copied
-  // back into it, ring - 1 blocks ahead of its use.
-  void release(std::int64_t l);
+  // After unit u's last reader in backward is enqueued (the final norm's for x_L, block l's for unit l): its
+  // slot is free, and unit u - ring (whose slot it is) is copied back into it, ring - 1 blocks ahead of use.
+  void release(std::int64_t u);
   // At the end of backward: the model's stream waits for every copy issued this step (so the next step may
   // overwrite any slot, and a captured CUDA graph joins the copy stream).
   void finish();
@@ -55,7 +57,7 @@ class ActivationOffload {
   // dst <- src (unit_bytes) on the copy stream after the model's stream's work so far; `done` recorded after.
   void copy_after_compute(char* dst, const char* src, Event* done);
 
-  std::int64_t layers_ = 0;
+  std::int64_t units_ = 0;
   std::vector<char*> slots_;
   std::size_t unit_bytes_ = 0;
   Device device_ = Device::cpu();

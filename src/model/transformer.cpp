@@ -36,7 +36,7 @@ MemoryReport TransformerLM::planned_memory(const ModelConfig& config, const Mode
   m.activations = plan.activation_layout_.bytes();
   m.workspace = plan.workspace_layout_.bytes();
   m.offloaded = plan.offload_unit_bytes_ * static_cast<std::size_t>(ActivationOffload::host_units(
-                                               config.num_layers, static_cast<std::int64_t>(plan.offload_slots_.size())));
+                                               config.num_layers + 1, static_cast<std::int64_t>(plan.offload_slots_.size())));
   return m;
 }
 
@@ -55,7 +55,8 @@ TransformerLM::TransformerLM(const ModelConfig& config, const ModelOptions& opti
   if (!offload_slots_.empty()) {
     std::vector<char*> slots;
     for (std::size_t offset : offload_slots_) slots.push_back(static_cast<char*>(activations_.data()) + offset);
-    offload_ = ActivationOffload(config_.num_layers, std::move(slots), offload_unit_bytes_, device, options_.stream);
+    offload_ = ActivationOffload(config_.num_layers + 1, std::move(slots), offload_unit_bytes_, device,
+                                 options_.stream);
   }
   if (!options_.parameter_source) init_parameters(layout_, params_, options_.seed, options_.stream);
 }
@@ -106,8 +107,8 @@ void TransformerLM::plan_memory() {
       return s;
     };
     if (options_.offload_activations) {
-      // A ring of block units, x_l then the kept tensors (see Note [Activation offloading]).
-      const std::size_t ring = std::min(static_cast<std::size_t>(kOffloadRing), L);
+      // A ring of units, x_l then the kept tensors (see Note [Activation offloading]).
+      const std::size_t ring = std::min(static_cast<std::size_t>(kOffloadRing), L + 1);
       std::vector<std::size_t> ring_x;
       std::vector<LayerSlots> ring_kept;
       for (std::size_t k = 0; k < ring; ++k) {
@@ -121,7 +122,7 @@ void TransformerLM::plan_memory() {
         residual_slots_.push_back(ring_x[l % ring]);
         layer_slots_.push_back(ring_kept[l % ring]);
       }
-      residual_slots_.push_back(a.add("ln_final.x", rows * d, DType::f32));  // (B, T, d)
+      residual_slots_.push_back(ring_x[L % ring]);  // x_L, the last unit
     } else {
       residual_slots_.push_back(a.add("layers.0.x", rows * d, DType::f32));  // (B, T, d)
       for (std::size_t l = 0; l < L; ++l) {
@@ -172,10 +173,12 @@ void TransformerLM::plan_memory() {
   ws_.dres = w.add("dx (residual stream)", rows * d, DType::f32);                  // (B, T, d)
   ws_.dres_c = bf16 ? w.add("dx (bf16 copy)", rows * d, DType::bf16) : ws_.dres;  // (B, T, d)
   ws_.dnorm = w.add("d norm output", rows * d, DType::f32);                       // (B, T, d)
-  ws_.dtmp = w.add("d ffn.w1 input", rows * d, DType::f32);                       // (B, T, d)
   const std::size_t overlay = w.end();
   ws_.ffn_h = w.add("ffn.h", rows * f, c);    // (B, T, d_ff)
   ws_.ffn_dh = w.add("ffn.dh", rows * f, c);  // (B, T, d_ff)
+  // The w1 GEMM's input gradient comes after the SwiGLU's backward, when h and dh are no longer read.
+  w.rewind_to(overlay);
+  ws_.dtmp = w.add("d ffn.w1 input (over ffn.h, ffn.dh)", rows * d, DType::f32);  // (B, T, d)
   w.rewind_to(overlay);
   ws_.attn_do = w.add("attn.d_o", rows * d, c);            // (B, T, H, Dh)
   ws_.attn_dqkv = w.add("attn.dqkv", rows * 3 * d, c);     // (B, T, 3, H, Dh)

@@ -30,7 +30,8 @@
 //                  gradient tile), which overlay the per-layer temporaries below (the loss runs between the
 //                  last block's forward and the first block's backward).
 //                  Then the temporaries of one layer at a time (gradient of the residual stream, its bf16
-//                  copy, norm input gradients, h and dh, d_o and dqkv — the FFN and attention groups overlay).
+//                  copy, the norm output gradient; h and dh, then the w1 input gradient over them; d_o and
+//                  dqkv — the FFN and attention groups overlay).
 // An inference model (ModelOptions::training = false) allocates no gradients and keeps nothing for backward:
 // its arena holds one residual stream x (each layer writes x_next over its x once x_mid is made), x_mid and
 // one layer's temporaries shared by every layer (ln1.y, ln1.rstd, qkv, o, lse, ln2.y, ln2.rstd, a, b), then
@@ -51,15 +52,15 @@
 // Note [Activation offloading]
 // Training with ModelOptions::offload_activations: block l's unit — what its backward reads that was made in
 // its forward: x_l and what the policy keeps per block (none: every tensor of the block; selective: attn.o
-// and attn.lse; full: nothing more) — lives in slot l % R of a ring of R = min(kOffloadRing, L) unit-sized
-// slots of the arena instead of a place of its own (x_L, the final norm's input, keeps its own). Right after
-// block l's forward (l < L - R) the unit is copied into pinned host memory on a copy stream; the model's
+// and attn.lse; full: nothing more) — and unit L, the final norm's input x_L, live in slot u % R of a ring
+// of R = min(kOffloadRing, L + 1) unit-sized slots of the arena instead of a place of their own. Right after
+// block l's forward (l <= L - R) its unit is copied into pinned host memory on a copy stream; the model's
 // stream waits for that copy only before it writes the slot again (block l + R - 1 writes x_{l+R} there),
-// R - 2 blocks later. The last R units stay in their slots until their backward. In backward, once block l
-// is done the copy stream brings unit l - R back into its slot (the same one), so each copy has the R - 1
-// blocks between to finish; block l - R's backward waits for it. The bytes the backward reads are the bytes
-// the forward wrote, so losses and gradients are bit for bit those without offloading, for every policy.
-// See model/activation_offload.h.
+// R - 2 blocks later. The last R units stay in their slots until their backward. In backward, once unit u's
+// last reader is done (the final norm's backward for x_L, block u's backward) the copy stream brings unit
+// u - R back into the same slot, so each copy has the R - 1 blocks between to finish; block u - R's backward
+// waits for it. The bytes the backward reads are the bytes the forward wrote, so losses and gradients are
+// bit for bit those without offloading, for every policy. See model/activation_offload.h.
 // The fused QKV GEMM uses q_proj, k_proj, v_proj as one (3d, d) matrix (they are adjacent in the layout)
 // writing (B,T,3,H,Dh); attention reads q, k, v as strided (B,H,T,Dh) views of it without copies.
 #pragma once

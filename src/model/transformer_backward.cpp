@@ -68,6 +68,7 @@ void TransformerLM::run_backward(const Batch& b, const TokenIds& inputs, const B
   rmsnorm_backward({dres, grads_[ln_final], false, acc}, dnorm, residual(L, b), params_[ln_final],
                    act(lnf_rstd_, DType::f32, {b.B, b.T}), {config_.norm_eps, stream});
   notify(options, ln_final);
+  offload_.release(L);  // x_L's slot (see Note [Activation offloading])
 
   for (std::int64_t l = L - 1; l >= 0; --l) {
     offload_.make_readable(l);  // see Note [Activation offloading]

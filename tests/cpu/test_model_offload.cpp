@@ -18,7 +18,7 @@ namespace {
 
 ModelConfig six_layers() {
   ModelConfig c = model_config("tiny");
-  c.num_layers = 6;  // three units to the host and back, three staying in the ring
+  c.num_layers = 6;  // units 0-3 to the host and back, 4, 5 and x_L staying in the ring
   return c;
 }
 
@@ -80,9 +80,12 @@ TEST(Offload, ArenaHoldsTheRingAndTheHostTheRest) {
     std::size_t unit = rows * d * 4;
     if (recompute == Recompute::selective) unit += rows * d * 2 + rows * H * 4;
     if (recompute == Recompute::none) unit += rows * (d * 2 + 4 + 3 * d * 2 + d * 2 + d * 4 + d * 2 + 4 + 2 * 172 * 2);
-    EXPECT_GE(offloaded.offloaded, (L - ring) * unit);
-    EXPECT_LE(offloaded.offloaded, (L - ring) * (unit + 16 * kArenaAlignment));
-    EXPECT_EQ(kept.activations - offloaded.activations, offloaded.offloaded);  // the same units, moved
+    // Units 0 .. L (the last: x_L alone), the first L + 1 - ring on the host.
+    const std::size_t host_units = L + 1 - ring, slot = offloaded.offloaded / host_units;
+    EXPECT_GE(slot, unit);
+    EXPECT_LE(slot, unit + 16 * kArenaAlignment);
+    // The same units, moved; x_L's slot has room for a block's kept tensors.
+    EXPECT_EQ(kept.activations - offloaded.activations, offloaded.offloaded - (slot - rows * d * 4));
     EXPECT_EQ(TransformerLM::planned_memory(c, o).offloaded, offloaded.offloaded);
     EXPECT_EQ(TransformerLM::planned_memory(c, o).activations, offloaded.activations);
   }
