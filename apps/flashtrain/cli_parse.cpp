@@ -141,7 +141,7 @@ void add_model_memory_options(CLI::App& command, std::string& recompute, std::in
       ->check(at_least(0));
   command.add_flag("--offload-activations", offload_activations,
                    "Training: keep the blocks' saved activations in pinned host memory between forward and "
-                   "backward (copies overlap compute; a ring of three blocks' stays on the device); bit-identical");
+                   "backward (copies overlap compute; a ring of two blocks' stays on the device); bit-identical");
 }
 
 ModelMemoryOptions resolve_model_memory_options(const std::string& recompute, std::int64_t loss_chunk,

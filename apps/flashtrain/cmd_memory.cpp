@@ -27,7 +27,7 @@ sharded), optimizer_state (AdamW m and v, whole or sharded), activations (the mo
 --context), workspace (the model's temporaries) and communication (DDP's bf16 staging, ZeRO-2/3's gather
 and gradient slots); total is their sum, device memory. offloaded_host_gib: the pinned host memory per rank
 that --offload-activations moves the blocks' saved activations to (activations then counts the device's
-ring of three blocks). --world defaults to the job's number of ranks; a prediction needs no GPU and
+ring of two blocks). --world defaults to the job's number of ranks; a prediction needs no GPU and
 allocates nothing. --run also takes the training step (bench fsdp's row: --warmup and --steps steps, then
 one profiled step) on every rank of the job (--world must then be the job's) and prints the allocator's
 peak beside, split by the same categories (communication buffers count as workspace there; other: token

@@ -15,7 +15,7 @@
 //                  c = the compute dtype (fp32 or bf16). The SwiGLU product h is not kept: backward recomputes
 //                  it from a and b. With recomputation (see Note [Recomputation]) most of a block's tensors live
 //                  once, in slots every block shares, instead of once per block. With offloading (see Note
-//                  [Activation offloading]) the per-block tensors and block inputs live in a ring of three
+//                  [Activation offloading]) the per-block tensors and block inputs live in a ring of two
 //                  blocks' slots, the rest of the blocks' in pinned host memory (MemoryReport::offloaded).
 //   workspace      bf16 mode: the weights as GEMM operands, cast from the masters when needed (as autocast
 //                  casts on use; no bf16 copy of the parameters persists): two slots of one block's bf16
@@ -54,13 +54,15 @@
 // its forward: x_l and what the policy keeps per block (none: every tensor of the block; selective: attn.o
 // and attn.lse; full: nothing more) — and unit L, the final norm's input x_L, live in slot u % R of a ring
 // of R = min(kOffloadRing, L + 1) unit-sized slots of the arena instead of a place of their own. Right after
-// block l's forward (l <= L - R) its unit is copied into pinned host memory on a copy stream; the model's
-// stream waits for that copy only before it writes the slot again (block l + R - 1 writes x_{l+R} there),
-// R - 2 blocks later. The last R units stay in their slots until their backward. In backward, once unit u's
-// last reader is done (the final norm's backward for x_L, block u's backward) the copy stream brings unit
-// u - R back into the same slot, so each copy has the R - 1 blocks between to finish; block u - R's backward
-// waits for it. The bytes the backward reads are the bytes the forward wrote, so losses and gradients are
-// bit for bit those without offloading, for every policy. See model/activation_offload.h.
+// block l's forward (l <= L - R) its unit is copied into pinned host memory on a copy stream. The model's
+// stream waits for that copy only right before it writes the slot again: block l + R - 1's w2 GEMM writes
+// x_{l+R} there (block l + R's own tensors come later), so with R = 2 the copy runs while the next block's
+// forward computes up to its last GEMM. The last R units stay in their slots until their backward. In
+// backward, once unit u's last reader is done (the final norm's backward for x_L, block u's backward) the
+// copy stream brings unit u - R back into the same slot, so each copy has the R - 1 blocks between to
+// finish; block u - R's backward waits for it. The bytes the backward reads are the bytes the forward wrote,
+// so losses and gradients are bit for bit those without offloading, for every policy. See
+// model/activation_offload.h.
 // The fused QKV GEMM uses q_proj, k_proj, v_proj as one (3d, d) matrix (they are adjacent in the layout)
 // writing (B,T,3,H,Dh); attention reads q, k, v as strided (B,H,T,Dh) views of it without copies.
 #pragma once
@@ -106,10 +108,10 @@ struct ModelOptions {
   bool offload_activations = false;
 };
 
-// Device slots of the activation-offloading ring (see Note [Activation offloading]): three let each copy
-// to the host finish during the next block's forward and each copy back during the two blocks' backward
-// before its use.
-constexpr std::int64_t kOffloadRing = 3;
+// Device slots of the activation-offloading ring (see Note [Activation offloading]): two let each copy to
+// the host run during the next block's forward (up to its w2 GEMM) and each copy back during the next
+// block's backward.
+constexpr std::int64_t kOffloadRing = 2;
 
 // Bytes held per kind.
 struct MemoryReport {

@@ -56,7 +56,6 @@ double TransformerLM::run_forward(const Batch& b, const TokenIds& inputs, const 
   offload_.make_writable(0);
   embedding_forward(residual(0, b), inputs, params_[ParameterLayout::embedding_index()], stream);
   for (std::int64_t l = 0; l < L; ++l) {
-    offload_.make_writable(l + 1);  // block l writes x_{l+1}
     layer_forward(l, b);
     if (backward) offload_.store(l);
   }
@@ -154,6 +153,7 @@ void TransformerLM::block_forward(std::int64_t l, const Batch& b, const BlockWei
   if (pass != BlockPass::forward) return;  // the backward recomputes h itself and needs no x_next
   const Tensor h = work(ws_.ffn_h, c, {b.B, b.T, f});  // (B, T, d_ff)
   swiglu_forward(h, a, g, stream);
+  offload_.make_writable(l + 1);  // x_{l+1}'s slot: as late as possible (see Note [Activation offloading])
   const Tensor x_next = residual(l + 1, b);  // (B, T, d) fp32
   linear_forward(x_next, h, w.w2, lin);
   residual_add(x_next, x_mid, stream);

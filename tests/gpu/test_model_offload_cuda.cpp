@@ -1,5 +1,5 @@
 // test_model_offload_cuda.cpp — activation offloading on CUDA (see Note [Activation offloading],
-// model/transformer.h): six blocks through the ring of three, the units copied to pinned host memory and back
+// model/transformer.h): six blocks through the ring of two, the units copied to pinned host memory and back
 // on the copy stream while the model's own stream computes. For none, selective and full recomputation, fp32
 // and bf16, the fused and the materialised loss, the losses (two accumulated micro-batches of different
 // lengths) and every gradient equal those without offloading bit for bit; the CUDA-graphed train step with

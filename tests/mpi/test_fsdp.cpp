@@ -189,7 +189,7 @@ TEST(Fsdp, Bf16MatchesSingleProcess) {
   expect_matches_single_process(Precision::bf16, 1, (W & (W - 1)) == 0 ? 1e-6 : 1e-2);
 }
 
-// Activation offloading under ZeRO-3 (five blocks: two go through the host): for every recompute policy, the
+// Activation offloading under ZeRO-3 (five blocks: four go through the host): for every recompute policy, the
 // losses, gradient norms and parameters of the run without it, bit for bit.
 TEST(Fsdp, OffloadedActivationsGiveTheSameRunBitForBit) {
   for (Precision precision : {Precision::fp32, Precision::bf16})

@@ -177,7 +177,7 @@ TEST(FsdpNccl, Bf16ModeMatchesOneProcess) {
     }
 }
 
-// Activation offloading under ZeRO-3 over NCCL (five blocks, three units through pinned host memory on the
+// Activation offloading under ZeRO-3 over NCCL (five blocks, four units through pinned host memory on the
 // copy stream): every recompute policy gives the parameters of the run without it bit for bit.
 TEST(FsdpNccl, OffloadedActivationsChangeNoBit) {
   for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full}) {
