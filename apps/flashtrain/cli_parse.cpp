@@ -134,7 +134,8 @@ void add_model_memory_options(CLI::App& command, std::string& recompute, std::in
                               bool& offload_activations) {
   command.add_option("--recompute", recompute,
                      "Training: activation recomputation, none, selective (keep attention outputs, recompute norms, "
-                     "projections, SwiGLU inputs) or full (keep block inputs only); gradients are bit-identical");
+                     "projections, SwiGLU inputs), selective-qkv (keep q, k, v too: recompute norms, the output "
+                     "projection, SwiGLU inputs) or full (keep block inputs only); gradients are bit-identical");
   command.add_option("--loss-chunk", loss_chunk,
                      "Rows per chunk of the fused LM head + cross-entropy, which never holds (B, T, V) logits; 0 = "
                      "materialise the logits")

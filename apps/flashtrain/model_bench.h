@@ -45,7 +45,7 @@ struct BenchModelOptions {
   std::string modes = "fwd,fwd_bwd";
   std::string precisions = "fp32";
   std::string attention = "flash";
-  std::string recompute = "none";  // none, selective or full (training modes)
+  std::string recompute = "none";  // none, selective, selective-qkv or full (training modes)
   std::int64_t loss_chunk = 1024;  // rows per chunk of the fused LM head loss; 0 = materialised logits
   bool offload_activations = false;  // training modes: ModelOptions::offload_activations
   bool tf32 = false;

@@ -24,7 +24,7 @@ struct TrainOptions {
   bool tf32 = false;
   bool cuda_graph = false;  // capture the step in a CUDA graph and replay it (model/graphed_step.h)
   std::string attention = "flash";
-  std::string recompute = "none";  // none, selective or full
+  std::string recompute = "none";  // none, selective, selective-qkv or full
   std::int64_t loss_chunk = 1024;  // rows per chunk of the fused LM head loss; 0 = materialised logits
   bool offload_activations = false;  // ModelOptions::offload_activations
   std::string device = "auto";

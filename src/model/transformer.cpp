@@ -74,13 +74,13 @@ void TransformerLM::plan_memory() {
   const Recompute recompute = options_.training ? options_.recompute : Recompute::none;
 
   ArenaLayout& a = activation_layout_;
-  // One block's tensors (the FFN's h lives in the workspace), named with prefix p; attn.o and attn.lse only when
-  // with_attention.
-  const auto add_layer = [&](const std::string& p, bool with_attention) {
+  // One block's tensors (the FFN's h lives in the workspace), named with prefix p; attn.qkv only when with_qkv,
+  // attn.o and attn.lse only when with_attention.
+  const auto add_layer = [&](const std::string& p, bool with_qkv, bool with_attention) {
     LayerSlots s{};
     s.ln1_y = a.add(p + "ln1.y", rows * d, c);                  // (B, T, d)
     s.ln1_rstd = a.add(p + "ln1.rstd", rows, DType::f32);       // (B, T)
-    s.qkv = a.add(p + "attn.qkv", rows * 3 * d, c);             // (B, T, 3, H, Dh)
+    if (with_qkv) s.qkv = a.add(p + "attn.qkv", rows * 3 * d, c);  // (B, T, 3, H, Dh)
     if (with_attention) {
       s.attn_o = a.add(p + "attn.o", rows * d, c);              // (B, T, H, Dh)
       s.attn_lse = a.add(p + "attn.lse", rows * static_cast<std::size_t>(config_.num_heads), DType::f32);  // (B,H,T)
@@ -95,12 +95,15 @@ void TransformerLM::plan_memory() {
   if (options_.training) {
     // Recomputation: the tensors it remakes live once, shared by every block (see Note [Recomputation]).
     LayerSlots shared{};
-    if (recompute != Recompute::none) shared = add_layer("recomputed block.", recompute == Recompute::full);
+    const bool keeps_qkv = recompute == Recompute::selective_qkv;
+    const bool keeps_attention = recompute == Recompute::selective || keeps_qkv;
+    if (recompute != Recompute::none) shared = add_layer("recomputed block.", !keeps_qkv, !keeps_attention);
     // What one block keeps beside its input x_l, named with prefix p.
     const auto add_kept = [&](const std::string& p) {
-      if (recompute == Recompute::none) return add_layer(p, true);
+      if (recompute == Recompute::none) return add_layer(p, true, true);
       LayerSlots s = shared;
-      if (recompute == Recompute::selective) {
+      if (keeps_qkv) s.qkv = a.add(p + "attn.qkv", rows * 3 * d, c);  // (B, T, 3, H, Dh)
+      if (keeps_attention) {
         s.attn_o = a.add(p + "attn.o", rows * d, c);  // (B, T, H, Dh)
         s.attn_lse = a.add(p + "attn.lse", rows * static_cast<std::size_t>(config_.num_heads), DType::f32);
       }
@@ -135,7 +138,7 @@ void TransformerLM::plan_memory() {
     // Forward only: one residual stream, overwritten by each layer's output once its x_mid is made, and one
     // layer's temporaries that every layer reuses.
     residual_slots_.assign(L + 1, a.add("x (residual stream)", rows * d, DType::f32));  // (B, T, d)
-    layer_slots_.assign(L, add_layer("layer.", true));
+    layer_slots_.assign(L, add_layer("layer.", true, true));
   }
   lnf_y_ = a.add("ln_final.y", rows * d, c);                     // (B, T, d)
   lnf_rstd_ = a.add("ln_final.rstd", rows, DType::f32);          // (B, T)

@@ -46,13 +46,15 @@
 //   full       keeps x_l per block; recomputes ln1, qkv (and RoPE), attention, x_mid, ln2, a and b.
 //   selective  keeps x_l, attn.o and attn.lse per block (the attention is the expensive part); recomputes
 //              ln1, qkv (and RoPE), the output projection (x_mid), ln2, a and b, and skips the attention.
+//   selective_qkv  keeps attn.qkv (after RoPE) too; recomputes ln1 (its output is the QKV weight gradient's
+//              operand), x_mid, ln2, a and b, and skips the QKV GEMM, RoPE and the attention.
 // The same ops run on the same inputs in the same order, so every recomputed tensor, hence every gradient,
 // is bit for bit the one `none` gives.
 //
 // Note [Activation offloading]
 // Training with ModelOptions::offload_activations: block l's unit — what its backward reads that was made in
 // its forward: x_l and what the policy keeps per block (none: every tensor of the block; selective: attn.o
-// and attn.lse; full: nothing more) — and unit L, the final norm's input x_L, live in slot u % R of a ring
+// and attn.lse; selective_qkv: attn.qkv, attn.o and attn.lse; full: nothing more) — and unit L, the final norm's input x_L, live in slot u % R of a ring
 // of R = min(kOffloadRing, L + 1) unit-sized slots of the arena instead of a place of their own. Right after
 // block l's forward (l <= L - R) its unit is copied into pinned host memory on a copy stream. The model's
 // stream waits for that copy only right before it writes the slot again: block l + R - 1's w2 GEMM writes
@@ -195,7 +197,7 @@ class TransformerLM {
   };
   // What block_forward runs: the whole block, or its recomputation before the block's backward (see Note
   // [Recomputation]).
-  enum class BlockPass { forward, recompute_full, recompute_selective };
+  enum class BlockPass { forward, recompute_full, recompute_selective, recompute_selective_qkv };
   // The GEMM weights of one block.
   struct BlockWeights {
     Tensor qkv;          // (3d, d): q_proj, k_proj, v_proj fused

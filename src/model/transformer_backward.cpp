@@ -99,8 +99,10 @@ void TransformerLM::layer_backward(std::int64_t l, const Batch& b, const Backwar
   // The last block's recomputed tensors are still in the shared slots (see Note [Recomputation]).
   if (options_.recompute != Recompute::none && l != config_.num_layers - 1) {
     NvtxRange recompute(str("layer ", l, " recompute"));
-    block_forward(l, b, w, options_.recompute == Recompute::full ? BlockPass::recompute_full
-                                                                   : BlockPass::recompute_selective);
+    const BlockPass pass = options_.recompute == Recompute::full        ? BlockPass::recompute_full
+                           : options_.recompute == Recompute::selective ? BlockPass::recompute_selective
+                                                                        : BlockPass::recompute_selective_qkv;
+    block_forward(l, b, w, pass);
   }
 
   const Tensor dres = work(ws_.dres, DType::f32, {b.B, b.T, d});    // (B, T, d) fp32: d x_{l+1}, then d x_mid, d x_l

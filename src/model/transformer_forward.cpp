@@ -127,12 +127,14 @@ void TransformerLM::block_forward(std::int64_t l, const Batch& b, const BlockWei
   const Tensor x = residual(l, b);                      // (B, T, d) fp32
   const Tensor ln1_y = act(s.ln1_y, c, {b.B, b.T, d});  // (B, T, d)
   rmsnorm_forward(ln1_y, act(s.ln1_rstd, DType::f32, {b.B, b.T}), x, params_[index(LayerSlot::ln1)], norm);
-  linear_forward(act(s.qkv, c, {b.B, b.T, 3 * d}), ln1_y, w.qkv, lin);
   const AttentionViews attn = attention_views(l, b);
-  const RopeOptions rope{config_.rope_theta, 0, stream};
-  rope_forward(attn.tensors.q, rope);
-  rope_forward(attn.tensors.k, rope);
-  if (pass != BlockPass::recompute_selective) {  // selective recomputation keeps o and lse
+  if (pass != BlockPass::recompute_selective_qkv) {  // which keeps qkv after RoPE
+    linear_forward(act(s.qkv, c, {b.B, b.T, 3 * d}), ln1_y, w.qkv, lin);
+    const RopeOptions rope{config_.rope_theta, 0, stream};
+    rope_forward(attn.tensors.q, rope);
+    rope_forward(attn.tensors.k, rope);
+  }
+  if (pass == BlockPass::forward || pass == BlockPass::recompute_full) {  // selective recomputation keeps o, lse
     AttentionOptions attn_options;
     attn_options.causal = true;
     attn_options.impl = options_.attention;

@@ -51,7 +51,7 @@ TrainRun train(Precision precision, std::int64_t loss_chunk, Recompute recompute
 TEST(Offload, LossesAndGradientsAreBitIdentical) {
   for (Precision precision : {Precision::fp32, Precision::bf16})
     for (std::int64_t loss_chunk : {0, 7})
-      for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full}) {
+      for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::selective_qkv, Recompute::full}) {
         SCOPED_TRACE(str(name_of(precision), " chunk ", loss_chunk, " ", name_of(recompute)));
         const TrainRun kept = train(precision, loss_chunk, recompute, false);
         const TrainRun offloaded = train(precision, loss_chunk, recompute, true);
@@ -67,7 +67,7 @@ TEST(Offload, LossesAndGradientsAreBitIdentical) {
 TEST(Offload, ArenaHoldsTheRingAndTheHostTheRest) {
   const ModelConfig c = six_layers();
   const std::size_t rows = 4 * 16, d = 64, H = 4, L = 6, ring = kOffloadRing;
-  for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full}) {
+  for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::selective_qkv, Recompute::full}) {
     SCOPED_TRACE(name_of(recompute));
     ModelOptions o = test::tiny_options(Precision::bf16);
     o.recompute = recompute;
@@ -79,6 +79,7 @@ TEST(Offload, ArenaHoldsTheRingAndTheHostTheRest) {
     // A unit: x_l (fp32) and at least what the policy keeps per block.
     std::size_t unit = rows * d * 4;
     if (recompute == Recompute::selective) unit += rows * d * 2 + rows * H * 4;
+    if (recompute == Recompute::selective_qkv) unit += rows * 3 * d * 2 + rows * d * 2 + rows * H * 4;
     if (recompute == Recompute::none) unit += rows * (d * 2 + 4 + 3 * d * 2 + d * 2 + d * 4 + d * 2 + 4 + 2 * 172 * 2);
     // Units 0 .. L (the last: x_L alone), the first L + 1 - ring on the host.
     const std::size_t host_units = L + 1 - ring, slot = offloaded.offloaded / host_units;

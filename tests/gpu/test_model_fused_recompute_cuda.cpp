@@ -1,9 +1,9 @@
 // test_model_fused_recompute_cuda.cpp — the fused LM head loss and activation recomputation on CUDA: with a
 // vocabulary (1001) and rows (4 x 16) the chunk (24) divides neither, the fused loss equals the materialised
 // one (fp32 without TF32: loss within 1e-6 relative, gradients within 1e-5 of their largest magnitude; bf16:
-// as close as the materialised bf16 result is to fp32) and the CPU's fused result; selective and full
-// recomputation give the loss and every gradient of `none` bit for bit (deterministic attention backward),
-// for fp32 and bf16, also inside the CUDA-graphed train step.
+// as close as the materialised bf16 result is to fp32) and the CPU's fused result; selective, selective-qkv
+// and full recomputation give the loss and every gradient of `none` bit for bit (deterministic attention
+// backward), for fp32 and bf16, also inside the CUDA-graphed train step.
 // Run on a GPU machine: ./build/bin/gpu_test_model_fused_recompute_cuda
 #include <gtest/gtest.h>
 
@@ -88,7 +88,7 @@ TEST(RecomputeCuda, GradientsAreBitIdenticalToNone) {
   for (Precision precision : {Precision::fp32, Precision::bf16})
     for (std::int64_t loss_chunk : {0, 24}) {
       const Result none = run(precision, gpu, loss_chunk, Recompute::none);
-      for (Recompute recompute : {Recompute::selective, Recompute::full}) {
+      for (Recompute recompute : {Recompute::selective, Recompute::selective_qkv, Recompute::full}) {
         SCOPED_TRACE(str(name_of(precision), " chunk ", loss_chunk, " ", name_of(recompute)));
         const Result r = run(precision, gpu, loss_chunk, recompute);
         EXPECT_EQ(r.loss, none.loss);

@@ -1,10 +1,9 @@
 // test_model_offload_cuda.cpp — activation offloading on CUDA (see Note [Activation offloading],
 // model/transformer.h): six blocks through the ring of two, the units copied to pinned host memory and back
-// on the copy stream while the model's own stream computes. For none, selective and full recomputation, fp32
-// and bf16, the fused and the materialised loss, the losses (two accumulated micro-batches of different
-// lengths) and every gradient equal those without offloading bit for bit; the CUDA-graphed train step with
-// offloading equals the eager step without; the device arena shrinks; a pinned allocation that fails names
-// its bytes.
+// on the copy stream while the model's own stream computes. For every recompute policy, fp32 and bf16, the
+// fused and the materialised loss, the losses (two accumulated micro-batches of different lengths) and every
+// gradient equal those without offloading bit for bit; the CUDA-graphed train step with offloading equals the
+// eager step without; the device arena shrinks; a pinned allocation that fails names its bytes.
 // Run on a GPU machine: ./build/bin/gpu_test_model_offload_cuda
 #include <gtest/gtest.h>
 
@@ -73,7 +72,7 @@ Result run(Precision precision, std::int64_t loss_chunk, Recompute recompute, bo
 TEST(OffloadCuda, LossesAndGradientsAreBitIdentical) {
   for (Precision precision : {Precision::fp32, Precision::bf16})
     for (std::int64_t loss_chunk : {0, 24})
-      for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full}) {
+      for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::selective_qkv, Recompute::full}) {
         SCOPED_TRACE(str(name_of(precision), " chunk ", loss_chunk, " ", name_of(recompute)));
         const Result kept = run(precision, loss_chunk, recompute, false);
         const Result offloaded = run(precision, loss_chunk, recompute, true);
@@ -108,7 +107,7 @@ TEST(OffloadCuda, GraphedStepEqualsTheEagerStepWithout) {
 }
 
 TEST(OffloadCuda, DeviceArenaShrinksByWhatTheHostHolds) {
-  for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full}) {
+  for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::selective_qkv, Recompute::full}) {
     SCOPED_TRACE(name_of(recompute));
     const MemoryReport kept = TransformerLM(config(), options_for(Precision::bf16, 24, recompute, false)).memory();
     const MemoryReport offloaded = TransformerLM(config(), options_for(Precision::bf16, 24, recompute, true)).memory();

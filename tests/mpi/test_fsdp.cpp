@@ -193,7 +193,7 @@ TEST(Fsdp, Bf16MatchesSingleProcess) {
 // losses, gradient norms and parameters of the run without it, bit for bit.
 TEST(Fsdp, OffloadedActivationsGiveTheSameRunBitForBit) {
   for (Precision precision : {Precision::fp32, Precision::bf16})
-    for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full}) {
+    for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::selective_qkv, Recompute::full}) {
       SCOPED_TRACE(str(name_of(precision), " ", name_of(recompute)));
       const TrainRun kept = sharded(3, precision, 2, false, {.layers = 5, .recompute = recompute});
       const TrainRun offloaded =

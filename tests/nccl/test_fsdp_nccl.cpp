@@ -180,7 +180,7 @@ TEST(FsdpNccl, Bf16ModeMatchesOneProcess) {
 // Activation offloading under ZeRO-3 over NCCL (five blocks, four units through pinned host memory on the
 // copy stream): every recompute policy gives the parameters of the run without it bit for bit.
 TEST(FsdpNccl, OffloadedActivationsChangeNoBit) {
-  for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::full}) {
+  for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::selective_qkv, Recompute::full}) {
     SCOPED_TRACE(name_of(recompute));
     const std::vector<double> kept = train_sharded(3, Precision::bf16, 2, false, {.layers = 5, .recompute = recompute});
     const std::vector<double> offloaded =
