@@ -130,20 +130,27 @@ void add_number_checks(CLI::App& app) {
   for (CLI::App* sub : app.get_subcommands({})) add_number_checks(*sub);
 }
 
-void add_model_memory_options(CLI::App& command, std::string& recompute, std::int64_t& loss_chunk) {
+void add_model_memory_options(CLI::App& command, std::string& recompute, std::int64_t& loss_chunk,
+                              bool& offload_activations) {
   command.add_option("--recompute", recompute,
                      "Training: activation recomputation, none, selective (keep attention outputs, recompute norms, "
-                     "projections, SwiGLU inputs) or full (keep block inputs only); gradients are bit-identical");
+                     "projections, SwiGLU inputs), selective-qkv (keep q, k, v too: recompute norms, the output "
+                     "projection, SwiGLU inputs) or full (keep block inputs only); gradients are bit-identical");
   command.add_option("--loss-chunk", loss_chunk,
                      "Rows per chunk of the fused LM head + cross-entropy, which never holds (B, T, V) logits; 0 = "
                      "materialise the logits")
       ->check(at_least(0));
+  command.add_flag("--offload-activations", offload_activations,
+                   "Training: keep the blocks' saved activations in pinned host memory between forward and "
+                   "backward (copies overlap compute; a ring of two blocks' stays on the device); bit-identical");
 }
 
-ModelMemoryOptions resolve_model_memory_options(const std::string& recompute, std::int64_t loss_chunk) {
+ModelMemoryOptions resolve_model_memory_options(const std::string& recompute, std::int64_t loss_chunk,
+                                                bool offload_activations) {
   FT_CHECK(loss_chunk >= 0, "--loss-chunk must be >= 0 (0 = materialised logits), given ", loss_chunk);
   return {.recompute = for_option("--recompute", [&] { return parse_recompute(recompute); }),
-          .loss_chunk = loss_chunk};
+          .loss_chunk = loss_chunk,
+          .offload_activations = offload_activations};
 }
 
 }  // namespace ft::cli

@@ -46,14 +46,18 @@ CLI::Validator at_least(std::int64_t min);  // integers >= min
 // naming the option, at parse time.
 void add_number_checks(CLI::App& app);
 
-// --recompute and --loss-chunk, the model's memory options `train` and the benchmarks share.
-void add_model_memory_options(CLI::App& command, std::string& recompute, std::int64_t& loss_chunk);
+// --recompute, --loss-chunk and --offload-activations, the model's memory options `train` and the benchmarks
+// share.
+void add_model_memory_options(CLI::App& command, std::string& recompute, std::int64_t& loss_chunk,
+                              bool& offload_activations);
 // The values of add_model_memory_options' options, validated (ft::Error naming the option and the value).
 struct ModelMemoryOptions {
   Recompute recompute = Recompute::none;
   std::int64_t loss_chunk = 0;
+  bool offload_activations = false;
 };
-ModelMemoryOptions resolve_model_memory_options(const std::string& recompute, std::int64_t loss_chunk);
+ModelMemoryOptions resolve_model_memory_options(const std::string& recompute, std::int64_t loss_chunk,
+                                                bool offload_activations);
 
 // "a,b,c" -> each item parsed by parse_one; an empty item, or an item parse_one rejects, is an
 // ft::Error naming the option.

@@ -126,7 +126,7 @@ int run_bench_model(const BenchModelOptions& options) {
   }
   std::cout << "model benchmark on " << describe_device(config.device) << ": batch " << config.batch << ", vocab "
             << config.models.front().vocab_size << ", " << name_of(config.attention) << " attention, recompute "
-            << name_of(config.recompute) << ", "
+            << name_of(config.recompute) << (config.offload_activations ? " with offloaded activations" : "") << ", "
             << (config.loss_chunk > 0 ? str("fused loss in chunks of ", config.loss_chunk, " rows")
                                       : std::string("materialised logits"))
             << ", "
@@ -153,7 +153,7 @@ void add_model_definition_options(CLI::App& command, BenchModelOptions& o) {
   command.add_option("--vocab", o.vocab, "Vocabulary size (default: the size's; 10000 for an explicit model)")
       ->check(at_least(1));
   command.add_option("--rope-theta", o.rope_theta, "RoPE base theta (default: 10000)");
-  add_model_memory_options(command, o.recompute, o.loss_chunk);
+  add_model_memory_options(command, o.recompute, o.loss_chunk, o.offload_activations);
 }
 
 void add_bench_model_options(CLI::App& command, BenchModelOptions& o) {

@@ -25,7 +25,9 @@ Predicted bytes per rank (the rank holding the most), by purpose: parameters (fp
 rank's shard; ZeRO-2 adds its replica of the parameters in the compute dtype), gradients (fp32, whole or
 sharded), optimizer_state (AdamW m and v, whole or sharded), activations (the model's arena for --batch x
 --context), workspace (the model's temporaries) and communication (DDP's bf16 staging, ZeRO-2/3's gather
-and gradient slots). --world defaults to the job's number of ranks; a prediction needs no GPU and
+and gradient slots); total is their sum, device memory. offloaded_host_gib: the pinned host memory per rank
+that --offload-activations moves the blocks' saved activations to (activations then counts the device's
+ring of two blocks). --world defaults to the job's number of ranks; a prediction needs no GPU and
 allocates nothing. --run also takes the training step (bench fsdp's row: --warmup and --steps steps, then
 one profiled step) on every rank of the job (--world must then be the job's) and prints the allocator's
 peak beside, split by the same categories (communication buffers count as workspace there; other: token
@@ -43,7 +45,7 @@ nlohmann::json plan_json(const MemoryPlan& p) {
   return {{"parameters_gib", gib(p.parameters)},       {"gradients_gib", gib(p.gradients)},
           {"optimizer_state_gib", gib(p.optimizer_state)}, {"activations_gib", gib(p.activations)},
           {"workspace_gib", gib(p.workspace)},         {"communication_gib", gib(p.communication)},
-          {"total_gib", gib(p.total())}};
+          {"total_gib", gib(p.total())},               {"offloaded_host_gib", gib(p.offloaded)}};
 }
 
 int run_memory(const MemoryOptions& o) {
@@ -63,7 +65,8 @@ int run_memory(const MemoryOptions& o) {
 
   const std::vector<std::string> columns{"zero", "size", "ctx", "precision", "world", "batch", "what",
                                         "parameters_gib", "gradients_gib", "optimizer_state_gib", "activations_gib",
-                                        "workspace_gib", "communication_gib", "other_gib", "total_gib"};
+                                        "workspace_gib", "communication_gib", "other_gib", "total_gib",
+                                        "offloaded_host_gib"};
   ReportTable table(columns);
   nlohmann::json rows = nlohmann::json::array();
   const std::vector<FsdpBenchCase> cases = expand_fsdp_cases(config);
@@ -85,6 +88,7 @@ int run_memory(const MemoryOptions& o) {
       cells.push_back(fixed(gib(bytes), 3));
     cells.push_back("-");
     cells.push_back(fixed(gib(plan.total()), 3));
+    cells.push_back(fixed(gib(plan.offloaded), 3));
     table.add_row(std::move(cells));
     nlohmann::json row{{"zero", c.stage},          {"world", world},         {"size", m.name},
                        {"d_model", m.d_model},     {"d_ff", m.d_ff},         {"layers", m.num_layers},
@@ -107,6 +111,7 @@ int run_memory(const MemoryOptions& o) {
           line.push_back(fixed(gib(static_cast<std::size_t>(r.at_peak[k])), 3));
         }
         line.push_back(fixed(gib(static_cast<std::size_t>(r.peak_bytes)), 3));
+        line.push_back("-");  // host memory: not the allocator's
         row["measured"] = std::move(j);
       }
       table.add_row(std::move(line));
@@ -117,6 +122,8 @@ int run_memory(const MemoryOptions& o) {
             << (o.bench.csv ? table.csv() : table.markdown());
   if (!o.bench.json_path.empty()) {
     nlohmann::json cfg{{"world", world}, {"batch", config.model.batch},
+                       {"recompute", name_of(config.model.recompute)},
+                       {"offload_activations", config.model.offload_activations},
                        {"grad_comm_dtype", config.bf16_grad_comm ? "bf16" : "fp32"},
                        {"prediction", "train/memory_plan.h: the rank holding the most; nothing allocated"},
                        {"measured", "bench fsdp's row: the allocator's peak of the rank with the highest peak, by "

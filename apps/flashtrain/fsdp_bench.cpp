@@ -246,6 +246,7 @@ nlohmann::json fsdp_bench_document(const FsdpBenchConfig& config, const std::vec
                        {"precision", name_of(r.c.model.precision)},
                        {"recompute", name_of(config.model.recompute)},
                        {"loss_chunk", config.model.loss_chunk},
+                       {"offload_activations", config.model.offload_activations},
                        {"local_batch", r.local_batch},
                        {"parameters", r.parameters}};
     if (r.oom) {
@@ -295,7 +296,8 @@ void bench_fsdp(const FsdpBenchConfig& config, Communicator& comm, Communicator&
   const ModelBenchConfig& m = config.model;
   out << "Sharded data-parallel benchmark: " << rows.front().world << " rank(s), backend " << rows.front().backend
       << ", " << describe_device(m.device) << "; local batch " << m.batch << ", vocab " << m.models.front().vocab_size
-      << ", recompute " << name_of(m.recompute) << ", " << (config.bf16_grad_comm ? "bf16" : "fp32")
+      << ", recompute " << name_of(m.recompute) << (m.offload_activations ? " with offloaded activations" : "")
+      << ", " << (config.bf16_grad_comm ? "bf16" : "fp32")
       << " gradient reduction, " << m.warmup << " warm-up + "
       << m.steps << " timed steps\n\n"
       << format_fsdp_bench(rows, csv);

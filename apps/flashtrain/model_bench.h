@@ -45,8 +45,9 @@ struct BenchModelOptions {
   std::string modes = "fwd,fwd_bwd";
   std::string precisions = "fp32";
   std::string attention = "flash";
-  std::string recompute = "none";  // none, selective or full (training modes)
+  std::string recompute = "none";  // none, selective, selective-qkv or full (training modes)
   std::int64_t loss_chunk = 1024;  // rows per chunk of the fused LM head loss; 0 = materialised logits
+  bool offload_activations = false;  // training modes: ModelOptions::offload_activations
   bool tf32 = false;
   bool cuda_graph = false;
   std::string device = "auto";
@@ -71,6 +72,7 @@ struct ModelBenchConfig {
   AttentionImpl attention = AttentionImpl::flash;
   Recompute recompute = Recompute::none;  // the training modes' activation recomputation
   std::int64_t loss_chunk = 1024;         // ModelOptions::loss_chunk
+  bool offload_activations = false;       // ModelOptions::offload_activations
   bool tf32 = false;
   bool cuda_graph = false;  // train mode: the step captured in a CUDA graph and replayed (model/graphed_step.h)
   Device device = Device::cpu();

@@ -22,9 +22,10 @@ TrainPlan resolve_train_options(const TrainOptions& o) {
   plan.tf32 = o.tf32;
   plan.cuda_graph = o.cuda_graph;
   plan.attention = for_option("--attention", [&] { return parse_attention_impl(o.attention); });
-  const ModelMemoryOptions memory = resolve_model_memory_options(o.recompute, o.loss_chunk);
+  const ModelMemoryOptions memory = resolve_model_memory_options(o.recompute, o.loss_chunk, o.offload_activations);
   plan.recompute = memory.recompute;
   plan.loss_chunk = memory.loss_chunk;
+  plan.offload_activations = memory.offload_activations;
   plan.device = device_or_auto(for_option("--device", [&] { return parse_device_option(o.device); }));
 
   FT_CHECK(!o.eos_id || o.pack_documents, "--eos-id ", o.eos_id.value_or(0),

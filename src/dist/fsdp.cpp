@@ -27,13 +27,15 @@ int unit_slot(std::size_t unit, std::size_t units) {
 }
 
 // The sizes of the three slots, each for the largest of its units: gathered parameters (stage 3) in bytes,
-// gradients in elements.
+// gradients in elements. Stage 3's slot 2 holds its gradients too, from grad2_offset on (see Note [ZeRO-3
+// step]): its gather_bytes cover both, and no gradient slot 2 of its own is allocated.
 struct SlotSizes {
   std::size_t gather_bytes[3] = {0, 0, 0};
   std::int64_t grad_numel[3] = {0, 0, 0};
+  std::size_t grad2_offset = 0;  // stage 3: bytes into gather slot 2
 };
 
-SlotSizes slot_sizes(const FsdpPlan& plan, Precision precision) {
+SlotSizes slot_sizes(const FsdpPlan& plan, Precision precision, int stage) {
   SlotSizes sizes;
   const std::size_t units = plan.units().size();
   for (std::size_t u = 0; u < units; ++u) {
@@ -43,7 +45,20 @@ SlotSizes slot_sizes(const FsdpPlan& plan, Precision precision) {
         std::max(sizes.gather_bytes[s], static_cast<std::size_t>(padded) * size_of(unit_gather_dtype(u, precision)));
     sizes.grad_numel[s] = std::max(sizes.grad_numel[s], padded);
   }
+  if (stage == 3 && units > 1) {
+    const std::size_t head = units - 1;  // gathered while its gradients are written
+    const std::size_t head_bytes =
+        static_cast<std::size_t>(plan.units()[head].padded()) * size_of(unit_gather_dtype(head, precision));
+    sizes.grad2_offset = (head_bytes + 255) / 256 * 256;
+    sizes.gather_bytes[2] = std::max(sizes.gather_bytes[2],
+                                     sizes.grad2_offset + static_cast<std::size_t>(sizes.grad_numel[2]) * 4);
+  }
   return sizes;
+}
+
+// The fp32 gradient slot s's own elements (stage 3's slot 2 has none: it lives in gather slot 2).
+std::int64_t own_grad_numel(const SlotSizes& sizes, int s, int stage) {
+  return stage == 3 && s == 2 ? 0 : sizes.grad_numel[s];
 }
 
 // Stage 2's replica: where each unit starts (bytes, 16-aligned), and the total.
@@ -76,10 +91,11 @@ FsdpMemory Fsdp::planned_memory(const ModelConfig& config, const FsdpOptions& op
   m.parameters = 4 * S + (options.precision == Precision::bf16 ? 4 * static_cast<std::size_t>(norm_numel(layout)) : 0);
   m.gradients = 4 * S + (options.bf16_grad_comm ? 2 * S : 0);
   m.optimizer_state = 8 * S;
-  const SlotSizes sizes = slot_sizes(plan, options.precision);
+  const SlotSizes sizes = slot_sizes(plan, options.precision, options.stage);
   for (int s = 0; s < 3; ++s) {
     if (options.stage == 3) m.communication += sizes.gather_bytes[s];
-    m.communication += static_cast<std::size_t>(sizes.grad_numel[s]) * (options.bf16_grad_comm ? 6 : 4);
+    m.communication += static_cast<std::size_t>(own_grad_numel(sizes, s, options.stage)) * 4 +
+                       static_cast<std::size_t>(sizes.grad_numel[s]) * (options.bf16_grad_comm ? 2 : 0);
   }
   if (options.stage == 2) replica_offsets(plan, options.precision, &m.replica);
   return m;
@@ -98,12 +114,17 @@ Fsdp::Fsdp(Communicator& comm, const ModelConfig& config, const FsdpOptions& opt
   exp_avg_sq_ = OwnedTensor({S}, DType::f32, device, "optimizer state exp_avg_sq", stream);
   for (const OwnedTensor* t : {&master_, &grads_, &exp_avg_, &exp_avg_sq_}) fill(*t, 0.0, stream);
 
-  const SlotSizes sizes = slot_sizes(plan_, options_.precision);
+  const SlotSizes sizes = slot_sizes(plan_, options_.precision, options_.stage);
   for (int s = 0; s < 3; ++s) {
     const std::int64_t n = sizes.grad_numel[s];
     if (n == 0) continue;  // a model of one block leaves slot 1 unused
     if (options_.stage == 3) gather_slots_[s] = Buffer(sizes.gather_bytes[s], device, "fsdp gather slot", stream);
-    grad_slots_[s] = OwnedTensor({n}, DType::f32, device, "fsdp gradient slot", stream);
+    if (own_grad_numel(sizes, s, options_.stage) > 0) {
+      grad_slot_memory_[s] = OwnedTensor({n}, DType::f32, device, "fsdp gradient slot", stream);
+      grad_slots_[s] = grad_slot_memory_[s];
+    } else {
+      grad_slots_[s] = Tensor(static_cast<char*>(gather_slots_[s].data()) + sizes.grad2_offset, DType::f32, device, {n});
+    }
     if (options_.bf16_grad_comm) grad_slots16_[s] = OwnedTensor({n}, DType::bf16, device, "fsdp gradient slot", stream);
   }
   if (options_.bf16_grad_comm) grads16_ = OwnedTensor({S}, DType::bf16, device, "gradients", stream);
@@ -181,6 +202,11 @@ void Fsdp::issue_gather(std::size_t unit) {
     const int s = slot_of(unit);
     if (resident_[s] == static_cast<std::int64_t>(unit)) return;
     resident_[s] = static_cast<std::int64_t>(unit);
+    // The embedding's gather overlays slot 2's gradients, which the last reduce-scatter may still read.
+    if (s == 2 && reducing_[2]) {
+      reducing_[2]->join();
+      reducing_[2].reset();
+    }
   }
   const FsdpUnit& u = plan_.units()[unit];
   const Tensor whole = unit_memory(unit);    // (padded) the whole unit
@@ -237,7 +263,7 @@ std::vector<Tensor> Fsdp::gradients(std::int64_t unit) {
     reducing_[s].reset();
   }
   const FsdpUnit& info = plan_.units()[u];
-  const Tensor slot = grad_slots_[s]->narrow(0, 0, info.padded());  // (padded) fp32
+  const Tensor slot = grad_slots_[s].narrow(0, 0, info.padded());  // (padded) fp32
   if (info.padded() > info.numel) fill(slot.narrow(0, info.numel, info.padded() - info.numel), 0.0, options_.stream);
   std::vector<Tensor> views;
   for (std::size_t p = info.first_parameter; p < info.first_parameter + info.parameters; ++p) {
@@ -260,7 +286,7 @@ void Fsdp::launch_reduce_scatter(std::size_t unit, bool first_micro_batch) {
   const int s = slot_of(unit);
   const FsdpUnit& u = plan_.units()[unit];
   const bool bf16 = options_.bf16_grad_comm;
-  Tensor input = grad_slots_[s]->narrow(0, 0, u.padded());  // (padded) fp32
+  Tensor input = grad_slots_[s].narrow(0, 0, u.padded());  // (padded) fp32
   if (bf16) {
     const Tensor rounded = grad_slots16_[s]->narrow(0, 0, u.padded());  // (padded) bf16
     cast(rounded, input, options_.stream);
@@ -379,7 +405,7 @@ FsdpMemory Fsdp::memory() const {
   m.gradients = bytes(grads_) + bytes(grads16_) + bytes(staging_) + bytes(staging16_);
   m.optimizer_state = bytes(exp_avg_) + bytes(exp_avg_sq_);
   for (int s = 0; s < 3; ++s)
-    m.communication += gather_slots_[s].bytes() + bytes(grad_slots_[s]) + bytes(grad_slots16_[s]);
+    m.communication += gather_slots_[s].bytes() + bytes(grad_slot_memory_[s]) + bytes(grad_slots16_[s]);
   m.replica = replica_.bytes();
   return m;
 }

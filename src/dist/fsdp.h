@@ -12,7 +12,11 @@
 // Note [ZeRO-3 step]
 // Slots: the blocks alternate between slots 0 and 1 (block l: slot l % 2); the embedding and the head,
 // the largest units (vocab x d_model) and never in use together, share slot 2 — for the gathered
-// parameters and for the gradients alike.
+// parameters and for the gradients alike. Slot 2's gradients live in the gather slot 2's memory, past the
+// head's gathered parameters (read while the fused loss writes the head's gradients): the embedding's
+// parameters, gathered over them, are read only by the embedding's forward, before the head's gradients are
+// written, and gathered again only once the reduce-scatter reading slot 2's gradients is done (joined
+// first) — in bf16 mode this saves the head's bf16 size (2 bytes x vocab x d_model) against two slots.
 // Forward, unit by unit (embedding, blocks, head): parameters(u) waits for u's all-gather (the compute
 // stream waits for it: Work::join, the host runs on) and issues the all-gather of u + 1 into its slot, so
 // the next unit's parameters move while this one computes; the all-gather into a slot is ordered after
@@ -165,7 +169,8 @@ class Fsdp final : public ParameterSource {
   Buffer gather_slots_[3];                             // stage 3: unit u's parameters in slot_of(u)
   Buffer replica_;                                     // stage 2: every unit, padded, in its gather dtype
   std::vector<std::size_t> replica_offset_;            // stage 2: (units) bytes where each unit starts
-  OwnedTensor grad_slots_[3];                          // (padded) fp32, unit u's gradients in slot_of(u)
+  OwnedTensor grad_slot_memory_[3];                    // slots 0, 1 (and stage 2's slot 2): the gradient slots
+  Tensor grad_slots_[3];                               // (padded) fp32, unit u's gradients in slot_of(u)
   OwnedTensor grad_slots16_[3];                        // bf16 communication: the same, rounded to bf16
   OwnedTensor norms_;                                  // bf16 mode: every norm vector, fp32, replicated
   std::vector<std::int64_t> norm_offset_;              // (parameters) where a norm starts in norms_; -1 else

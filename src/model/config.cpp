@@ -102,6 +102,7 @@ const char* name_of(Recompute recompute) {
     case Recompute::none: return "none";
     case Recompute::selective: return "selective";
     case Recompute::full: return "full";
+    case Recompute::selective_qkv: return "selective-qkv";
   }
   return "none";
 }
@@ -110,7 +111,8 @@ Recompute parse_recompute(std::string_view text) {
   if (text == "none") return Recompute::none;
   if (text == "selective") return Recompute::selective;
   if (text == "full") return Recompute::full;
-  FT_THROW(invalid_argument, "unknown recompute policy '", text, "': expected none, selective or full");
+  if (text == "selective-qkv") return Recompute::selective_qkv;
+  FT_THROW(invalid_argument, "unknown recompute policy '", text, "': expected none, selective, selective-qkv or full");
 }
 
 }  // namespace ft

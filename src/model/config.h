@@ -61,10 +61,12 @@ Precision parse_precision(std::string_view text);  // "fp32" | "bf16"
 
 // Activation recomputation in training (model/transformer.h says what each keeps): none keeps every block's
 // activations; selective keeps each block's input, attention output and log-sum-exp and recomputes the norms,
-// projections and SwiGLU inputs right before the block's backward; full keeps each block's input only and
-// recomputes the whole block's forward there. All three give bit-identical gradients.
-enum class Recompute { none, selective, full };
+// projections and SwiGLU inputs right before the block's backward; selective_qkv keeps the attention's inputs
+// q, k, v too and recomputes the norms, the output projection and the SwiGLU inputs; full keeps each block's
+// input only and recomputes the whole block's forward there. All give bit-identical gradients.
+enum class Recompute { none, selective, full, selective_qkv };
 const char* name_of(Recompute recompute);
-Recompute parse_recompute(std::string_view text);  // "none" | "selective" | "full"
+// "none" | "selective" | "selective-qkv" | "full"
+Recompute parse_recompute(std::string_view text);
 
 }  // namespace ft

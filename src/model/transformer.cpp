@@ -35,6 +35,8 @@ MemoryReport TransformerLM::planned_memory(const ModelConfig& config, const Mode
   m.gradients = options.parameter_source || !options.training ? 0 : parameter_bytes;
   m.activations = plan.activation_layout_.bytes();
   m.workspace = plan.workspace_layout_.bytes();
+  m.offloaded = plan.offload_unit_bytes_ * static_cast<std::size_t>(ActivationOffload::host_units(
+                                               config.num_layers + 1, static_cast<std::int64_t>(plan.offload_slots_.size())));
   return m;
 }
 
@@ -50,6 +52,12 @@ TransformerLM::TransformerLM(const ModelConfig& config, const ModelOptions& opti
   }
   activations_ = Buffer(activation_layout_.bytes(), device, "activations", options_.stream);
   workspace_ = Buffer(workspace_layout_.bytes(), device, "workspace", options_.stream);
+  if (!offload_slots_.empty()) {
+    std::vector<char*> slots;
+    for (std::size_t offset : offload_slots_) slots.push_back(static_cast<char*>(activations_.data()) + offset);
+    offload_ = ActivationOffload(config_.num_layers + 1, std::move(slots), offload_unit_bytes_, device,
+                                 options_.stream);
+  }
   if (!options_.parameter_source) init_parameters(layout_, params_, options_.seed, options_.stream);
 }
 
@@ -66,13 +74,13 @@ void TransformerLM::plan_memory() {
   const Recompute recompute = options_.training ? options_.recompute : Recompute::none;
 
   ArenaLayout& a = activation_layout_;
-  // One block's tensors (the FFN's h lives in the workspace), named with prefix p; attn.o and attn.lse only when
-  // with_attention.
-  const auto add_layer = [&](const std::string& p, bool with_attention) {
+  // One block's tensors (the FFN's h lives in the workspace), named with prefix p; attn.qkv only when with_qkv,
+  // attn.o and attn.lse only when with_attention.
+  const auto add_layer = [&](const std::string& p, bool with_qkv, bool with_attention) {
     LayerSlots s{};
     s.ln1_y = a.add(p + "ln1.y", rows * d, c);                  // (B, T, d)
     s.ln1_rstd = a.add(p + "ln1.rstd", rows, DType::f32);       // (B, T)
-    s.qkv = a.add(p + "attn.qkv", rows * 3 * d, c);             // (B, T, 3, H, Dh)
+    if (with_qkv) s.qkv = a.add(p + "attn.qkv", rows * 3 * d, c);  // (B, T, 3, H, Dh)
     if (with_attention) {
       s.attn_o = a.add(p + "attn.o", rows * d, c);              // (B, T, H, Dh)
       s.attn_lse = a.add(p + "attn.lse", rows * static_cast<std::size_t>(config_.num_heads), DType::f32);  // (B,H,T)
@@ -87,26 +95,50 @@ void TransformerLM::plan_memory() {
   if (options_.training) {
     // Recomputation: the tensors it remakes live once, shared by every block (see Note [Recomputation]).
     LayerSlots shared{};
-    if (recompute != Recompute::none) shared = add_layer("recomputed block.", recompute == Recompute::full);
-    residual_slots_.push_back(a.add("layers.0.x", rows * d, DType::f32));  // (B, T, d)
-    for (std::size_t l = 0; l < L; ++l) {
-      const std::string p = "layers." + std::to_string(l) + ".";
+    const bool keeps_qkv = recompute == Recompute::selective_qkv;
+    const bool keeps_attention = recompute == Recompute::selective || keeps_qkv;
+    if (recompute != Recompute::none) shared = add_layer("recomputed block.", !keeps_qkv, !keeps_attention);
+    // What one block keeps beside its input x_l, named with prefix p.
+    const auto add_kept = [&](const std::string& p) {
+      if (recompute == Recompute::none) return add_layer(p, true, true);
       LayerSlots s = shared;
-      if (recompute == Recompute::none) {
-        s = add_layer(p, true);
-      } else if (recompute == Recompute::selective) {
+      if (keeps_qkv) s.qkv = a.add(p + "attn.qkv", rows * 3 * d, c);  // (B, T, 3, H, Dh)
+      if (keeps_attention) {
         s.attn_o = a.add(p + "attn.o", rows * d, c);  // (B, T, H, Dh)
         s.attn_lse = a.add(p + "attn.lse", rows * static_cast<std::size_t>(config_.num_heads), DType::f32);
       }
-      layer_slots_.push_back(s);
-      const std::string next = l + 1 < L ? "layers." + std::to_string(l + 1) + ".x" : "ln_final.x";
-      residual_slots_.push_back(a.add(next, rows * d, DType::f32));  // (B, T, d)
+      return s;
+    };
+    if (options_.offload_activations) {
+      // A ring of units, x_l then the kept tensors (see Note [Activation offloading]).
+      const std::size_t ring = std::min(static_cast<std::size_t>(kOffloadRing), L + 1);
+      std::vector<std::size_t> ring_x;
+      std::vector<LayerSlots> ring_kept;
+      for (std::size_t k = 0; k < ring; ++k) {
+        const std::string p = "offload ring slot " + std::to_string(k) + ".";
+        ring_x.push_back(a.add(p + "x", rows * d, DType::f32));  // (B, T, d)
+        ring_kept.push_back(add_kept(p));
+        offload_slots_.push_back(ring_x.back());
+        offload_unit_bytes_ = a.end() - ring_x.back();
+      }
+      for (std::size_t l = 0; l < L; ++l) {
+        residual_slots_.push_back(ring_x[l % ring]);
+        layer_slots_.push_back(ring_kept[l % ring]);
+      }
+      residual_slots_.push_back(ring_x[L % ring]);  // x_L, the last unit
+    } else {
+      residual_slots_.push_back(a.add("layers.0.x", rows * d, DType::f32));  // (B, T, d)
+      for (std::size_t l = 0; l < L; ++l) {
+        layer_slots_.push_back(add_kept("layers." + std::to_string(l) + "."));
+        const std::string next = l + 1 < L ? "layers." + std::to_string(l + 1) + ".x" : "ln_final.x";
+        residual_slots_.push_back(a.add(next, rows * d, DType::f32));  // (B, T, d)
+      }
     }
   } else {
     // Forward only: one residual stream, overwritten by each layer's output once its x_mid is made, and one
     // layer's temporaries that every layer reuses.
     residual_slots_.assign(L + 1, a.add("x (residual stream)", rows * d, DType::f32));  // (B, T, d)
-    layer_slots_.assign(L, add_layer("layer.", true));
+    layer_slots_.assign(L, add_layer("layer.", true, true));
   }
   lnf_y_ = a.add("ln_final.y", rows * d, c);                     // (B, T, d)
   lnf_rstd_ = a.add("ln_final.rstd", rows, DType::f32);          // (B, T)
@@ -144,10 +176,12 @@ void TransformerLM::plan_memory() {
   ws_.dres = w.add("dx (residual stream)", rows * d, DType::f32);                  // (B, T, d)
   ws_.dres_c = bf16 ? w.add("dx (bf16 copy)", rows * d, DType::bf16) : ws_.dres;  // (B, T, d)
   ws_.dnorm = w.add("d norm output", rows * d, DType::f32);                       // (B, T, d)
-  ws_.dtmp = w.add("d ffn.w1 input", rows * d, DType::f32);                       // (B, T, d)
   const std::size_t overlay = w.end();
   ws_.ffn_h = w.add("ffn.h", rows * f, c);    // (B, T, d_ff)
   ws_.ffn_dh = w.add("ffn.dh", rows * f, c);  // (B, T, d_ff)
+  // The w1 GEMM's input gradient comes after the SwiGLU's backward, when h and dh are no longer read.
+  w.rewind_to(overlay);
+  ws_.dtmp = w.add("d ffn.w1 input (over ffn.h, ffn.dh)", rows * d, DType::f32);  // (B, T, d)
   w.rewind_to(overlay);
   ws_.attn_do = w.add("attn.d_o", rows * d, c);            // (B, T, H, Dh)
   ws_.attn_dqkv = w.add("attn.dqkv", rows * 3 * d, c);     // (B, T, 3, H, Dh)
@@ -312,6 +346,7 @@ MemoryReport TransformerLM::memory() const {
   m.gradients = grads_.bytes();
   m.activations = activations_.bytes();
   m.workspace = workspace_.bytes();
+  m.offloaded = offload_.host_bytes();
   return m;
 }
 

@@ -14,7 +14,9 @@
 //                  (overwritten by their gradient in fp32 mode) and dlogits (B,T,V) bf16 in bf16 training.
 //                  c = the compute dtype (fp32 or bf16). The SwiGLU product h is not kept: backward recomputes
 //                  it from a and b. With recomputation (see Note [Recomputation]) most of a block's tensors live
-//                  once, in slots every block shares, instead of once per block.
+//                  once, in slots every block shares, instead of once per block. With offloading (see Note
+//                  [Activation offloading]) the per-block tensors and block inputs live in a ring of two
+//                  blocks' slots, the rest of the blocks' in pinned host memory (MemoryReport::offloaded).
 //   workspace      bf16 mode: the weights as GEMM operands, cast from the masters when needed (as autocast
 //                  casts on use; no bf16 copy of the parameters persists): two slots of one block's bf16
 //                  parameters — block l's are cast into slot l % 2 right before its forward and again right
@@ -28,7 +30,8 @@
 //                  gradient tile), which overlay the per-layer temporaries below (the loss runs between the
 //                  last block's forward and the first block's backward).
 //                  Then the temporaries of one layer at a time (gradient of the residual stream, its bf16
-//                  copy, norm input gradients, h and dh, d_o and dqkv — the FFN and attention groups overlay).
+//                  copy, the norm output gradient; h and dh, then the w1 input gradient over them; d_o and
+//                  dqkv — the FFN and attention groups overlay).
 // An inference model (ModelOptions::training = false) allocates no gradients and keeps nothing for backward:
 // its arena holds one residual stream x (each layer writes x_next over its x once x_mid is made), x_mid and
 // one layer's temporaries shared by every layer (ln1.y, ln1.rstd, qkv, o, lse, ln2.y, ln2.rstd, a, b), then
@@ -43,8 +46,25 @@
 //   full       keeps x_l per block; recomputes ln1, qkv (and RoPE), attention, x_mid, ln2, a and b.
 //   selective  keeps x_l, attn.o and attn.lse per block (the attention is the expensive part); recomputes
 //              ln1, qkv (and RoPE), the output projection (x_mid), ln2, a and b, and skips the attention.
+//   selective_qkv  keeps attn.qkv (after RoPE) too; recomputes ln1 (its output is the QKV weight gradient's
+//              operand), x_mid, ln2, a and b, and skips the QKV GEMM, RoPE and the attention.
 // The same ops run on the same inputs in the same order, so every recomputed tensor, hence every gradient,
 // is bit for bit the one `none` gives.
+//
+// Note [Activation offloading]
+// Training with ModelOptions::offload_activations: block l's unit — what its backward reads that was made in
+// its forward: x_l and what the policy keeps per block (none: every tensor of the block; selective: attn.o
+// and attn.lse; selective_qkv: attn.qkv, attn.o and attn.lse; full: nothing more) — and unit L, the final norm's input x_L, live in slot u % R of a ring
+// of R = min(kOffloadRing, L + 1) unit-sized slots of the arena instead of a place of their own. Right after
+// block l's forward (l <= L - R) its unit is copied into pinned host memory on a copy stream. The model's
+// stream waits for that copy only right before it writes the slot again: block l + R - 1's w2 GEMM writes
+// x_{l+R} there (block l + R's own tensors come later), so with R = 2 the copy runs while the next block's
+// forward computes up to its last GEMM. The last R units stay in their slots until their backward. In
+// backward, once unit u's last reader is done (the final norm's backward for x_L, block u's backward) the
+// copy stream brings unit u - R back into the same slot, so each copy has the R - 1 blocks between to
+// finish; block u - R's backward waits for it. The bytes the backward reads are the bytes the forward wrote,
+// so losses and gradients are bit for bit those without offloading, for every policy. See
+// model/activation_offload.h.
 // The fused QKV GEMM uses q_proj, k_proj, v_proj as one (3d, d) matrix (they are adjacent in the layout)
 // writing (B,T,3,H,Dh); attention reads q, k, v as strided (B,H,T,Dh) views of it without copies.
 #pragma once
@@ -57,6 +77,7 @@
 #include "core/buffer.h"
 #include "core/stream.h"
 #include "core/tensor.h"
+#include "model/activation_offload.h"
 #include "model/arena.h"
 #include "model/config.h"
 #include "model/packed_documents.h"
@@ -86,7 +107,15 @@ struct ModelOptions {
   // (ZeRO-3: model/parameter_source.h); no bf16 weight slots (the source hands out bf16 weights) and no
   // initialisation (the source's). Not owned; it outlives the model.
   ParameterSource* parameter_source = nullptr;
+  // Training only: keep the blocks' saved activations in pinned host memory between their forward and their
+  // backward, a ring of a few blocks' on the device (see Note [Activation offloading]).
+  bool offload_activations = false;
 };
+
+// Device slots of the activation-offloading ring (see Note [Activation offloading]): two let each copy to
+// the host run during the next block's forward (up to its w2 GEMM) and each copy back during the next
+// block's backward.
+constexpr std::int64_t kOffloadRing = 2;
 
 // Bytes held per kind.
 struct MemoryReport {
@@ -95,6 +124,7 @@ struct MemoryReport {
   std::size_t optimizer_state = 0;
   std::size_t activations = 0;
   std::size_t workspace = 0;  // with the bf16 weight slots in bf16 mode and the fused loss's tiles
+  std::size_t offloaded = 0;  // pinned host memory of offloaded activations (not device memory: not in total())
   std::size_t total() const { return parameters + gradients + optimizer_state + activations + workspace; }
 };
 
@@ -177,7 +207,7 @@ class TransformerLM {
   };
   // What block_forward runs: the whole block, or its recomputation before the block's backward (see Note
   // [Recomputation]).
-  enum class BlockPass { forward, recompute_full, recompute_selective };
+  enum class BlockPass { forward, recompute_full, recompute_selective, recompute_selective_qkv };
   // The GEMM weights of one block.
   struct BlockWeights {
     Tensor qkv;          // (3d, d): q_proj, k_proj, v_proj fused
@@ -253,10 +283,13 @@ class TransformerLM {
   ArenaLayout workspace_layout_;
   std::vector<std::size_t> residual_slots_;  // x entering layer l, l = 0..num_layers (inference: all one slot)
   std::vector<LayerSlots> layer_slots_;      // per layer (inference: every layer the same slots)
+  std::vector<std::size_t> offload_slots_;   // offloading: where each ring slot starts in the arena
+  std::size_t offload_unit_bytes_ = 0;       // offloading: bytes of one block's unit (a ring slot)
   std::size_t lnf_y_ = 0, lnf_rstd_ = 0, logits_ = 0, dlogits_ = 0;
   WorkspaceSlots ws_{};
   Buffer activations_;
   Buffer workspace_;
+  ActivationOffload offload_;  // off unless options_.offload_activations in training
   Batch logits_batch_;  // the batch whose logits the arena holds (B = 0: none)
   const PackedDocuments* documents_ = nullptr;  // not owned; see set_documents
 };

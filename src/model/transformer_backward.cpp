@@ -2,8 +2,8 @@
 // weight; the fused loss made its gradients in the forward), final RMSNorm, the blocks from the last to the
 // first (in bf16 mode the cast of the block's weights again; with recomputation the block's forward again,
 // see Note [Recomputation]; FFN: w2, SwiGLU with h recomputed, w3 and w1, ln2; attention: output projection,
-// attention, inverse RoPE, fused QKV, ln1), the embedding; the gradient-ready hook told as each gradient is
-// final.
+// attention, inverse RoPE, fused QKV, ln1; with offloading, each block's unit copied back ahead of it), the
+// embedding; the gradient-ready hook told as each gradient is final.
 #include "core/error.h"
 #include "core/nvtx.h"
 #include "model/transformer.h"
@@ -68,8 +68,14 @@ void TransformerLM::run_backward(const Batch& b, const TokenIds& inputs, const B
   rmsnorm_backward({dres, grads_[ln_final], false, acc}, dnorm, residual(L, b), params_[ln_final],
                    act(lnf_rstd_, DType::f32, {b.B, b.T}), {config_.norm_eps, stream});
   notify(options, ln_final);
+  offload_.release(L);  // x_L's slot (see Note [Activation offloading])
 
-  for (std::int64_t l = L - 1; l >= 0; --l) layer_backward(l, b, options);
+  for (std::int64_t l = L - 1; l >= 0; --l) {
+    offload_.make_readable(l);  // see Note [Activation offloading]
+    layer_backward(l, b, options);
+    offload_.release(l);
+  }
+  offload_.finish();
 
   const std::size_t embedding = ParameterLayout::embedding_index();
   bind_gradients(0);
@@ -93,8 +99,10 @@ void TransformerLM::layer_backward(std::int64_t l, const Batch& b, const Backwar
   // The last block's recomputed tensors are still in the shared slots (see Note [Recomputation]).
   if (options_.recompute != Recompute::none && l != config_.num_layers - 1) {
     NvtxRange recompute(str("layer ", l, " recompute"));
-    block_forward(l, b, w, options_.recompute == Recompute::full ? BlockPass::recompute_full
-                                                                   : BlockPass::recompute_selective);
+    const BlockPass pass = options_.recompute == Recompute::full        ? BlockPass::recompute_full
+                           : options_.recompute == Recompute::selective ? BlockPass::recompute_selective
+                                                                        : BlockPass::recompute_selective_qkv;
+    block_forward(l, b, w, pass);
   }
 
   const Tensor dres = work(ws_.dres, DType::f32, {b.B, b.T, d});    // (B, T, d) fp32: d x_{l+1}, then d x_mid, d x_l

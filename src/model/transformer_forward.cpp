@@ -3,7 +3,7 @@
 // residual add; RMSNorm, SwiGLU FFN, residual add; or a block's recomputation before its backward, see Note
 // [Recomputation]), final RMSNorm, LM head (in bf16 mode after the cast of its weight) and mean cross-entropy
 // (with its softmax gradient when backward follows): materialised, or fused in chunks with the LM head's
-// backward (see Note [Fused LM head loss]).
+// backward (see Note [Fused LM head loss]); with offloading, each block's unit copied to the host after it.
 #include <algorithm>
 
 #include "core/error.h"
@@ -52,9 +52,14 @@ double TransformerLM::run_forward(const Batch& b, const TokenIds& inputs, const 
   const std::int64_t L = config_.num_layers, d = config_.d_model;
   const DType c = compute_dtype();
 
+  // Offloading moves the units only for a backward (see Note [Activation offloading]).
   bind_parameters(0);
+  offload_.make_writable(0);
   embedding_forward(residual(0, b), inputs, params_[ParameterLayout::embedding_index()], stream);
-  for (std::int64_t l = 0; l < L; ++l) layer_forward(l, b);
+  for (std::int64_t l = 0; l < L; ++l) {
+    layer_forward(l, b);
+    if (backward) offload_.store(l);
+  }
   bind_parameters(L + 1);
 
   const Tensor lnf_y = act(lnf_y_, c, {b.B, b.T, d});  // (B, T, d)
@@ -123,12 +128,15 @@ void TransformerLM::block_forward(std::int64_t l, const Batch& b, const BlockWei
   const Tensor x = residual(l, b);                      // (B, T, d) fp32
   const Tensor ln1_y = act(s.ln1_y, c, {b.B, b.T, d});  // (B, T, d)
   rmsnorm_forward(ln1_y, act(s.ln1_rstd, DType::f32, {b.B, b.T}), x, params_[index(LayerSlot::ln1)], norm);
-  linear_forward(act(s.qkv, c, {b.B, b.T, 3 * d}), ln1_y, w.qkv, lin);
   const AttentionViews attn = attention_views(l, b);
-  const RopeOptions rope = rope_options();  // packed documents: positions restart per document
-  rope_forward(attn.tensors.q, rope);
-  rope_forward(attn.tensors.k, rope);
-  if (pass != BlockPass::recompute_selective) attention_forward_pass(attn.tensors);  // selective keeps o and lse
+  if (pass != BlockPass::recompute_selective_qkv) {  // which keeps qkv after RoPE
+    linear_forward(act(s.qkv, c, {b.B, b.T, 3 * d}), ln1_y, w.qkv, lin);
+    const RopeOptions rope = rope_options();  // packed documents: positions restart per document
+    rope_forward(attn.tensors.q, rope);
+    rope_forward(attn.tensors.k, rope);
+  }
+  if (pass == BlockPass::forward || pass == BlockPass::recompute_full)  // selective recomputation keeps o, lse
+    attention_forward_pass(attn.tensors);
   const Tensor x_mid = act(s.x_mid, DType::f32, {b.B, b.T, d});  // (B, T, d) fp32
   linear_forward(x_mid, attn.o_rows, w.output_proj, lin);
   residual_add(x_mid, x, stream);
@@ -143,6 +151,7 @@ void TransformerLM::block_forward(std::int64_t l, const Batch& b, const BlockWei
   if (pass != BlockPass::forward) return;  // the backward recomputes h itself and needs no x_next
   const Tensor h = work(ws_.ffn_h, c, {b.B, b.T, f});  // (B, T, d_ff)
   swiglu_forward(h, a, g, stream);
+  offload_.make_writable(l + 1);  // x_{l+1}'s slot: as late as possible (see Note [Activation offloading])
   const Tensor x_next = residual(l + 1, b);  // (B, T, d) fp32
   linear_forward(x_next, h, w.w2, lin);
   residual_add(x_next, x_mid, stream);

@@ -32,6 +32,7 @@ MemoryPlan plan_training_memory(const MemoryPlanInput& in) {
   MemoryPlan m;
   m.activations = model.activations;
   m.workspace = model.workspace;
+  m.offloaded = model.offloaded;
   if (in.stage <= 1) {
     m.parameters = 4 * P;
     m.gradients = 4 * P;

@@ -11,6 +11,8 @@
 //   workspace        the model's workspace arena
 //   communication    DDP's bf16 staging copy (stage 0, bf16 gradients, several ranks); ZeRO-2/3's gather and
 //                    gradient slots (dist/fsdp.h)
+//   offloaded        pinned host memory (not device bytes, not in total()): the blocks' saved activations
+//                    with ModelOptions::offload_activations (TransformerLM::planned_memory)
 // The allocator counts communication buffers as workspace.
 #pragma once
 
@@ -32,6 +34,7 @@ struct MemoryPlanInput {
 struct MemoryPlan {
   std::size_t parameters = 0, gradients = 0, optimizer_state = 0, activations = 0, workspace = 0,
               communication = 0;
+  std::size_t offloaded = 0;  // host
   std::size_t total() const {
     return parameters + gradients + optimizer_state + activations + workspace + communication;
   }

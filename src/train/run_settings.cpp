@@ -50,6 +50,7 @@ std::vector<RunSetting> run_settings(const TrainPlan& plan) {
       {"--loss-chunk", str(plan.loss_chunk)},
       {"--pack-documents --eos-id", plan.eos_id ? str(*plan.eos_id) : "off"},
       {"--max-documents", str(plan.max_documents)},
+      {"--offload-activations", plan.offload_activations ? "on" : "off"},
       {"--device", plan.device.is_cpu() ? "cpu" : "cuda"},
       {"--batch", str(plan.batch)},
       {"--steps", str(plan.steps)},

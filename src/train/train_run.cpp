@@ -261,6 +261,7 @@ class TrainingRun {
     o.allow_tf32 = plan.tf32;
     o.recompute = plan.recompute;
     o.loss_chunk = plan.loss_chunk;
+    o.offload_activations = plan.offload_activations;
     o.stream = stream;
     o.parameter_source = source;
     return o;
@@ -580,6 +581,7 @@ nlohmann::json train_document(const TrainPlan& plan, const TrainResult& result) 
       {"recompute", name_of(plan.recompute)},
       {"loss_chunk", plan.loss_chunk},
       {"pack_documents", plan.eos_id.has_value()},
+      {"offload_activations", plan.offload_activations},
       {"steps", plan.steps},
       {"first_step", result.first_step},
       {"lr", plan.schedule.max_lr},

@@ -1,7 +1,8 @@
 // test_memory_plan.cpp — train/memory_plan.h on the 8B shape (planned without allocating anything): every
 // ZeRO stage's parameters, gradients and optimizer state per rank from the shard arithmetic (ZeRO-3's
 // shard is the per-unit padded pieces, ZeRO-1's last rank holds the tail), sharding saves what it should,
-// recomputation shrinks the activations, and bad stages, worlds and oversized worlds are refused.
+// recomputation shrinks the activations, offloading moves the blocks' saved activations to the host, and bad
+// stages, worlds and oversized worlds are refused.
 #include <gtest/gtest.h>
 
 #include "core/error.h"
@@ -56,6 +57,28 @@ TEST(MemoryPlan, ShardsThe8bShapeByStage) {
   EXPECT_GE(zero2.parameters, 4 * S + 2 * P);  // the shard and the bf16 replica (the embedding's in fp32)
 
   EXPECT_LT(zero3.activations, plan_training_memory(input_8b(3, Recompute::none)).activations);
+}
+
+// Offloading (see Note [Activation offloading]): units 0 .. L - 2 (x_l, attn.o, attn.lse) go to the host, the
+// device keeps a ring of two units (x_L in it); selective-qkv keeps q, k, v per block too: more on the host,
+// and the device's ring grows by two blocks' qkv while the shared recomputation slots lose one.
+TEST(MemoryPlan, OffloadingMovesTheBlocksUnitsToTheHost) {
+  const std::size_t rows = 32768, d = 4096, H = 32, L = 34;  // every size a multiple of the arena's alignment
+  const std::size_t x = rows * d * 4, o = rows * d * 2, lse = rows * H * 4, qkv = rows * 3 * d * 2;
+  MemoryPlanInput in = input_8b(3, Recompute::selective);
+  const MemoryPlan kept = plan_training_memory(in);
+  in.options.offload_activations = true;
+  const MemoryPlan offloaded = plan_training_memory(in);
+  EXPECT_EQ(kept.offloaded, 0u);
+  EXPECT_EQ(offloaded.offloaded, (L - 1) * (x + o + lse));
+  EXPECT_EQ(kept.activations - offloaded.activations, (L + 1) * x + L * (o + lse) - 2 * (x + o + lse));
+  EXPECT_EQ(offloaded.workspace, kept.workspace);
+  EXPECT_EQ(offloaded.communication, kept.communication);
+
+  in.options.recompute = Recompute::selective_qkv;
+  const MemoryPlan qkv_kept = plan_training_memory(in);
+  EXPECT_EQ(qkv_kept.offloaded, (L - 1) * (x + qkv + o + lse));
+  EXPECT_EQ(qkv_kept.activations, offloaded.activations + 2 * qkv - qkv);
 }
 
 TEST(MemoryPlan, RefusesBadInputs) {

@@ -1,6 +1,6 @@
 // test_model_recompute.cpp — activation recomputation (see Note [Recomputation], model/transformer.h): for
-// fp32 and bf16, both attention implementations, the fused and the materialised loss, selective and full
-// recomputation give the loss and every gradient of `none` bit for bit (over two accumulated micro-batches of
+// fp32 and bf16, both attention implementations, the fused and the materialised loss, selective,
+// selective-qkv and full recomputation give the loss and every gradient of `none` bit for bit (over two accumulated micro-batches of
 // different lengths, the gradient-ready hook in the same order), and shrink the activation arena: full below
 // selective below none, by the per-block tensors each no longer keeps.
 #include <gtest/gtest.h>
@@ -50,7 +50,7 @@ TEST(Recompute, GradientsAreBitIdenticalToNone) {
     for (AttentionImpl impl : {AttentionImpl::flash, AttentionImpl::naive})
       for (std::int64_t loss_chunk : {0, 7}) {
         const TrainRun none = train(precision, impl, loss_chunk, Recompute::none);
-        for (Recompute recompute : {Recompute::selective, Recompute::full}) {
+        for (Recompute recompute : {Recompute::selective, Recompute::selective_qkv, Recompute::full}) {
           SCOPED_TRACE(str(name_of(precision), " ", name_of(impl), " chunk ", loss_chunk, " ", name_of(recompute)));
           const TrainRun run = train(precision, impl, loss_chunk, recompute);
           EXPECT_EQ(run.losses, none.losses);
@@ -94,7 +94,9 @@ TEST(Recompute, ParsesPolicyNames) {
   EXPECT_EQ(parse_recompute("selective"), Recompute::selective);
   EXPECT_STREQ(name_of(Recompute::full), "full");
   test::expect_error([] { parse_recompute("some"); }, ErrorKind::invalid_argument,
-                     {"'some'", "none, selective or full"});
+                     {"'some'", "none, selective, selective-qkv or full"});
+  EXPECT_EQ(parse_recompute("selective-qkv"), Recompute::selective_qkv);
+  EXPECT_STREQ(name_of(Recompute::selective_qkv), "selective-qkv");
 }
 
 }  // namespace

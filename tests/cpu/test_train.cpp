@@ -152,7 +152,7 @@ TEST(TrainOptions, RejectsBadValuesNamingTheOption) {
   bad("--size tiny --heads 64", {"--heads", "even for RoPE"});
   bad("--size tiny --d-model 1024 --heads 2", {"--d-model", "at most 256", "512"});
   bad("--size tiny --rope-theta 0", {"--rope-theta", "rope_theta"});
-  bad("--recompute some", {"--recompute", "'some'", "none, selective or full"});
+  bad("--recompute some", {"--recompute", "'some'", "none, selective, selective-qkv or full"});
   bad("--precision fp8", {"--precision", "fp8"});
   bad("--attention sdpa", {"--attention", "sdpa"});
   bad("--device tpu", {"--device", "tpu"});

@@ -1,23 +1,20 @@
 // test_model_fused_recompute_cuda.cpp — the fused LM head loss and activation recomputation on CUDA: with a
 // vocabulary (1001) and rows (4 x 16) the chunk (24) divides neither, the fused loss equals the materialised
 // one (fp32 without TF32: loss within 1e-6 relative, gradients within 1e-5 of their largest magnitude; bf16:
-// as close as the materialised bf16 result is to fp32) and the CPU's fused result; selective and full
-// recomputation give the loss and every gradient of `none` bit for bit (deterministic attention backward),
-// for fp32 and bf16, also inside the CUDA-graphed train step.
+// as close as the materialised bf16 result is to fp32) and the CPU's fused result; selective, selective-qkv
+// and full recomputation give the loss and every gradient of `none` bit for bit (deterministic attention
+// backward), for fp32 and bf16, also inside the CUDA-graphed train step.
 // Run on a GPU machine: ./build/bin/gpu_test_model_fused_recompute_cuda
 #include <gtest/gtest.h>
 
-#include <cuda_runtime.h>
-
 #include <algorithm>
 #include <cmath>
-#include <random>
 #include <string>
 #include <vector>
 
-#include "core/buffer.h"
 #include "core/error.h"
 #include "core/tensor_io.h"
+#include "gpu/device_token_batch.h"
 #include "model/graphed_step.h"
 #include "model/trainer.h"
 
@@ -43,24 +40,9 @@ ModelOptions options_for(Precision precision, Device device, std::int64_t loss_c
   return o;
 }
 
-// (B, T) random inputs then targets on the host and on the GPU.
-struct Batch {
-  std::int64_t B = 4, T = 16;
-  std::vector<std::int32_t> host;  // (2, B, T)
-  Buffer device;
-  explicit Batch(std::uint64_t seed) : host(static_cast<std::size_t>(2 * B * T)) {
-    std::mt19937_64 gen(seed);
-    std::uniform_int_distribution<std::int32_t> id(0, static_cast<std::int32_t>(config().vocab_size - 1));
-    for (auto& x : host) x = id(gen);
-    device = Buffer(host.size() * sizeof(std::int32_t), Device::cuda(0), "test batch");
-    EXPECT_EQ(cudaMemcpy(device.data(), host.data(), host.size() * sizeof(std::int32_t), cudaMemcpyHostToDevice),
-              cudaSuccess);
-  }
-  const std::int32_t* base(Device d) const {
-    return d.is_cpu() ? host.data() : static_cast<const std::int32_t*>(device.data());
-  }
-  TokenIds inputs(Device d) const { return {base(d), {B, T}, d}; }
-  TokenIds targets(Device d) const { return {base(d) + B * T, {B, T}, d}; }
+// (4, 16) random ids of the config's vocabulary.
+struct Batch : test::DeviceTokenBatch {
+  explicit Batch(std::uint64_t seed) : DeviceTokenBatch(4, 16, config().vocab_size, seed) {}
 };
 
 struct Result {
@@ -106,7 +88,7 @@ TEST(RecomputeCuda, GradientsAreBitIdenticalToNone) {
   for (Precision precision : {Precision::fp32, Precision::bf16})
     for (std::int64_t loss_chunk : {0, 24}) {
       const Result none = run(precision, gpu, loss_chunk, Recompute::none);
-      for (Recompute recompute : {Recompute::selective, Recompute::full}) {
+      for (Recompute recompute : {Recompute::selective, Recompute::selective_qkv, Recompute::full}) {
         SCOPED_TRACE(str(name_of(precision), " chunk ", loss_chunk, " ", name_of(recompute)));
         const Result r = run(precision, gpu, loss_chunk, recompute);
         EXPECT_EQ(r.loss, none.loss);

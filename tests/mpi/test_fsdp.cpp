@@ -6,7 +6,8 @@
 // round-off with the gradients reduce-scattered in bf16; the memory planned without allocating is what is
 // allocated; a sharded checkpoint resumes bit for bit (ZeRO-3 saved, ZeRO-2 and ZeRO-3 resumed), gathers
 // into the whole parameters under their names, and refuses another world size or model shape; the plan
-// pads units that the world does not divide and refuses a world larger than a unit.
+// pads units that the world does not divide and refuses a world larger than a unit; activation offloading
+// changes no bit of a ZeRO-3 run, for every recompute policy.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -86,14 +87,26 @@ TrainRun single_process(Precision precision, std::int64_t accumulation) {
   return run;
 }
 
-TrainRun sharded(int stage, Precision precision, std::int64_t accumulation, bool bf16_grad_comm = false) {
+// The sharded model's memory options beside fsdp_config().
+struct ModelMemory {
+  std::int64_t layers = 0;  // 0: fsdp_config()'s
+  Recompute recompute = Recompute::none;
+  bool offload_activations = false;
+};
+
+TrainRun sharded(int stage, Precision precision, std::int64_t accumulation, bool bf16_grad_comm = false,
+                 const ModelMemory& memory = {}) {
   Communicator& comm = world();
   const int rank = comm.rank(), W = comm.world_size();
   const TrainerConfig config = trainer_config(accumulation, true);
-  Fsdp fsdp(comm, fsdp_config(), fsdp_options(stage, precision, bf16_grad_comm));
+  ModelConfig shape = fsdp_config();
+  if (memory.layers > 0) shape.num_layers = memory.layers;
+  Fsdp fsdp(comm, shape, fsdp_options(stage, precision, bf16_grad_comm));
   ModelOptions options = tiny_options(precision, AttentionImpl::flash, kLocalBatch, kSeq);
   options.parameter_source = &fsdp;
-  TransformerLM model(fsdp_config(), options);
+  options.recompute = memory.recompute;
+  options.offload_activations = memory.offload_activations;
+  TransformerLM model(shape, options);
   Trainer trainer(model, config);
   attach(fsdp, trainer);
   TrainRun run;
@@ -174,6 +187,21 @@ TEST(Fsdp, Bf16GradientCommunicationMatchesToBf16Rounding) {
 TEST(Fsdp, Bf16MatchesSingleProcess) {
   const int W = world().world_size();
   expect_matches_single_process(Precision::bf16, 1, (W & (W - 1)) == 0 ? 1e-6 : 1e-2);
+}
+
+// Activation offloading under ZeRO-3 (five blocks: four go through the host): for every recompute policy, the
+// losses, gradient norms and parameters of the run without it, bit for bit.
+TEST(Fsdp, OffloadedActivationsGiveTheSameRunBitForBit) {
+  for (Precision precision : {Precision::fp32, Precision::bf16})
+    for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::selective_qkv, Recompute::full}) {
+      SCOPED_TRACE(str(name_of(precision), " ", name_of(recompute)));
+      const TrainRun kept = sharded(3, precision, 2, false, {.layers = 5, .recompute = recompute});
+      const TrainRun offloaded =
+          sharded(3, precision, 2, false, {.layers = 5, .recompute = recompute, .offload_activations = true});
+      EXPECT_EQ(offloaded.losses, kept.losses);
+      EXPECT_EQ(offloaded.norms, kept.norms);
+      EXPECT_EQ(offloaded.parameters, kept.parameters);
+    }
 }
 
 TEST(Fsdp, PlannedMemoryIsWhatIsAllocated) {

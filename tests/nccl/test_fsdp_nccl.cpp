@@ -3,7 +3,8 @@
 // half of a batch of 4 sequences with its shards of the parameters (ZeRO-3), gradients and AdamW state,
 // matches one process trained on the whole batch on the same GPU after 3 AdamW steps with a clip that acts —
 // fp32 (also with 2 accumulation micro-batches) to fp32 round-off, gradients reduce-scattered in bf16 to
-// bf16 precision, bf16 mode to its GEMMs' precision. The gathered parameters are bit-identical on both ranks
+// bf16 precision, bf16 mode (also with 2 micro-batches) to its GEMMs' precision; activation offloading changes
+// no bit of a ZeRO-3 run. The gathered parameters are bit-identical on both ranks
 // (every rank gathers the same shards). AdamW eps is 1e-3 as in test_ddp_nccl: near-zero gradients, whose last
 // bits differ between a batch of 4 and two averaged halves, cannot turn into lr-sized updates. The copy
 // engine's reduce-scatter takes NCCL's ZeRO-2/3 steps bit for bit.
@@ -28,8 +29,9 @@ constexpr int kSteps = 3;
 constexpr std::int64_t kBatch = 4, kSeq = 16;
 constexpr double kClip = 0.05;  // below the first steps' gradient norms: the clip acts
 
-ModelConfig config() {
+ModelConfig config(std::int64_t layers = 2) {
   ModelConfig c = model_config("tiny");
+  c.num_layers = layers;
   c.d_model = 32;
   c.d_ff = 64;
   c.num_heads = 2;
@@ -82,9 +84,16 @@ std::vector<double> train_reference(Precision precision) {
   return read_as_double(model.parameters().flat());
 }
 
+// The sharded model's shape and memory options beside config()'s.
+struct ModelMemory {
+  std::int64_t layers = 2;
+  Recompute recompute = Recompute::none;
+  bool offload_activations = false;
+};
+
 // This rank's half of every batch, sharded over NCCL; the whole parameters gathered after the steps.
 std::vector<double> train_sharded(int stage, Precision precision, std::int64_t accumulation, bool bf16_grad_comm,
-                                  Communicator* over = nullptr) {
+                                  const ModelMemory& memory = {}, Communicator* over = nullptr) {
   const int rank = context().rank();
   Communicator& comm = over ? *over : context().communicator_for(gpu());
   const TrainerConfig tc = trainer_config(accumulation, true);
@@ -96,10 +105,12 @@ std::vector<double> train_sharded(int stage, Precision precision, std::int64_t a
   fo.seed = options(precision).seed;
   fo.bf16_grad_comm = bf16_grad_comm;
   fo.device = gpu();
-  Fsdp fsdp(comm, config(), fo);
+  Fsdp fsdp(comm, config(memory.layers), fo);
   ModelOptions o = options(precision);
   o.parameter_source = &fsdp;
-  TransformerLM model(config(), o);
+  o.recompute = memory.recompute;
+  o.offload_activations = memory.offload_activations;
+  TransformerLM model(config(memory.layers), o);
   Trainer trainer(model, tc);
   attach(fsdp, trainer);
   TokenStaging staging(gpu(), kBatch, kSeq);
@@ -159,9 +170,24 @@ TEST(FsdpNccl, Bf16GradientsMatchToBf16Precision) {
 TEST(FsdpNccl, Bf16ModeMatchesOneProcess) {
   const std::vector<double> reference = train_reference(Precision::bf16);
   // The same bf16 casts of the same weights; the GEMMs of 4 rows and of 2 may accumulate in another order.
-  for (int stage : {2, 3}) {
-    SCOPED_TRACE("ZeRO-" + std::to_string(stage));
-    expect_matches(train_sharded(stage, Precision::bf16, 1, false), reference, 5e-3);
+  // Two micro-batches: the second's embedding gather waits for the first's reduce-scatter of the gradients
+  // it overlays (Note [ZeRO-3 step]).
+  for (int stage : {2, 3})
+    for (std::int64_t accumulation : {1, 2}) {
+      SCOPED_TRACE("ZeRO-" + std::to_string(stage) + ", " + std::to_string(accumulation) + " micro-batch(es)");
+      expect_matches(train_sharded(stage, Precision::bf16, accumulation, false), reference, 5e-3);
+    }
+}
+
+// Activation offloading under ZeRO-3 over NCCL (five blocks, four units through pinned host memory on the
+// copy stream): every recompute policy gives the parameters of the run without it bit for bit.
+TEST(FsdpNccl, OffloadedActivationsChangeNoBit) {
+  for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::selective_qkv, Recompute::full}) {
+    SCOPED_TRACE(name_of(recompute));
+    const std::vector<double> kept = train_sharded(3, Precision::bf16, 2, false, {.layers = 5, .recompute = recompute});
+    const std::vector<double> offloaded =
+        train_sharded(3, Precision::bf16, 2, false, {.layers = 5, .recompute = recompute, .offload_activations = true});
+    EXPECT_EQ(offloaded, kept);
   }
 }
 
@@ -172,7 +198,7 @@ TEST(FsdpNccl, CopyEngineReduceScatterTakesNcclsStepsBitForBit) {
   for (int stage : {2, 3})
     for (bool bf16_grad_comm : {false, true}) {
       SCOPED_TRACE("ZeRO-" + std::to_string(stage) + (bf16_grad_comm ? ", bf16 gradients" : ""));
-      EXPECT_EQ(train_sharded(stage, Precision::fp32, 2, bf16_grad_comm, peer.get()),
+      EXPECT_EQ(train_sharded(stage, Precision::fp32, 2, bf16_grad_comm, {}, peer.get()),
                 train_sharded(stage, Precision::fp32, 2, bf16_grad_comm));
     }
 }

@@ -1,0 +1,124 @@
+// test_model_offload.cpp — activation offloading (see Note [Activation offloading], model/transformer.h) on
+// the CPU, where the host copies are a separate buffer reached through the same calls: for every recompute
+// policy, fp32 and bf16, the fused and the materialised loss, offloading gives the losses and every gradient
+// of the same model without it bit for bit (six blocks through a ring of two, over two accumulated
+// micro-batches of different lengths, then a forward-only call), and the device arena holds the ring instead
+// of one unit per block while the host holds the other units; a host allocation that fails names its bytes.
+#include <gtest/gtest.h>
+
+#include <vector>
+
+#include "core/pinned_memory.h"
+#include "core/tensor_io.h"
+#include "test_model_util.h"
+#include "test_ops_util.h"
+
+namespace ft {
+namespace {
+
+ModelConfig six_layers() {
+  ModelConfig c = model_config("tiny");
+  c.num_layers = 6;  // units 0-4 to the host and back, block 5's and x_L staying in the ring
+  return c;
+}
+
+struct TrainRun {
+  std::vector<double> losses;
+  std::vector<double> grads;
+  std::vector<std::size_t> ready;
+};
+
+TrainRun train(Precision precision, std::int64_t loss_chunk, Recompute recompute, bool offload) {
+  ModelOptions o = test::tiny_options(precision);
+  o.loss_chunk = loss_chunk;
+  o.recompute = recompute;
+  o.offload_activations = offload;
+  TransformerLM model(six_layers(), o);
+  TrainRun r;
+  BackwardOptions options;
+  options.loss_scale = 0.5;
+  options.on_gradient_ready = [&](const ParameterInfo& info, const Tensor&) { r.ready.push_back(info.index); };
+  const test::TokenBatch batches[] = {test::random_batch(4, 16, 97, 90), test::random_batch(3, 11, 97, 91)};
+  for (const test::TokenBatch& b : batches) {
+    r.losses.push_back(model.forward_backward(b.input_ids(), b.target_ids(), options));
+    options.accumulate = true;
+  }
+  r.losses.push_back(model.forward(batches[0].input_ids(), batches[0].target_ids()));
+  r.grads = read_as_double(model.gradients().flat());
+  return r;
+}
+
+TEST(Offload, LossesAndGradientsAreBitIdentical) {
+  for (Precision precision : {Precision::fp32, Precision::bf16})
+    for (std::int64_t loss_chunk : {0, 7})
+      for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::selective_qkv, Recompute::full}) {
+        SCOPED_TRACE(str(name_of(precision), " chunk ", loss_chunk, " ", name_of(recompute)));
+        const TrainRun kept = train(precision, loss_chunk, recompute, false);
+        const TrainRun offloaded = train(precision, loss_chunk, recompute, true);
+        EXPECT_EQ(offloaded.losses, kept.losses);
+        EXPECT_EQ(offloaded.ready, kept.ready);
+        ASSERT_EQ(offloaded.grads.size(), kept.grads.size());
+        std::size_t differing = 0;
+        for (std::size_t i = 0; i < kept.grads.size(); ++i) differing += offloaded.grads[i] != kept.grads[i];
+        EXPECT_EQ(differing, 0u);
+      }
+}
+
+TEST(Offload, ArenaHoldsTheRingAndTheHostTheRest) {
+  const ModelConfig c = six_layers();
+  const std::size_t rows = 4 * 16, d = 64, H = 4, L = 6, ring = kOffloadRing;
+  for (Recompute recompute : {Recompute::none, Recompute::selective, Recompute::selective_qkv, Recompute::full}) {
+    SCOPED_TRACE(name_of(recompute));
+    ModelOptions o = test::tiny_options(Precision::bf16);
+    o.recompute = recompute;
+    const MemoryReport kept = TransformerLM(c, o).memory();
+    o.offload_activations = true;
+    const TransformerLM model(c, o);
+    const MemoryReport offloaded = model.memory();
+    EXPECT_EQ(kept.offloaded, 0u);
+    // A unit: x_l (fp32) and at least what the policy keeps per block.
+    std::size_t unit = rows * d * 4;
+    if (recompute == Recompute::selective) unit += rows * d * 2 + rows * H * 4;
+    if (recompute == Recompute::selective_qkv) unit += rows * 3 * d * 2 + rows * d * 2 + rows * H * 4;
+    if (recompute == Recompute::none) unit += rows * (d * 2 + 4 + 3 * d * 2 + d * 2 + d * 4 + d * 2 + 4 + 2 * 172 * 2);
+    // Units 0 .. L (the last: x_L alone), the first L + 1 - ring on the host.
+    const std::size_t host_units = L + 1 - ring, slot = offloaded.offloaded / host_units;
+    EXPECT_GE(slot, unit);
+    EXPECT_LE(slot, unit + 16 * kArenaAlignment);
+    // The same units, moved; x_L's slot has room for a block's kept tensors.
+    EXPECT_EQ(kept.activations - offloaded.activations, offloaded.offloaded - (slot - rows * d * 4));
+    EXPECT_EQ(TransformerLM::planned_memory(c, o).offloaded, offloaded.offloaded);
+    EXPECT_EQ(TransformerLM::planned_memory(c, o).activations, offloaded.activations);
+  }
+  // Inference keeps nothing for backward: nothing to offload.
+  ModelOptions o = test::tiny_options();
+  o.training = false;
+  const std::size_t inference = TransformerLM(c, o).memory().activations;
+  o.offload_activations = true;
+  EXPECT_EQ(TransformerLM(c, o).memory().activations, inference);
+  EXPECT_EQ(TransformerLM(c, o).memory().offloaded, 0u);
+}
+
+TEST(Offload, FewerBlocksThanTheRingStayOnTheDevice) {
+  ModelConfig c = six_layers();
+  c.num_layers = 1;  // units: block 0's and x_L
+  ModelOptions o = test::tiny_options();
+  o.offload_activations = true;
+  TransformerLM model(c, o);
+  EXPECT_EQ(model.memory().offloaded, 0u);
+  const test::TokenBatch b = test::random_batch(4, 16, 97, 92);
+  o.offload_activations = false;
+  TransformerLM reference(c, o);
+  EXPECT_EQ(model.forward_backward(b.input_ids(), b.target_ids()),
+            reference.forward_backward(b.input_ids(), b.target_ids()));
+  EXPECT_EQ(read_as_double(model.gradients().flat()), read_as_double(reference.gradients().flat()));
+}
+
+TEST(Offload, HostAllocationFailureNamesTheBytes) {
+  const std::size_t huge = std::size_t{1} << 60;
+  test::expect_error([&] { PinnedBuffer buffer(huge, Device::cpu(), "offloaded activations"); },
+                     ErrorKind::out_of_memory, {std::to_string(huge), "offloaded activations"});
+}
+
+}  // namespace
+}  // namespace ft
