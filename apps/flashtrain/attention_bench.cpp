@@ -13,9 +13,6 @@
 #include "core/tensor_io.h"
 #include "flashtrain/out_of_memory.h"
 #include "ops/attention/visibility.h"
-#if FT_HAS_CUDA
-#include "ops/attention/attention_impls.h"
-#endif
 
 namespace ft::cli {
 
@@ -53,31 +50,11 @@ bool has_window_or_sinks(const AttentionBenchCase& c) {
 std::string mask_cell(const AttentionBenchCase& c) {
   if (!has_window_or_sinks(c)) return "-";
   auto side = [](std::int64_t w) { return w < 0 ? std::string("-") : std::to_string(w); };
-  const std::string sinks = c.sink_tokens > 0 ? "+" + std::to_string(c.sink_tokens) : "";
-  return side(c.window_left) + "," + side(c.causal ? 0 : c.window_right) + sinks;
+  std::string cell = side(c.window_left) + "," + side(c.causal ? 0 : c.window_right);
+  if (c.sink_tokens > 0) cell += "+" + std::to_string(c.sink_tokens);
+  return cell;
 }
 
-// "forward/backward" candidate of a Hopper row ("-" for the others, which run no candidates).
-std::string variant_cell(const AttentionBenchCase& c) {
-  if (c.kernels != FlashKernels::sm90) return "-";
-  return std::to_string(c.fwd_variant) + "/" + std::to_string(c.bwd_variant);
-}
-
-#if FT_HAS_CUDA
-// The Hopper kernel candidates of a case, set for a scope (then back to the tile table's).
-struct ForcedVariants {
-  explicit ForcedVariants(const AttentionBenchCase& c) {
-    attention_impl::force_flash_forward_variant(c.fwd_variant);
-    attention_impl::force_flash_backward_variant(c.bwd_variant);
-  }
-  ~ForcedVariants() {
-    attention_impl::force_flash_forward_variant(0);
-    attention_impl::force_flash_backward_variant(0);
-  }
-  ForcedVariants(const ForcedVariants&) = delete;
-  ForcedVariants& operator=(const ForcedVariants&) = delete;
-};
-#endif
 
 }  // namespace
 
@@ -137,23 +114,19 @@ std::vector<AttentionBenchCase> expand_cases(const AttentionBenchConfig& config)
   const bool cuda_flash_options = config.device.is_cuda();
   const std::vector<FlashKernels> one_kernels{FlashKernels::auto_select};
   const std::vector<bool> one_mode{true};
-  const std::vector<int> one_variant{0};
   std::vector<AttentionBenchCase> cases;
   for (auto impl : config.impls) {
     const bool varies = cuda_flash_options && impl == AttentionImpl::flash;
     for (auto kernels : varies ? config.kernels : one_kernels)
       for (bool deterministic : varies ? config.deterministic : one_mode)
-        for (int fwd_variant : varies ? config.fwd_variants : one_variant)
-          for (int bwd_variant : varies ? config.bwd_variants : one_variant)
-            for (auto dtype : config.dtypes)
-              for (auto d : config.head_dims)
-                for (auto n : config.seqlens)
-                  for (auto b : config.batch)
-                    for (auto h : config.heads)
-                      for (auto hkv : config.kv_heads)
-                        cases.push_back({impl, b, h, n, d, dtype, config.causal, deterministic, kernels, hkv,
-                                         config.window_left, config.window_right, config.sink_tokens, fwd_variant,
-                                         bwd_variant});
+        for (auto dtype : config.dtypes)
+          for (auto d : config.head_dims)
+            for (auto n : config.seqlens)
+              for (auto b : config.batch)
+                for (auto h : config.heads)
+                  for (auto hkv : config.kv_heads)
+                    cases.push_back({impl, b, h, n, d, dtype, config.causal, deterministic, kernels, hkv,
+                                     config.window_left, config.window_right, config.sink_tokens});
   }
   return cases;
 }
@@ -162,8 +135,7 @@ bool same_case(const AttentionBenchCase& a, const AttentionBenchCase& b) {
   return a.impl == b.impl && a.batch == b.batch && a.heads == b.heads && a.seqlen == b.seqlen &&
          a.head_dim == b.head_dim && a.dtype == b.dtype && a.causal == b.causal &&
          a.deterministic == b.deterministic && a.kernels == b.kernels && kv_heads_of(a) == kv_heads_of(b) &&
-         a.window_left == b.window_left && a.window_right == b.window_right && a.sink_tokens == b.sink_tokens &&
-         a.fwd_variant == b.fwd_variant && a.bwd_variant == b.bwd_variant;
+         a.window_left == b.window_left && a.window_right == b.window_right && a.sink_tokens == b.sink_tokens;
 }
 
 AttentionBenchRow run_attention_bench_case(const AttentionBenchCase& c, const AttentionBenchConfig& config) {
@@ -198,10 +170,6 @@ AttentionBenchRow run_attention_bench_case(const AttentionBenchCase& c, const At
     options.deterministic = c.deterministic;
     options.kernels = c.kernels;
     if (device.is_cuda() && c.impl == AttentionImpl::flash) row.c.kernels = flash_kernels_for(t, options);
-    if (row.c.kernels != FlashKernels::sm90) row.c.fwd_variant = row.c.bwd_variant = 0;  // none to choose
-#if FT_HAS_CUDA
-    const ForcedVariants variants(row.c);
-#endif
 
     allocator.reset_peak(device);
     attention_forward(t, options);
@@ -232,18 +200,18 @@ AttentionBenchRow run_attention_bench_case(const AttentionBenchCase& c, const At
 }
 
 std::string format_attention_bench(const std::vector<AttentionBenchRow>& rows, bool csv) {
-  ReportTable table({"impl", "kernels", "variant", "deterministic", "dtype", "causal", "window", "B", "H", "Hkv", "N",
+  ReportTable table({"impl", "kernels", "deterministic", "dtype", "causal", "window", "B", "H", "Hkv", "N",
                      "D", "fwd_ms", "bwd_ms", "fwd_bwd_ms", "fwd_tflops", "bwd_tflops", "fwd_bwd_tflops",
                      "mem_before_bwd_gib", "peak_gib"});
   for (const auto& r : rows) {
     std::vector<std::string> cells{name_of(r.c.impl),          kernels_cell(r.c),
-                                   variant_cell(r.c),          r.c.deterministic ? "yes" : "no",
+                                   r.c.deterministic ? "yes" : "no",
                                    name_of(r.c.dtype),         r.c.causal ? "yes" : "no",
                                    mask_cell(r.c),             std::to_string(r.c.batch),
                                    std::to_string(r.c.heads),  std::to_string(kv_heads_of(r.c)),
                                    std::to_string(r.c.seqlen), std::to_string(r.c.head_dim)};
     if (r.oom) {
-      cells.resize(20, "OOM");
+      cells.resize(19, "OOM");
     } else {
       for (double x : {r.fwd_ms, r.bwd_ms, r.fwd_bwd_ms}) cells.push_back(fixed(x, 3));
       for (double x : {r.fwd_tflops, r.bwd_tflops, r.fwd_bwd_tflops}) cells.push_back(fixed(x, 1));
@@ -266,8 +234,6 @@ nlohmann::json attention_bench_document(const AttentionBenchConfig& config, cons
       row.update({{"window_left", r.c.window_left},
                   {"window_right", r.c.window_right},
                   {"sink_tokens", r.c.sink_tokens}});
-    if (r.c.kernels == FlashKernels::sm90)
-      row.update({{"fwd_variant", r.c.fwd_variant}, {"bwd_variant", r.c.bwd_variant}});
     if (r.oom) {
       row["oom"] = true;
       row["error"] = r.oom_message;

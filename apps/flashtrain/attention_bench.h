@@ -27,9 +27,6 @@ struct AttentionBenchCase {
   std::int64_t kv_heads = 0;  // K and V heads (grouped-query attention when fewer than heads); 0: heads
   // AttentionOptions::window_left, window_right (-1: unbounded) and sink_tokens.
   std::int64_t window_left = -1, window_right = -1, sink_tokens = 0;
-  // Candidate schedules of the Hopper kernels (force_flash_forward_variant / force_flash_backward_variant in
-  // src/ops/attention/attention_impls.h; CUDA flash only): 0 is the tile table's.
-  int fwd_variant = 0, bwd_variant = 0;
 };
 
 struct AttentionBenchRow {
@@ -52,7 +49,6 @@ struct AttentionBenchConfig {
   std::vector<FlashKernels> kernels{FlashKernels::auto_select};  // CUDA flash kernel families
   std::vector<std::int64_t> kv_heads{0};  // K/V heads; 0: as many as the query heads
   std::int64_t window_left = -1, window_right = -1, sink_tokens = 0;  // the mask beside `causal`
-  std::vector<int> fwd_variants{0}, bwd_variants{0};  // Hopper kernel candidates (CUDA flash only)
   Device device = Device::cpu();
   TimingOptions timing{.warmup = 3, .repeats = 100, .flush_l2 = false};
   double max_seconds = 2.0;  // per measurement: fewer repeats (>= 5) when a case is slow
@@ -74,9 +70,8 @@ double attention_forward_flops(const AttentionBenchCase& c);
 // says what ran: for CUDA flash the kernel family auto resolved to.
 AttentionBenchRow run_attention_bench_case(const AttentionBenchCase& c, const AttentionBenchConfig& config);
 
-// Every combination of the config's lists, in order impl, kernels, deterministic, forward and backward
-// variant, dtype, head_dim, seqlen, batch, heads, kv_heads; kernels, deterministic and the variants vary only
-// for CUDA flash.
+// Every combination of the config's lists, in order impl, kernels, deterministic, dtype, head_dim, seqlen,
+// batch, heads, kv_heads; kernels and deterministic vary only for CUDA flash.
 std::vector<AttentionBenchCase> expand_cases(const AttentionBenchConfig& config);
 
 // Whether two rows ran the same thing (so a sweep keeps only the first).
