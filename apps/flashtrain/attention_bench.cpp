@@ -14,9 +14,6 @@
 #include "flashtrain/out_of_memory.h"
 #include "flashtrain/varlen_bench.h"
 #include "ops/attention/visibility.h"
-#if FT_HAS_CUDA
-#include "ops/attention/attention_impls.h"
-#endif
 
 namespace ft::cli {
 
@@ -55,28 +52,6 @@ std::string mask_cell(const AttentionBenchCase& c) {
   const std::string sinks = c.sink_tokens > 0 ? "+" + std::to_string(c.sink_tokens) : "";
   return side(c.window_left) + "," + side(c.causal ? 0 : c.window_right) + sinks;
 }
-
-// "forward/backward" candidate of a Hopper row ("-" for the others, which run no candidates).
-std::string variant_cell(const AttentionBenchCase& c) {
-  if (c.kernels != FlashKernels::sm90) return "-";
-  return std::to_string(c.fwd_variant) + "/" + std::to_string(c.bwd_variant);
-}
-
-#if FT_HAS_CUDA
-// The Hopper kernel candidates of a case, set for a scope (then back to the tile table's).
-struct ForcedVariants {
-  explicit ForcedVariants(const AttentionBenchCase& c) {
-    attention_impl::force_flash_forward_variant(c.fwd_variant);
-    attention_impl::force_flash_backward_variant(c.bwd_variant);
-  }
-  ~ForcedVariants() {
-    attention_impl::force_flash_forward_variant(0);
-    attention_impl::force_flash_backward_variant(0);
-  }
-  ForcedVariants(const ForcedVariants&) = delete;
-  ForcedVariants& operator=(const ForcedVariants&) = delete;
-};
-#endif
 
 }  // namespace
 
@@ -161,7 +136,6 @@ std::vector<AttentionBenchCase> expand_cases(const AttentionBenchConfig& config)
   const bool cuda_flash_options = config.device.is_cuda();
   const std::vector<FlashKernels> one_kernels{FlashKernels::auto_select};
   const std::vector<bool> one_mode{true};
-  const std::vector<int> one_variant{0};
   std::vector<std::int32_t> documents;
   if (config.document_lengths)
     documents = document_lengths(config.batch.front() * config.seqlens.front(), config.document_lengths->first,
@@ -171,29 +145,26 @@ std::vector<AttentionBenchCase> expand_cases(const AttentionBenchConfig& config)
     const bool varies = cuda_flash_options && impl == AttentionImpl::flash;
     for (auto kernels : varies ? config.kernels : one_kernels)
       for (bool deterministic : varies ? config.deterministic : one_mode)
-        for (int fwd_variant : varies ? config.fwd_variants : one_variant)
-          for (int bwd_variant : varies ? config.bwd_variants : one_variant)
-            for (auto dtype : config.dtypes)
-              for (auto d : config.head_dims) {
-                const AttentionBenchCase base{impl, 1, 1, 1, d, dtype, config.causal, deterministic, kernels, 0,
-                                              config.window_left, config.window_right, config.sink_tokens,
-                                              fwd_variant, bwd_variant, {}};
-                for (auto h : documents.empty() ? std::vector<std::int64_t>{} : config.heads)
-                  for (auto hkv : config.kv_heads) {  // the documents as one packed sequence (batch 1)
+        for (auto dtype : config.dtypes)
+          for (auto d : config.head_dims) {
+            const AttentionBenchCase base{impl, 1, 1, 1, d, dtype, config.causal, deterministic, kernels, 0,
+                                          config.window_left, config.window_right, config.sink_tokens, {}};
+            for (auto h : documents.empty() ? std::vector<std::int64_t>{} : config.heads)
+              for (auto hkv : config.kv_heads) {  // the documents as one packed sequence (batch 1)
+                AttentionBenchCase c = base;
+                c.heads = h, c.kv_heads = hkv, c.documents = documents;
+                c.seqlen = config.batch.front() * config.seqlens.front();
+                cases.push_back(std::move(c));
+              }
+            for (auto n : config.seqlens)
+              for (auto b : config.batch)
+                for (auto h : config.heads)
+                  for (auto hkv : config.kv_heads) {
                     AttentionBenchCase c = base;
-                    c.heads = h, c.kv_heads = hkv, c.documents = documents;
-                    c.seqlen = config.batch.front() * config.seqlens.front();
+                    c.batch = b, c.heads = h, c.seqlen = n, c.kv_heads = hkv;
                     cases.push_back(std::move(c));
                   }
-                for (auto n : config.seqlens)
-                  for (auto b : config.batch)
-                    for (auto h : config.heads)
-                      for (auto hkv : config.kv_heads) {
-                        AttentionBenchCase c = base;
-                        c.batch = b, c.heads = h, c.seqlen = n, c.kv_heads = hkv;
-                        cases.push_back(std::move(c));
-                      }
-              }
+          }
   }
   return cases;
 }
@@ -203,7 +174,7 @@ bool same_case(const AttentionBenchCase& a, const AttentionBenchCase& b) {
          a.head_dim == b.head_dim && a.dtype == b.dtype && a.causal == b.causal &&
          a.deterministic == b.deterministic && a.kernels == b.kernels && kv_heads_of(a) == kv_heads_of(b) &&
          a.window_left == b.window_left && a.window_right == b.window_right && a.sink_tokens == b.sink_tokens &&
-         a.fwd_variant == b.fwd_variant && a.bwd_variant == b.bwd_variant && a.documents == b.documents;
+         a.documents == b.documents;
 }
 
 void fill_bench_inputs(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& d_o,
@@ -231,10 +202,6 @@ AttentionOptions bench_options(const AttentionBenchCase& c) {
 
 void time_attention_passes(AttentionBenchRow& row, const std::function<void()>& forward,
                            const std::function<void()>& backward, const AttentionBenchConfig& config) {
-  if (row.c.kernels != FlashKernels::sm90) row.c.fwd_variant = row.c.bwd_variant = 0;  // none to choose
-#if FT_HAS_CUDA
-  const ForcedVariants variants(row.c);
-#endif
   const Device device = config.device;
   Allocator& allocator = Allocator::instance();
   allocator.reset_peak(device);
@@ -301,20 +268,20 @@ AttentionBenchRow run_attention_bench_case(const AttentionBenchCase& c, const At
 }
 
 std::string format_attention_bench(const std::vector<AttentionBenchRow>& rows, bool csv) {
-  ReportTable table({"impl", "kernels", "variant", "deterministic", "dtype", "causal", "window", "varlen", "B", "H",
+  ReportTable table({"impl", "kernels", "deterministic", "dtype", "causal", "window", "varlen", "B", "H",
                      "Hkv", "N", "D", "fwd_ms", "bwd_ms", "fwd_bwd_ms", "fwd_tflops", "bwd_tflops", "fwd_bwd_tflops",
                      "mem_before_bwd_gib", "peak_gib"});
   for (const auto& r : rows) {
     const std::string varlen = r.c.documents.empty() ? "no" : str(r.c.documents.size(), " docs");
     std::vector<std::string> cells{name_of(r.c.impl),          kernels_cell(r.c),
-                                   variant_cell(r.c),          r.c.deterministic ? "yes" : "no",
+                                   r.c.deterministic ? "yes" : "no",
                                    name_of(r.c.dtype),         r.c.causal ? "yes" : "no",
                                    mask_cell(r.c),             varlen,
                                    std::to_string(r.c.batch),  std::to_string(r.c.heads),
                                    std::to_string(kv_heads_of(r.c)),
                                    std::to_string(r.c.seqlen), std::to_string(r.c.head_dim)};
     if (r.oom) {
-      cells.resize(21, "OOM");
+      cells.resize(20, "OOM");
     } else {
       for (double x : {r.fwd_ms, r.bwd_ms, r.fwd_bwd_ms}) cells.push_back(fixed(x, 3));
       for (double x : {r.fwd_tflops, r.bwd_tflops, r.fwd_bwd_tflops}) cells.push_back(fixed(x, 1));
@@ -337,8 +304,6 @@ nlohmann::json attention_bench_document(const AttentionBenchConfig& config, cons
       row.update({{"window_left", r.c.window_left},
                   {"window_right", r.c.window_right},
                   {"sink_tokens", r.c.sink_tokens}});
-    if (r.c.kernels == FlashKernels::sm90)
-      row.update({{"fwd_variant", r.c.fwd_variant}, {"bwd_variant", r.c.bwd_variant}});
     if (!r.c.documents.empty()) row.update(varlen_row_fields(r.c.documents));
     if (r.oom) {
       row["oom"] = true;

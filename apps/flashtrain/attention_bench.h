@@ -31,9 +31,6 @@ struct AttentionBenchCase {
   std::int64_t kv_heads = 0;  // K and V heads (grouped-query attention when fewer than heads); 0: heads
   // AttentionOptions::window_left, window_right (-1: unbounded) and sink_tokens.
   std::int64_t window_left = -1, window_right = -1, sink_tokens = 0;
-  // Candidate schedules of the Hopper kernels (force_flash_forward_variant / force_flash_backward_variant in
-  // src/ops/attention/attention_impls.h; CUDA flash only): 0 is the tile table's.
-  int fwd_variant = 0, bwd_variant = 0;
   // Varlen (packed documents, varlen_bench.h): the documents' lengths, packed into one sequence of seqlen =
   // their sum (batch 1); empty = a dense case.
   std::vector<std::int32_t> documents;
@@ -59,7 +56,6 @@ struct AttentionBenchConfig {
   std::vector<FlashKernels> kernels{FlashKernels::auto_select};  // CUDA flash kernel families
   std::vector<std::int64_t> kv_heads{0};  // K/V heads; 0: as many as the query heads
   std::int64_t window_left = -1, window_right = -1, sink_tokens = 0;  // the mask beside `causal`
-  std::vector<int> fwd_variants{0}, bwd_variants{0};  // Hopper kernel candidates (CUDA flash only)
   // Varlen sweep: packed documents of lengths uniform in [min, max] (seeded by seed), as many tokens as the
   // first batch x seqlen, run before the dense cases; none = no varlen case.
   std::optional<std::pair<std::int64_t, std::int64_t>> document_lengths;
@@ -89,9 +85,8 @@ std::int64_t kv_heads_of(const AttentionBenchCase& c);
 // says what ran: for CUDA flash the kernel family auto resolved to.
 AttentionBenchRow run_attention_bench_case(const AttentionBenchCase& c, const AttentionBenchConfig& config);
 
-// Every combination of the config's lists, in order impl, kernels, deterministic, forward and backward
-// variant, dtype, head_dim, seqlen, batch, heads, kv_heads; kernels, deterministic and the variants vary only
-// for CUDA flash. With document_lengths, each (impl, ..., head_dim) first gets its varlen cases (heads,
+// Every combination of the config's lists, in order impl, kernels, deterministic, dtype, head_dim, seqlen,
+// batch, heads, kv_heads; kernels and deterministic vary only for CUDA flash. With document_lengths, each (impl, ..., head_dim) first gets its varlen cases (heads,
 // kv_heads).
 std::vector<AttentionBenchCase> expand_cases(const AttentionBenchConfig& config);
 
@@ -104,7 +99,7 @@ AttentionOptions bench_options(const AttentionBenchCase& c);
 
 // Times one case's forward, backward and forward+backward into row (medians, TFLOP/s from the row's case,
 // memory before the backward and peak); forward runs once before backward is first timed. row.c holds the
-// kernels that run (a row not on the Hopper kernels reports no candidate variants).
+// kernels that run.
 void time_attention_passes(AttentionBenchRow& row, const std::function<void()>& forward,
                            const std::function<void()>& backward, const AttentionBenchConfig& config);
 

@@ -5,7 +5,7 @@
 //   flashtrain bench attention --sweep leaderboard --kernels sm80,sm90
 //   flashtrain bench attention --sweep varlen --json bench/results/attention-varlen-h100.json
 //   flashtrain bench attention --impl flash,naive --seqlen 1024,4096 --head-dim 64 --dtype bf16
-//   flashtrain bench attention --batch 1 --heads 32 --kv-heads 32,8 --seqlen 32768 --head-dim 128 --bwd-variant 0,1
+//   flashtrain bench attention --batch 1 --heads 32 --kv-heads 32,8 --seqlen 32768 --head-dim 128
 #include <algorithm>
 #include <iostream>
 #include <memory>
@@ -50,9 +50,6 @@ the sm80 kernels, TMA reductions on the Hopper ones; faster on both, dQ not bitw
 --kernels picks the flash kernel family on a GPU: auto (the Hopper sm90 kernels on an H100/H200 for
 bf16/fp16 at head dims 64, 80, 96, 128 and 256, the backward at all but 256, else sm80), sm80 (the
 portable mma.sync kernels) or sm90 (wgmma; an error where they cannot run).
---fwd-variant and --bwd-variant run candidate schedules of the Hopper kernels beside the tile table's (0),
-so that one run times them all (at head dim 128, bf16; the candidates are listed in docs/attention.md,
-"Candidate schedules"); a candidate elsewhere is an error. They apply to rows that run sm90.
 --window-left, --window-right and --sink-tokens set the mask beside --causal; such rows count the FLOPs of
 the visible (query, key) pairs.
 Each row records the kernels and the mode that ran; a case that ran the same as an earlier one is
@@ -75,7 +72,6 @@ bool parse_bool(std::string_view text) {
 struct BenchAttentionOptions {
   std::string sweep = "custom";
   std::string impls, batch, heads, kv_heads, seqlens, head_dims, dtypes, deterministic, kernels, grad, doc_lengths;
-  std::string fwd_variants, bwd_variants;
   std::optional<bool> causal;
   std::int64_t window_left = -1, window_right = -1, sink_tokens = 0;
   std::string device = "auto";
@@ -110,13 +106,6 @@ AttentionBenchConfig resolve(const BenchAttentionOptions& o) {
   config.window_left = o.window_left;
   config.window_right = o.window_right;
   config.sink_tokens = o.sink_tokens;
-  auto parse_variant = [](std::string_view text) {
-    const std::int64_t value = parse_integer(text);
-    FT_CHECK(value >= 0 && value <= 64, "expected a candidate number from 0 to 64, given ", value);
-    return static_cast<int>(value);
-  };
-  if (!o.fwd_variants.empty()) config.fwd_variants = parse_list<int>("--fwd-variant", o.fwd_variants, parse_variant);
-  if (!o.bwd_variants.empty()) config.bwd_variants = parse_list<int>("--bwd-variant", o.bwd_variants, parse_variant);
   if (!o.deterministic.empty())
     config.deterministic = parse_list<bool>("--deterministic", o.deterministic, parse_bool);
   if (!o.kernels.empty()) config.kernels = parse_list<FlashKernels>("--kernels", o.kernels, parse_flash_kernels);
@@ -184,10 +173,6 @@ void register_bench_attention(CLI::App& bench, Action& action) {
                       "(custom default: true)");
   command->add_option("--kernels", o.kernels,
                       "CUDA flash kernel families, comma-separated: auto, sm80, sm90 (custom default: auto)");
-  command->add_option("--fwd-variant", o.fwd_variants,
-                      "Hopper forward candidates, comma-separated (0: the tile table's; see below)");
-  command->add_option("--bwd-variant", o.bwd_variants,
-                      "Hopper backward candidates, comma-separated (0: the tile table's; see below)");
   command->add_option("--grad", o.grad,
                       "dO of the backward: ones (the gradient of sum(O); the leaderboard sweep's default) or "
                       "normal (seeded normal draws; the default otherwise)")

@@ -6,8 +6,7 @@
 // dQ accumulation (AttentionOptions::deterministic = false). Outputs are poisoned with NaN before every
 // run; the backward runs twice and must give bit-identical gradients, except dQ in the atomic mode (its
 // fp32 atomic sums may round differently; dK, dV and dsinks stay bit-identical there too). On a Hopper GPU
-// the kernels' head sections (forced small) must leave every output unchanged, bit for bit, and the candidate
-// schedules at d=128 must give the tile table's outputs.
+// the kernels' head sections (forced small) must leave every output unchanged, bit for bit.
 //   fp32 (TF32 tensor cores): |flash - ref| <= 1e-2 + 1e-2 |ref| element-wise.
 //   bf16/fp16: max |flash - ref| <= 2 max |lp - ref| + slack, where lp is the same naive computation
 //   carried out in the low dtype (inputs, P, dS and outputs rounded to it; low_precision_attention).
@@ -31,7 +30,6 @@
 #include "core/tensor_io.h"
 #include "ops/attention.h"
 #include "ops/attention/attention_impls.h"
-#include "ops/attention/cuda/flash_traits.h"
 #include "ops/attention/visibility.h"
 
 namespace ft {
@@ -740,103 +738,6 @@ TEST(FlashAttention, HopperAscendingHeadsGiveTheSameGradients) {
       for (const auto& [name, pair] : grads)
         EXPECT_LE(max_abs_diff(*pair.first, *pair.second), max_abs(*pair.second) / 128) << name;
     }
-  }
-}
-
-// The candidate schedules of the Hopper kernels at d=128 (kSm90FwdCandidates128, kSm90BwdCandidates128 in
-// flash_traits.h), forced one at a time, against the tile table's schedule on the same inputs. The forward
-// candidates, and the backward ones but tile-major steps, compute every sum in the same order: O, L, dK, dV
-// and dsinks come out the same bit for bit, dQ too when deterministic (with atomic dQ within a unit in the
-// last place of bf16 at the largest magnitude). Tile-major steps reorder dK's and dV's sums over a GQA
-// group's heads (within the same bound), not dQ's. Each gives the same bits run to run where the mode says
-// so; one of the grid heads adds in ascending order, the others descending (Note [Ordered dQ additions]).
-TEST(FlashAttention, HopperCandidatesMatchTheTileTable) {
-  if (!cuda_available() || !hopper_gpu()) GTEST_SKIP() << "needs a Hopper GPU";
-  const std::vector<FlashCase> cases = {
-      {.name = "causal_sinks_gqa4", .batch = 2, .heads_q = 8, .heads_kv = 2, .len_q = 1100, .len_k = 1100,
-       .head_dim = 128, .causal = true, .sinks = true},
-      {.name = "window_sink_tokens_bnhd_q700_k900", .heads_q = 4, .heads_kv = 1, .len_q = 700, .len_k = 900,
-       .head_dim = 128, .window_left = 200, .window_right = 30, .sink_tokens = 6, .layout = Layout::bnhd},
-      {.name = "full_gqa2_q333_k600", .batch = 2, .heads_q = 4, .heads_kv = 2, .len_q = 333, .len_k = 600,
-       .head_dim = 128},
-  };
-  const ForcedFlashHook ascending(attention_impl::force_flash_ascending_heads, 1, -1);
-  for (FlashCase c : cases)
-    for (bool deterministic : {true, false}) {
-      c.deterministic = deterministic;
-      SCOPED_TRACE(str(c.name, deterministic ? " deterministic" : " atomic dQ"));
-      const Inputs in = make_inputs(c, 17);
-      RunToRun base_repeat;
-      const Outputs base = run_flash(c, in, &base_repeat);
-      for (int v = 1; v <= std::max(flash::kSm90FwdCandidates, flash::kSm90BwdCandidates); ++v) {
-        const int fwd = v <= flash::kSm90FwdCandidates ? v : 0, bwd = v <= flash::kSm90BwdCandidates ? v : 0;
-        SCOPED_TRACE(str("forward candidate ", fwd, ", backward candidate ", bwd));
-        const ForcedFlashHook forced_fwd(attention_impl::force_flash_forward_variant, fwd, 0);
-        const ForcedFlashHook forced_bwd(attention_impl::force_flash_backward_variant, bwd, 0);
-        RunToRun repeat;
-        const Outputs got = run_flash(c, in, &repeat);
-        EXPECT_TRUE(repeat.rest_identical);
-        if (deterministic) EXPECT_TRUE(repeat.dq_identical);
-        EXPECT_TRUE(same_bits(base.o, got.o));
-        EXPECT_TRUE(same_bits(base.lse, got.lse));
-        EXPECT_TRUE(same_bits(base.dsinks, got.dsinks));
-        const bool reordered = bwd > 0 && flash::kSm90BwdCandidates128[bwd - 1].tile_major_steps && deterministic &&
-                               c.heads_q != c.heads_kv;
-        auto expect_same = [](const std::vector<double>& a, const std::vector<double>& b, bool exact,
-                              const char* name) {
-          if (exact)
-            EXPECT_TRUE(same_bits(a, b)) << name;
-          else
-            EXPECT_LE(max_abs_diff(a, b), max_abs(b) / 128) << name;
-        };
-        expect_same(got.dq, base.dq, deterministic, "dq");
-        expect_same(got.dk, base.dk, !reordered, "dk");
-        expect_same(got.dv, base.dv, !reordered, "dv");
-      }
-    }
-}
-
-// With sink tokens, the key tile holding them visits every query tile; in an ascending head it adds first and
-// every other block waits on its sweep (Note [Sink tokens and the addition order]). The candidate with
-// sinks_descend runs no ascending head where the rule (ascending_heads_for) gives this one head one: its
-// outputs are those of the tile table's schedule forced to descend, bit for bit.
-TEST(FlashAttention, HopperSinksDescendCandidateRunsNoAscendingHead) {
-  if (!cuda_available() || !hopper_gpu()) GTEST_SKIP() << "needs a Hopper GPU";
-  int candidate = 0;
-  for (int v = 1; v <= flash::kSm90BwdCandidates; ++v)
-    if (flash::kSm90BwdCandidates128[v - 1].sinks_descend && candidate == 0) candidate = v;
-  ASSERT_GT(candidate, 0);
-  // 65 key tiles of 128: ascending_heads_for(1, 65) = 1.
-  const FlashCase c{.name = "sink_tokens_window", .heads_q = 2, .heads_kv = 1, .len_q = 8200, .len_k = 8200,
-                    .head_dim = 128, .causal = true, .window_left = 300, .sink_tokens = 4};
-  const Inputs in = make_inputs(c, 23);
-  Outputs descending;
-  {
-    const ForcedFlashHook forced(attention_impl::force_flash_ascending_heads, 0, -1);
-    RunToRun repeat;
-    descending = run_flash(c, in, &repeat);
-  }
-  const ForcedFlashHook forced(attention_impl::force_flash_backward_variant, candidate, 0);
-  RunToRun repeat;
-  const Outputs got = run_flash(c, in, &repeat);
-  EXPECT_TRUE(repeat.dq_identical && repeat.rest_identical);
-  for (const auto& [name, pair] :
-       {std::pair{"dq", std::pair{&got.dq, &descending.dq}}, std::pair{"dk", std::pair{&got.dk, &descending.dk}},
-        std::pair{"dv", std::pair{&got.dv, &descending.dv}}})
-    EXPECT_TRUE(same_bits(*pair.first, *pair.second)) << name;
-}
-
-// A candidate forced at a head dim or dtype that has none is refused by name.
-TEST(FlashAttention, HopperCandidatesRefuseOtherHeadDims) {
-  if (!cuda_available() || !hopper_gpu()) GTEST_SKIP() << "needs a Hopper GPU";
-  ChoiceCase d64({.name = "d64", .dtype = DType::bf16, .heads_q = 2, .heads_kv = 2, .len_q = 64, .len_k = 64});
-  const ForcedFlashHook forced(attention_impl::force_flash_forward_variant, 1, 0);
-  try {
-    attention_forward(d64.tensors(), options_of(d64.c, AttentionImpl::flash));
-    FAIL() << "a forward candidate ran at d=64";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::unsupported);
-    EXPECT_NE(e.message().find("head dim 128 for bf16 only"), std::string::npos) << e.message();
   }
 }
 

@@ -38,13 +38,6 @@ void force_flash_forward_blocks(int blocks);
 // and of the others in descending order (Note [Ordered dQ additions]); heads >= 0 forces that
 // many ascending heads from now on (tests, so that both orders run at small sizes), -1 returns to the rule.
 void force_flash_ascending_heads(int heads);
-// Candidate schedules of the Hopper kernels at head dim 128, bf16 (kSm90FwdCandidates128 and
-// kSm90BwdCandidates128 in cuda/flash_traits.h), so that one GPU run times them beside the tile table's
-// (flashtrain bench attention --fwd-variant / --bwd-variant) and the tests check them: variant v >= 1 runs
-// candidate v from now on, 0 the tile table's. While one is set, a call on the Hopper kernels at another
-// head dim or dtype throws `unsupported`.
-void force_flash_forward_variant(int variant);
-void force_flash_backward_variant(int variant);
 // CUDA flash kernels over packed sequences (ops/attention_varlen.h), scheduled per sequence so that no work is
 // spent past a sequence's end. Same families and determinism rule as the dense calls.
 void cuda_flash_varlen_forward(const VarlenAttentionTensors& t, const VarlenAttentionShape& s, const Stream& stream,

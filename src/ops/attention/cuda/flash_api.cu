@@ -17,7 +17,6 @@
 #include "ops/attention/attention_impls.h"
 #include "ops/attention/cuda/flash_api_common.h"
 #include "ops/attention/cuda/flash_launch.h"
-#include "ops/attention/cuda/flash_sm90_candidates.h"
 #include "ops/attention/cuda/flash_sm90_scheduler.h"
 #include "ops/attention/cuda/flash_traits.h"
 
@@ -108,7 +107,6 @@ void cuda_flash_forward(const AttentionTensors& t, const AttentionShape& s, cons
     tile_counter = Buffer(sizeof(int), t.q.device(), "attention.flash.tile_counter", stream);
     FT_CUDA_CHECK(cudaMemsetAsync(tile_counter.data(), 0, sizeof(int), cuda_stream));
     p.tile_counter = static_cast<int*>(tile_counter.data());
-    p.variant = flash::sm90_forward_variant(static_cast<int>(s.head_dim), t.q.dtype() == DType::bf16);
   }
   dispatch(t.q.dtype(), s.head_dim, [&](auto type_tag, auto dim) {
     flash::run_flash_fwd<decltype(type_tag), decltype(dim)::value>(p, cuda_stream);
@@ -165,13 +163,10 @@ void cuda_flash_backward(const AttentionTensors& t, const AttentionGrads& g, con
     const std::int64_t elem = static_cast<std::int64_t>(size_of(t.q.dtype()));
     const std::int64_t qdo_bytes = 2 * s.len_q * (s.head_dim * elem + 4) * (s.heads_q / s.heads_kv);  // Q dO L D
     p.dkdv_section_heads = flash::sm90_section_heads(qdo_bytes, s.batch * s.heads_kv, device_of.index);
-    p.variant = flash::sm90_backward_variant(static_cast<int>(s.head_dim), t.q.dtype() == DType::bf16);
   }
   if (ordered_dq) {
     const int block_n = flash::sm90_bwd_block_n(static_cast<int>(s.head_dim));
-    const bool sinks_descend =
-        s.sink_tokens > 0 && flash::sm90_bwd_tiles(static_cast<int>(s.head_dim), p.variant).sinks_descend;
-    p.ascending_heads = flash::sm90_ascending_heads(s.batch * s.heads_kv, s.len_k, block_n, sinks_descend);
+    p.ascending_heads = flash::sm90_ascending_heads(s.batch * s.heads_kv, s.len_k, block_n);
   }
 
   auto cuda_stream = static_cast<cudaStream_t>(stream.handle());

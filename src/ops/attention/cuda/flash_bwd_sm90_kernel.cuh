@@ -39,10 +39,9 @@ struct BwdTmaMaps {
 // dQ pieces leave as fp32 boxes of 64 rows x one 128-byte swizzle row of columns.
 inline constexpr int kDqBoxRows = 64, kDqBoxCols = kPanelRowBytes / static_cast<int>(sizeof(float));
 
-// kVariant: the tile table's row (0) or a candidate schedule (kSm90BwdCandidates128, flash_traits.h).
-template <class T, int D, int kVariant = 0>
+template <class T, int D>
 struct BwdKvTraits {
-  static constexpr Sm90BwdTiles kTiles = sm90_bwd_tiles(D, kVariant);
+  static constexpr Sm90BwdTiles kTiles = flash_sm90_tiles(D).bwd;
   static constexpr int kConsumers = kTiles.consumers, kBlockN = sm90_bwd_block_n(D);  // keys
   static constexpr int kBlockM = kTiles.block_m, kStages = kTiles.stages;             // queries
   static constexpr int kConsumerThreads = 128 * kConsumers;
@@ -53,18 +52,16 @@ struct BwdKvTraits {
   // (flash_traits.h).
   static constexpr int kDs = sm90_smem_dim(D);
   // The dQ tile (kBlockM, kDs) is one piece of 64 queries x 64 columns per warpgroup, staged as
-  // kPanel / kDqBoxCols fp32 boxes (128-byte swizzled, as dq_accum's TMA map says), in kDqBuffers buffers
-  // (by step parity when 2).
+  // kPanel / kDqBoxCols fp32 boxes (128-byte swizzled, as dq_accum's TMA map says).
   static constexpr int kDqBoxFloats = kDqBoxRows * kDqBoxCols, kDqBoxesPerPiece = kPanel / kDqBoxCols;
-  static constexpr int kDqBuffers = kTiles.dq_double_buffer ? 2 : 1;
   // sK, sV (kBlockN, kDs) | sQ, sdO (kStages, kBlockM, kDs) | sdS (2, kBlockN, kBlockM) for alternate steps,
-  // all swizzled, then sdQ (kDqBuffers, kConsumers, kDqBoxesPerPiece boxes) fp32 | sL, sD (kStages, kBlockM) fp32 |
+  // all swizzled, then sdQ (kConsumers, kDqBoxesPerPiece boxes) fp32 | sL, sD (kStages, kBlockM) fp32 |
   // mbarriers: K and V landed, each step's tiles landed, each slot free. dK and dV are staged as padded
   // (kBlockN, kLd) tiles over the 16-bit part after the loop.
   static constexpr int kDsElems = 2 * kBlockN * kBlockM;  // sdS
   static constexpr int kTileBytes =
       ((2 * kBlockN + 2 * kStages * kBlockM) * kDs + kDsElems) * static_cast<int>(sizeof(T));
-  static constexpr int kDqStageFloats = kDqBuffers * kConsumers * kDqBoxesPerPiece * kDqBoxFloats;  // sdQ
+  static constexpr int kDqStageFloats = kConsumers * kDqBoxesPerPiece * kDqBoxFloats;  // sdQ
   static constexpr int kStepBytes = 2 * kBlockM * (kDs * static_cast<int>(sizeof(T)) + static_cast<int>(sizeof(float)));
   static constexpr int kBarriers = 1 + 2 * kStages + kBwdSeqWords;  // and the block's BwdSeqSlot
   static constexpr int kFloatBytes = (kDqStageFloats + 2 * kStages * kBlockM) * static_cast<int>(sizeof(float));
@@ -108,14 +105,11 @@ __device__ __forceinline__ void store_dq_boxes(float* boxes, const float (&acc)[
     }
 }
 
-template <class T, int D, bool kHasMask, bool kOrderedDq, int kVariant = 0>
-__global__ void __launch_bounds__(BwdKvTraits<T, D, kVariant>::kThreads, 1)
+template <class T, int D, bool kHasMask, bool kOrderedDq>
+__global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
     flash_bwd_sm90_kernel(const __grid_constant__ FlashBwdParams p, const __grid_constant__ BwdTmaMaps maps) {
 #if FT_SM90_DEVICE
-  using Tr = BwdKvTraits<T, D, kVariant>;
-  constexpr bool kPingPong = Tr::kTiles.ping_pong;
-  constexpr bool kTileMajor = Tr::kTiles.tile_major_steps && kOrderedDq;  // See Note [Tile-major steps]
-  constexpr int kDqBuffers = Tr::kDqBuffers;
+  using Tr = BwdKvTraits<T, D>;
   constexpr int BN = Tr::kBlockN, BM = Tr::kBlockM, kStages = Tr::kStages, kConsumerThreads = Tr::kConsumerThreads;
   constexpr int DS = Tr::kDs;
   constexpr int kNtS = BM / 8;   // transposed score tiles (columns = queries)
@@ -128,7 +122,7 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kVariant>::kThreads, 1)
   T* sQ = sV + BN * DS;               // (kStages, BM, DS) swizzled
   T* sdO = sQ + kStages * BM * DS;    // (kStages, BM, DS) swizzled
   T* sdS = sdO + kStages * BM * DS;   // (2, BN, BM) swizzled dS^T, alternate steps
-  float* sdQ = reinterpret_cast<float*>(sdS + Tr::kDsElems);  // (kDqBuffers, kConsumers, 2 boxes) fp32
+  float* sdQ = reinterpret_cast<float*>(sdS + Tr::kDsElems);  // (kConsumers, 2 boxes) fp32
   float* sL = sdQ + Tr::kDqStageFloats;                        // (kStages, BM) L * log2(e)
   float* sD = sL + kStages * BM;                                 // (kStages, BM) D
   std::uint64_t* kv_full = reinterpret_cast<std::uint64_t*>(sD + kStages * BM);
@@ -155,24 +149,12 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kVariant>::kThreads, 1)
   const TileSpan span = key_tile_queries<kHasMask, BN, BM>(n0, narrowed);
   const int m_first = span.first, m_count = span.count;
   const int n_iters = m_count * s.group;
-  // Note [Tile-major steps]
-  // ~~~~~~~~~~~~~~~~~~~~~~~
-  // With ordered additions a block adds its piece of (head h, query tile m) only once the blocks before
-  // it in the order have added theirs (Note [Ordered dQ additions]). Head by head, step (h, m) of a block
-  // comes h * (query tiles it sees) + (its place among them) steps in. In an ascending head, the block
-  // before sees more query tiles (under a causal mask, 2 more per 128 keys), so it reaches (h, m) 2 h
-  // steps later, and over a GQA group the waits add up along the chain of key tiles. With
-  // Sm90BwdTiles::tile_major_steps the steps run tile by tile, each over the group's heads: a step's index
-  // then depends on its tile's place alone, the same in every block of an ascending head (the tiles
-  // last first) and smaller in the blocks before a descending one's, so no wait exceeds a step.
-  //
   // Step it's query head and first query row: the steps run over the group's heads, each over the tiles
-  // (the last tile first when additions are ordered and ascending), or with kTileMajor over the tiles,
-  // each over the group's heads.
-  auto step_head = [&](int it) { return hk * s.group + (kTileMajor ? it % s.group : it / m_count); };
+  // (the last tile first when additions are ordered and ascending).
+  auto step_head = [&](int it) { return hk * s.group + it / m_count; };
   const bool last_tile_first = kOrderedDq && ascending;
   auto step_row0 = [&](int it) {
-    const int i = kTileMajor ? it / s.group : it % m_count;
+    const int i = it % m_count;
     return (m_first + (last_tile_first ? m_count - 1 - i : i)) * BM;
   };
   // Warpgroup w stages its piece of a step's dQ tile (queries 64 (w / kColPanels).., columns kPanel
@@ -183,10 +165,7 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kVariant>::kThreads, 1)
   auto full_barrier = [](int w, int parity) { return 6 + 2 * w + parity; };
   auto free_barrier = [](int w, int parity) { return 10 + 2 * w + parity; };
   constexpr int kWriterThreads = 128 + 32;  // ordered additions: a consumer warpgroup and a writer warp
-  // Warpgroup w's sdQ boxes of step it's piece.
-  auto piece_boxes = [&](int w, int it) {
-    return sdQ + ((it % kDqBuffers) * Tr::kConsumers + w) * Tr::kDqBoxesPerPiece * Tr::kDqBoxFloats;
-  };
+  auto piece_boxes = [&](int w) { return sdQ + w * Tr::kDqBoxesPerPiece * Tr::kDqBoxFloats; };
   // Adds warpgroup w's staged piece of step it into dq_accum (stores it when `first`).
   auto reduce_piece = [&](int w, int it, bool first) {
     const int row = step_row0(it) + 64 * (w / kColPanels), h = step_head(it);
@@ -196,9 +175,9 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kVariant>::kThreads, 1)
       if (D % kPanel != 0 && col >= D) continue;  // a box of padded columns only
       const TmaCoords at = tma_coords(maps.dq_accum, col, seq.dq_row0() + row, h, seq.map_batch());
       if (first)
-        tma_store(maps.dq_accum, at, piece_boxes(w, it) + i * Tr::kDqBoxFloats);
+        tma_store(maps.dq_accum, at, piece_boxes(w) + i * Tr::kDqBoxFloats);
       else
-        tma_reduce_add(maps.dq_accum, at, piece_boxes(w, it) + i * Tr::kDqBoxFloats);
+        tma_reduce_add(maps.dq_accum, at, piece_boxes(w) + i * Tr::kDqBoxFloats);
     }
     bulk_commit();
   };
@@ -221,11 +200,8 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kVariant>::kThreads, 1)
     if constexpr (kOrderedDq) {
       if (warp == 1 || warp == 2) {  // the dQ writers, warp 1 of the even steps and warp 2 of the odd ones
         const int parity = warp - 1;
-        // The consumers' first kDqBuffers pieces find their boxes free: piece it waits on the free barrier
-        // of parity (it + kDqBuffers) % 2, the parity of the piece that used its boxes before.
-        for (int it = 0; it < kDqBuffers && it < n_iters; ++it)
-          if ((it + kDqBuffers) % 2 == parity)
-            for (int w = 0; w < Tr::kConsumers; ++w) named_barrier_arrive(free_barrier(w, parity), kWriterThreads);
+        if (parity == 1 && n_iters > 0)  // the consumers' first pieces find their boxes free
+          for (int w = 0; w < Tr::kConsumers; ++w) named_barrier_arrive(free_barrier(w, 1), kWriterThreads);
         for (int it = parity; it < n_iters; it += 2) {
           const int h = step_head(it), m0 = step_row0(it);
           const int before =
@@ -238,7 +214,7 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kVariant>::kThreads, 1)
             bulk_wait_read<0>();
           }
           __syncwarp();
-          if (it + kDqBuffers < n_iters)  // piece it + kDqBuffers takes these boxes
+          if (it + 1 < n_iters)
             for (int w = 0; w < Tr::kConsumers; ++w) named_barrier_arrive(free_barrier(w, parity), kWriterThreads);
           if (lane == 0) {
             tma_store_wait_all();  // the additions have landed in dq_accum
@@ -291,8 +267,7 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kVariant>::kThreads, 1)
   // adds nothing: a branch around the issue makes ptxas serialise every wgmma of the kernel. The last
   // step's piece follows the loop. The leader's wait for its previous reductions to have read sdQ
   // precedes a barrier that every thread of the warpgroup passes before writing sdQ. With ordered
-  // additions the writer warp issues the reductions instead, and frees sdQ through a barrier. With
-  // kDqBuffers = 2 the pieces of odd and even steps take their own boxes.
+  // additions the writer warp issues the reductions instead, and frees sdQ through a barrier.
   const int wg = warp_uniform(cwarp / 4);
   const bool wg_leader = ctid % 128 == 0;
   const int qp = wg / kColPanels, cp = wg % kColPanels;  // this warpgroup's dQ piece
@@ -305,9 +280,8 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kVariant>::kThreads, 1)
   // Stages the piece of step it's dQ tile and adds it into dq_accum, or hands it to the writer warp
   // (every thread of the warpgroup).
   auto add_dq = [&](int it, const float (&acc_dq)[8][4]) {
-    // piece it - kDqBuffers, in the same boxes, read
-    if constexpr (kOrderedDq) named_barrier_sync(free_barrier(wg, (it + kDqBuffers) & 1), kWriterThreads);
-    store_dq_boxes(piece_boxes(wg, it), acc_dq, cwarp, lane);
+    if constexpr (kOrderedDq) named_barrier_sync(free_barrier(wg, (it + 1) & 1), kWriterThreads);  // piece it - 1 read
+    store_dq_boxes(piece_boxes(wg), acc_dq, cwarp, lane);
     fence_proxy_async();
     if constexpr (kOrderedDq) {
       named_barrier_arrive(full_barrier(wg, it & 1), kWriterThreads);
@@ -321,20 +295,6 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kVariant>::kThreads, 1)
   fence_proxy_async();
   named_barrier_sync(1, kConsumerThreads);
 
-  // Note [Backward ping-pong]
-  // ~~~~~~~~~~~~~~~~~~~~~~~~~
-  // With Sm90BwdTiles::ping_pong the consumer warpgroups take turns issuing their products, warpgroup 0
-  // first: a step's S^T and dP^T (turn A), then its dV, dQ and dK (turn B), so the tensor cores run
-  // A0 A1 B0 B1 A0 ... and each warpgroup's softmax and dS^T run while the other's products do, instead
-  // of both warpgroups' at once. Warpgroup w takes a turn after bar.sync on barrier 14 + w and passes it
-  // with bar.arrive on the other's; warpgroup 1 opens warpgroup 0's first turn, and warpgroup 0 takes its
-  // arrival after the last turn. Both take 2 turns a step and run the same steps.
-  auto issue_in_turn = [&](auto&& issue) {
-    if constexpr (kPingPong) named_barrier_sync(14 + wg, kConsumerThreads);
-    issue();
-    if constexpr (kPingPong) named_barrier_arrive(14 + (1 - wg), kConsumerThreads);
-  };
-  if (kPingPong && wg == 1) named_barrier_arrive(14, kConsumerThreads);
 
   float acc_dk[kNtD][4] = {};  // dK of this thread's key rows
   float acc_dv[kNtD][4] = {};
@@ -349,13 +309,11 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kVariant>::kThreads, 1)
     mbar_wait(&step_full[slot], pos.phase);
 
     float acc_s[kNtS][4], acc_dp[kNtS][4];  // S^T = K Q^T, dP^T = V dO^T (the first k step overwrites)
-    issue_in_turn([&] {
-      wgmma_fence();
-      gemm_ss_kmajor<T, BM, D>(acc_s, sK, BN, wg_row, sQt);  // over D of the DS columns
-      wgmma_commit();
-      gemm_ss_kmajor<T, BM, D>(acc_dp, sV, BN, wg_row, sdOt);
-      wgmma_commit();
-    });
+    wgmma_fence();
+    gemm_ss_kmajor<T, BM, D>(acc_s, sK, BN, wg_row, sQt);  // over D of the DS columns
+    wgmma_commit();
+    gemm_ss_kmajor<T, BM, D>(acc_dp, sV, BN, wg_row, sdOt);
+    wgmma_commit();
     wgmma_wait<1>();  // P^T is computed while dP^T runs
     fence_accumulators(acc_s);
 
@@ -372,20 +330,18 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kVariant>::kThreads, 1)
     std::uint32_t pa[BM / 16][4], dsa[BM / 16][4];  // P^T and dS^T rounded to T, k steps over the queries
 #pragma unroll
     for (int kk = 0; kk < BM / 16; ++kk) a_from_acc<T>(pa[kk], acc_s, kk);
-    float acc_dq[8][4];  // this warpgroup's piece of step it - 1's dQ tile
-    issue_in_turn([&] {
-      wgmma_fence();
-      gemm_rs_nmajor<T, DS, BM>(acc_dv, pa, sdOt);  // dV += P^T dO
-      wgmma_commit();
+    wgmma_fence();
+    gemm_rs_nmajor<T, DS, BM>(acc_dv, pa, sdOt);  // dV += P^T dO
+    wgmma_commit();
 #pragma unroll
-      for (int kk = 0; kk < BM / 16; ++kk) a_from_acc<T>(dsa[kk], acc_dp, kk);
-      if (!kOrderedDq && wg_leader) bulk_wait_read<kDqBuffers - 1>();
-      if (it > 0) named_barrier_sync(ready_barrier(1 - wg, it - 1), kConsumerThreads);
-      wgmma_fence();
-      issue_dq(it + 1, acc_dq);  // buffer (it + 1) % 2 = (it - 1) % 2
-      gemm_rs_nmajor<T, DS, BM>(acc_dk, dsa, sQt);  // dK += dS^T Q
-      wgmma_commit();
-    });
+    for (int kk = 0; kk < BM / 16; ++kk) a_from_acc<T>(dsa[kk], acc_dp, kk);
+    float acc_dq[8][4];  // this warpgroup's piece of step it - 1's dQ tile
+    if (!kOrderedDq && wg_leader) bulk_wait_read<0>();
+    if (it > 0) named_barrier_sync(ready_barrier(1 - wg, it - 1), kConsumerThreads);
+    wgmma_fence();
+    issue_dq(it + 1, acc_dq);  // buffer (it + 1) % 2 = (it - 1) % 2
+    gemm_rs_nmajor<T, DS, BM>(acc_dk, dsa, sQt);  // dK += dS^T Q
+    wgmma_commit();
     wgmma_wait<1>();  // dQ: this warpgroup is done with buffer (it + 1) % 2
     fence_accumulators(acc_dv);
     fence_accumulators(acc_dq);
@@ -398,9 +354,8 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D, kVariant>::kThreads, 1)
     fence_accumulators(acc_dk);
     mbar_arrive(&slot_free[slot]);
   }
-  if (kPingPong && wg == 0) named_barrier_sync(14, kConsumerThreads);  // warpgroup 1's arrival after its last turn
   if (n_iters > 0) {
-    if (!kOrderedDq && wg_leader) bulk_wait_read<kDqBuffers - 1>();
+    if (!kOrderedDq && wg_leader) bulk_wait_read<0>();
     named_barrier_sync(ready_barrier(1 - wg, n_iters - 1), kConsumerThreads);
     float acc_dq[8][4];
     wgmma_fence();

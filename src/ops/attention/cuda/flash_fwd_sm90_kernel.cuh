@@ -74,10 +74,9 @@ struct FwdTmaMaps {
 // The sums are of P as rounded for that product; the sm80 kernel sums P in fp32. Measurements:
 // docs/perf-notes.md#forward-exp2-and-row-sums.
 
-// kVariant: the tile table's row (0) or a candidate schedule (kSm90FwdCandidates128, flash_traits.h).
-template <class T, int D, int kVariant = 0>
+template <class T, int D>
 struct FwdTraits {
-  static constexpr Sm90FwdTiles kTiles = sm90_fwd_tiles(D, kVariant);
+  static constexpr Sm90FwdTiles kTiles = sm90_fwd_tiles(D);
   static constexpr int kConsumers = kTiles.consumers, kBlockM = sm90_fwd_block_m(D);
   static constexpr int kBlockN = kTiles.block_n, kStages = kTiles.stages;
   static constexpr bool kOverlap = kTiles.overlap;  // next tile's QK^T issued before this one's PV
@@ -91,9 +90,9 @@ struct FwdTraits {
   static constexpr int kAccTiles = kDs / 8 + (kTensorRowSums ? 1 : 0);  // accumulator column tiles of O
   static constexpr int kConsumerThreads = 128 * kConsumers;
   static constexpr int kThreads = 128 + kConsumerThreads;  // producer warpgroup first
-  // Registers per thread after reallocation (multiples of 8): the producer keeps its tiles' count, the
-  // consumers take what it gives back (consumer_registers).
-  static constexpr int kProducerRegs = kTiles.producer_regs;
+  // Registers per thread after reallocation (multiples of 8): the producer keeps 24, the consumers take
+  // what it gives back (consumer_registers).
+  static constexpr int kProducerRegs = 24;
   static constexpr int kConsumerRegs = consumer_registers(kThreads, kProducerRegs);
   static constexpr int kTileBytes = kBlockN * kDs * static_cast<int>(sizeof(T));  // one K or V tile
   // sQ (kBlockM, kDs) | sK (kStages, kBlockN, kDs) | sV (kStages, kBlockN, kDs) | sOnes (kBlockN, 64) with
@@ -130,11 +129,11 @@ __device__ __forceinline__ void store_rows_global(T* out, std::int64_t row_strid
   }
 }
 
-template <class T, int D, bool kHasMask, int kVariant = 0>
-__global__ void __launch_bounds__(FwdTraits<T, D, kVariant>::kThreads, 1)
+template <class T, int D, bool kHasMask>
+__global__ void __launch_bounds__(FwdTraits<T, D>::kThreads, 1)
     flash_fwd_sm90_kernel(const __grid_constant__ FlashFwdParams p, const __grid_constant__ FwdTmaMaps maps) {
 #if FT_SM90_DEVICE
-  using Tr = FwdTraits<T, D, kVariant>;
+  using Tr = FwdTraits<T, D>;
   constexpr int BM = Tr::kBlockM, BN = Tr::kBlockN, kStages = Tr::kStages, DS = Tr::kDs;
   constexpr int kNtS = BN / 8;  // score tiles of a warp's 16 rows
   constexpr int kNtO = Tr::kAccTiles;  // output tiles (and the row sums' with kTensorRowSums)

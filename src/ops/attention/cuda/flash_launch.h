@@ -19,14 +19,6 @@ void run_flash_fwd(const FlashFwdParams& p, cudaStream_t stream);
 template <class T, int D>
 void run_flash_bwd(const FlashBwdParams& p, cudaStream_t stream);
 
-// The Hopper kernels of candidate schedule kVariant (1..kSm90FwdCandidates / kSm90BwdCandidates,
-// flash_traits.h) at head dim 128, bf16, after the same steps as run_flash_fwd / run_flash_bwd up to the
-// Hopper kernels (flash_sm90_candidates_{fwd,bwd}*.cu).
-template <int kVariant>
-void run_flash_fwd_sm90_candidate(const FlashFwdParams& p, cudaStream_t stream);
-template <int kVariant>
-void run_flash_bwd_sm90_candidate(const FlashBwdParams& p, cudaStream_t stream);
-
 // dsinks <- -(sum of the pre-pass partials), in a fixed order (flash_bwd_sink.cu).
 void run_flash_bwd_sink(const FlashBwdParams& p, cudaStream_t stream);
 

@@ -7,7 +7,6 @@
 #pragma once
 
 #include <type_traits>
-#include <utility>
 
 #include "core/cuda_check.h"
 #include "core/error.h"
@@ -82,11 +81,11 @@ void convert_dq_accum(const FlashBwdParams& p, cudaStream_t stream) {
                  kConvertThreads, 0, stream, p);
 }
 
-// The Hopper forward of schedule kVariant (0: the tile table's; see kSm90FwdCandidates128).
-template <class T, int D, int kVariant = 0>
+// The Hopper forward.
+template <class T, int D>
 void run_flash_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) {
   const FlashShape& s = p.shape;
-  using Tr = sm90::FwdTraits<T, D, kVariant>;
+  using Tr = sm90::FwdTraits<T, D>;
   const dim3 grid(static_cast<unsigned>(p.blocks));
   sm90::FwdTmaMaps maps;
   maps.q = detail::query_map<T, D>(p.q, s, Tr::kBlockM);
@@ -94,17 +93,9 @@ void run_flash_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) {
   maps.v = detail::key_map<T, D>(p.v, s, Tr::kBlockN);
   auto run = [&](auto kernel) { detail::launch(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, p, maps); };
   if (s.has_mask)
-    run(sm90::flash_fwd_sm90_kernel<T, D, true, kVariant>);
+    run(sm90::flash_fwd_sm90_kernel<T, D, true>);
   else
-    run(sm90::flash_fwd_sm90_kernel<T, D, false, kVariant>);
-}
-
-// Calls fn(std::integral_constant<int, v>{}) for v = variant, one of 1..kCount.
-template <int kCount, class Fn>
-void with_candidate(int variant, Fn&& fn) {
-  [&]<int... kI>(std::integer_sequence<int, kI...>) {
-    ((variant == kI + 1 ? fn(std::integral_constant<int, kI + 1>{}) : void()), ...);
-  }(std::make_integer_sequence<int, kCount>{});
+    run(sm90::flash_fwd_sm90_kernel<T, D, false>);
 }
 
 template <class T, int D>
@@ -112,13 +103,6 @@ void run_flash_fwd(const FlashFwdParams& p, cudaStream_t stream) {
   const FlashShape& s = p.shape;
   if constexpr (has_sm90_forward(sizeof(T), D)) {
     if (s.sm90) {
-      if constexpr (std::is_same_v<T, __nv_bfloat16> && D == 128) {
-        if (p.variant != 0) {
-          with_candidate<kSm90FwdCandidates>(
-              p.variant, [&](auto v) { run_flash_fwd_sm90_candidate<decltype(v)::value>(p, stream); });
-          return;
-        }
-      }
       run_flash_fwd_sm90<T, D>(p, stream);
       return;
     }
@@ -143,12 +127,11 @@ sm90::BwdTmaMaps bwd_tma_maps(const FlashBwdParams& p, int query_box, int key_bo
 }
 
 // The Hopper backward after the pre-pass: the kernel accumulating dQ (its additions ordered in the
-// deterministic mode) of schedule kVariant (0: the tile table's; see kSm90BwdCandidates128), then the
-// convert kernel.
-template <class T, int D, int kVariant = 0>
+// deterministic mode), then the convert kernel.
+template <class T, int D>
 void run_flash_bwd_sm90(const FlashBwdParams& p, cudaStream_t stream) {
   const FlashShape& s = p.shape;
-  using Tr = sm90::BwdKvTraits<T, D, kVariant>;
+  using Tr = sm90::BwdKvTraits<T, D>;
   sm90::BwdTmaMaps maps = bwd_tma_maps<T, D>(p, Tr::kBlockM, Tr::kBlockN);
   maps.dq_accum = detail::dq_accum_map<D>(p, sm90::kDqBoxRows);
   // Packed sequences: y over every sequence's key tiles, x and z over the kv heads (See Note [Packed-sequence
@@ -161,13 +144,13 @@ void run_flash_bwd_sm90(const FlashBwdParams& p, cudaStream_t stream) {
           : sm90::section_grid(detail::tile_grid(p.dkdv_section_heads, s.len_k, Tr::kBlockN), s.batch * s.heads_kv);
   auto run = [&](auto kernel) { detail::launch(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, p, maps); };
   if (s.has_mask && p.deterministic)
-    run(sm90::flash_bwd_sm90_kernel<T, D, true, true, kVariant>);
+    run(sm90::flash_bwd_sm90_kernel<T, D, true, true>);
   else if (s.has_mask)
-    run(sm90::flash_bwd_sm90_kernel<T, D, true, false, kVariant>);
+    run(sm90::flash_bwd_sm90_kernel<T, D, true, false>);
   else if (p.deterministic)
-    run(sm90::flash_bwd_sm90_kernel<T, D, false, true, kVariant>);
+    run(sm90::flash_bwd_sm90_kernel<T, D, false, true>);
   else
-    run(sm90::flash_bwd_sm90_kernel<T, D, false, false, kVariant>);
+    run(sm90::flash_bwd_sm90_kernel<T, D, false, false>);
   convert_dq_accum<T, D>(p, stream);
 }
 
@@ -180,13 +163,6 @@ void run_flash_bwd(const FlashBwdParams& p, cudaStream_t stream) {
 
   if constexpr (has_sm90_backward(sizeof(T), D)) {
     if (s.sm90) {
-      if constexpr (std::is_same_v<T, __nv_bfloat16> && D == 128) {
-        if (p.variant != 0) {
-          with_candidate<kSm90BwdCandidates>(
-              p.variant, [&](auto v) { run_flash_bwd_sm90_candidate<decltype(v)::value>(p, stream); });
-          return;
-        }
-      }
       run_flash_bwd_sm90<T, D>(p, stream);
       return;
     }

@@ -47,8 +47,6 @@ struct FlashFwdParams {
   int section_heads = 1;
   int blocks = 0;
   int* tile_counter = nullptr;
-  // The Hopper kernel's schedule: 0 the tile table's, v >= 1 candidate v (force_flash_forward_variant).
-  int variant = 0;
   // Packed sequences on Hopper: (batch + 1) prefix of the sequences' query tiles. See Note [Packed-sequence
   // tiles] (flash_sm90_scheduler.cuh).
   const int* varlen_tiles = nullptr;
@@ -83,8 +81,6 @@ struct FlashBwdParams {
   // Launch geometry of the Hopper kernel: the grid heads (batch x kv head) whose tiles are launched
   // together (See Note [L2 head sections] in flash_sm90_scheduler.cuh).
   int dkdv_section_heads = 1;
-  // The Hopper kernel's schedule: 0 the tile table's, v >= 1 candidate v (force_flash_backward_variant).
-  int variant = 0;
   // Packed sequences: scratch rows per query head (varlen_scratch_rows; See Note [Packed sequences]).
   std::int64_t scratch_head_rows = 0;
   // Packed sequences on Hopper: (batch + 1) prefix of the sequences' key tiles, and the grid's key tiles

@@ -43,10 +43,10 @@ int sm90_forward_blocks(std::int64_t grid_heads, std::int64_t len_q, std::int64_
   return static_cast<int>(std::min<std::int64_t>(tiles, blocks));
 }
 
-int sm90_ascending_heads(std::int64_t grid_heads, std::int64_t len_k, std::int64_t block_n, bool sinks_descend) {
+int sm90_ascending_heads(std::int64_t grid_heads, std::int64_t len_k, std::int64_t block_n) {
   const int forced = forced_ascending_heads.load();
-  if (forced >= 0) return static_cast<int>(std::min<std::int64_t>(forced, grid_heads));
-  return sinks_descend ? 0 : static_cast<int>(ascending_heads_for(grid_heads, (len_k + block_n - 1) / block_n));
+  return static_cast<int>(forced >= 0 ? std::min<std::int64_t>(forced, grid_heads)
+                                      : ascending_heads_for(grid_heads, (len_k + block_n - 1) / block_n));
 }
 
 }  // namespace flash

@@ -68,15 +68,6 @@ static_assert(section_heads_for(100, 12) == 12 && section_heads_for(0, 12) == 1 
 // not on the device or the launch sections, so the gradients do not either; force_flash_ascending_heads
 // (tests) forces one. Measurements: docs/perf-notes.md#ordered-dq-additions.
 
-// Note [Sink tokens and the addition order]
-// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
-// Sink tokens make the key tiles that hold them visit every query tile: their blocks run Nq / BM steps
-// where a window's run about (window + BN) / BM. In an ascending head they add first and take their
-// query tiles last first, so every other block of the head waits, on the SM it holds, until their sweep
-// comes down to its tiles. With Sm90BwdTiles::sinks_descend every head descends when there are sink
-// tokens: the sink tiles add last and launch last, and their long loops run beside the next launch
-// sections' blocks; only the grid's last section ends on them.
-
 // How many of the last grid heads launch and add first key tile first, given the heads and their key
 // tiles: a quarter of them, none in a grid of fewer than 1024 blocks whose heads have fewer than 64 key
 // tiles, where the blocks of those heads start nearly together and waiting on each other costs more than

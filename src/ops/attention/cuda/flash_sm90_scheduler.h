@@ -18,8 +18,7 @@ int sm90_section_heads(std::int64_t bytes_per_head, std::int64_t grid_heads, int
 int sm90_forward_blocks(std::int64_t grid_heads, std::int64_t len_q, std::int64_t block_m, int device);
 
 // Grid heads (batch x kv head) of the deterministic backward that add first key tile first, for keys of
-// len_k rows in tiles of block_n rows (ascending_heads_for; none when sinks_descend). See Notes [Ordered dQ
-// additions] and [Sink tokens and the addition order].
-int sm90_ascending_heads(std::int64_t grid_heads, std::int64_t len_k, std::int64_t block_n, bool sinks_descend);
+// len_k rows in tiles of block_n rows (ascending_heads_for). See Note [Ordered dQ additions].
+int sm90_ascending_heads(std::int64_t grid_heads, std::int64_t len_k, std::int64_t block_n);
 
 }  // namespace ft::flash

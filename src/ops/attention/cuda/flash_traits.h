@@ -165,30 +165,15 @@ struct Sm90FwdTiles {
   // d=64 only: the tensor cores sum the rows of P (O += P V over 8 more columns, a panel of ones) instead
   // of a floating-point add per score. See Note [Tensor-core row sums] (flash_fwd_sm90_kernel.cuh).
   bool tensor_row_sums;
-  // Registers the producer warpgroup keeps after setmaxnreg (a multiple of 8); the consumers take the rest
-  // (consumer_registers, flash_sm90_pipeline.cuh).
-  int producer_regs = 24;
 };
 // The backward kernel (dK, dV and the fused dQ): 64 * consumers keys per block.
 struct Sm90BwdTiles {
   int consumers;  // consumer warpgroups
   int block_m;    // query rows per step
   int stages;     // Q/dO ring buffers, beside the dS^T and fp32 dQ staging tiles of the fused dQ
-  // The two consumer warpgroups take turns issuing their products, so that one's softmax runs while the
-  // other's products hold the tensor cores. See Note [Backward ping-pong] (flash_bwd_sm90_kernel.cuh).
-  bool ping_pong = false;
-  // Two fp32 dQ staging buffers per warpgroup (by step parity) instead of one: a warpgroup stages step
-  // it's dQ piece once step it - 2's has been read, not step it - 1's.
-  bool dq_double_buffer = false;
-  // With ordered dQ additions: the steps run query tile by query tile, each over the GQA group's heads,
-  // instead of head by head. See Note [Tile-major steps] (flash_bwd_sm90_kernel.cuh).
-  bool tile_major_steps = false;
   // Registers the producer warpgroup (the copies and, with ordered additions, the dQ writers) keeps after
-  // setmaxnreg; the consumers take the rest.
+  // setmaxnreg (a multiple of 8); the consumers take the rest (consumer_registers, flash_sm90_pipeline.cuh).
   int producer_regs = 24;
-  // With sink tokens and ordered dQ additions, every head descends (no ascending heads). See Note [Sink
-  // tokens and the addition order] (flash_sm90_scheduler.cuh).
-  bool sinks_descend = false;
 };
 struct FlashSm90Tiles {
   Sm90FwdTiles fwd;
@@ -201,10 +186,10 @@ inline constexpr FlashSm90Tiles kSm90Tiles[] = {
     {.fwd = {.consumers = 3, .block_n = 128, .stages = 2,
              .overlap = false, .ping_pong = false, .tensor_row_sums = true},
      .bwd = {.consumers = 2, .block_m = 128, .stages = 2}},
-    // d=128 (and 80, 96)
+    // d=128 (and 80, 96); a backward producer of 40 registers (consumers 232) is the least that spills none
     {.fwd = {.consumers = 2, .block_n = 128, .stages = 3,
              .overlap = true, .ping_pong = true, .tensor_row_sums = false},
-     .bwd = {.consumers = 2, .block_m = 64, .stages = 2}},
+     .bwd = {.consumers = 2, .block_m = 64, .stages = 2, .producer_regs = 40}},
 };
 constexpr FlashSm90Tiles flash_sm90_tiles(int d) { return d == 64 ? kSm90Tiles[0] : kSm90Tiles[1]; }
 // d=256, the forward only (its backward runs on sm80: dK and dV of a warpgroup's 64 keys would take 256
@@ -213,42 +198,7 @@ constexpr FlashSm90Tiles flash_sm90_tiles(int d) { return d == 64 ? kSm90Tiles[0
 inline constexpr Sm90FwdTiles kSm90FwdTiles256 = {.consumers = 2, .block_n = 64, .stages = 2,
                                                   .overlap = true, .ping_pong = true, .tensor_row_sums = false};
 
-// Candidate schedules of the d=128 kernels (bf16), run instead of the table's rows when a call asks for
-// variant v >= 1 (force_flash_forward_variant / force_flash_backward_variant, attention_impls.h), so that
-// one GPU run times them all beside the rows; the winner's fields go into the rows, the others away. A
-// producer of 40 registers (consumers 232) is the least that spills none.
-inline constexpr Sm90FwdTiles kSm90FwdCandidates128[] = {
-    // 1: no ping-pong
-    {.consumers = 2, .block_n = 128, .stages = 3, .overlap = true, .ping_pong = false, .tensor_row_sums = false},
-    // 2: a producer of 40 registers
-    {.consumers = 2, .block_n = 128, .stages = 3, .overlap = true, .ping_pong = true, .tensor_row_sums = false,
-     .producer_regs = 40},
-};
-inline constexpr Sm90BwdTiles kSm90BwdCandidates128[] = {
-    // 1: ping-pong
-    {.consumers = 2, .block_m = 64, .stages = 2, .ping_pong = true},
-    // 2: double-buffered dQ staging
-    {.consumers = 2, .block_m = 64, .stages = 2, .dq_double_buffer = true},
-    // 3: tile-major steps
-    {.consumers = 2, .block_m = 64, .stages = 2, .tile_major_steps = true},
-    // 4: a producer of 40 registers
-    {.consumers = 2, .block_m = 64, .stages = 2, .producer_regs = 40},
-    // 5: the four above
-    {.consumers = 2, .block_m = 64, .stages = 2, .ping_pong = true, .dq_double_buffer = true,
-     .tile_major_steps = true, .producer_regs = 40},
-    // 6: with sink tokens every head descends
-    {.consumers = 2, .block_m = 64, .stages = 2, .sinks_descend = true},
-};
-inline constexpr int kSm90FwdCandidates = static_cast<int>(sizeof(kSm90FwdCandidates128) / sizeof(Sm90FwdTiles));
-inline constexpr int kSm90BwdCandidates = static_cast<int>(sizeof(kSm90BwdCandidates128) / sizeof(Sm90BwdTiles));
-
-// The forward and backward tiles at head dim d: the table's (variant 0) or a d=128 candidate.
-constexpr Sm90FwdTiles sm90_fwd_tiles(int d, int variant = 0) {
-  return variant > 0 ? kSm90FwdCandidates128[variant - 1] : d == 256 ? kSm90FwdTiles256 : flash_sm90_tiles(d).fwd;
-}
-constexpr Sm90BwdTiles sm90_bwd_tiles(int d, int variant = 0) {
-  return variant > 0 ? kSm90BwdCandidates128[variant - 1] : flash_sm90_tiles(d).bwd;
-}
+constexpr Sm90FwdTiles sm90_fwd_tiles(int d) { return d == 256 ? kSm90FwdTiles256 : flash_sm90_tiles(d).fwd; }
 // Columns of the Hopper kernels' shared tiles and accumulators for head dim d: whole 64-column panels.
 // See Note [Padded head dims].
 constexpr int sm90_smem_dim(int d) { return (d + 63) / 64 * 64; }

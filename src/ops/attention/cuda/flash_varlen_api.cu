@@ -263,7 +263,7 @@ void cuda_flash_varlen_backward(const VarlenAttentionTensors& t, const VarlenAtt
     const std::int64_t elem = static_cast<std::int64_t>(size_of(t.q.dtype()));
     const std::int64_t qdo_bytes = 2 * s.max_seqlen_q * (s.head_dim * elem + 4) * (s.heads_q / s.heads_kv);
     p.dkdv_section_heads = flash::sm90_section_heads(qdo_bytes, s.heads_kv, device_of.index);
-    if (ordered_dq) p.ascending_heads = flash::sm90_ascending_heads(s.heads_kv, s.max_seqlen_k, block_n, false);
+    if (ordered_dq) p.ascending_heads = flash::sm90_ascending_heads(s.heads_kv, s.max_seqlen_k, block_n);
     p.shape.total_q = static_cast<int>(s.total_q);
     p.shape.total_k = static_cast<int>(s.total_k);
     p.varlen_grid_key_tiles = static_cast<int>(sm90_grid_key_tiles(s));
