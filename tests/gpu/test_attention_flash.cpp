@@ -23,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "common/forced_flash_hook.h"
 #include "common/value_compare.h"
 #include "core/buffer.h"
 #include "core/device.h"
@@ -37,6 +38,7 @@
 namespace ft {
 namespace {
 
+using testing_util::ForcedFlashHook;
 using testing_util::max_abs;
 using testing_util::max_abs_diff;
 using testing_util::round_to;
@@ -632,18 +634,6 @@ TEST(FlashAttention, BroadcastOperandsRunOnSm80) {
     EXPECT_NE(e.message().find("broadcast"), std::string::npos) << e.message();
   }
 }
-
-// A test hook of the flash kernels (attention_impls.h) set for a scope: `set(value)`, then `set(reset)`.
-struct ForcedFlashHook {
-  ForcedFlashHook(void (*set)(int), int value, int reset) : set_(set), reset_(reset) { set_(value); }
-  ~ForcedFlashHook() { set_(reset_); }
-  ForcedFlashHook(const ForcedFlashHook&) = delete;
-  ForcedFlashHook& operator=(const ForcedFlashHook&) = delete;
-
- private:
-  void (*set_)(int);
-  int reset_;
-};
 
 // The Hopper kernels launch their heads in L2-sized sections (flash_sm90_scheduler.cuh), which hold every head at
 // these sizes; forced sections of 1, 2, 3 and 5 grid heads (a partial last section, sections across batches
