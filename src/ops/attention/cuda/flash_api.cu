@@ -139,28 +139,9 @@ void cuda_flash_backward(const AttentionTensors& t, const AttentionGrads& g, con
   p.pre_blocks = p.len_q_pad / flash::kPreRows;
   const std::size_t rows = static_cast<std::size_t>(s.batch * s.heads_q) * p.len_q_pad;
   const Device device_of = t.q.device();
-  Buffer dsum(rows * sizeof(float), device_of, "attention.flash.dsum", stream);          // (B, Hq, Nq_pad)
-  Buffer lse_log2(rows * sizeof(float), device_of, "attention.flash.lse_log2", stream);  // (B, Hq, Nq_pad)
-  Buffer sink_partials;  // (B * Hq, pre_blocks)
-  if (s.has_sinks)
-    sink_partials = Buffer(static_cast<std::size_t>(s.batch * s.heads_q) * p.pre_blocks * sizeof(float), device_of,
-                           "attention.flash.sink_partials", stream);
-  // The Hopper kernel accumulates dQ in both modes, in a fixed order when deterministic.
+  const FlashBwdScratch scratch = flash_bwd_scratch(p, rows, s.batch * s.heads_q, s.head_dim, s.has_sinks,
+                                                    deterministic, device_of, "attention.flash", stream);
   const bool ordered_dq = deterministic && p.shape.sm90;
-  Buffer dq_accum;  // (B, Hq, Nq_pad, D) fp32
-  if (!deterministic || p.shape.sm90)
-    dq_accum = Buffer(rows * static_cast<std::size_t>(s.head_dim) * sizeof(float), device_of,
-                      "attention.flash.dq_accum", stream);
-  Buffer dq_order;  // (B * Hq, pre_blocks) int
-  if (ordered_dq)
-    dq_order = Buffer(static_cast<std::size_t>(s.batch * s.heads_q) * p.pre_blocks * sizeof(int), device_of,
-                      "attention.flash.dq_order", stream);
-  p.dsum = static_cast<float*>(dsum.data());
-  p.lse_log2 = static_cast<float*>(lse_log2.data());
-  p.sink_partials = static_cast<float*>(sink_partials.data());
-  p.deterministic = deterministic;
-  p.dq_accum = static_cast<float*>(dq_accum.data());
-  p.dq_order = static_cast<int*>(dq_order.data());
   if (p.shape.sm90) {
     const std::int64_t elem = static_cast<std::int64_t>(size_of(t.q.dtype()));
     const std::int64_t qdo_bytes = 2 * s.len_q * (s.head_dim * elem + 4) * (s.heads_q / s.heads_kv);  // Q dO L D

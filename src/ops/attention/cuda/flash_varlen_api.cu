@@ -232,28 +232,9 @@ void cuda_flash_varlen_backward(const VarlenAttentionTensors& t, const VarlenAtt
   p.scratch_head_rows = flash::varlen_scratch_rows(p.shape.batch, static_cast<int>(s.total_q));
   const auto rows = static_cast<std::size_t>(s.heads_q * p.scratch_head_rows);
   const Device device_of = t.q.device();
-  Buffer dsum(rows * sizeof(float), device_of, "attention.flash_varlen.dsum", stream);          // (Hq, rows)
-  Buffer lse_log2(rows * sizeof(float), device_of, "attention.flash_varlen.lse_log2", stream);  // (Hq, rows)
-  Buffer sink_partials;  // (B * Hq, pre_blocks)
-  if (s.has_sinks)
-    sink_partials = Buffer(static_cast<std::size_t>(s.batch * s.heads_q) * p.pre_blocks * sizeof(float), device_of,
-                           "attention.flash_varlen.sink_partials", stream);
-  // The Hopper kernel accumulates dQ in both modes, in a fixed order when deterministic.
+  const FlashBwdScratch scratch = flash_bwd_scratch(p, rows, s.batch * s.heads_q, s.head_dim, s.has_sinks,
+                                                    deterministic, device_of, "attention.flash_varlen", stream);
   const bool ordered_dq = deterministic && p.shape.sm90;
-  Buffer dq_accum;  // (Hq, rows, D) fp32
-  if (!deterministic || p.shape.sm90)
-    dq_accum = Buffer(rows * static_cast<std::size_t>(s.head_dim) * sizeof(float), device_of,
-                      "attention.flash_varlen.dq_accum", stream);
-  Buffer dq_order;  // (B * Hq, pre_blocks) int
-  if (ordered_dq)
-    dq_order = Buffer(static_cast<std::size_t>(s.batch * s.heads_q) * p.pre_blocks * sizeof(int), device_of,
-                      "attention.flash_varlen.dq_order", stream);
-  p.dsum = static_cast<float*>(dsum.data());
-  p.lse_log2 = static_cast<float*>(lse_log2.data());
-  p.sink_partials = static_cast<float*>(sink_partials.data());
-  p.deterministic = deterministic;
-  p.dq_accum = static_cast<float*>(dq_accum.data());
-  p.dq_order = static_cast<int*>(dq_order.data());
 
   // The Hopper kernel's launch sections over the kv heads, addition order and per-sequence key tiles (Notes
   // [L2 head sections], [Ordered dQ additions] and [Packed-sequence tiles]).
