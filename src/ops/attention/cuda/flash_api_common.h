@@ -39,6 +39,16 @@ inline bool forward_strides(const Tensor& t) {
   return true;
 }
 
+// Whether `test` (aligned16, forward_strides) holds for every tile operand of a dense or varlen call: q, k, v
+// and o for a forward (g null); q, k, v, d_o and the gradients for a backward (whose pre-pass reads o element
+// by element).
+template <class Grads, class Tensors, class Test>
+bool all_operands(const Tensors& t, const Grads* g, Test test) {
+  const bool inputs = test(t.q) && test(t.k) && test(t.v);
+  if (!g) return inputs && test(t.o);
+  return inputs && test(g->d_o) && test(g->dq) && test(g->dk) && test(g->dv);
+}
+
 // True when this build carries the sm_90a kernels (FT_CUDA_SM90A, set by CMake when the architectures
 // include 90a) and `device` has compute capability 9.0, where the driver runs that code.
 inline bool sm90_device(int device) {

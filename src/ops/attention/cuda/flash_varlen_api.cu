@@ -63,22 +63,6 @@ flash::FlashShape varlen_flash_shape(const VarlenAttentionTensors& t, const Varl
   return f;
 }
 
-// Every tile operand of the call allows 16-byte accesses: q, k, v and o for a forward (g null); q, k, v,
-// d_o and the gradients for a backward.
-bool varlen_aligned16(const VarlenAttentionTensors& t, const VarlenAttentionGrads* g) {
-  const bool inputs = aligned16(t.q) && aligned16(t.k) && aligned16(t.v);
-  if (!g) return inputs && aligned16(t.o);
-  return inputs && aligned16(g->d_o) && aligned16(g->dq) && aligned16(g->dk) && aligned16(g->dv);
-}
-
-// The operands of a call as varlen_aligned16 lists them step forward in every non-trivial dim.
-bool varlen_forward_strides(const VarlenAttentionTensors& t, const VarlenAttentionGrads* g) {
-  const bool inputs = forward_strides(t.q) && forward_strides(t.k) && forward_strides(t.v);
-  if (!g) return inputs && forward_strides(t.o);
-  return inputs && forward_strides(g->d_o) && forward_strides(g->dq) && forward_strides(g->dk) &&
-         forward_strides(g->dv);
-}
-
 // The head dims the Hopper kernels run (the backward's when `backward`), for messages.
 const char* sm90_head_dims(bool backward) {
   return backward ? flash::kSm90BackwardHeadDims : flash::kSm90ForwardHeadDims;
@@ -101,7 +85,7 @@ FlashKernels choose_varlen_kernels(const VarlenAttentionTensors& t, const Varlen
                                    const VarlenAttentionShape& s, bool aligned, FlashKernels kernels) {
   if (kernels == FlashKernels::sm80) return FlashKernels::sm80;
   const bool grid = !g || sm90_grid_key_tiles(s) <= kMaxGridY;
-  const bool layout = aligned && varlen_forward_strides(t, g);
+  const bool layout = aligned && all_operands(t, g, forward_strides);
   const int d = static_cast<int>(s.head_dim);
   const bool head_dim = g ? flash::has_sm90_backward(2, d) : flash::has_sm90_forward(2, d);
   const bool fits = t.q.dtype() != DType::f32 && head_dim && layout;
@@ -169,7 +153,7 @@ void cuda_flash_varlen_forward(const VarlenAttentionTensors& t, const VarlenAtte
   if (s.batch == 0) return;
   CudaDeviceGuard device(t.q.device().index);
   flash::FlashFwdParams p;
-  const bool aligned = varlen_aligned16(t, nullptr);
+  const bool aligned = all_operands<VarlenAttentionGrads>(t, nullptr, aligned16);
   p.shape = varlen_flash_shape(t, s, aligned);
   p.shape.sm90 = choose_varlen_kernels(t, nullptr, s, aligned, kernels) == FlashKernels::sm90;
   p.q = packed_ref(t.q);
@@ -210,7 +194,7 @@ void cuda_flash_varlen_backward(const VarlenAttentionTensors& t, const VarlenAtt
   if (s.batch == 0) return;
   CudaDeviceGuard device(t.q.device().index);
   flash::FlashBwdParams p;
-  const bool aligned = varlen_aligned16(t, &g);
+  const bool aligned = all_operands(t, &g, aligned16);
   p.shape = varlen_flash_shape(t, s, aligned);
   p.shape.sm90 = choose_varlen_kernels(t, &g, s, aligned, kernels) == FlashKernels::sm90;
   p.q = packed_ref(t.q);
