@@ -42,12 +42,7 @@ FlashKernels parse_flash_kernels(std::string_view text) {
 
 namespace {
 
-using attention_impl::check_dims;
-using attention_impl::check_fp32_vector;
-using attention_impl::check_last_dim_contiguous;
-using attention_impl::check_like;
 using attention_impl::check_no_alias;
-using attention_impl::check_shape;
 
 constexpr std::int64_t kMaxHeadDim = 256;
 
@@ -65,18 +60,8 @@ void check_backward_aliases(const AttentionTensors& t, const AttentionGrads& g) 
 
 AttentionShape validate_attention(const AttentionTensors& t, const AttentionOptions& options,
                                   const AttentionGrads* grads) {
-  check_dims(t.q, "q", 4, "(B, Hq, Nq, D)");
-  check_dims(t.k, "k", 4, "(B, Hkv, Nk, D)");
-  check_dims(t.v, "v", 4, "(B, Hkv, Nk, D)");
-  check_dims(t.o, "o", 4, "(B, Hq, Nq, D)");
-  check_dims(t.lse, "lse", 3, "(B, Hq, Nq)");
-
-  const DType dtype = t.q.dtype();
-  FT_CHECK_KIND(unsupported, dtype == DType::bf16 || dtype == DType::f16 || dtype == DType::f32,
-                "attention: unsupported dtype ", name_of(dtype), ": expected bf16, fp16 or fp32");
-  check_like(t.k, "k", t.q, "q");
-  check_like(t.v, "v", t.q, "q");
-  check_like(t.o, "o", t.q, "q");
+  const attention_impl::OperandTensors operands{t.q, t.k, t.v, t.o, t.lse, t.sinks};
+  attention_impl::check_operand_dims_and_dtypes(operands, 4, "(B, Hq, Nq, D)", "(B, Hkv, Nk, D)", "(B, Hq, Nq)");
 
   AttentionShape s;
   s.batch = t.q.size(0);
@@ -92,25 +77,10 @@ AttentionShape validate_attention(const AttentionTensors& t, const AttentionOpti
            shape_string(t.k.shape()));
   FT_CHECK(t.k.size(0) == s.batch, "attention: k must have the batch size of q: expected ", s.batch, ", given ",
            t.k.size(0));
-  FT_CHECK(t.k.size(3) == s.head_dim, "attention: k must have the head dim of q: expected ", s.head_dim,
-           ", given ", t.k.size(3));
-  check_shape(t.v, "v", t.k.shape());
-  FT_CHECK(s.heads_q % s.heads_kv == 0, "attention: query heads must be a multiple of key/value heads: given Hq = ",
-           s.heads_q, ", Hkv = ", s.heads_kv);
+  attention_impl::check_kv_heads(operands);
   FT_CHECK_KIND(unsupported, s.head_dim <= kMaxHeadDim, "attention: unsupported head dim ", s.head_dim,
                 ": expected at most ", kMaxHeadDim);
-  check_shape(t.o, "o", t.q.shape());
-  check_shape(t.lse, "lse", {s.batch, s.heads_q, s.len_q});
-  FT_CHECK(t.lse.dtype() == DType::f32, "attention: lse must be fp32, given ", t.lse.describe());
-  FT_CHECK(t.lse.device() == t.q.device(), "attention: lse must be on ", t.q.device().to_string(), ", given ",
-           t.lse.device().to_string());
-  check_last_dim_contiguous(t.q, "q");
-  check_last_dim_contiguous(t.k, "k");
-  check_last_dim_contiguous(t.v, "v");
-  check_last_dim_contiguous(t.o, "o");
-
-  s.has_sinks = t.sinks.defined();
-  if (s.has_sinks) check_fp32_vector(t.sinks, "sinks", s.heads_q, t.q.device());
+  s.has_sinks = attention_impl::check_outputs_and_layout(operands, {s.batch, s.heads_q, s.len_q});
 
   // A window wider than Nq + Nk bounds nothing: resolving it to -1 keeps visible_keys' arithmetic in range.
   const attention_impl::ResolvedVariant variant =

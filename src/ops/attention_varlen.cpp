@@ -32,12 +32,6 @@ namespace ft {
 
 namespace {
 
-using attention_impl::check_dims;
-using attention_impl::check_fp32_vector;
-using attention_impl::check_last_dim_contiguous;
-using attention_impl::check_like;
-using attention_impl::check_shape;
-
 // The cumulative lengths of q and k as host values (B + 1 entries each).
 struct HostLengths {
   std::vector<std::int32_t> q, k;
@@ -91,18 +85,9 @@ void check_lengths_argument(const CumulativeLengths& cu, const char* name, Devic
 // The validated shape, and the cumulative lengths on the host (see validate_attention_varlen).
 VarlenAttentionShape validate(const VarlenAttentionTensors& t, const AttentionOptions& options,
                               const VarlenAttentionGrads* grads, HostLengths* lengths) {
-  check_dims(t.q, "q", 3, "(total_q, Hq, D)");
-  check_dims(t.k, "k", 3, "(total_k, Hkv, D)");
-  check_dims(t.v, "v", 3, "(total_k, Hkv, D)");
-  check_dims(t.o, "o", 3, "(total_q, Hq, D)");
-  check_dims(t.lse, "lse", 2, "(Hq, total_q)");
-
-  const DType dtype = t.q.dtype();
-  FT_CHECK_KIND(unsupported, dtype == DType::bf16 || dtype == DType::f16 || dtype == DType::f32,
-                "attention: unsupported dtype ", name_of(dtype), ": expected bf16, fp16 or fp32");
-  check_like(t.k, "k", t.q, "q");
-  check_like(t.v, "v", t.q, "q");
-  check_like(t.o, "o", t.q, "q");
+  const attention_impl::OperandTensors operands{t.q, t.k, t.v, t.o, t.lse, t.sinks};
+  attention_impl::check_operand_dims_and_dtypes(operands, 3, "(total_q, Hq, D)", "(total_k, Hkv, D)",
+                                                "(Hq, total_q)");
 
   VarlenAttentionShape s;
   s.total_q = t.q.size(0);
@@ -113,23 +98,9 @@ VarlenAttentionShape validate(const VarlenAttentionTensors& t, const AttentionOp
   FT_CHECK(s.heads_q >= 1 && s.head_dim >= 1, "varlen attention: q must have Hq >= 1 and D >= 1, given ",
            shape_string(t.q.shape()));
   FT_CHECK(s.heads_kv >= 1, "varlen attention: k must have Hkv >= 1, given ", shape_string(t.k.shape()));
-  FT_CHECK(t.k.size(2) == s.head_dim, "attention: k must have the head dim of q: expected ", s.head_dim, ", given ",
-           t.k.size(2));
-  check_shape(t.v, "v", t.k.shape());
-  FT_CHECK(s.heads_q % s.heads_kv == 0, "attention: query heads must be a multiple of key/value heads: given Hq = ",
-           s.heads_q, ", Hkv = ", s.heads_kv);
+  attention_impl::check_kv_heads(operands);
   check_attention_head_dim(s.head_dim, options.impl, t.q.device());
-  check_shape(t.o, "o", t.q.shape());
-  check_shape(t.lse, "lse", {s.heads_q, s.total_q});
-  FT_CHECK(t.lse.dtype() == DType::f32, "attention: lse must be fp32, given ", t.lse.describe());
-  FT_CHECK(t.lse.device() == t.q.device(), "attention: lse must be on ", t.q.device().to_string(), ", given ",
-           t.lse.device().to_string());
-  check_last_dim_contiguous(t.q, "q");
-  check_last_dim_contiguous(t.k, "k");
-  check_last_dim_contiguous(t.v, "v");
-  check_last_dim_contiguous(t.o, "o");
-  s.has_sinks = t.sinks.defined();
-  if (s.has_sinks) check_fp32_vector(t.sinks, "sinks", s.heads_q, t.q.device());
+  s.has_sinks = attention_impl::check_outputs_and_layout(operands, {s.heads_q, s.total_q});
 
   FT_CHECK(t.max_seqlen_q >= 0 && t.max_seqlen_k >= 0,
            "varlen attention: max_seqlen_q and max_seqlen_k must be >= 0, given ", t.max_seqlen_q, " and ",

@@ -1,11 +1,13 @@
 // value_compare.h — comparisons of attention outputs read as doubles (read_as_double), shared by the GPU
-// attention tests: rounding to a dtype, bitwise equality, the largest difference and the largest magnitude.
+// attention tests: rounding to a dtype, bitwise equality, the largest difference and the largest magnitude,
+// and the run-to-run comparison of two backward calls.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "core/dtype.h"
@@ -46,6 +48,27 @@ inline double max_abs(const std::vector<double>& a) {
   for (double x : a)
     if (std::isfinite(x)) m = std::max(m, std::abs(x));
   return m;
+}
+
+// Every output of a forward + backward call, in logical order.
+struct Outputs {
+  std::vector<double> o, lse, dq, dk, dv, dsinks;
+};
+
+// Whether two backward runs gave bit-identical dQ, and bit-identical dK, dV and dsinks.
+struct RunToRun {
+  bool dq_identical = false, rest_identical = false;
+};
+
+// Compares the gradients of two backward runs into repeat and moves the first run's into out.
+inline void keep_first_backward(Outputs (&runs)[2], RunToRun* repeat, Outputs& out) {
+  repeat->dq_identical = same_bits(runs[0].dq, runs[1].dq);
+  repeat->rest_identical = same_bits(runs[0].dk, runs[1].dk) && same_bits(runs[0].dv, runs[1].dv) &&
+                           same_bits(runs[0].dsinks, runs[1].dsinks);
+  out.dq = std::move(runs[0].dq);
+  out.dk = std::move(runs[0].dk);
+  out.dv = std::move(runs[0].dv);
+  out.dsinks = std::move(runs[0].dsinks);
 }
 
 }  // namespace ft::testing_util

@@ -6,9 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <string>
-#include <vector>
 
-#include "core/tensor_io.h"
 #include "test_model_util.h"
 #include "test_ops_util.h"
 
@@ -21,44 +19,22 @@ ModelConfig three_layers() {
   return c;
 }
 
-struct TrainRun {
-  std::vector<double> losses;
-  std::vector<double> grads;
-  std::vector<std::size_t> ready;  // gradient-ready hook order
-};
-
-TrainRun train(Precision precision, AttentionImpl impl, std::int64_t loss_chunk, Recompute recompute) {
+test::TrainRun train(Precision precision, AttentionImpl impl, std::int64_t loss_chunk, Recompute recompute) {
   ModelOptions o = test::tiny_options(precision, impl);
   o.loss_chunk = loss_chunk;
   o.recompute = recompute;
   TransformerLM model(three_layers(), o);
-  TrainRun r;
-  BackwardOptions options;
-  options.loss_scale = 0.5;
-  options.on_gradient_ready = [&](const ParameterInfo& info, const Tensor&) { r.ready.push_back(info.index); };
-  const test::TokenBatch batches[] = {test::random_batch(4, 16, 97, 80), test::random_batch(3, 11, 97, 81)};
-  for (const test::TokenBatch& b : batches) {
-    r.losses.push_back(model.forward_backward(b.input_ids(), b.target_ids(), options));
-    options.accumulate = true;
-  }
-  r.grads = read_as_double(model.gradients().flat());
-  return r;
+  return test::train_two_micro_batches(model, 80);
 }
 
 TEST(Recompute, GradientsAreBitIdenticalToNone) {
   for (Precision precision : {Precision::fp32, Precision::bf16})
     for (AttentionImpl impl : {AttentionImpl::flash, AttentionImpl::naive})
       for (std::int64_t loss_chunk : {0, 7}) {
-        const TrainRun none = train(precision, impl, loss_chunk, Recompute::none);
+        const test::TrainRun none = train(precision, impl, loss_chunk, Recompute::none);
         for (Recompute recompute : {Recompute::selective, Recompute::selective_qkv, Recompute::full}) {
           SCOPED_TRACE(str(name_of(precision), " ", name_of(impl), " chunk ", loss_chunk, " ", name_of(recompute)));
-          const TrainRun run = train(precision, impl, loss_chunk, recompute);
-          EXPECT_EQ(run.losses, none.losses);
-          EXPECT_EQ(run.ready, none.ready);
-          ASSERT_EQ(run.grads.size(), none.grads.size());
-          std::size_t differing = 0;
-          for (std::size_t i = 0; i < run.grads.size(); ++i) differing += run.grads[i] != none.grads[i];
-          EXPECT_EQ(differing, 0u);
+          test::expect_bit_identical(train(precision, impl, loss_chunk, recompute), none);
         }
       }
 }

@@ -1,11 +1,16 @@
 // test_model_util.h — helpers shared by the model tests (test_model_*.cpp): the tiny model with a small
-// arena, seeded token batches, and a learnable synthetic sequence task.
+// arena, seeded token batches, a learnable synthetic sequence task, and two accumulated micro-batches
+// compared bit for bit between two ways of running the same model.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <cstddef>
 #include <cstdint>
 #include <random>
 #include <vector>
 
+#include "core/tensor_io.h"
 #include "model/transformer.h"
 #include "ops/token_ids.h"
 
@@ -62,6 +67,39 @@ inline TokenBatch cycle_batch(std::int64_t B, std::int64_t T, std::int64_t vocab
     }
   }
   return b;
+}
+
+// What a training run records: the losses, the order of the gradient-ready hook, and every gradient.
+struct TrainRun {
+  std::vector<double> losses;
+  std::vector<double> grads;
+  std::vector<std::size_t> ready;  // gradient-ready hook order
+};
+
+// Two accumulated micro-batches of random tokens (vocabulary 97): (4, 16) with `seed`, then (3, 11) with seed + 1,
+// at loss scale 0.5.
+inline TrainRun train_two_micro_batches(TransformerLM& model, std::uint64_t seed) {
+  TrainRun r;
+  BackwardOptions options;
+  options.loss_scale = 0.5;
+  options.on_gradient_ready = [&](const ParameterInfo& info, const Tensor&) { r.ready.push_back(info.index); };
+  const TokenBatch batches[] = {random_batch(4, 16, 97, seed), random_batch(3, 11, 97, seed + 1)};
+  for (const TokenBatch& b : batches) {
+    r.losses.push_back(model.forward_backward(b.input_ids(), b.target_ids(), options));
+    options.accumulate = true;
+  }
+  r.grads = read_as_double(model.gradients().flat());
+  return r;
+}
+
+// run equals expected bit for bit: losses, hook order and every gradient (counting those that differ).
+inline void expect_bit_identical(const TrainRun& run, const TrainRun& expected) {
+  EXPECT_EQ(run.losses, expected.losses);
+  EXPECT_EQ(run.ready, expected.ready);
+  ASSERT_EQ(run.grads.size(), expected.grads.size());
+  std::size_t differing = 0;
+  for (std::size_t i = 0; i < run.grads.size(); ++i) differing += run.grads[i] != expected.grads[i];
+  EXPECT_EQ(differing, 0u);
 }
 
 }  // namespace ft::test

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "common/forced_flash_hook.h"
 #include "common/value_compare.h"
 #include "core/buffer.h"
 #include "core/device.h"
@@ -35,9 +36,13 @@
 namespace ft {
 namespace {
 
+using testing_util::ForcedFlashHook;
+using testing_util::keep_first_backward;
 using testing_util::max_abs;
 using testing_util::max_abs_diff;
+using testing_util::Outputs;
 using testing_util::round_to;
+using testing_util::RunToRun;
 using testing_util::same_bits;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
@@ -86,11 +91,6 @@ Inputs make_inputs(const FlashCase& c, std::uint64_t seed) {
   if (c.sinks) in.sinks = random_values(static_cast<std::size_t>(c.heads_q), rng, DType::f32, 2.0);
   return in;
 }
-
-// Every output of a forward + backward call, in logical order.
-struct Outputs {
-  std::vector<double> o, lse, dq, dk, dv, dsinks;
-};
 
 double resolved_scale(const FlashCase& c) {
   return c.scale != 0 ? c.scale : 1.0 / std::sqrt(static_cast<double>(c.head_dim));
@@ -253,11 +253,6 @@ DeviceTensor device_lse(const FlashCase& c, const Stream& stream) {
   return t;
 }
 
-// Whether two backward runs gave bit-identical dQ, and bit-identical dK, dV and dsinks.
-struct RunToRun {
-  bool dq_identical = false, rest_identical = false;
-};
-
 // The flash kernels on the GPU. The backward runs twice; `repeat` reports which gradients both runs gave
 // bit for bit.
 Outputs run_flash(const FlashCase& c, const Inputs& in, RunToRun* repeat) {
@@ -308,13 +303,7 @@ Outputs run_flash(const FlashCase& c, const Inputs& in, RunToRun* repeat) {
     run.dv = read_as_double(dv.view);
     if (c.sinks) run.dsinks = read_as_double(dsinks);
   }
-  repeat->dq_identical = same_bits(runs[0].dq, runs[1].dq);
-  repeat->rest_identical = same_bits(runs[0].dk, runs[1].dk) && same_bits(runs[0].dv, runs[1].dv) &&
-                           same_bits(runs[0].dsinks, runs[1].dsinks);
-  out.dq = std::move(runs[0].dq);
-  out.dk = std::move(runs[0].dk);
-  out.dv = std::move(runs[0].dv);
-  out.dsinks = std::move(runs[0].dsinks);
+  keep_first_backward(runs, repeat, out);
   return out;
 }
 
@@ -630,18 +619,6 @@ TEST(FlashAttention, BroadcastOperandsRunOnSm80) {
     EXPECT_NE(e.message().find("broadcast"), std::string::npos) << e.message();
   }
 }
-
-// A test hook of the flash kernels (attention_impls.h) set for a scope: `set(value)`, then `set(reset)`.
-struct ForcedFlashHook {
-  ForcedFlashHook(void (*set)(int), int value, int reset) : set_(set), reset_(reset) { set_(value); }
-  ~ForcedFlashHook() { set_(reset_); }
-  ForcedFlashHook(const ForcedFlashHook&) = delete;
-  ForcedFlashHook& operator=(const ForcedFlashHook&) = delete;
-
- private:
-  void (*set_)(int);
-  int reset_;
-};
 
 // The Hopper kernels launch their heads in L2-sized sections (flash_sm90_scheduler.cuh), which hold every head at
 // these sizes; forced sections of 1, 2, 3 and 5 grid heads (a partial last section, sections across batches

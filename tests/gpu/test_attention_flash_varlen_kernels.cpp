@@ -24,6 +24,8 @@
 #include <string>
 #include <vector>
 
+#include "common/forced_flash_hook.h"
+#include "common/varlen_case.h"
 #include "core/buffer.h"
 #include "core/device.h"
 #include "core/error.h"
@@ -35,6 +37,9 @@
 
 namespace ft {
 namespace {
+
+using testing_util::cumulative;
+using testing_util::ForcedFlashHook;
 
 struct VarlenCase {
   std::string name;
@@ -51,12 +56,6 @@ struct VarlenCase {
 };
 
 void PrintTo(const VarlenCase& c, std::ostream* os) { *os << c.name; }
-
-std::vector<std::int32_t> cumulative(const std::vector<std::int32_t>& lens) {
-  std::vector<std::int32_t> cu{0};
-  for (std::int32_t n : lens) cu.push_back(cu.back() + n);
-  return cu;
-}
 
 // Packed (total, H, D) tensors of one call's outputs.
 struct PackedOutputs {
@@ -300,18 +299,6 @@ TEST_P(FlashVarlenVsDense, EveryRowMatchesItsSequence) {
   make_inputs(c, stream, in);
   expect_same(c, run_varlen(c, in, stream), run_dense(c, in, stream));
 }
-
-// A test hook of the flash kernels (attention_impls.h) set for a scope: `set(value)`, then `set(reset)`.
-struct ForcedFlashHook {
-  ForcedFlashHook(void (*set)(int), int value, int reset) : set_(set), reset_(reset) { set_(value); }
-  ~ForcedFlashHook() { set_(reset_); }
-  ForcedFlashHook(const ForcedFlashHook&) = delete;
-  ForcedFlashHook& operator=(const ForcedFlashHook&) = delete;
-
- private:
-  void (*set_)(int);
-  int reset_;
-};
 
 // The Hopper kernels schedule packed sequences' tiles sequence by sequence (Note [Packed-sequence tiles]):
 // with 1 or 3 persistent forward blocks each block takes tiles of many sequences (empty ones between), and

@@ -37,9 +37,12 @@
 namespace ft {
 namespace {
 
+using testing_util::keep_first_backward;
 using testing_util::max_abs;
 using testing_util::max_abs_diff;
+using testing_util::Outputs;
 using testing_util::round_to;
+using testing_util::RunToRun;
 using testing_util::cumulative;
 using testing_util::options_of;
 using testing_util::same_bits;
@@ -70,10 +73,6 @@ Inputs make_inputs(const VarlenCase& c, std::int64_t total_q, std::int64_t total
   if (c.sinks) in.sinks = draw(c.Hq, DType::f32, 2.0);
   return in;
 }
-
-struct Outputs {
-  std::vector<double> o, lse, dq, dk, dv, dsinks;
-};
 
 // The tensors of one packed call on `device` (dtype for q, k, v and their gradients), and its lengths.
 struct Packed {
@@ -151,10 +150,6 @@ Outputs run_oracle(const VarlenCase& c, const Inputs& in) {
   return out;
 }
 
-struct RunToRun {
-  bool dq_identical = false, rest_identical = false;
-};
-
 // The varlen kernels: forward once, backward twice (repeat says which gradients matched bit for bit).
 Outputs run_varlen(const VarlenCase& c, const Inputs& in, RunToRun* repeat, bool with_host_mirror = true) {
   Packed p(c, c.dtype, Device::cuda(0));
@@ -174,13 +169,7 @@ Outputs run_varlen(const VarlenCase& c, const Inputs& in, RunToRun* repeat, bool
     run.dv = read_as_double(p.dv);
     if (c.sinks) run.dsinks = read_as_double(p.dsinks);
   }
-  repeat->dq_identical = same_bits(runs[0].dq, runs[1].dq);
-  repeat->rest_identical = same_bits(runs[0].dk, runs[1].dk) && same_bits(runs[0].dv, runs[1].dv) &&
-                           same_bits(runs[0].dsinks, runs[1].dsinks);
-  out.dq = std::move(runs[0].dq);
-  out.dk = std::move(runs[0].dk);
-  out.dv = std::move(runs[0].dv);
-  out.dsinks = std::move(runs[0].dsinks);
+  keep_first_backward(runs, repeat, out);
   return out;
 }
 

@@ -222,60 +222,57 @@ TEST(BenchDdp, RefusesUnknownStrategiesAndBucketSizes) {
   EXPECT_THROW(cli::resolve_bench_ddp_options(o, world()), Error);
 }
 
-std::string resolve_message(const BenchDdpOptions& o) {
+// o is refused with a message that contains `expected`.
+void expect_refused(const BenchDdpOptions& o, const std::string& expected) {
+  std::string message = "accepted";
   try {
     cli::resolve_bench_ddp_options(o, world());
   } catch (const Error& e) {
-    return e.message();
+    message = e.message();
   }
-  return "accepted";
+  EXPECT_NE(message.find(expected), std::string::npos) << message;
 }
 
 TEST(BenchDdp, NcclBuffersAndLimitsNeedGpusAndValidValues) {
   BenchDdpOptions o = tiny_options();  // on the CPU
   o.buffers = "plain,symmetric";
-  EXPECT_NE(resolve_message(o).find("need GPUs (NCCL), given --device cpu"), std::string::npos) << resolve_message(o);
+  expect_refused(o, "need GPUs (NCCL), given --device cpu");
   o = tiny_options();
   o.max_ctas = "0,4";
-  EXPECT_NE(resolve_message(o).find("need GPUs (NCCL)"), std::string::npos) << resolve_message(o);
+  expect_refused(o, "need GPUs (NCCL)");
   o = tiny_options();
   o.priorities = "high,low";
-  EXPECT_NE(resolve_message(o).find("need GPUs (NCCL)"), std::string::npos) << resolve_message(o);
+  expect_refused(o, "need GPUs (NCCL)");
   o.priorities = "urgent";
-  EXPECT_NE(resolve_message(o).find("expected high or low, given 'urgent'"), std::string::npos) << resolve_message(o);
+  expect_refused(o, "expected high or low, given 'urgent'");
   o = tiny_options();
   o.cta_policies = "efficiency";
-  EXPECT_NE(resolve_message(o).find("need GPUs (NCCL)"), std::string::npos) << resolve_message(o);
+  expect_refused(o, "need GPUs (NCCL)");
   o = tiny_options();
   o.buffers = "pinned";
-  EXPECT_NE(resolve_message(o).find("expected plain, registered, nccl_mem or symmetric"), std::string::npos)
-      << resolve_message(o);
+  expect_refused(o, "expected plain, registered, nccl_mem or symmetric");
   o = tiny_options();
   o.max_ctas = "65";
-  EXPECT_NE(resolve_message(o).find("--nccl-max-ctas"), std::string::npos) << resolve_message(o);
+  expect_refused(o, "--nccl-max-ctas");
   o = tiny_options();
   o.max_ctas = "2";
   o.min_ctas = 4;
-  EXPECT_NE(resolve_message(o).find("min_ctas (4) must not exceed max_ctas (2)"), std::string::npos)
-      << resolve_message(o);
+  expect_refused(o, "min_ctas (4) must not exceed max_ctas (2)");
   o = tiny_options();
   o.transports = "nccl,copy_engine";
-  EXPECT_NE(resolve_message(o).find("--transport copy_engine moves GPU buffers by peer copies: it needs 2 GPUs"),
-            std::string::npos)
-      << resolve_message(o);
+  expect_refused(o, "--transport copy_engine moves GPU buffers by peer copies: it needs 2 GPUs");
   o = tiny_options();
   o.bf16_rounding = "comm";
-  EXPECT_NE(resolve_message(o).find("give --bf16-comm too"), std::string::npos) << resolve_message(o);
+  expect_refused(o, "give --bf16-comm too");
   o.bf16_comm = true;
   o.bf16_rounding = "model,gpu";
-  EXPECT_NE(resolve_message(o).find("expected model or comm, given 'gpu'"), std::string::npos) << resolve_message(o);
+  expect_refused(o, "expected model or comm, given 'gpu'");
   o = tiny_options();
   o.transports = "nvlink";
-  EXPECT_NE(resolve_message(o).find("expected nccl or copy_engine, given 'nvlink'"), std::string::npos)
-      << resolve_message(o);
+  expect_refused(o, "expected nccl or copy_engine, given 'nvlink'");
   o = tiny_options();
   o.cta_policies = "greedy";
-  EXPECT_NE(resolve_message(o).find("expected default, efficiency or zero"), std::string::npos) << resolve_message(o);
+  expect_refused(o, "expected default, efficiency or zero");
 }
 
 TEST(BenchDdp, EveryDdpRowRepeatsPerBufferAndTuning) {

@@ -61,6 +61,46 @@ void check_fp32_vector(const Tensor& t, const char* name, std::int64_t length, D
            t.device().to_string());
 }
 
+void check_operand_dims_and_dtypes(const OperandTensors& t, int dims, const char* q_layout, const char* kv_layout,
+                                   const char* lse_layout) {
+  check_dims(t.q, "q", dims, q_layout);
+  check_dims(t.k, "k", dims, kv_layout);
+  check_dims(t.v, "v", dims, kv_layout);
+  check_dims(t.o, "o", dims, q_layout);
+  check_dims(t.lse, "lse", dims - 1, lse_layout);
+
+  const DType dtype = t.q.dtype();
+  FT_CHECK_KIND(unsupported, dtype == DType::bf16 || dtype == DType::f16 || dtype == DType::f32,
+                "attention: unsupported dtype ", name_of(dtype), ": expected bf16, fp16 or fp32");
+  check_like(t.k, "k", t.q, "q");
+  check_like(t.v, "v", t.q, "q");
+  check_like(t.o, "o", t.q, "q");
+}
+
+void check_kv_heads(const OperandTensors& t) {
+  const std::int64_t head_dim = t.q.size(-1), heads_q = t.q.size(1), heads_kv = t.k.size(1);
+  FT_CHECK(t.k.size(-1) == head_dim, "attention: k must have the head dim of q: expected ", head_dim, ", given ",
+           t.k.size(-1));
+  check_shape(t.v, "v", t.k.shape());
+  FT_CHECK(heads_q % heads_kv == 0, "attention: query heads must be a multiple of key/value heads: given Hq = ",
+           heads_q, ", Hkv = ", heads_kv);
+}
+
+bool check_outputs_and_layout(const OperandTensors& t, const Shape& lse_shape) {
+  check_shape(t.o, "o", t.q.shape());
+  check_shape(t.lse, "lse", lse_shape);
+  FT_CHECK(t.lse.dtype() == DType::f32, "attention: lse must be fp32, given ", t.lse.describe());
+  FT_CHECK(t.lse.device() == t.q.device(), "attention: lse must be on ", t.q.device().to_string(), ", given ",
+           t.lse.device().to_string());
+  check_last_dim_contiguous(t.q, "q");
+  check_last_dim_contiguous(t.k, "k");
+  check_last_dim_contiguous(t.v, "v");
+  check_last_dim_contiguous(t.o, "o");
+  const bool has_sinks = t.sinks.defined();
+  if (has_sinks) check_fp32_vector(t.sinks, "sinks", t.q.size(1), t.q.device());
+  return has_sinks;
+}
+
 void check_gradients(const GradTensors& g, const Tensor& q, const Tensor& k, bool has_sinks, int dims,
                      const char* q_layout, const char* kv_layout) {
   check_dims(g.d_o, "d_o", dims, q_layout);

@@ -22,6 +22,21 @@ void check_shape(const Tensor& t, const char* name, const Shape& expected);
 // t is a contiguous fp32 (length) vector on device (sink logits and their gradient).
 void check_fp32_vector(const Tensor& t, const char* name, std::int64_t length, Device device);
 
+// The forward operands of a dense or varlen call. Both lay q/o out with the query heads at dim 1 and k/v with
+// the key/value heads at dim 1, the head dim last.
+struct OperandTensors {
+  const Tensor &q, &k, &v, &o, &lse, &sinks;
+};
+// The dims of q, k, v and o (`dims` each, named by q_layout / kv_layout) and lse (dims - 1, lse_layout); q of a
+// supported dtype (bf16, fp16, fp32), and k, v and o with the dtype and device of q.
+void check_operand_dims_and_dtypes(const OperandTensors& t, int dims, const char* q_layout, const char* kv_layout,
+                                   const char* lse_layout);
+// k with the head dim of q, v with the shape of k, and Hq a multiple of Hkv.
+void check_kv_heads(const OperandTensors& t);
+// o with the shape of q, lse of lse_shape in fp32 on q's device, q/k/v/o with a contiguous last dim, and the
+// sink logits (when given) an fp32 vector of Hq values. Returns whether sinks were given.
+bool check_outputs_and_layout(const OperandTensors& t, const Shape& lse_shape);
+
 // invalid_argument when an output shares memory with another output or with an input: the kernels
 // would read values they have already overwritten (or two results would land in one place).
 // The gradient tensors of a backward call (AttentionGrads, VarlenAttentionGrads).

@@ -37,28 +37,12 @@ std::int64_t kv_bytes_per_query_head(const AttentionShape& s, DType dtype) {
   return 2 * s.len_k * s.head_dim * static_cast<std::int64_t>(size_of(dtype)) / (s.heads_q / s.heads_kv);
 }
 
-// Every tile operand of the call allows 16-byte accesses: q, k, v and o for a forward (g null); q, k, v,
-// d_o and the gradients for a backward (whose pre-pass reads o element by element).
-bool operands_aligned16(const AttentionTensors& t, const AttentionGrads* g) {
-  const bool inputs = aligned16(t.q) && aligned16(t.k) && aligned16(t.v);
-  if (!g) return inputs && aligned16(t.o);
-  return inputs && aligned16(g->d_o) && aligned16(g->dq) && aligned16(g->dk) && aligned16(g->dv);
-}
-
-// The operands of a call as operands_aligned16 lists them step forward in every non-trivial dim.
-bool operands_forward_strides(const AttentionTensors& t, const AttentionGrads* g) {
-  const bool inputs = forward_strides(t.q) && forward_strides(t.k) && forward_strides(t.v);
-  if (!g) return inputs && forward_strides(t.o);
-  return inputs && forward_strides(g->d_o) && forward_strides(g->dq) && forward_strides(g->dk) &&
-         forward_strides(g->dv);
-}
-
 // The family a call runs (AttentionOptions::kernels), given whether its operands (those of a forward when g
 // is null) allow 16-byte accesses; the Hopper kernels also need forward strides (their TMA maps).
 FlashKernels choose_kernels(const AttentionTensors& t, const AttentionGrads* g, const AttentionShape& s,
                             bool aligned16, FlashKernels kernels) {
   if (kernels == FlashKernels::sm80) return FlashKernels::sm80;
-  const bool layout = aligned16 && operands_forward_strides(t, g);
+  const bool layout = aligned16 && all_operands(t, g, forward_strides);
   const int d = static_cast<int>(s.head_dim);
   const bool head_dim = g ? flash::has_sm90_backward(2, d) : flash::has_sm90_forward(2, d);
   const bool fits = t.q.dtype() != DType::f32 && head_dim && layout;
@@ -79,7 +63,7 @@ FlashKernels choose_kernels(const AttentionTensors& t, const AttentionGrads* g, 
 
 FlashKernels cuda_flash_kernels(const AttentionTensors& t, const AttentionGrads* g, const AttentionShape& s,
                                 FlashKernels kernels) {
-  return choose_kernels(t, g, s, operands_aligned16(t, g), kernels);
+  return choose_kernels(t, g, s, all_operands(t, g, aligned16), kernels);
 }
 
 void cuda_flash_forward(const AttentionTensors& t, const AttentionShape& s, const Stream& stream,
@@ -87,7 +71,7 @@ void cuda_flash_forward(const AttentionTensors& t, const AttentionShape& s, cons
   check_supported(s);
   CudaDeviceGuard device(t.q.device().index);
   flash::FlashFwdParams p;
-  const bool aligned = operands_aligned16(t, nullptr);
+  const bool aligned = all_operands<AttentionGrads>(t, nullptr, aligned16);
   p.shape = flash_shape(s, aligned);
   p.shape.sm90 = choose_kernels(t, nullptr, s, aligned, kernels) == FlashKernels::sm90;
   p.q = tensor_ref(t.q);
@@ -118,7 +102,7 @@ void cuda_flash_backward(const AttentionTensors& t, const AttentionGrads& g, con
   check_supported(s);
   CudaDeviceGuard device(t.q.device().index);
   flash::FlashBwdParams p;
-  const bool aligned = operands_aligned16(t, &g);
+  const bool aligned = all_operands(t, &g, aligned16);
   p.shape = flash_shape(s, aligned);
   p.shape.sm90 = choose_kernels(t, &g, s, aligned, kernels) == FlashKernels::sm90;
   p.q = tensor_ref(t.q);
@@ -137,28 +121,9 @@ void cuda_flash_backward(const AttentionTensors& t, const AttentionGrads& g, con
   p.pre_blocks = p.len_q_pad / flash::kPreRows;
   const std::size_t rows = static_cast<std::size_t>(s.batch * s.heads_q) * p.len_q_pad;
   const Device device_of = t.q.device();
-  Buffer dsum(rows * sizeof(float), device_of, "attention.flash.dsum", stream);          // (B, Hq, Nq_pad)
-  Buffer lse_log2(rows * sizeof(float), device_of, "attention.flash.lse_log2", stream);  // (B, Hq, Nq_pad)
-  Buffer sink_partials;  // (B * Hq, pre_blocks)
-  if (s.has_sinks)
-    sink_partials = Buffer(static_cast<std::size_t>(s.batch * s.heads_q) * p.pre_blocks * sizeof(float), device_of,
-                           "attention.flash.sink_partials", stream);
-  // The Hopper kernel accumulates dQ in both modes, in a fixed order when deterministic.
+  const FlashBwdScratch scratch = flash_bwd_scratch(p, rows, s.batch * s.heads_q, s.head_dim, s.has_sinks,
+                                                    deterministic, device_of, "attention.flash", stream);
   const bool ordered_dq = deterministic && p.shape.sm90;
-  Buffer dq_accum;  // (B, Hq, Nq_pad, D) fp32
-  if (!deterministic || p.shape.sm90)
-    dq_accum = Buffer(rows * static_cast<std::size_t>(s.head_dim) * sizeof(float), device_of,
-                      "attention.flash.dq_accum", stream);
-  Buffer dq_order;  // (B * Hq, pre_blocks) int
-  if (ordered_dq)
-    dq_order = Buffer(static_cast<std::size_t>(s.batch * s.heads_q) * p.pre_blocks * sizeof(int), device_of,
-                      "attention.flash.dq_order", stream);
-  p.dsum = static_cast<float*>(dsum.data());
-  p.lse_log2 = static_cast<float*>(lse_log2.data());
-  p.sink_partials = static_cast<float*>(sink_partials.data());
-  p.deterministic = deterministic;
-  p.dq_accum = static_cast<float*>(dq_accum.data());
-  p.dq_order = static_cast<int*>(dq_order.data());
   if (p.shape.sm90) {
     const std::int64_t elem = static_cast<std::int64_t>(size_of(t.q.dtype()));
     const std::int64_t qdo_bytes = 2 * s.len_q * (s.head_dim * elem + 4) * (s.heads_q / s.heads_kv);  // Q dO L D

@@ -63,22 +63,6 @@ flash::FlashShape varlen_flash_shape(const VarlenAttentionTensors& t, const Varl
   return f;
 }
 
-// Every tile operand of the call allows 16-byte accesses: q, k, v and o for a forward (g null); q, k, v,
-// d_o and the gradients for a backward.
-bool varlen_aligned16(const VarlenAttentionTensors& t, const VarlenAttentionGrads* g) {
-  const bool inputs = aligned16(t.q) && aligned16(t.k) && aligned16(t.v);
-  if (!g) return inputs && aligned16(t.o);
-  return inputs && aligned16(g->d_o) && aligned16(g->dq) && aligned16(g->dk) && aligned16(g->dv);
-}
-
-// The operands of a call as varlen_aligned16 lists them step forward in every non-trivial dim.
-bool varlen_forward_strides(const VarlenAttentionTensors& t, const VarlenAttentionGrads* g) {
-  const bool inputs = forward_strides(t.q) && forward_strides(t.k) && forward_strides(t.v);
-  if (!g) return inputs && forward_strides(t.o);
-  return inputs && forward_strides(g->d_o) && forward_strides(g->dq) && forward_strides(g->dk) &&
-         forward_strides(g->dv);
-}
-
 // The head dims the Hopper kernels run (the backward's when `backward`), for messages.
 const char* sm90_head_dims(bool backward) {
   return backward ? flash::kSm90BackwardHeadDims : flash::kSm90ForwardHeadDims;
@@ -101,7 +85,7 @@ FlashKernels choose_varlen_kernels(const VarlenAttentionTensors& t, const Varlen
                                    const VarlenAttentionShape& s, bool aligned, FlashKernels kernels) {
   if (kernels == FlashKernels::sm80) return FlashKernels::sm80;
   const bool grid = !g || sm90_grid_key_tiles(s) <= kMaxGridY;
-  const bool layout = aligned && varlen_forward_strides(t, g);
+  const bool layout = aligned && all_operands(t, g, forward_strides);
   const int d = static_cast<int>(s.head_dim);
   const bool head_dim = g ? flash::has_sm90_backward(2, d) : flash::has_sm90_forward(2, d);
   const bool fits = t.q.dtype() != DType::f32 && head_dim && layout;
@@ -169,7 +153,7 @@ void cuda_flash_varlen_forward(const VarlenAttentionTensors& t, const VarlenAtte
   if (s.batch == 0) return;
   CudaDeviceGuard device(t.q.device().index);
   flash::FlashFwdParams p;
-  const bool aligned = varlen_aligned16(t, nullptr);
+  const bool aligned = all_operands<VarlenAttentionGrads>(t, nullptr, aligned16);
   p.shape = varlen_flash_shape(t, s, aligned);
   p.shape.sm90 = choose_varlen_kernels(t, nullptr, s, aligned, kernels) == FlashKernels::sm90;
   p.q = packed_ref(t.q);
@@ -210,7 +194,7 @@ void cuda_flash_varlen_backward(const VarlenAttentionTensors& t, const VarlenAtt
   if (s.batch == 0) return;
   CudaDeviceGuard device(t.q.device().index);
   flash::FlashBwdParams p;
-  const bool aligned = varlen_aligned16(t, &g);
+  const bool aligned = all_operands(t, &g, aligned16);
   p.shape = varlen_flash_shape(t, s, aligned);
   p.shape.sm90 = choose_varlen_kernels(t, &g, s, aligned, kernels) == FlashKernels::sm90;
   p.q = packed_ref(t.q);
@@ -232,28 +216,9 @@ void cuda_flash_varlen_backward(const VarlenAttentionTensors& t, const VarlenAtt
   p.scratch_head_rows = flash::varlen_scratch_rows(p.shape.batch, static_cast<int>(s.total_q));
   const auto rows = static_cast<std::size_t>(s.heads_q * p.scratch_head_rows);
   const Device device_of = t.q.device();
-  Buffer dsum(rows * sizeof(float), device_of, "attention.flash_varlen.dsum", stream);          // (Hq, rows)
-  Buffer lse_log2(rows * sizeof(float), device_of, "attention.flash_varlen.lse_log2", stream);  // (Hq, rows)
-  Buffer sink_partials;  // (B * Hq, pre_blocks)
-  if (s.has_sinks)
-    sink_partials = Buffer(static_cast<std::size_t>(s.batch * s.heads_q) * p.pre_blocks * sizeof(float), device_of,
-                           "attention.flash_varlen.sink_partials", stream);
-  // The Hopper kernel accumulates dQ in both modes, in a fixed order when deterministic.
+  const FlashBwdScratch scratch = flash_bwd_scratch(p, rows, s.batch * s.heads_q, s.head_dim, s.has_sinks,
+                                                    deterministic, device_of, "attention.flash_varlen", stream);
   const bool ordered_dq = deterministic && p.shape.sm90;
-  Buffer dq_accum;  // (Hq, rows, D) fp32
-  if (!deterministic || p.shape.sm90)
-    dq_accum = Buffer(rows * static_cast<std::size_t>(s.head_dim) * sizeof(float), device_of,
-                      "attention.flash_varlen.dq_accum", stream);
-  Buffer dq_order;  // (B * Hq, pre_blocks) int
-  if (ordered_dq)
-    dq_order = Buffer(static_cast<std::size_t>(s.batch * s.heads_q) * p.pre_blocks * sizeof(int), device_of,
-                      "attention.flash_varlen.dq_order", stream);
-  p.dsum = static_cast<float*>(dsum.data());
-  p.lse_log2 = static_cast<float*>(lse_log2.data());
-  p.sink_partials = static_cast<float*>(sink_partials.data());
-  p.deterministic = deterministic;
-  p.dq_accum = static_cast<float*>(dq_accum.data());
-  p.dq_order = static_cast<int*>(dq_order.data());
 
   // The Hopper kernel's launch sections over the kv heads, addition order and per-sequence key tiles (Notes
   // [L2 head sections], [Ordered dQ additions] and [Packed-sequence tiles]).
