@@ -19,7 +19,7 @@ def arrays(batch=1, heads=2, heads_kv=2, len_q=8, len_k=8, dim=16, dtype=np.floa
 def test_heads_not_a_multiple_is_a_value_error():
     q, k, v = arrays(heads=3, heads_kv=2)
     with pytest.raises(ValueError, match=r"^attention: query heads must be a multiple of key/value heads: "
-                                         r"given Hq = 3, Hkv = 2 \(attention\.cpp:\d+\)$"):
+                                         r"given Hq = 3, Hkv = 2 \(attention_checks\.cpp:\d+\)$"):
         attention(q, k, v)
 
 
