@@ -14,9 +14,11 @@ endforeach()
 list(TRANSFORM FT_LAYERS PREPEND ft_ OUTPUT_VARIABLE FT_LAYER_TARGETS)
 install(TARGETS ${FT_LAYER_TARGETS} flashtrain_lib EXPORT flashtrainTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT library)
+# The public headers: all but the internal ones that name CUDA or NCCL types.
 install(DIRECTORY ${CMAKE_SOURCE_DIR}/src/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/flashtrain COMPONENT library
         FILES_MATCHING PATTERN "*.h"
-        PATTERN "cuda" EXCLUDE PATTERN "cuda_check.h" EXCLUDE PATTERN "gemm_cuda.h" EXCLUDE)
+        PATTERN "cuda" EXCLUDE PATTERN "cuda_check.h" EXCLUDE PATTERN "gemm_cuda.h" EXCLUDE
+        PATTERN "peer_reduce.h" EXCLUDE PATTERN "stream_work.h" EXCLUDE)
 install(EXPORT flashtrainTargets NAMESPACE flashtrain:: DESTINATION ${FT_INSTALL_CMAKEDIR} COMPONENT library)
 configure_package_config_file(${CMAKE_SOURCE_DIR}/cmake/flashtrainConfig.cmake.in
                               ${CMAKE_BINARY_DIR}/flashtrainConfig.cmake INSTALL_DESTINATION ${FT_INSTALL_CMAKEDIR})
