@@ -2,7 +2,7 @@
 // (a collective that is about to finish costs no sleep), then sleep between checks for intervals that
 // double from kFirstSleep to kMaxSleep. A rank waiting for a slow, stopped or failed peer then uses
 // almost no CPU instead of a whole core, and still sees completion within kMaxSleep. (MPI progresses a
-// nonblocking collective inside MPI_Test; a 1 ms cap keeps that progress frequent.)
+// nonblocking collective inside MPI_Test; the kMaxSleep cap keeps that progress frequent.)
 #pragma once
 
 #include <algorithm>
