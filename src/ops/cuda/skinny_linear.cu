@@ -26,7 +26,9 @@
 //   staging  after the wait the block stages x' of its rows (rounded up to kM = 1, 2, 4 or 8, extra rows
 //           zero) in shared memory as bf16 — normalised on the way when the RMSNorm is fused (sum of squares
 //           in double, as rmsnorm_forward; the norm weight read before the wait) — and the residual of its
-//           units, one memory round trip for both.
+//           units, one memory round trip for both. rope_append's angles take a table of the Dh / 2 rotation
+//           pairs' (cos, sin) per block: the frequencies (a double pow each) computed before the wait, the
+//           sincos at the position while the staging's loads are in flight.
 //   epilogue lane m applies row m's epilogue to the unit's sums (butterfly reductions leave them in every lane).
 #include <cuda_bf16.h>
 
@@ -133,32 +135,17 @@ __device__ __forceinline__ void wait_copies(int pending) {
 
 __device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
-// The (cos, sin) of RoPE pair i at `position`, as rope.cu's table computes them (in double, rounded to fp32).
-__device__ __forceinline__ float2 angle_of(double theta, std::int64_t position, std::int64_t i, std::int64_t Dh) {
-  const double inv_freq = pow(theta, -2.0 * static_cast<double>(i) / static_cast<double>(Dh));
-  double sin_a = 0, cos_a = 0;
-  sincos(static_cast<double>(position) * inv_freq, &sin_a, &cos_a);
-  return make_float2(static_cast<float>(cos_a), static_cast<float>(sin_a));
-}
-
 // (x0, x1) rotated by cs = (cos, sin) with rope.cu's unfused fp32 products, each rounded to bf16.
 __device__ __forceinline__ void rotate(float x0, float x1, float2 cs, bf16* out0, bf16* out1) {
   *out0 = __float2bfloat16_rn(__fsub_rn(__fmul_rn(x0, cs.x), __fmul_rn(x1, cs.y)));
   *out1 = __float2bfloat16_rn(__fadd_rn(__fmul_rn(x0, cs.y), __fmul_rn(x1, cs.x)));
 }
 
-// The (cos, sin) the rope epilogue of unit u (output columns 2u, 2u + 1) uses ((1, 0) for v).
-__device__ __forceinline__ float2 rope_angle(const Args& a, std::int64_t u) {
-  const std::int64_t n0 = 2 * u;
-  if (n0 >= 2 * a.d) return make_float2(1.f, 0.f);
-  return angle_of(a.theta, *a.position, n0 % a.d % a.Dh / 2, a.Dh);
-}
-
 // Row m's epilogue for unit u from its sums v0 (and v1: the unit's second row). r: the staged residual
-// (residual mode); cs: rope_append's (cos, sin) for the unit (rope_angle).
+// (residual mode); rope_append: pos, the position, and cs, the (cos, sin) of each of a head's rotation pairs.
 template <int kMode>
 __device__ __forceinline__ void epilogue(const Args& a, std::int64_t m, std::int64_t u, float v0, float v1, float r,
-                                         float2 cs) {
+                                         std::int64_t pos, const float2* cs) {
   if constexpr (kMode == kStore) {
     if (a.y_f32)
       static_cast<float*>(a.y)[m * a.y_stride + u] = v0;
@@ -171,14 +158,13 @@ __device__ __forceinline__ void epilogue(const Args& a, std::int64_t m, std::int
     static_cast<bf16*>(a.y)[m * a.y_stride + u] = __float2bfloat16_rn(x * (1.0f / (1.0f + expf(-x))) * b);
   } else {
     const std::int64_t n0 = 2 * u, section = n0 / a.d, c = n0 % a.d, h = c / a.Dh, i = c % a.Dh / 2;
-    const std::int64_t pos = *a.position;
     if (section == 0) {
       bf16* y = static_cast<bf16*>(a.y) + m * a.y_stride + c;
-      rotate(round_bf16(v0), round_bf16(v1), cs, y, y + 1);
+      rotate(round_bf16(v0), round_bf16(v1), cs[i], y, y + 1);
     } else if (pos < a.capacity) {
       if (section == 1) {
         bf16* k = a.kc + m * a.kcb + h * a.kch + pos * a.kct + 2 * i;
-        rotate(round_bf16(v0), round_bf16(v1), cs, k, k + 1);
+        rotate(round_bf16(v0), round_bf16(v1), cs[i], k, k + 1);
       } else {
         bf16* v = a.vc + m * a.vcb + h * a.vch + pos * a.vct + 2 * i;
         v[0] = __float2bfloat16_rn(v0);
@@ -204,6 +190,9 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_kernel(Args a) {
   bf16* xs = reinterpret_cast<bf16*>(dynamic);                          // (kM, K)
   unsigned char* ring = dynamic + kM * K * 2 + warp * a.stages * kStepBytes;  // this warp's (stages, kStepBytes)
   float* res_s = reinterpret_cast<float*>(dynamic + kM * K * 2 + kWarps * a.stages * kStepBytes);  // (kM, max_units)
+  // rope_append: per rotation pair i < Dh / 2, its inverse frequency and its (cos, sin) at the position.
+  double* inv_freq = reinterpret_cast<double*>(dynamic + kM * K * 2 + kWarps * a.stages * kStepBytes);
+  float2* cs = reinterpret_cast<float2*>(inv_freq + a.Dh / 2);
 
   // This block's units [u0, u1) and this warp's steps [s0, s1) among the block's (unit-major).
   const std::int64_t u0 = blockIdx.x * a.units / gridDim.x, u1 = (blockIdx.x + 1) * a.units / gridDim.x;
@@ -254,8 +243,28 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_kernel(Args a) {
       g_held[h] = k < K ? *reinterpret_cast<const float4*>(a.norm_w + k) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
   }
+  // The angles as rope.cu's table computes them (in double, rounded to fp32); the frequencies do not depend on
+  // the position, so they are computed while the previous kernel finishes.
+  if constexpr (kMode == kRope) {
+    for (std::int64_t i = threadIdx.x; i < a.Dh / 2; i += kThreads)
+      inv_freq[i] = pow(a.theta, -2.0 * static_cast<double>(i) / static_cast<double>(a.Dh));
+  }
   wait_for_previous_grid();
   allow_next_grid();
+
+  // rope_append: the angles at the position, by the threads that wrote the frequencies; called while the
+  // staging's loads are in flight.
+  std::int64_t pos = 0;
+  const auto rope_angles = [&] {
+    if constexpr (kMode == kRope) {
+      pos = *a.position;
+      for (std::int64_t i = threadIdx.x; i < a.Dh / 2; i += kThreads) {
+        double sin_a = 0, cos_a = 0;
+        sincos(static_cast<double>(pos) * inv_freq[i], &sin_a, &cos_a);
+        cs[i] = make_float2(static_cast<float>(cos_a), static_cast<float>(sin_a));
+      }
+    }
+  };
 
   // Staging: x' of every row and the residual of the block's units, in one memory round trip.
   const std::int64_t nu = u1 - u0;
@@ -280,6 +289,7 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_kernel(Args a) {
         v[m][h] = m < a.M && k < K ? *reinterpret_cast<const float4*>(xr + k) : make_float4(0.f, 0.f, 0.f, 0.f);
       }
     }
+    rope_angles();
     const auto square = [](float4 f) {
       return static_cast<double>(f.x) * f.x + static_cast<double>(f.y) * f.y + static_cast<double>(f.z) * f.z +
              static_cast<double>(f.w) * f.w;
@@ -320,6 +330,7 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_kernel(Args a) {
       }
     }
   } else {
+    rope_angles();
     // kM x chunks 16-byte packs, 4 per thread in flight at a time; rows past M zero.
     constexpr int kBatch = 4;
     const std::int64_t packs = kM * chunks;
@@ -350,26 +361,7 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_kernel(Args a) {
       res_s[m * a.max_units + i] = m < a.M ? a.res[m * a.res_stride + u0 + i] : 0.f;
     }
   }
-  // rope_append: lane j computes the angle of this warp's j-th unit (the double-precision pow and sincos take
-  // as long as a memory round trip: once per warp in parallel, not once per unit in turn), at the warp's first
-  // epilogue, while its next steps' copies are in flight.
   const std::int64_t first_unit = s0 / sk;  // block-local
-  float2 lane_cs = make_float2(1.f, 0.f);
-  bool have_angles = false;
-  const auto angle = [&](std::int64_t local) {
-    float2 cs = make_float2(1.f, 0.f);
-    if constexpr (kMode == kRope) {
-      if (!have_angles) {
-        if (first_unit + lane <= (s1 - 1) / sk) lane_cs = rope_angle(a, u0 + first_unit + lane);
-        have_angles = true;
-      }
-      const std::int64_t t = local - first_unit;  // the same in every lane
-      cs = t < 32 ? make_float2(__shfl_sync(0xffffffffu, lane_cs.x, static_cast<int>(t)),
-                                __shfl_sync(0xffffffffu, lane_cs.y, static_cast<int>(t)))
-                  : rope_angle(a, u0 + local);
-    }
-    return cs;
-  };
   // Row m's residual of unit `local` (block-local): staged, or from memory when too wide to stage.
   const auto residual = [&](std::int64_t m, std::int64_t local) {
     if constexpr (kMode != kResidual) return 0.f;
@@ -407,12 +399,11 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_kernel(Args a) {
 #pragma unroll
       for (int m = 0; m < kM; ++m) acc[r][m] = warp_reduce(acc[r][m], SumOp{});
     const bool whole = last_of_unit && at.local * sk >= s0;
-    const float2 cs = whole ? angle(at.local) : make_float2(1.f, 0.f);
 #pragma unroll
     for (int m = 0; m < kM; ++m) {
       if (lane != m) continue;
       if (whole) {
-        if (m < a.M) epilogue<kMode>(a, m, u0 + at.local, acc[0][m], acc[kR - 1][m], residual(m, at.local), cs);
+        if (m < a.M) epilogue<kMode>(a, m, u0 + at.local, acc[0][m], acc[kR - 1][m], residual(m, at.local), pos, cs);
       } else {
 #pragma unroll
         for (int r = 0; r < kR; ++r) parts[warp][at.local == first_unit ? 0 : 1][r][m] = acc[r][m];
@@ -428,9 +419,7 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_kernel(Args a) {
   // that share it, in warp order.
   __syncthreads();
   const bool owner = s0 < s1 && first_unit * sk < s0 && (first_unit + 1) * sk <= s1;
-  if (!owner) return;
-  const float2 cs = angle(first_unit);
-  if (lane >= a.M || lane >= kM) return;
+  if (!owner || lane >= a.M || lane >= kM) return;
   float v[kR];
 #pragma unroll
   for (int r = 0; r < kR; ++r) v[r] = 0.f;
@@ -441,7 +430,7 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_kernel(Args a) {
 #pragma unroll
     for (int r = 0; r < kR; ++r) v[r] += parts[w][which][r][lane];
   }
-  epilogue<kMode>(a, lane, u0 + first_unit, v[0], v[kR - 1], residual(lane, first_unit), cs);
+  epilogue<kMode>(a, lane, u0 + first_unit, v[0], v[kR - 1], residual(lane, first_unit), pos, cs);
 }
 
 // The ring's depth: FT_SKINNY_STAGES when set (an experiment's override), else as deep as fits beside the
@@ -465,7 +454,8 @@ void launch(Args a, int sms, bool overlap, cudaStream_t stream) {
   const std::int64_t per_block = ceil_div(a.units, blocks);
   a.max_units = kMode == kResidual && kM * per_block * 4 <= kMaxStagedResidualBytes ? per_block : 0;
   a.steps_per_unit = static_cast<int>(ceil_div(a.K / 8, 32 * (kChunksPerLane / kR)));
-  const std::int64_t staged = kM * a.K * 2 + ceil_div(kM * a.max_units * 4, 16) * 16;
+  const std::int64_t staged =
+      kM * a.K * 2 + ceil_div(kM * a.max_units * 4, 16) * 16 + (kMode == kRope ? a.Dh / 2 * 16 : 0);
   a.stages = stages_for(staged);
   const std::int64_t smem = staged + static_cast<std::int64_t>(kWarps) * a.stages * kStepBytes;
   const auto kernel = skinny_kernel<kM, kMode, kNorm>;
