@@ -15,9 +15,10 @@
 //           K): each warp reduces its part, and the warp holding the unit's last step adds the parts in warp
 //           order after a block barrier — a fixed order, so the result is deterministic.
 //   pipeline each warp keeps a ring of `stages` steps in shared memory filled by cp.async (16 bytes a lane,
-//           L1 bypassed, L2 evict-first: the weights are read once a token): every lane reads back only the chunks it copied itself, so a warp needs no barrier;
-//           the copy of step s + stages is issued right after step s is consumed, so stages - 1 steps (10 KB
-//           a warp at 6 stages, 80 KB a multiprocessor) stay in flight continuously, across unit boundaries.
+//           L1 bypassed, L2 evict-first: the weights are read once a token): every lane reads back only the
+//           chunks it copied itself, so a warp needs no barrier; the copy of step s + stages is issued right
+//           after step s is consumed, so stages - 1 steps (10 KB a warp at 6 stages, 80 KB a multiprocessor)
+//           stay in flight continuously, across unit boundaries.
 //   overlap  the weights do not depend on the previous kernel: the ring is filled before waiting for it
 //           (programmatic dependent launch, dependent_launch.cuh), so a kernel launched to overlap streams
 //           its first 96 KB a multiprocessor (all of a small GEMM's share) while its predecessor finishes.
@@ -442,7 +443,8 @@ int stages_for(std::int64_t staged_bytes) {
   }();
   const std::int64_t fit = (kPairedSharedBytes - staged_bytes) / (kWarps * kStepBytes);
   const std::int64_t depth = forced > 0 ? forced : fit;
-  const std::int64_t most = std::min<std::int64_t>(kMaxStages, (kMaxSharedBytes - staged_bytes) / (kWarps * kStepBytes));
+  const std::int64_t most =
+      std::min<std::int64_t>(kMaxStages, (kMaxSharedBytes - staged_bytes) / (kWarps * kStepBytes));
   return static_cast<int>(std::clamp<std::int64_t>(depth, kMinStages, most));
 }
 
