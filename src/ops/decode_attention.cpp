@@ -99,7 +99,8 @@ int decode_attention_splits(std::int64_t batch, std::int64_t heads_kv, std::int6
   const std::int64_t groups = (rows_per_kv_head + kDecodeRowsPerBlock - 1) / kDecodeRowsPerBlock;
   const std::int64_t blocks = std::max<std::int64_t>(1, batch * heads_kv * groups);
   const std::int64_t fill = (2 * sms + blocks - 1) / blocks;
-  return static_cast<int>(std::clamp<std::int64_t>(std::min(fill, capacity / 32), 1, 64));
+  const std::int64_t needed = (capacity + kDecodeKeysPerSplit - 1) / kDecodeKeysPerSplit;
+  return static_cast<int>(std::clamp<std::int64_t>(std::min(fill, needed), 1, 64));
 }
 
 std::size_t decode_attention_workspace_bytes(std::int64_t batch, std::int64_t heads_q, std::int64_t heads_kv,

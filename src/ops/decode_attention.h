@@ -5,10 +5,12 @@
 // Nk = *past + Nq keys, query i sees keys j <= i + *past, bounded on the left by window_left (keys j <
 // sink_tokens exempt) and with optional gpt-oss sink logits in the denominator.
 //   cpu  : the naive oracle (attention_forward, impl naive) over the first Nk keys of the cache
-//   cuda : flash-decoding — the keys split over `splits` blocks per (row, KV head, group of query rows), each
-//          an online softmax over its share of [0, Nk) in fp32; the last block of a group to finish combines
-//          the partials (no second kernel). GQA-aware: one block handles up to kDecodeRowsPerBlock query rows
-//          (query heads of one KV head x new positions), so each K/V row is read once per split for them all.
+//   cuda : flash-decoding — the keys split over `splits` blocks per (row, KV head, group of query rows) only when
+//          the cache is long (at most kDecodeKeysPerSplit keys of the capacity a split), each an online softmax
+//          over its share of [0, Nk) in fp32 with its keys and values staged in shared memory; the last block of
+//          a group to finish combines the partials (no second kernel). GQA-aware: one block handles up to
+//          kDecodeRowsPerBlock query rows (query heads of one KV head x new positions), so each K/V row is read
+//          once per split for them all. See Note [Decode attention tiles] (cuda/decode_attention.cu).
 #pragma once
 
 #include <cstddef>
@@ -22,14 +24,18 @@ namespace ft {
 
 // Query rows (heads sharing a KV head x new positions) one CUDA block attends for.
 inline constexpr std::int64_t kDecodeRowsPerBlock = 8;
+// Keys of the capacity per split on CUDA: a shorter cache is one block's (no merge of partials).
+inline constexpr std::int64_t kDecodeKeysPerSplit = 256;
 
 struct DecodeAttentionOptions {
   std::int64_t window_left = -1;  // keys j >= i + *past - window_left; -1 = unbounded
   std::int64_t sink_tokens = 0;   // keys j < sink_tokens bypass the left window bound
   std::optional<double> scale;    // default 1/sqrt(D)
   // CUDA, compute capability 9.0+: the kernel may be scheduled while the previous kernel on the stream
-  // finishes (programmatic dependent launch); it waits for that kernel before reading anything. Hides a
-  // launch in a chain of small kernels (the decode step); the results are the same.
+  // finishes (programmatic dependent launch). Before waiting for that kernel it reads *past and copies the
+  // keys and values cached before the new queries' (positions < *past), so the previous kernel must not write
+  // those (it may write q and the new positions' keys and values, as the decode step's QKV GEMM does). Hides
+  // a launch and a memory round trip in a chain of small kernels; the results are the same.
   bool overlap_launch = false;
   Stream stream;                  // CUDA work is ordered on this stream
 };
@@ -51,7 +57,8 @@ struct DecodeAttentionTensors {
 };
 
 // Key splits per group on a CUDA device (fixed for a captured step; each call divides its actual keys
-// evenly among them): enough blocks to fill the GPU, at most one per 32 keys of the capacity.
+// evenly among them): one per kDecodeKeysPerSplit keys of the capacity, fewer when the groups alone give
+// twice as many blocks as the GPU has multiprocessors.
 int decode_attention_splits(std::int64_t batch, std::int64_t heads_kv, std::int64_t rows_per_kv_head,
                             std::int64_t capacity, Device device);
 // Bytes of workspace a call of these sizes needs (0 on the CPU).

@@ -1,6 +1,6 @@
 // gemm_cuda.cu — strided-batched row-major GEMMs over cuBLASLt: per-device handles, layouts, alignment
 // preferences, heuristic algorithm choice (cached per problem: the heuristic query costs more than the
-// launch) and a stream-ordered workspace.
+// launch) and a workspace per device and stream.
 //
 // cuBLASLt is column-major. A row-major (r, c) matrix with leading dimension ld is the column-major
 // (c, r) matrix with the same ld, so row-major D = op(A) op(B) runs as column-major
@@ -15,6 +15,7 @@
 #include <memory>
 #include <mutex>
 #include <type_traits>
+#include <utility>
 #include <unordered_map>
 
 #include "core/buffer.h"
@@ -54,6 +55,31 @@ cublasLtHandle_t handle_for(int device) {
   FT_CUBLAS_CHECK(cublasLtCreate(&handle));
   handles->emplace(device, handle);
   return handle;
+}
+
+// The workspace of the GEMMs on `stream` of `device`: made on the first call outside a stream capture and kept
+// for the process (GEMMs on one stream run in order, so they share it; a graph captured on the stream uses it
+// and replays on that stream). nullptr while the stream is being captured and has none yet: the caller then
+// takes a stream-ordered buffer of its own. At most kCachedWorkspaces are kept, past that every call takes
+// its own.
+constexpr std::size_t kCachedWorkspaces = 16;
+void* cached_workspace(Device device, cudaStream_t stream) {
+  static std::mutex mutex;
+  static auto* workspaces = new std::map<std::pair<int, cudaStream_t>, Buffer>();
+  std::lock_guard lock(mutex);
+  const std::pair<int, cudaStream_t> key{device.index, stream};
+  auto it = workspaces->find(key);
+  if (it != workspaces->end()) return it->second.data();
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess) {
+    cudaGetLastError();  // e.g. the legacy stream while another stream captures: not a place to allocate
+    return nullptr;
+  }
+  if (capture != cudaStreamCaptureStatusNone || workspaces->size() >= kCachedWorkspaces) return nullptr;
+  Buffer made(kWorkspaceBytes, device, "gemm.workspace", Stream::wrap(stream, device));  // ordered before its uses
+  void* data = made.data();
+  workspaces->emplace(key, std::move(made));
+  return data;
 }
 
 // Column-major layout of `batch` stored row-major (rows, cols) matrices.
@@ -189,14 +215,19 @@ void matmul(const Args& args, Device device, cudaStream_t stream) {
 
   CudaDeviceGuard guard(device.index);
   cublasLtHandle_t handle = handle_for(device.index);
-  Buffer workspace(kWorkspaceBytes, device, "gemm.workspace", Stream::wrap(stream, device));
+  void* workspace = cached_workspace(device, stream);
+  Buffer own;
+  if (workspace == nullptr) {
+    own = Buffer(kWorkspaceBytes, device, "gemm.workspace", Stream::wrap(stream, device));
+    workspace = own.data();
+  }
   for (std::int64_t first = 0; first < args.batch; first += kMaxBatch) {
     Args chunk = args;
     chunk.batch = std::min(kMaxBatch, args.batch - first);
     chunk.a.data = advance(args.a, first);
     chunk.b.data = advance(args.b, first);
     chunk.d.data = advance(args.d, first);
-    run_chunk(device.index, handle, chunk, workspace.data(), stream);
+    run_chunk(device.index, handle, chunk, workspace, stream);
   }
 }
 

@@ -1,7 +1,7 @@
 // test_decode_ops_cuda.cpp — the decode step's CUDA ops against their CPU implementations: decode_attention
 // (flash-decoding, cache length in device memory) against the CPU's naive oracle over the cache's first Nk keys
-// in fp32, bf16 and fp16 — one and several key splits, cache lengths not a multiple of any tile, head dims 64,
-// 80, 128 and 256, GQA with several query positions (more rows than one block takes), a sliding window with
+// in fp32, bf16 and fp16 — one and several key splits, several shared-memory tiles per split, cache lengths
+// not a multiple of any tile, head dims 64, 80, 128 and 256, GQA with several query positions (more rows than one block takes), a sliding window with
 // sink tokens, gpt-oss sink logits; a repeated call (the split counters reset; launched to overlap the first)
 // bit-identical, a captured CUDA graph replayed at a new length equal to a direct call; rope_append (RoPE at a
 // device position, k and v appended to the cache) against the CPU's; argmax_rows (ties, id limit, the history
@@ -103,8 +103,10 @@ TEST(DecodeAttentionCuda, MatchesTheCpuOracle) {
       check_case({1, 2, 2, 1, 64, 1000, past, dtype}, dtype == DType::f32 ? 1e-5 : 2e-2);
   // Head dims that leave lanes idle or use several pairs per lane.
   for (std::int64_t D : {80, 128, 256}) check_case({2, 3, 3, 1, D, 300, 211, DType::bf16}, 2e-2);
-  // One split: many rows and heads.
+  // One split: many rows and heads, three tiles of keys.
   check_case({48, 16, 16, 1, 64, 1000, 517, DType::bf16}, 2e-2);
+  // fp32 rows of 1 KB: tiles of 32 keys, several per split.
+  check_case({1, 2, 2, 1, 256, 300, 200, DType::f32}, 1e-5);
   // GQA: 4 query heads per KV head x 3 new positions = 12 rows, two blocks per KV head.
   check_case({2, 8, 2, 3, 64, 500, 140, DType::f32}, 1e-5);
   check_case({1, 8, 2, 3, 128, 500, 0, DType::bf16}, 2e-2);

@@ -1,18 +1,31 @@
 // decode_attention.cu — flash-decoding for a few queries per row against a KV cache whose length is read from
-// device memory (see ops/decode_attention.h). Grid (splits, Hkv x groups, B), 4 warps per block: a block takes
-// up to kDecodeRowsPerBlock query rows of one KV head (its query heads x new positions) and the split's share
-// of the keys; each warp walks every 4th key of that share, loading several keys' rows before using them, each
-// lane holding kPairs bf16/fp16/fp32 pairs of the head dim, and keeps an online softmax (log2 domain, fp32) per
-// row; the warps' states merge in shared memory. With one split the block writes o; with several, each writes
-// its (max, sum, accumulator) partial to the workspace, and the last block of the group to arrive (an atomic
-// counter it resets) merges the splits in split order and writes o — the same order whichever block is last,
-// so the result is deterministic.
+// device memory (see ops/decode_attention.h). Grid (splits, Hkv x groups, B), 8 warps per block: a block takes
+// up to kDecodeRowsPerBlock query rows of one KV head (its query heads x new positions) and the split's share of
+// the keys, in tiles of up to kDecodeKeysPerSplit keys staged in shared memory (see Note [Decode attention
+// tiles]). With one split the block writes o; with several, each writes its (max, sum, accumulator) partial to
+// the workspace, and the last block of the group to arrive (an atomic counter it resets) merges the splits in
+// split order and writes o — the same order whichever block is last, so the result is deterministic.
+//
+// Note [Decode attention tiles]
+// A decode step's attention reads a short cache (a few hundred keys) once: its cost is memory round trips, not
+// bandwidth. The block copies a tile's K and V rows into shared memory with 4-byte cp.async (any even-strided
+// layout), the rows of keys cached before this step (positions < *past) before waiting for the previous kernel
+// (programmatic dependent launch: they do not depend on it), the new queries' own keys after. Then:
+//   scores   lane = key: each warp takes 32 keys at a time, a lane the dot products of its key row (rows padded
+//            by 4 bytes: conflict-free) with every query row (broadcast from shared memory), in the log2 domain;
+//   softmax  the tile's maximum per row over the block (warp maxima in shared memory, combined in warp order);
+//            the running maximum is the same in every thread, so the warps' states need no rescaling to merge;
+//   values   warp w takes keys w, w + 8, ..., a lane 2 kPairs head dims of o, accumulating p * v in fp32;
+//   merge    the warps' accumulators and sums, added in warp order in shared memory (over the tile buffers).
+// One memory round trip after the wait (q and the new keys), one tile for the generator's caches.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <set>
 #include <utility>
 
 #include "ops/cuda/common.cuh"
@@ -23,10 +36,11 @@ namespace ft::gpu {
 
 namespace {
 
-constexpr int kWarps = 4;
+constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
 constexpr int kRows = static_cast<int>(kDecodeRowsPerBlock);
 constexpr float kLog2e = 1.4426950408889634f;
+constexpr std::int64_t kTileBytes = 72 * 1024;  // K and V tiles of a block (the keys per tile follow)
 
 struct View4 {
   const void* data;
@@ -43,6 +57,8 @@ struct Params {
   float scale_log2;  // scale * log2(e)
   std::int64_t window_left, sink_tokens;
   int splits;
+  int tile;        // keys per tile, a multiple of 32
+  int pitch;       // bytes between staged key rows: D * sizeof(E) + 4
   int* counters;   // (B, Hkv * groups)
   float* partial;  // (B, Hkv * groups, splits, kRows, D + 2): accumulator, max, sum
 };
@@ -59,42 +75,73 @@ __device__ __forceinline__ float finish(float acc, float m, float l, const float
   return l > 0 ? acc / l : 0.0f;
 }
 
-template <class E, int kPairs>
-__global__ void __launch_bounds__(kThreads) decode_kernel(Params p) {
-  constexpr int kDim = 64 * kPairs;                // head dims a warp covers (>= D)
-  constexpr int kKeys = kPairs == 1 ? 8 : kPairs == 2 ? 4 : 2;  // keys a warp loads at once
-  __shared__ float s_acc[kWarps][kRows][kDim];
-  __shared__ float s_m[kWarps][kRows], s_l[kWarps][kRows];
-  __shared__ int s_last;
+__device__ __forceinline__ void copy4(void* dst, const void* src) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(dst))),
+               "l"(src)
+               : "memory");
+}
 
-  wait_for_previous_grid();  // everything below depends on the previous kernel (see dependent_launch.cuh)
-  allow_next_grid();
+// Elements 2i, 2i + 1 of a staged row (4-byte aligned) as floats.
+template <class E>
+__device__ __forceinline__ float2 pair_at(const unsigned char* row, std::int64_t i) {
+  if constexpr (sizeof(E) == 4) {
+    const auto* f = reinterpret_cast<const float*>(row) + 2 * i;
+    return make_float2(f[0], f[1]);
+  } else {
+    const Pack<E, 2> x = *reinterpret_cast<const Pack<E, 2>*>(row + 4 * i);
+    return make_float2(to_f32(x.v[0]), to_f32(x.v[1]));
+  }
+}
+
+template <class E, int kPairs>
+__global__ void __launch_bounds__(kThreads, 2) decode_kernel(Params p) {
+  extern __shared__ float4 dynamic[];
+  __shared__ float s_max[kWarps][kRows], s_l[kWarps][kRows];
+  __shared__ int s_last;
+  const std::int64_t D = p.D, T = p.tile;
+  float* q_s = reinterpret_cast<float*>(dynamic);  // (kRows, D), scaled to the log2 domain
+  float* scores = q_s + kRows * D;                 // (kRows, T)
+  unsigned char* k_s = reinterpret_cast<unsigned char*>(scores + kRows * T);  // (T, pitch) bytes
+  unsigned char* v_s = k_s + T * p.pitch;                                    // (T, pitch) bytes
+  float* merge = reinterpret_cast<float*>(k_s);  // (kWarps, kRows, D), over the tiles once they are done
+
   const int split = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const std::int64_t group = blockIdx.y, kvh = group / p.groups, b = blockIdx.z;
   const std::int64_t G = p.Hq / p.Hkv, R = G * p.Nq;
   const std::int64_t r0 = group % p.groups * kRows;
   const int nr = static_cast<int>(R - r0 < kRows ? R - r0 : kRows);
-  const std::int64_t Nk_raw = static_cast<std::int64_t>(*p.past) + p.Nq;
+  // *past was written before the previous kernel (the step's position; see DecodeAttentionOptions::overlap_launch).
+  const std::int64_t past = *p.past, Nk_raw = past + p.Nq;
   const std::int64_t Nk = Nk_raw < p.capacity ? Nk_raw : p.capacity;
   const std::int64_t off = Nk - p.Nq;  // query i sees keys j <= i + off
   const std::int64_t per = (Nk + p.splits - 1) / p.splits;
   const std::int64_t j0 = split * per, j1 = j0 + per < Nk ? j0 + per : Nk;
+  const std::int64_t cached = past < j1 ? past : j1;  // keys below it were in the cache before this step
 
-  // This lane's head dims: pairs d = 2 (lane + 32 c), c < kPairs, those below D.
-  const E* q_base = static_cast<const E*>(p.q.data);
-  float2 q[kRows][kPairs];
-#pragma unroll
-  for (int r = 0; r < kRows; ++r) {
-    const std::int64_t rg = r0 + r, h = kvh * G + rg / p.Nq, i = rg % p.Nq;
-#pragma unroll
-    for (int c = 0; c < kPairs; ++c) {
-      const std::int64_t d = 2 * (lane + 32 * c);
-      q[r][c] = make_float2(0.f, 0.f);
-      if (r < nr && d < p.D) {
-        const Pack<E, 2> x = load_pack<2>(q_base + b * p.q.b + h * p.q.h + i * p.q.t + d);
-        q[r][c] = make_float2(to_f32(x.v[0]) * p.scale_log2, to_f32(x.v[1]) * p.scale_log2);
-      }
+  const unsigned char* k_base = static_cast<const unsigned char*>(p.k.data) + (b * p.k.b + kvh * p.k.h) * sizeof(E);
+  const unsigned char* v_base = static_cast<const unsigned char*>(p.v.data) + (b * p.v.b + kvh * p.v.h) * sizeof(E);
+  const int words = static_cast<int>(D * sizeof(E) / 4);  // 4-byte words a row (D is even)
+  // Rows [a, e) of the tile starting at key t0 into shared memory (K and V), 4 bytes a copy.
+  const auto stage = [&](std::int64_t t0, std::int64_t a, std::int64_t e) {
+    const int per_pass = kThreads / words, rows = static_cast<int>(e - a);
+    if (threadIdx.x >= per_pass * words) return;
+    const int word = threadIdx.x % words;
+    for (int i = threadIdx.x / words; i < rows; i += per_pass) {
+      const std::int64_t j = a + i;
+      copy4(k_s + (j - t0) * p.pitch + word * 4, k_base + j * p.k.t * sizeof(E) + word * 4);
+      copy4(v_s + (j - t0) * p.pitch + word * 4, v_base + j * p.v.t * sizeof(E) + word * 4);
     }
+  };
+  std::int64_t t1 = j0 + T < j1 ? j0 + T : j1;
+  stage(j0, j0, cached < t1 ? cached : t1);  // the cached keys of the first tile: independent of the previous kernel
+  wait_for_previous_grid();  // q and the new keys come from the previous kernel (see dependent_launch.cuh)
+  allow_next_grid();
+
+  const E* q_base = static_cast<const E*>(p.q.data);
+  for (int e = threadIdx.x; e < kRows * D; e += kThreads) {
+    const int r = e / static_cast<int>(D);
+    const std::int64_t d = e % D, rg = r0 + r, h = kvh * G + rg / p.Nq, i = rg % p.Nq;
+    q_s[e] = r < nr ? to_f32(q_base[b * p.q.b + h * p.q.h + i * p.q.t + d]) * p.scale_log2 : 0.f;
   }
   float m[kRows], l[kRows];
   float2 acc[kRows][kPairs];
@@ -105,82 +152,124 @@ __global__ void __launch_bounds__(kThreads) decode_kernel(Params p) {
 #pragma unroll
     for (int c = 0; c < kPairs; ++c) acc[r][c] = make_float2(0.f, 0.f);
   }
+  for (std::int64_t t0 = j0; t0 < j1; t0 = t1, t1 = t0 + T < j1 ? t0 + T : j1) {
+    if (t0 == j0)
+      stage(t0, cached > t0 ? cached : t0, t1);  // the new keys of the first tile
+    else
+      stage(t0, t0, t1);
+    asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
+    __syncthreads();
 
-  const E* k_base = static_cast<const E*>(p.k.data) + b * p.k.b + kvh * p.k.h;
-  const E* v_base = static_cast<const E*>(p.v.data) + b * p.v.b + kvh * p.v.h;
-  // kKeys keys per warp at a time: all their K and V rows are loaded before any is used, so that many loads
-  // are in flight per warp (one key at a time waits a memory latency per key).
-  for (std::int64_t jb = j0 + warp; jb < j1; jb += kWarps * kKeys) {
-    float2 kf[kKeys][kPairs], vf[kKeys][kPairs];
+    // Scores: lane = key.
+    float mx[kRows];
 #pragma unroll
-    for (int u = 0; u < kKeys; ++u) {
-      const std::int64_t j = jb + u * kWarps;
+    for (int r = 0; r < kRows; ++r) mx[r] = -INFINITY;
+    for (std::int64_t g = warp * 32; g < t1 - t0; g += kWarps * 32) {
+      const std::int64_t j = t0 + g + lane;
+      if (j < t1) {
+        const unsigned char* row = k_s + (g + lane) * p.pitch;
+        float dot[kRows];
 #pragma unroll
-      for (int c = 0; c < kPairs; ++c) {
-        const std::int64_t d = 2 * (lane + 32 * c);
-        kf[u][c] = vf[u][c] = make_float2(0.f, 0.f);
-        if (j < j1 && d < p.D) {
-          const Pack<E, 2> kx = load_pack<2>(k_base + j * p.k.t + d), vx = load_pack<2>(v_base + j * p.v.t + d);
-          kf[u][c] = make_float2(to_f32(kx.v[0]), to_f32(kx.v[1]));
-          vf[u][c] = make_float2(to_f32(vx.v[0]), to_f32(vx.v[1]));
+        for (int r = 0; r < kRows; ++r) dot[r] = 0.f;
+#pragma unroll 4
+        for (std::int64_t i = 0; i < D / 2; ++i) {
+          const float2 kf = pair_at<E>(row, i);
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) {
+            if (r >= nr) break;
+            const float2 qf = *reinterpret_cast<const float2*>(q_s + r * D + 2 * i);
+            dot[r] = fmaf(qf.x, kf.x, fmaf(qf.y, kf.y, dot[r]));
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          if (r >= nr) break;
+          const std::int64_t i = (r0 + r) % p.Nq;
+          const bool visible =
+              j <= i + off && (p.window_left < 0 || j >= i + off - p.window_left || j < p.sink_tokens);
+          const float s = visible ? dot[r] : -INFINITY;
+          scores[r * T + g + lane] = s;
+          mx[r] = fmaxf(mx[r], s);
         }
       }
     }
 #pragma unroll
-    for (int u = 0; u < kKeys; ++u) {
-      const std::int64_t j = jb + u * kWarps;
-      if (j >= j1) break;
+    for (int r = 0; r < kRows; ++r) {
+      mx[r] = warp_reduce(mx[r], MaxOp{});
+      if (lane == 0) s_max[warp][r] = mx[r];
+    }
+    __syncthreads();
+
+    // The running maximum (the same in every thread), then p * v: warp w takes keys t0 + w, t0 + w + 8, ...
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (r >= nr) break;
+      float tile_max = s_max[0][r];
+      for (int w = 1; w < kWarps; ++w) tile_max = fmaxf(tile_max, s_max[w][r]);
+      const float m_new = fmaxf(m[r], tile_max);
+      if (m_new == -INFINITY) continue;  // nothing visible yet
+      const float alpha = exp2f(m[r] - m_new);
+      m[r] = m_new;
+      l[r] *= alpha;
+#pragma unroll
+      for (int c = 0; c < kPairs; ++c) {
+        acc[r][c].x *= alpha;
+        acc[r][c].y *= alpha;
+      }
+    }
+    for (std::int64_t jj = warp; jj < t1 - t0; jj += kWarps) {
+      const unsigned char* row = v_s + jj * p.pitch;
+      float2 vf[kPairs];
+#pragma unroll
+      for (int c = 0; c < kPairs; ++c) {
+        const std::int64_t i = lane + 32 * c;
+        vf[c] = 2 * i < D ? pair_at<E>(row, i) : make_float2(0.f, 0.f);
+      }
 #pragma unroll
       for (int r = 0; r < kRows; ++r) {
         if (r >= nr) break;
-        const std::int64_t i = (r0 + r) % p.Nq;
-        const bool visible = j <= i + off &&
-                             (p.window_left < 0 || j >= i + off - p.window_left || j < p.sink_tokens);
-        float dot = 0.f;
-#pragma unroll
-        for (int c = 0; c < kPairs; ++c) dot += q[r][c].x * kf[u][c].x + q[r][c].y * kf[u][c].y;
-        dot = warp_reduce(dot, SumOp{});
-        if (!visible) continue;
-        const float m_new = fmaxf(m[r], dot);
-        const float alpha = exp2f(m[r] - m_new), pj = exp2f(dot - m_new);
-        m[r] = m_new;
-        l[r] = l[r] * alpha + pj;
+        const float s = scores[r * T + jj];
+        if (s == -INFINITY) continue;
+        const float pj = exp2f(s - m[r]);
+        l[r] += pj;
 #pragma unroll
         for (int c = 0; c < kPairs; ++c) {
-          acc[r][c].x = acc[r][c].x * alpha + pj * vf[u][c].x;
-          acc[r][c].y = acc[r][c].y * alpha + pj * vf[u][c].y;
+          acc[r][c].x = fmaf(pj, vf[c].x, acc[r][c].x);
+          acc[r][c].y = fmaf(pj, vf[c].y, acc[r][c].y);
         }
       }
     }
+    __syncthreads();  // the tile's buffers are free again
   }
 
-  // Merge the warps: each warp's state to shared memory, then every thread merges some (row, dim) entries.
+  // Merge the warps (their states share the running maximum): accumulators and sums added in warp order.
 #pragma unroll
   for (int r = 0; r < kRows; ++r) {
 #pragma unroll
     for (int c = 0; c < kPairs; ++c) {
-      const int d = 2 * (lane + 32 * c);
-      s_acc[warp][r][d] = acc[r][c].x;
-      s_acc[warp][r][d + 1] = acc[r][c].y;
+      const std::int64_t d = 2 * (lane + 32 * c);
+      if (d < D) {
+        merge[(warp * kRows + r) * D + d] = acc[r][c].x;
+        merge[(warp * kRows + r) * D + d + 1] = acc[r][c].y;
+      }
     }
-    if (lane == 0) {
-      s_m[warp][r] = m[r];
-      s_l[warp][r] = l[r];
-    }
+    if (lane == 0) s_l[warp][r] = l[r];
   }
   __syncthreads();
-  const std::int64_t D = p.D, slot = (b * p.Hkv * p.groups + group);
+  const std::int64_t slot = (b * p.Hkv * p.groups + group);
   float* partial = p.partial + slot * p.splits * kRows * (D + 2);  // (splits, kRows, D + 2)
   for (int e = threadIdx.x; e < nr * (D + 2); e += kThreads) {
     const int r = e / static_cast<int>(D + 2), d = e % static_cast<int>(D + 2);
-    float mx = -INFINITY;
-    for (int w = 0; w < kWarps; ++w) mx = fmaxf(mx, s_m[w][r]);
     float acc_r = 0.f, l_r = 0.f;
     for (int w = 0; w < kWarps; ++w) {
-      const float f = s_m[w][r] == -INFINITY ? 0.f : exp2f(s_m[w][r] - mx);
-      l_r += s_l[w][r] * f;
-      if (d < D) acc_r += s_acc[w][r][d] * f;
+      l_r += s_l[w][r];
+      if (d < D) acc_r += merge[(w * kRows + r) * D + d];
     }
+    // m[r] is indexed by a runtime row here: read it back from the block maxima's owner, thread-uniform.
+    float mx = -INFINITY;
+#pragma unroll
+    for (int rr = 0; rr < kRows; ++rr)
+      if (rr == r) mx = m[rr];
     const std::int64_t rg = r0 + r, h = kvh * G + rg / p.Nq, i = rg % p.Nq;
     if (p.splits == 1) {
       if (d < D) {
@@ -245,6 +334,20 @@ int device_attribute(cudaDeviceAttr attribute, Device device) {
 
 }  // namespace
 
+// Once per kernel and device: shared memory past the default 48 KB (up to the tiles' most), all of it shared,
+// no larger L1 (blocks of neighbouring kernels fit beside each other only when their carveouts agree).
+template <class Kernel>
+void prepare(Kernel kernel, Device device) {
+  static std::mutex mutex;
+  static std::set<std::pair<const void*, int>> prepared;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (!prepared.insert({reinterpret_cast<const void*>(kernel), device.index}).second) return;
+  constexpr int kMostBytes = 100 * 1024;  // the largest a call asks for: tiles or merge, q and the scores
+  FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMostBytes));
+  FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
+                                     cudaSharedmemCarveoutMaxShared));
+}
+
 int multiprocessors(Device device) { return device_attribute(cudaDevAttrMultiProcessorCount, device); }
 
 bool supports_dependent_launch(Device device) {
@@ -283,16 +386,25 @@ void decode_attention(const DecodeAttentionTensors& t, int splits, double scale,
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(Hkv * groups), static_cast<unsigned>(B));
   with_cuda_dtype(t.q.dtype(), [&](auto tag) {
     using E = decltype(tag);
+    p.pitch = static_cast<int>(D * static_cast<std::int64_t>(sizeof(E)) + 4);
+    const std::int64_t fit = kTileBytes / (2 * p.pitch) / 32 * 32;
+    p.tile = static_cast<int>(std::clamp<std::int64_t>(fit, 32, kDecodeKeysPerSplit));
+    const std::int64_t tiles = 2 * static_cast<std::int64_t>(p.tile) * p.pitch, merge = kWarps * kRows * D * 4;
+    const auto smem = static_cast<std::size_t>((kRows * D + kRows * p.tile) * 4 + std::max(tiles, merge));
     const cudaStream_t s = cuda_stream(stream);
     const bool pdl = overlap && supports_dependent_launch(t.q.device());
+    const auto run = [&](auto kernel) {
+      prepare(kernel, t.q.device());
+      launch_kernel(kernel, grid, kThreads, smem, s, pdl, p);
+    };
     if (D <= 64)
-      launch_kernel(decode_kernel<E, 1>, grid, kThreads, 0, s, pdl, p);
+      run(decode_kernel<E, 1>);
     else if (D <= 128)
-      launch_kernel(decode_kernel<E, 2>, grid, kThreads, 0, s, pdl, p);
+      run(decode_kernel<E, 2>);
     else if (D <= 192)
-      launch_kernel(decode_kernel<E, 3>, grid, kThreads, 0, s, pdl, p);
+      run(decode_kernel<E, 3>);
     else
-      launch_kernel(decode_kernel<E, 4>, grid, kThreads, 0, s, pdl, p);
+      run(decode_kernel<E, 4>);
   });
   FT_CUDA_CHECK_LAUNCH();
 }
