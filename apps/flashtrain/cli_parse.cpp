@@ -130,8 +130,8 @@ void add_number_checks(CLI::App& app) {
   for (CLI::App* sub : app.get_subcommands({})) add_number_checks(*sub);
 }
 
-void add_model_memory_options(CLI::App& command, std::string& recompute, std::int64_t& loss_chunk,
-                              bool& offload_activations) {
+void add_model_training_options(CLI::App& command, std::string& recompute, std::int64_t& loss_chunk,
+                                bool& offload_activations, bool& nondeterministic_attention) {
   command.add_option("--recompute", recompute,
                      "Training: activation recomputation, none, selective (keep attention outputs, recompute norms, "
                      "projections, SwiGLU inputs), selective-qkv (keep q, k, v too: recompute norms, the output "
@@ -143,14 +143,19 @@ void add_model_memory_options(CLI::App& command, std::string& recompute, std::in
   command.add_flag("--offload-activations", offload_activations,
                    "Training: keep the blocks' saved activations in pinned host memory between forward and "
                    "backward (copies overlap compute; a ring of two blocks' stays on the device); bit-identical");
+  command.add_flag("--nondeterministic-attention", nondeterministic_attention,
+                   "Training: the attention backward adds dQ with atomics instead of in a fixed order (faster on "
+                   "Hopper at long context; gradients then differ in the last bits from run to run, and "
+                   "--recompute is no longer bit-identical to none)");
 }
 
-ModelMemoryOptions resolve_model_memory_options(const std::string& recompute, std::int64_t loss_chunk,
-                                                bool offload_activations) {
+ModelTrainingOptions resolve_model_training_options(const std::string& recompute, std::int64_t loss_chunk,
+                                                    bool offload_activations, bool nondeterministic_attention) {
   FT_CHECK(loss_chunk >= 0, "--loss-chunk must be >= 0 (0 = materialised logits), given ", loss_chunk);
   return {.recompute = for_option("--recompute", [&] { return parse_recompute(recompute); }),
           .loss_chunk = loss_chunk,
-          .offload_activations = offload_activations};
+          .offload_activations = offload_activations,
+          .deterministic_attention = !nondeterministic_attention};
 }
 
 }  // namespace ft::cli

@@ -46,18 +46,19 @@ CLI::Validator at_least(std::int64_t min);  // integers >= min
 // naming the option, at parse time.
 void add_number_checks(CLI::App& app);
 
-// --recompute, --loss-chunk and --offload-activations, the model's memory options `train` and the benchmarks
-// share.
-void add_model_memory_options(CLI::App& command, std::string& recompute, std::int64_t& loss_chunk,
-                              bool& offload_activations);
-// The values of add_model_memory_options' options, validated (ft::Error naming the option and the value).
-struct ModelMemoryOptions {
+// --recompute, --loss-chunk, --offload-activations and --nondeterministic-attention: the model's training
+// options `train` and the benchmarks share.
+void add_model_training_options(CLI::App& command, std::string& recompute, std::int64_t& loss_chunk,
+                                bool& offload_activations, bool& nondeterministic_attention);
+// The values of add_model_training_options' options, validated (ft::Error naming the option and the value).
+struct ModelTrainingOptions {
   Recompute recompute = Recompute::none;
   std::int64_t loss_chunk = 0;
   bool offload_activations = false;
+  bool deterministic_attention = true;  // ModelOptions::deterministic_attention
 };
-ModelMemoryOptions resolve_model_memory_options(const std::string& recompute, std::int64_t loss_chunk,
-                                                bool offload_activations);
+ModelTrainingOptions resolve_model_training_options(const std::string& recompute, std::int64_t loss_chunk,
+                                                    bool offload_activations, bool nondeterministic_attention);
 
 // "a,b,c" -> each item parsed by parse_one; an empty item, or an item parse_one rejects, is an
 // ft::Error naming the option.

@@ -126,7 +126,8 @@ int run_bench_model(const BenchModelOptions& options) {
   }
   std::cout << "model benchmark on " << describe_device(config.device) << ": batch " << config.batch << ", vocab "
             << config.models.front().vocab_size << ", " << name_of(config.attention) << " attention, recompute "
-            << name_of(config.recompute) << (config.offload_activations ? " with offloaded activations" : "") << ", "
+            << name_of(config.recompute) << (config.offload_activations ? " with offloaded activations" : "")
+            << (config.deterministic_attention ? "" : ", atomic attention backward") << ", "
             << (config.loss_chunk > 0 ? str("fused loss in chunks of ", config.loss_chunk, " rows")
                                       : std::string("materialised logits"))
             << ", "
@@ -153,7 +154,7 @@ void add_model_definition_options(CLI::App& command, BenchModelOptions& o) {
   command.add_option("--vocab", o.vocab, "Vocabulary size (default: the size's; 10000 for an explicit model)")
       ->check(at_least(1));
   command.add_option("--rope-theta", o.rope_theta, "RoPE base theta (default: 10000)");
-  add_model_memory_options(command, o.recompute, o.loss_chunk, o.offload_activations);
+  add_model_training_options(command, o.recompute, o.loss_chunk, o.offload_activations, o.nondeterministic_attention);
 }
 
 void add_bench_model_options(CLI::App& command, BenchModelOptions& o) {

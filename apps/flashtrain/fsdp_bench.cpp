@@ -247,6 +247,7 @@ nlohmann::json fsdp_bench_document(const FsdpBenchConfig& config, const std::vec
                        {"recompute", name_of(config.model.recompute)},
                        {"loss_chunk", config.model.loss_chunk},
                        {"offload_activations", config.model.offload_activations},
+                       {"deterministic_attention", config.model.deterministic_attention},
                        {"local_batch", r.local_batch},
                        {"parameters", r.parameters}};
     if (r.oom) {
@@ -297,7 +298,7 @@ void bench_fsdp(const FsdpBenchConfig& config, Communicator& comm, Communicator&
   out << "Sharded data-parallel benchmark: " << rows.front().world << " rank(s), backend " << rows.front().backend
       << ", " << describe_device(m.device) << "; local batch " << m.batch << ", vocab " << m.models.front().vocab_size
       << ", recompute " << name_of(m.recompute) << (m.offload_activations ? " with offloaded activations" : "")
-      << ", " << (config.bf16_grad_comm ? "bf16" : "fp32")
+      << (m.deterministic_attention ? "" : ", atomic attention backward") << ", " << (config.bf16_grad_comm ? "bf16" : "fp32")
       << " gradient reduction, " << m.warmup << " warm-up + "
       << m.steps << " timed steps\n\n"
       << format_fsdp_bench(rows, csv);

@@ -128,7 +128,8 @@ nlohmann::json case_fields(const ModelBenchCase& c, const ModelBenchConfig& conf
           {"ctx", m.context_length},  {"batch", config.batch},  {"precision", name_of(c.precision)},
           {"mode", name_of(c.mode)},  {"attention", name_of(config.attention)},
           {"rope_theta", m.rope_theta}, {"recompute", name_of(config.recompute)},
-          {"offload_activations", config.offload_activations}};
+          {"offload_activations", config.offload_activations},
+          {"deterministic_attention", config.deterministic_attention}};
 }
 
 // The case and the run settings a profile document's config shares (kernel and memory profiles).
@@ -156,6 +157,7 @@ ModelOptions model_bench_options(const ModelBenchCase& c, const ModelBenchConfig
   o.recompute = config.recompute;
   o.loss_chunk = config.loss_chunk;
   o.offload_activations = config.offload_activations;
+  o.deterministic_attention = config.deterministic_attention;
   o.stream = stream;
   return o;
 }
@@ -208,10 +210,12 @@ ModelBenchConfig resolve_bench_model_options(const BenchModelOptions& o) {
   config.precisions = parse_list<Precision>("--precision", o.precisions, parse_precision);
   config.modes = parse_list<BenchMode>("--mode", o.modes, parse_bench_mode);
   config.attention = for_option("--attention", [&] { return parse_attention_impl(o.attention); });
-  const ModelMemoryOptions memory = resolve_model_memory_options(o.recompute, o.loss_chunk, o.offload_activations);
-  config.recompute = memory.recompute;
-  config.loss_chunk = memory.loss_chunk;
-  config.offload_activations = memory.offload_activations;
+  const ModelTrainingOptions training = resolve_model_training_options(
+      o.recompute, o.loss_chunk, o.offload_activations, o.nondeterministic_attention);
+  config.recompute = training.recompute;
+  config.loss_chunk = training.loss_chunk;
+  config.offload_activations = training.offload_activations;
+  config.deterministic_attention = training.deterministic_attention;
   config.tf32 = o.tf32;
   config.device = device_or_auto(for_option("--device", [&] { return parse_device_option(o.device); }));
 
@@ -358,6 +362,7 @@ nlohmann::json model_bench_document(const ModelBenchConfig& config, const std::v
                      {"recompute", name_of(config.recompute)},
                      {"loss_chunk", config.loss_chunk},
                      {"offload_activations", config.offload_activations},
+                     {"deterministic_attention", config.deterministic_attention},
                      {"tf32", config.tf32},
                      {"cuda_graph", config.cuda_graph},
                      {"seed", config.seed},

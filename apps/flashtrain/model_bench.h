@@ -48,6 +48,7 @@ struct BenchModelOptions {
   std::string recompute = "none";  // none, selective, selective-qkv or full (training modes)
   std::int64_t loss_chunk = 1024;  // rows per chunk of the fused LM head loss; 0 = materialised logits
   bool offload_activations = false;  // training modes: ModelOptions::offload_activations
+  bool nondeterministic_attention = false;  // training modes: !ModelOptions::deterministic_attention
   bool tf32 = false;
   bool cuda_graph = false;
   std::string device = "auto";
@@ -73,6 +74,7 @@ struct ModelBenchConfig {
   Recompute recompute = Recompute::none;  // the training modes' activation recomputation
   std::int64_t loss_chunk = 1024;         // ModelOptions::loss_chunk
   bool offload_activations = false;       // ModelOptions::offload_activations
+  bool deterministic_attention = true;    // ModelOptions::deterministic_attention
   bool tf32 = false;
   bool cuda_graph = false;  // train mode: the step captured in a CUDA graph and replayed (model/graphed_step.h)
   Device device = Device::cpu();

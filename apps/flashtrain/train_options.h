@@ -30,6 +30,7 @@ struct TrainOptions {
   std::optional<std::int64_t> eos_id;
   std::optional<std::int64_t> max_documents;  // with --cuda-graph: a graphed batch's documents (default B*T)
   bool offload_activations = false;  // ModelOptions::offload_activations
+  bool nondeterministic_attention = false;  // !ModelOptions::deterministic_attention
   std::string device = "auto";
   std::int64_t steps = 1000;
   std::int64_t accumulate = 1;  // micro-batches per optimizer step

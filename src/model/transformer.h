@@ -110,6 +110,10 @@ struct ModelOptions {
   // Training only: keep the blocks' saved activations in pinned host memory between their forward and their
   // backward, a ring of a few blocks' on the device (see Note [Activation offloading]).
   bool offload_activations = false;
+  // Training only: the attention backward's dQ additions in a fixed order, bitwise reproducible (the default);
+  // false: atomic additions, faster on Hopper at long context, gradients that differ in the last bits from run
+  // to run (and recomputation then no longer bit-identical to none). AttentionOptions::deterministic.
+  bool deterministic_attention = true;
 };
 
 // Device slots of the activation-offloading ring (see Note [Activation offloading]): two let each copy to

@@ -55,6 +55,7 @@ RopeOptions TransformerLM::rope_options() const {
 AttentionOptions TransformerLM::attention_options() const {
   AttentionOptions options;
   options.causal = true;
+  options.deterministic = options_.deterministic_attention;
   options.impl = options_.attention;
   options.stream = options_.stream;
   return options;

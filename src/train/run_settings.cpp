@@ -51,6 +51,7 @@ std::vector<RunSetting> run_settings(const TrainPlan& plan) {
       {"--pack-documents --eos-id", plan.eos_id ? str(*plan.eos_id) : "off"},
       {"--max-documents", str(plan.max_documents)},
       {"--offload-activations", plan.offload_activations ? "on" : "off"},
+      {"--nondeterministic-attention", plan.deterministic_attention ? "off" : "on"},
       {"--device", plan.device.is_cpu() ? "cpu" : "cuda"},
       {"--batch", str(plan.batch)},
       {"--steps", str(plan.steps)},

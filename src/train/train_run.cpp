@@ -262,6 +262,7 @@ class TrainingRun {
     o.recompute = plan.recompute;
     o.loss_chunk = plan.loss_chunk;
     o.offload_activations = plan.offload_activations;
+    o.deterministic_attention = plan.deterministic_attention;
     o.stream = stream;
     o.parameter_source = source;
     return o;
@@ -582,6 +583,7 @@ nlohmann::json train_document(const TrainPlan& plan, const TrainResult& result) 
       {"loss_chunk", plan.loss_chunk},
       {"pack_documents", plan.eos_id.has_value()},
       {"offload_activations", plan.offload_activations},
+      {"deterministic_attention", plan.deterministic_attention},
       {"steps", plan.steps},
       {"first_step", result.first_step},
       {"lr", plan.schedule.max_lr},

@@ -61,6 +61,7 @@ struct TrainPlan {
   // --max-documents (with --cuda-graph): the documents a graphed batch may hold, its fixed capacity; 0 = B*T.
   std::int64_t max_documents = 0;
   bool offload_activations = false;  // ModelOptions::offload_activations
+  bool deterministic_attention = true;  // ModelOptions::deterministic_attention
   Device device = Device::cpu();
   std::int64_t batch = 4;
   std::int64_t steps = 1000;

@@ -136,6 +136,11 @@ TEST(TrainOptions, ShapeOptionsReplaceTheSizesFields) {
   EXPECT_EQ(memory.loss_chunk, 0);
 }
 
+TEST(TrainOptions, AttentionBackwardIsDeterministicUnlessAsked) {
+  EXPECT_TRUE(resolve_train_options(parse_train("--size tiny")).deterministic_attention);
+  EXPECT_FALSE(resolve_train_options(parse_train("--size tiny --nondeterministic-attention")).deterministic_attention);
+}
+
 TEST(TrainOptions, RejectsBadValuesNamingTheOption) {
   const auto bad = [](const std::string& line, const std::vector<std::string>& fragments,
                       ErrorKind kind = ErrorKind::invalid_argument) {
