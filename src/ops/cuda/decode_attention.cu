@@ -77,7 +77,7 @@ __device__ __forceinline__ float finish(float acc, float m, float l, const float
 
 __device__ __forceinline__ void copy4(void* dst, const void* src) {
   asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(dst))),
-               "l"(src)
+               "l"(__cvta_generic_to_global(src))
                : "memory");
 }
 

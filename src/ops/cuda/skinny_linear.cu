@@ -15,10 +15,9 @@
 //           K): each warp reduces its part, and the warp holding the unit's last step adds the parts in warp
 //           order after a block barrier — a fixed order, so the result is deterministic.
 //   pipeline each warp keeps a ring of `stages` steps in shared memory filled by cp.async (16 bytes a lane,
-//           L1 bypassed, L2 evict-first: the weights are read once a token): every lane reads back only the
-//           chunks it copied itself, so a warp needs no barrier; the copy of step s + stages is issued right
-//           after step s is consumed, so stages - 1 steps (10 KB a warp at 6 stages, 80 KB a multiprocessor)
-//           stay in flight continuously, across unit boundaries.
+//           L1 bypassed): every lane reads back only the chunks it copied itself, so a warp needs no barrier;
+//           the copy of step s + stages is issued right after step s is consumed, so stages - 1 steps (10 KB
+//           a warp at 6 stages, 80 KB a multiprocessor) stay in flight continuously, across unit boundaries.
 //   overlap  the weights do not depend on the previous kernel: the ring is filled before waiting for it
 //           (programmatic dependent launch, dependent_launch.cuh), so a kernel launched to overlap streams
 //           its first 96 KB a multiprocessor (all of a small GEMM's share) while its predecessor finishes.
@@ -104,18 +103,9 @@ __device__ __forceinline__ unsigned shared_address(const void* p) {
   return static_cast<unsigned>(__cvta_generic_to_shared(p));
 }
 
-// An L2 policy for data read once: evicted first, so that what the neighbouring kernels write and read back
-// (activations, residuals, the KV cache) stays in L2 while the weights stream through.
-__device__ __forceinline__ std::uint64_t evict_first_policy() {
-  std::uint64_t policy = 0;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  return policy;
-}
-
-// 16 bytes from global memory into shared memory, asynchronously, through L2 only, under `policy`.
-__device__ __forceinline__ void copy16(unsigned dst, const void* src, std::uint64_t policy) {
-  asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "l"(policy)
-               : "memory");
+// 16 bytes from global memory into shared memory, asynchronously, through L2 only.
+__device__ __forceinline__ void copy16(unsigned dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(__cvta_generic_to_global(src)) : "memory");
 }
 
 __device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;" ::: "memory"); }
@@ -218,7 +208,6 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_kernel(Args a) {
   };
   // The next step's chunks of this lane into its ring slot, as one copy group (empty past the warp's steps).
   Cursor next{s0, s0 / sk, static_cast<int>(s0 % sk), 0};
-  const std::uint64_t policy = evict_first_policy();
   const auto issue = [&] {
     if (next.s < s1) {
       const std::int64_t c0 = next.j * (32 * kC) + lane;
@@ -229,7 +218,7 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_kernel(Args a) {
         for (int c = 0; c < kC; ++c)
           if (c0 + c * 32 < chunks)
             copy16(shared_address(ring + next.slot * kStepBytes + ((r * kC + c) * 32 + lane) * 16),
-                   row + (c0 + c * 32) * 8, policy);
+                   row + (c0 + c * 32) * 8);
       }
     }
     commit_copies();
