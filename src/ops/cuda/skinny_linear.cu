@@ -17,7 +17,9 @@
 //   pipeline each warp keeps a ring of `stages` steps in shared memory filled by cp.async (16 bytes a lane,
 //           L1 bypassed): every lane reads back only the chunks it copied itself, so a warp needs no barrier;
 //           the copy of step s + stages is issued right after step s is consumed, so stages - 1 steps (10 KB
-//           a warp at 6 stages, 80 KB a multiprocessor) stay in flight continuously, across unit boundaries.
+//           a warp at 6 stages, 80 KB a multiprocessor) stay in flight continuously, across unit boundaries;
+//           the steps `prefetch` beyond the ring are requested into L2 (prefetch.global.L2, no shared memory),
+//           so more DRAM requests are in flight than the ring holds and the ring's copies find L2.
 //   overlap  the weights do not depend on the previous kernel: the ring is filled before waiting for it
 //           (programmatic dependent launch, dependent_launch.cuh), so a kernel launched to overlap streams
 //           its first 96 KB a multiprocessor (all of a small GEMM's share) while its predecessor finishes.
@@ -84,17 +86,27 @@ struct Args {
   std::int64_t max_units;  // residual: the most units a block takes (the staged residual's width), 0 = not staged
   int steps_per_unit;      // ceil(K / (8 * 32 * chunks per lane per row))
   int stages;              // the ring's depth
+  int prefetch;            // steps prefetched into L2 beyond the ring
 };
 
-__device__ __forceinline__ float dot8(const uint4& w, const uint4& x) {
-  const auto* wp = reinterpret_cast<const __nv_bfloat162*>(&w);
-  const auto* xp = reinterpret_cast<const __nv_bfloat162*>(&x);
+// The 8 bf16 of a 16-byte pack as floats (exact: a bf16 is the high half of its float).
+__device__ __forceinline__ void unpack8(const uint4& p, float* f) {
+  const unsigned words[4] = {p.x, p.y, p.z, p.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(words[i] << 16);
+    f[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
+  }
+}
+
+// w's 8 bf16 dotted with x (8 floats), in element order.
+__device__ __forceinline__ float dot8(const uint4& w, const float* x) {
+  const unsigned words[4] = {w.x, w.y, w.z, w.w};
   float s = 0.f;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const float2 a = __bfloat1622float2(wp[i]), b = __bfloat1622float2(xp[i]);
-    s = fmaf(a.x, b.x, s);
-    s = fmaf(a.y, b.y, s);
+    s = fmaf(__uint_as_float(words[i] << 16), x[2 * i], s);
+    s = fmaf(__uint_as_float(words[i] & 0xffff0000u), x[2 * i + 1], s);
   }
   return s;
 }
@@ -106,6 +118,11 @@ __device__ __forceinline__ unsigned shared_address(const void* p) {
 // 16 bytes from global memory into shared memory, asynchronously, through L2 only.
 __device__ __forceinline__ void copy16(unsigned dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(__cvta_generic_to_global(src)) : "memory");
+}
+
+// The 128-byte line holding p into L2, without waiting for it.
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(p)));
 }
 
 __device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;" ::: "memory"); }
@@ -225,6 +242,18 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_kernel(Args a) {
     advance(next);
   };
   for (int i = 0; i < a.stages; ++i) issue();  // the weights do not depend on the previous kernel
+  // The steps `prefetch` ahead of the ring into L2 (16 lanes a 128-byte line each): DRAM requests in flight
+  // beyond what the ring holds, without shared memory.
+  Cursor far = next;
+  const auto prefetch = [&] {
+    if (far.s < s1) {
+      constexpr int kLines = 16 / kR;  // 128-byte lines of a row's segment of a step
+      const std::int64_t c0 = far.j * (32 * kC) + lane % kLines * 8;
+      if (lane < 16 && c0 < chunks) prefetch_l2(row_of(u0 + far.local, lane / kLines) + c0 * 8);
+    }
+    advance(far);
+  };
+  for (int i = 0; i < a.prefetch; ++i) prefetch();
   float4 g_held[kHold];
   if constexpr (kNorm) {
 #pragma unroll
@@ -376,12 +405,14 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_kernel(Args a) {
       for (int r = 0; r < kR; ++r) wv[r] = *reinterpret_cast<const uint4*>(slot + ((r * kC + c) * 32 + lane) * 16);
 #pragma unroll
       for (int m = 0; m < kM; ++m) {
-        const uint4 xv = *reinterpret_cast<const uint4*>(xs + m * K + (c0 + c * 32) * 8);
+        float xf[8];
+        unpack8(*reinterpret_cast<const uint4*>(xs + m * K + (c0 + c * 32) * 8), xf);
 #pragma unroll
-        for (int r = 0; r < kR; ++r) acc[r][m] += dot8(wv[r], xv);
+        for (int r = 0; r < kR; ++r) acc[r][m] += dot8(wv[r], xf);
       }
     }
     issue();  // into the slot just read (its chunks are in registers): step at.s + stages
+    if (a.prefetch > 0) prefetch();  // step at.s + stages + prefetch
     const bool last_of_unit = at.j == sk - 1;
     if (!last_of_unit && at.s != s1 - 1) continue;
 #pragma unroll
@@ -437,6 +468,15 @@ int stages_for(std::int64_t staged_bytes) {
   return static_cast<int>(std::clamp<std::int64_t>(depth, kMinStages, most));
 }
 
+// Steps a warp prefetches into L2 beyond its ring: FT_SKINNY_PREFETCH when set (an experiment's override).
+int prefetch_steps() {
+  static const int steps = [] {
+    const char* value = std::getenv("FT_SKINNY_PREFETCH");
+    return value ? std::clamp(std::atoi(value), 0, 64) : 8;
+  }();
+  return steps;
+}
+
 template <int kM, int kMode, bool kNorm>
 void launch(Args a, int sms, bool overlap, cudaStream_t stream) {
   constexpr int kR = kMode == kSwiglu || kMode == kRope ? 2 : 1;
@@ -448,6 +488,7 @@ void launch(Args a, int sms, bool overlap, cudaStream_t stream) {
   const std::int64_t staged =
       kM * a.K * 2 + ceil_div(kM * a.max_units * 4, 16) * 16 + (kMode == kRope ? a.Dh / 2 * 16 : 0);
   a.stages = stages_for(staged);
+  a.prefetch = prefetch_steps();
   const std::int64_t smem = staged + static_cast<std::int64_t>(kWarps) * a.stages * kStepBytes;
   const auto kernel = skinny_kernel<kM, kMode, kNorm>;
   // Once per kernel and device: room for the largest block, and all shared memory, no larger L1 (a block of
