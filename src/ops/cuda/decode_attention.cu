@@ -156,7 +156,8 @@ __global__ void __launch_bounds__(kThreads, 2) decode_kernel(Params p) {
     const int per_pass = kThreads / vecs, rows = static_cast<int>(e - a);
     if (static_cast<int>(threadIdx.x) >= per_pass * vecs) return;
     const int vec = static_cast<int>(threadIdx.x) % vecs;
-    const std::int64_t k_step = p.k.t * static_cast<std::int64_t>(sizeof(E)), v_step = p.v.t * static_cast<std::int64_t>(sizeof(E));
+    const auto e_bytes = static_cast<std::int64_t>(sizeof(E));
+    const std::int64_t k_step = p.k.t * e_bytes, v_step = p.v.t * e_bytes;  // bytes between key rows
     for (int i = static_cast<int>(threadIdx.x) / vecs; i < rows; i += per_pass) {
       const std::int64_t j = a + i;
       copy_async<kVec>(k_s + (j - t0) * p.pitch + vec * kVec, k_base + j * k_step + vec * kVec);
