@@ -290,8 +290,8 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_kernel(Args a) {
           barrier_expect(bar_of(next.slot), kR * bytes);
 #pragma unroll
           for (int r = 0; r < kR; ++r)
-            copy_bulk(shared_address(ring + next.slot * kStepBytes + r * kC * 512), row_of(u0 + next.local, r) + first * 8,
-                      bytes, bar_of(next.slot));
+            copy_bulk(shared_address(ring + next.slot * kStepBytes + r * kC * 512),
+                      row_of(u0 + next.local, r) + first * 8, bytes, bar_of(next.slot));
         }
       } else {
         const std::int64_t c0 = next.j * (32 * kC) + lane;
