@@ -1,11 +1,12 @@
 // test_decode_ops_cuda.cpp — the decode step's CUDA ops against their CPU implementations: decode_attention
 // (flash-decoding, cache length in device memory) against the CPU's naive oracle over the cache's first Nk keys
 // in fp32, bf16 and fp16 — one and several key splits, several shared-memory tiles per split, cache lengths
-// not a multiple of any tile, head dims 64, 80, 128 and 256, GQA with several query positions (more rows than one block takes), a sliding window with
-// sink tokens, gpt-oss sink logits; a repeated call (the split counters reset; launched to overlap the first)
-// bit-identical, a captured CUDA graph replayed at a new length equal to a direct call; rope_append (RoPE at a
-// device position, k and v appended to the cache) against the CPU's; argmax_rows (ties, id limit, the history
-// row at a device position) exactly.
+// not a multiple of any tile, head dims 36 (rows not 16-byte aligned: 4-byte copies), 64, 80, 128 and 256, GQA
+// with several query positions (more rows than one block takes), a sliding window with sink tokens, gpt-oss
+// sink logits; a repeated call (the split counters reset; launched to overlap the first) bit-identical, a
+// captured CUDA graph replayed at a new length equal to a direct call; rope_append (RoPE at a device position,
+// k and v appended to the cache) against the CPU's; argmax_rows (ties, id limit, the history row at a device
+// position) exactly.
 // Run on a GPU machine: ./build/bin/gpu_test_decode_ops_cuda
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -101,8 +102,8 @@ TEST(DecodeAttentionCuda, MatchesTheCpuOracle) {
   for (std::int64_t past : {0, 37, 998})
     for (DType dtype : {DType::f32, DType::bf16, DType::f16})
       check_case({1, 2, 2, 1, 64, 1000, past, dtype}, dtype == DType::f32 ? 1e-5 : 2e-2);
-  // Head dims that leave lanes idle or use several pairs per lane.
-  for (std::int64_t D : {80, 128, 256}) check_case({2, 3, 3, 1, D, 300, 211, DType::bf16}, 2e-2);
+  // Head dims that leave lanes idle or use several pairs per lane; 36 (72-byte rows): 4-byte copies.
+  for (std::int64_t D : {36, 80, 128, 256}) check_case({2, 3, 3, 1, D, 300, 211, DType::bf16}, 2e-2);
   // One split: many rows and heads, three tiles of keys.
   check_case({48, 16, 16, 1, 64, 1000, 517, DType::bf16}, 2e-2);
   // fp32 rows of 1 KB: tiles of 32 keys, several per split.

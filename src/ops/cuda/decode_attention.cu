@@ -26,6 +26,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <type_traits>
 #include <utility>
 
 #include "ops/cuda/common.cuh"
@@ -58,7 +59,7 @@ struct Params {
   std::int64_t window_left, sink_tokens;
   int splits;
   int tile;        // keys per tile, a multiple of 32
-  int pitch;       // bytes between staged key rows: D * sizeof(E) + 4
+  int pitch;       // bytes between staged key rows: D * sizeof(E) padded to an odd number of vectors
   int* counters;   // (B, Hkv * groups)
   float* partial;  // (B, Hkv * groups, splits, kRows, D + 2): accumulator, max, sum
 };
@@ -75,10 +76,37 @@ __device__ __forceinline__ float finish(float acc, float m, float l, const float
   return l > 0 ? acc / l : 0.0f;
 }
 
-__device__ __forceinline__ void copy4(void* dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(static_cast<unsigned>(__cvta_generic_to_shared(dst))),
-               "l"(__cvta_generic_to_global(src))
-               : "memory");
+// kVec bytes (4 or 16) from global into shared memory, asynchronously.
+template <int kVec>
+__device__ __forceinline__ void copy_async(void* dst, const void* src) {
+  const auto d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  if constexpr (kVec == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(__cvta_generic_to_global(src)) : "memory");
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(__cvta_generic_to_global(src)) : "memory");
+}
+
+// The kVec / sizeof(E) elements of a staged vector (kVec-aligned in shared memory) as floats.
+template <class E, int kVec>
+__device__ __forceinline__ void unpack(const unsigned char* p, float* f) {
+  constexpr int kWords = kVec / 4;
+  unsigned w[kWords];
+  if constexpr (kVec == 16) {
+    const uint4 v = *reinterpret_cast<const uint4*>(p);
+    w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+  } else {
+    w[0] = *reinterpret_cast<const unsigned*>(p);
+  }
+#pragma unroll
+  for (int i = 0; i < kWords; ++i) {
+    if constexpr (sizeof(E) == 4) {
+      f[i] = __uint_as_float(w[i]);
+    } else {
+      const Pack<E, 2> x = *reinterpret_cast<const Pack<E, 2>*>(&w[i]);
+      f[2 * i] = to_f32(x.v[0]);
+      f[2 * i + 1] = to_f32(x.v[1]);
+    }
+  }
 }
 
 // Elements 2i, 2i + 1 of a staged row (4-byte aligned) as floats.
@@ -93,8 +121,10 @@ __device__ __forceinline__ float2 pair_at(const unsigned char* row, std::int64_t
   }
 }
 
-template <class E, int kPairs>
+// kVec: the bytes of one copy and one read of a staged key row, 16 where every row starts 16-byte aligned.
+template <class E, int kPairs, int kVec>
 __global__ void __launch_bounds__(kThreads, 2) decode_kernel(Params p) {
+  constexpr int kPer = kVec / static_cast<int>(sizeof(E));  // elements per vector
   extern __shared__ float4 dynamic[];
   __shared__ float s_max[kWarps][kRows], s_l[kWarps][kRows];
   __shared__ int s_last;
@@ -120,16 +150,18 @@ __global__ void __launch_bounds__(kThreads, 2) decode_kernel(Params p) {
 
   const unsigned char* k_base = static_cast<const unsigned char*>(p.k.data) + (b * p.k.b + kvh * p.k.h) * sizeof(E);
   const unsigned char* v_base = static_cast<const unsigned char*>(p.v.data) + (b * p.v.b + kvh * p.v.h) * sizeof(E);
-  const int words = static_cast<int>(D * sizeof(E) / 4);  // 4-byte words a row (D is even)
-  // Rows [a, e) of the tile starting at key t0 into shared memory (K and V), 4 bytes a copy.
+  const int vecs = static_cast<int>(D * sizeof(E) / kVec);  // vectors a row (D is even)
+  // Rows [a, e) of the tile starting at key t0 into shared memory (K and V), kVec bytes a copy.
   const auto stage = [&](std::int64_t t0, std::int64_t a, std::int64_t e) {
-    const int per_pass = kThreads / words, rows = static_cast<int>(e - a);
-    if (threadIdx.x >= per_pass * words) return;
-    const int word = threadIdx.x % words;
-    for (int i = threadIdx.x / words; i < rows; i += per_pass) {
+    const int per_pass = kThreads / vecs, rows = static_cast<int>(e - a);
+    if (static_cast<int>(threadIdx.x) >= per_pass * vecs) return;
+    const int vec = static_cast<int>(threadIdx.x) % vecs;
+    const auto e_bytes = static_cast<std::int64_t>(sizeof(E));
+    const std::int64_t k_step = p.k.t * e_bytes, v_step = p.v.t * e_bytes;  // bytes between key rows
+    for (int i = static_cast<int>(threadIdx.x) / vecs; i < rows; i += per_pass) {
       const std::int64_t j = a + i;
-      copy4(k_s + (j - t0) * p.pitch + word * 4, k_base + j * p.k.t * sizeof(E) + word * 4);
-      copy4(v_s + (j - t0) * p.pitch + word * 4, v_base + j * p.v.t * sizeof(E) + word * 4);
+      copy_async<kVec>(k_s + (j - t0) * p.pitch + vec * kVec, k_base + j * k_step + vec * kVec);
+      copy_async<kVec>(v_s + (j - t0) * p.pitch + vec * kVec, v_base + j * v_step + vec * kVec);
     }
   };
   std::int64_t t1 = j0 + T < j1 ? j0 + T : j1;
@@ -138,10 +170,15 @@ __global__ void __launch_bounds__(kThreads, 2) decode_kernel(Params p) {
   allow_next_grid();
 
   const E* q_base = static_cast<const E*>(p.q.data);
-  for (int e = threadIdx.x; e < kRows * D; e += kThreads) {
-    const int r = e / static_cast<int>(D);
-    const std::int64_t d = e % D, rg = r0 + r, h = kvh * G + rg / p.Nq, i = rg % p.Nq;
-    q_s[e] = r < nr ? to_f32(q_base[b * p.q.b + h * p.q.h + i * p.q.t + d]) * p.scale_log2 : 0.f;
+  const int d32 = static_cast<int>(D);
+  for (int e = threadIdx.x; e < kRows * d32; e += kThreads) {
+    const int r = e / d32, d = e - r * d32;
+    if (r >= nr) {
+      q_s[e] = 0.f;
+      continue;
+    }
+    const std::int64_t rg = r0 + r, h = kvh * G + rg / p.Nq, i = rg % p.Nq;
+    q_s[e] = to_f32(q_base[b * p.q.b + h * p.q.h + i * p.q.t + d]) * p.scale_log2;
   }
   float m[kRows], l[kRows];
   float2 acc[kRows][kPairs];
@@ -171,14 +208,16 @@ __global__ void __launch_bounds__(kThreads, 2) decode_kernel(Params p) {
         float dot[kRows];
 #pragma unroll
         for (int r = 0; r < kRows; ++r) dot[r] = 0.f;
-#pragma unroll 4
-        for (std::int64_t i = 0; i < D / 2; ++i) {
-          const float2 kf = pair_at<E>(row, i);
+#pragma unroll 2
+        for (int v = 0; v < vecs; ++v) {
+          float kf[kPer];
+          unpack<E, kVec>(row + v * kVec, kf);
 #pragma unroll
           for (int r = 0; r < kRows; ++r) {
             if (r >= nr) break;
-            const float2 qf = *reinterpret_cast<const float2*>(q_s + r * D + 2 * i);
-            dot[r] = fmaf(qf.x, kf.x, fmaf(qf.y, kf.y, dot[r]));
+            const float* qr = q_s + r * D + v * kPer;
+#pragma unroll
+            for (int e = 0; e < kPer; ++e) dot[r] = fmaf(qr[e], kf[e], dot[r]);
           }
         }
 #pragma unroll
@@ -386,7 +425,18 @@ void decode_attention(const DecodeAttentionTensors& t, int splits, double scale,
   const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(Hkv * groups), static_cast<unsigned>(B));
   with_cuda_dtype(t.q.dtype(), [&](auto tag) {
     using E = decltype(tag);
-    p.pitch = static_cast<int>(D * static_cast<std::int64_t>(sizeof(E)) + 4);
+    // 16-byte copies and reads where every key and value row starts 16-byte aligned; rows padded so that
+    // lanes reading the same offset of consecutive rows hit distinct banks (a pitch of an odd number of
+    // vectors).
+    const std::int64_t row_bytes = D * static_cast<std::int64_t>(sizeof(E));
+    const auto aligned16 = [&](const Tensor& x) {
+      const auto e = static_cast<std::int64_t>(sizeof(E));
+      return reinterpret_cast<std::uintptr_t>(x.data()) % 16 == 0 && x.stride(0) * e % 16 == 0 &&
+             x.stride(1) * e % 16 == 0 && x.stride(2) * e % 16 == 0;
+    };
+    const bool wide = row_bytes % 16 == 0 && aligned16(t.k) && aligned16(t.v);
+    const std::int64_t vec = wide ? 16 : 4;
+    p.pitch = static_cast<int>(row_bytes + (row_bytes / vec % 2 == 0 ? vec : 2 * vec));
     const std::int64_t fit = kTileBytes / (2 * p.pitch) / 32 * 32;
     p.tile = static_cast<int>(std::clamp<std::int64_t>(fit, 32, kDecodeKeysPerSplit));
     const std::int64_t tiles = 2 * static_cast<std::int64_t>(p.tile) * p.pitch, merge = kWarps * kRows * D * 4;
@@ -397,14 +447,18 @@ void decode_attention(const DecodeAttentionTensors& t, int splits, double scale,
       prepare(kernel, t.q.device());
       launch_kernel(kernel, grid, kThreads, smem, s, pdl, p);
     };
-    if (D <= 64)
-      run(decode_kernel<E, 1>);
-    else if (D <= 128)
-      run(decode_kernel<E, 2>);
-    else if (D <= 192)
-      run(decode_kernel<E, 3>);
-    else
-      run(decode_kernel<E, 4>);
+    const auto by_dim = [&](auto vec_tag) {
+      constexpr int kVec = decltype(vec_tag)::value;
+      if (D <= 64)
+        run(decode_kernel<E, 1, kVec>);
+      else if (D <= 128)
+        run(decode_kernel<E, 2, kVec>);
+      else if (D <= 192)
+        run(decode_kernel<E, 3, kVec>);
+      else
+        run(decode_kernel<E, 4, kVec>);
+    };
+    wide ? by_dim(std::integral_constant<int, 16>{}) : by_dim(std::integral_constant<int, 4>{});
   });
   FT_CUDA_CHECK_LAUNCH();
 }

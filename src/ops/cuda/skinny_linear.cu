@@ -17,7 +17,11 @@
 //   pipeline each warp keeps a ring of `stages` steps in shared memory filled by cp.async (16 bytes a lane,
 //           L1 bypassed): every lane reads back only the chunks it copied itself, so a warp needs no barrier;
 //           the copy of step s + stages is issued right after step s is consumed, so stages - 1 steps (10 KB
-//           a warp at 6 stages, 80 KB a multiprocessor) stay in flight continuously, across unit boundaries.
+//           a warp at 6 stages, 80 KB a multiprocessor) stay in flight continuously, across unit boundaries;
+//           the steps `prefetch` beyond the ring are requested into L2 (prefetch.global.L2, no shared memory),
+//           so more DRAM requests are in flight than the ring holds and the ring's copies find L2. On 9.0+
+//           devices FT_SKINNY_COPY=bulk fills the ring with bulk copies instead (lane 0 copies each row's
+//           contiguous segment of a step; an mbarrier per slot counts its bytes), the same layout and order.
 //   overlap  the weights do not depend on the previous kernel: the ring is filled before waiting for it
 //           (programmatic dependent launch, dependent_launch.cuh), so a kernel launched to overlap streams
 //           its first 96 KB a multiprocessor (all of a small GEMM's share) while its predecessor finishes.
@@ -37,6 +41,7 @@
 #include <cstdlib>
 #include <mutex>
 #include <set>
+#include <string_view>
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/decode_ops.h"
@@ -84,17 +89,28 @@ struct Args {
   std::int64_t max_units;  // residual: the most units a block takes (the staged residual's width), 0 = not staged
   int steps_per_unit;      // ceil(K / (8 * 32 * chunks per lane per row))
   int stages;              // the ring's depth
+  int prefetch;            // steps prefetched into L2 beyond the ring
+  bool bulk;               // the ring filled by bulk copies (compute capability 9.0+), not per-lane cp.async
 };
 
-__device__ __forceinline__ float dot8(const uint4& w, const uint4& x) {
-  const auto* wp = reinterpret_cast<const __nv_bfloat162*>(&w);
-  const auto* xp = reinterpret_cast<const __nv_bfloat162*>(&x);
+// The 8 bf16 of a 16-byte pack as floats (exact: a bf16 is the high half of its float).
+__device__ __forceinline__ void unpack8(const uint4& p, float* f) {
+  const unsigned words[4] = {p.x, p.y, p.z, p.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    f[2 * i] = __uint_as_float(words[i] << 16);
+    f[2 * i + 1] = __uint_as_float(words[i] & 0xffff0000u);
+  }
+}
+
+// w's 8 bf16 dotted with x (8 floats), in element order.
+__device__ __forceinline__ float dot8(const uint4& w, const float* x) {
+  const unsigned words[4] = {w.x, w.y, w.z, w.w};
   float s = 0.f;
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
-    const float2 a = __bfloat1622float2(wp[i]), b = __bfloat1622float2(xp[i]);
-    s = fmaf(a.x, b.x, s);
-    s = fmaf(a.y, b.y, s);
+    s = fmaf(__uint_as_float(words[i] << 16), x[2 * i], s);
+    s = fmaf(__uint_as_float(words[i] & 0xffff0000u), x[2 * i + 1], s);
   }
   return s;
 }
@@ -106,6 +122,54 @@ __device__ __forceinline__ unsigned shared_address(const void* p) {
 // 16 bytes from global memory into shared memory, asynchronously, through L2 only.
 __device__ __forceinline__ void copy16(unsigned dst, const void* src) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(dst), "l"(__cvta_generic_to_global(src)) : "memory");
+}
+
+// Bulk copies (compute capability 9.0+): a contiguous range from global into shared memory by the copy engine
+// of the multiprocessor (TMA), completing on an mbarrier; the rest of the kernel never takes this path elsewhere.
+__device__ __forceinline__ void barrier_init(unsigned bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(bar) : "memory");
+#endif
+}
+
+__device__ __forceinline__ void barrier_init_fence() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+#endif
+}
+
+// The barrier's phase completes once `bytes` have arrived (this thread's arrival included).
+__device__ __forceinline__ void barrier_expect(unsigned bar, unsigned bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+#endif
+}
+
+__device__ __forceinline__ void copy_bulk(unsigned dst, const void* src, unsigned bytes, unsigned bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];" ::"r"(dst),
+               "l"(__cvta_generic_to_global(src)), "r"(bytes), "r"(bar)
+               : "memory");
+#endif
+}
+
+// Waits until the barrier's phase of parity `parity` has completed.
+__device__ __forceinline__ void barrier_wait(unsigned bar, unsigned parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  unsigned done = 0;
+  do {
+    asm volatile(
+        "{ .reg .pred p; mbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2; selp.u32 %0, 1, 0, p; }"
+        : "=r"(done)
+        : "r"(bar), "r"(parity)
+        : "memory");
+  } while (!done);
+#endif
+}
+
+// The 128-byte line holding p into L2, without waiting for it.
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(__cvta_generic_to_global(p)));
 }
 
 __device__ __forceinline__ void commit_copies() { asm volatile("cp.async.commit_group;" ::: "memory"); }
@@ -176,6 +240,7 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_kernel(Args a) {
   extern __shared__ __align__(16) unsigned char dynamic[];
   __shared__ double scratch[kWarps][kM];
   __shared__ float parts[kWarps][2][kR][kM];  // split units: each warp's part of its first and last unit
+  __shared__ alignas(8) std::uint64_t bars[kWarps][kMaxStages];  // bulk copies: one per ring slot
   const std::int64_t K = a.K, chunks = K / 8;
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   bf16* xs = reinterpret_cast<bf16*>(dynamic);                          // (kM, K)
@@ -208,23 +273,55 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_kernel(Args a) {
   };
   // The next step's chunks of this lane into its ring slot, as one copy group (empty past the warp's steps).
   Cursor next{s0, s0 / sk, static_cast<int>(s0 % sk), 0};
+  // Bulk copies (a.bulk): lane 0 copies each row's segment of the step (contiguous in memory and, chunk c * 32
+  // + lane at offset (c * 32 + lane) * 16, in the ring) and the slot's barrier counts its bytes.
+  const auto bar_of = [&](int slot) { return shared_address(&bars[warp][slot]); };
+  if (a.bulk && lane == 0) {
+    for (int i = 0; i < a.stages; ++i) barrier_init(bar_of(i));
+    barrier_init_fence();
+  }
+  __syncwarp();
   const auto issue = [&] {
     if (next.s < s1) {
-      const std::int64_t c0 = next.j * (32 * kC) + lane;
+      if (a.bulk) {
+        const std::int64_t first = next.j * (32 * kC), count = chunks - first < 32 * kC ? chunks - first : 32 * kC;
+        if (lane == 0) {
+          const auto bytes = static_cast<unsigned>(count * 16);
+          barrier_expect(bar_of(next.slot), kR * bytes);
 #pragma unroll
-      for (int r = 0; r < kR; ++r) {
-        const bf16* row = row_of(u0 + next.local, r);
+          for (int r = 0; r < kR; ++r)
+            copy_bulk(shared_address(ring + next.slot * kStepBytes + r * kC * 512),
+                      row_of(u0 + next.local, r) + first * 8, bytes, bar_of(next.slot));
+        }
+      } else {
+        const std::int64_t c0 = next.j * (32 * kC) + lane;
 #pragma unroll
-        for (int c = 0; c < kC; ++c)
-          if (c0 + c * 32 < chunks)
-            copy16(shared_address(ring + next.slot * kStepBytes + ((r * kC + c) * 32 + lane) * 16),
-                   row + (c0 + c * 32) * 8);
+        for (int r = 0; r < kR; ++r) {
+          const bf16* row = row_of(u0 + next.local, r);
+#pragma unroll
+          for (int c = 0; c < kC; ++c)
+            if (c0 + c * 32 < chunks)
+              copy16(shared_address(ring + next.slot * kStepBytes + ((r * kC + c) * 32 + lane) * 16),
+                     row + (c0 + c * 32) * 8);
+        }
       }
     }
-    commit_copies();
+    if (!a.bulk) commit_copies();
     advance(next);
   };
   for (int i = 0; i < a.stages; ++i) issue();  // the weights do not depend on the previous kernel
+  // The steps `prefetch` ahead of the ring into L2 (16 lanes a 128-byte line each): DRAM requests in flight
+  // beyond what the ring holds, without shared memory.
+  Cursor far = next;
+  const auto prefetch = [&] {
+    if (far.s < s1) {
+      constexpr int kLines = 16 / kR;  // 128-byte lines of a row's segment of a step
+      const std::int64_t c0 = far.j * (32 * kC) + lane % kLines * 8;
+      if (lane < 16 && c0 < chunks) prefetch_l2(row_of(u0 + far.local, lane / kLines) + c0 * 8);
+    }
+    advance(far);
+  };
+  for (int i = 0; i < a.prefetch; ++i) prefetch();
   float4 g_held[kHold];
   if constexpr (kNorm) {
 #pragma unroll
@@ -365,7 +462,11 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_kernel(Args a) {
 #pragma unroll
     for (int m = 0; m < kM; ++m) acc[r][m] = 0.f;
   for (Cursor at{s0, s0 / sk, static_cast<int>(s0 % sk), 0}; at.s < s1; advance(at)) {
-    wait_copies(a.stages - 1);  // this step's group has landed
+    if (a.bulk) {  // the slot's (at.s - s0) / stages-th fill has landed
+      barrier_wait(bar_of(at.slot), static_cast<unsigned>((at.s - s0) / a.stages) & 1u);
+    } else {
+      wait_copies(a.stages - 1);  // this step's group has landed
+    }
     const std::int64_t c0 = at.j * (32 * kC) + lane;
     const unsigned char* slot = ring + at.slot * kStepBytes;
 #pragma unroll
@@ -376,12 +477,15 @@ __global__ void __launch_bounds__(kThreads, 2) skinny_kernel(Args a) {
       for (int r = 0; r < kR; ++r) wv[r] = *reinterpret_cast<const uint4*>(slot + ((r * kC + c) * 32 + lane) * 16);
 #pragma unroll
       for (int m = 0; m < kM; ++m) {
-        const uint4 xv = *reinterpret_cast<const uint4*>(xs + m * K + (c0 + c * 32) * 8);
+        float xf[8];
+        unpack8(*reinterpret_cast<const uint4*>(xs + m * K + (c0 + c * 32) * 8), xf);
 #pragma unroll
-        for (int r = 0; r < kR; ++r) acc[r][m] += dot8(wv[r], xv);
+        for (int r = 0; r < kR; ++r) acc[r][m] += dot8(wv[r], xf);
       }
     }
+    if (a.bulk) __syncwarp();  // every lane has read the slot before lane 0 refills it
     issue();  // into the slot just read (its chunks are in registers): step at.s + stages
+    if (a.prefetch > 0) prefetch();  // step at.s + stages + prefetch
     const bool last_of_unit = at.j == sk - 1;
     if (!last_of_unit && at.s != s1 - 1) continue;
 #pragma unroll
@@ -437,6 +541,24 @@ int stages_for(std::int64_t staged_bytes) {
   return static_cast<int>(std::clamp<std::int64_t>(depth, kMinStages, most));
 }
 
+// Whether the ring is filled by bulk copies: FT_SKINNY_COPY=bulk (an experiment's switch), on 9.0+ devices.
+bool bulk_copies(Device device) {
+  static const bool wanted = [] {
+    const char* value = std::getenv("FT_SKINNY_COPY");
+    return value != nullptr && std::string_view(value) == "bulk";
+  }();
+  return wanted && supports_dependent_launch(device);
+}
+
+// Steps a warp prefetches into L2 beyond its ring: FT_SKINNY_PREFETCH when set (an experiment's override).
+int prefetch_steps() {
+  static const int steps = [] {
+    const char* value = std::getenv("FT_SKINNY_PREFETCH");
+    return value ? std::clamp(std::atoi(value), 0, 64) : 8;
+  }();
+  return steps;
+}
+
 template <int kM, int kMode, bool kNorm>
 void launch(Args a, int sms, bool overlap, cudaStream_t stream) {
   constexpr int kR = kMode == kSwiglu || kMode == kRope ? 2 : 1;
@@ -448,6 +570,7 @@ void launch(Args a, int sms, bool overlap, cudaStream_t stream) {
   const std::int64_t staged =
       kM * a.K * 2 + ceil_div(kM * a.max_units * 4, 16) * 16 + (kMode == kRope ? a.Dh / 2 * 16 : 0);
   a.stages = stages_for(staged);
+  a.prefetch = prefetch_steps();
   const std::int64_t smem = staged + static_cast<std::int64_t>(kWarps) * a.stages * kStepBytes;
   const auto kernel = skinny_kernel<kM, kMode, kNorm>;
   // Once per kernel and device: room for the largest block, and all shared memory, no larger L1 (a block of
@@ -521,6 +644,7 @@ void skinny_linear(const SkinnyLinearArgs& s) {
   const cudaStream_t stream = cuda_stream(s.stream);
   const int sms = multiprocessors(s.x.device());
   const bool overlap = s.overlap_launch && supports_dependent_launch(s.x.device());
+  a.bulk = bulk_copies(s.x.device());
   switch (s.epilogue) {
     case SkinnyEpilogue::store:
       norm ? launch_rows<kStore, true>(a, sms, overlap, stream) : launch_rows<kStore, false>(a, sms, overlap, stream);
