@@ -19,8 +19,9 @@
 // output projection + residual; RMSNorm + w1 / w3 + SwiGLU; w2 + residual) and the head one (final RMSNorm +
 // LM head). Larger batches and fp32 run the ops above one by one (cuBLASLt GEMMs). On Hopper these kernels
 // and the decode attention are launched to overlap their predecessors (GenerationOptions::overlap_launches):
-// each is scheduled while the previous one finishes, copies its first weight rows (the attention: the cached
-// keys) into shared memory and then waits for it, which hides a launch and a memory round trip.
+// each is scheduled while the previous one finishes, prefetches its first weight rows into L2 (the attention:
+// copies the keys cached before the step into shared memory) and then waits for it, which hides most of a
+// launch between consecutive kernels.
 // Greedy decoding launches every step without waiting: the argmax also keeps each step's ids by position in
 // device memory, read back once at the end. Sampling reads the logits back at every step, samples
 // (model/sampling.h) and writes the ids it drew over the argmax's. Without a graph (GenerationOptions::
@@ -63,7 +64,7 @@ struct GenerationOptions {
   // enqueues it anew at every step (the same tokens). Ignored on the CPU.
   bool cuda_graph = true;
   // CUDA, compute capability 9.0+, with the fused few-row kernels: each kernel of the decode step may start
-  // while its predecessor finishes, copying its weights (programmatic dependent launch; see
+  // while its predecessor finishes, prefetching its weights (programmatic dependent launch; see
   // SkinnyLinearArgs::overlap_launch). The same tokens either way.
   bool overlap_launches = true;
   // bf16, at most kSkinnyMaxRows rows: the decode step's GEMMs are the fused few-row kernels of

@@ -15,8 +15,8 @@
 #include <memory>
 #include <mutex>
 #include <type_traits>
-#include <utility>
 #include <unordered_map>
+#include <utility>
 
 #include "core/buffer.h"
 #include "core/cuda_check.h"

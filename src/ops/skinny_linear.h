@@ -8,11 +8,11 @@
 //              rope_append  W = q_proj | k_proj | v_proj (3 H Dh, K): q = rope(bf16(x' Wq^T)) into y (M, H Dh),
 //                           rope(k) and v into k_cache / v_cache (M, H, capacity, Dh) at the position read from
 //                           memory when the work runs (as rope_append, ops/rope.h)
-// CUDA: one kernel, one block per multiprocessor; each warp streams its share of the weight rows through a
-// ring of shared-memory stages filled by asynchronous copies, and a unit's K may be split over several warps
-// (summed in a fixed order: deterministic). See Note [Streamed few-row GEMM] (cuda/skinny_linear.cu). The CPU
-// composes the same function from the unfused ops (rmsnorm_forward, linear_forward, residual_add,
-// swiglu_forward, rope_append), the reference the GPU tests compare against.
+// CUDA: one kernel; a block stages x' of its rows in shared memory as bf16 and each warp streams two weight
+// rows (two output columns, or the rows of W and W3 for one swiglu column — a rope pair is two adjacent
+// columns) in 16-byte loads, then reduces and applies the epilogue. The CPU composes the same function from
+// the unfused ops (rmsnorm_forward, linear_forward, residual_add, swiglu_forward, rope_append), the reference
+// the GPU tests compare against.
 #pragma once
 
 #include <cstdint>
@@ -39,8 +39,8 @@ struct SkinnyLinearArgs {
   const std::int32_t* position = nullptr;  // rope_append: one int32 in the tensors' device memory
   double rope_theta = 10000.0;
   // CUDA, compute capability 9.0+: the kernel may be scheduled while the previous kernel on the stream finishes
-  // (programmatic dependent launch), copying its first weight rows into shared memory meanwhile; it waits for
-  // that kernel before reading anything else (x, the norm's input, residual, position). The results are the same.
+  // (programmatic dependent launch), prefetching its first weight rows into L2 meanwhile; it waits for that
+  // kernel before reading anything else. The results are the same.
   bool overlap_launch = false;
   Stream stream;  // CUDA work is ordered on this stream
 };

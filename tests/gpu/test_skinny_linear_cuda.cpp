@@ -1,11 +1,9 @@
 // test_skinny_linear_cuda.cpp — the fused few-row bf16 GEMM (ops/skinny_linear.h) on CUDA against its CPU
 // composition of the unfused ops: every epilogue (store to bf16 and fp32, residual, SwiGLU, RoPE + cache
-// append at a device position), with and without the fused RMSNorm, rows 1 to 8 (padded to 1, 2, 4, 8),
-// inputs K = 64, 72 and 1600 (partial last steps and chunk rounds) and 6400 (more shared memory than the
-// default 48 KB), odd output widths; few units a block (each unit's K split over several warps and summed in
-// warp order), many (whole units per warp beside split ones), a residual too wide to stage; a second run,
-// launched to overlap the first, bit-identical; rows that do not fit are a clear error.
-// See Note [Streamed few-row GEMM] (src/ops/cuda/skinny_linear.cu).
+// append at a device position), with and without the fused RMSNorm, rows 1, 3 and 8 (padded to 1, 4, 8),
+// inputs K = 64 and 1600 (a partial last chunk) and 6400 (more shared memory than the default 48 KB), an odd
+// output width; a second run, launched to overlap the first, bit-identical; rows that do not fit are a clear
+// error.
 // Run on a GPU machine: ./build/bin/gpu_test_skinny_linear_cuda
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -93,7 +91,7 @@ void check(const Call& c) {
 }
 
 TEST(SkinnyLinearCuda, MatchesTheCpuComposition) {
-  for (std::int64_t M = 1; M <= 8; ++M)
+  for (std::int64_t M : {1, 3, 8})
     for (std::int64_t K : {64, 1600}) {
       check({SkinnyEpilogue::store, M, K, 97, false, DType::f32});
       check({SkinnyEpilogue::store, M, K, 96, true, DType::f32});
@@ -106,23 +104,6 @@ TEST(SkinnyLinearCuda, MatchesTheCpuComposition) {
     }
   check({SkinnyEpilogue::residual, 8, 6400, 160, false, DType::f32});  // 100 KB of staged rows
   check({SkinnyEpilogue::swiglu, 5, 6400, 48, true});
-}
-
-// The decode step's shapes and their neighbours: w2's (K = 6400, ~12 rows a block, every unit split over
-// warps), w1 / w3's and QKV's (a few units a warp), the LM head's kind (many units a warp, most whole).
-TEST(SkinnyLinearCuda, SplitAndWholeUnits) {
-  for (std::int64_t M : {1, 2, 7}) {
-    check({SkinnyEpilogue::residual, M, 6400, 1601, false, DType::f32});
-    check({SkinnyEpilogue::residual, M, 1600, 1600, false, DType::f32});
-    check({SkinnyEpilogue::swiglu, M, 1600, 1001, true});
-    check({SkinnyEpilogue::rope_append, M, 1600, 3 * 2 * 200, true});
-    check({SkinnyEpilogue::store, M, 1600, 4001, true, DType::f32});
-    check({SkinnyEpilogue::store, M, 72, 3001, false, DType::bf16});  // 9 chunks a row: one partial round
-  }
-}
-
-TEST(SkinnyLinearCuda, ResidualTooWideToStage) {
-  check({SkinnyEpilogue::residual, 8, 64, 70001, false, DType::f32});  // 8 x 531 fp32 a block: over 16 KB
 }
 
 TEST(SkinnyLinearCuda, RowsThatDoNotFitAreAnError) {

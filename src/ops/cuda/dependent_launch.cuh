@@ -5,7 +5,7 @@
 // before anything else — which returns once the previous kernel has completed and its writes are visible.
 // Every kernel launched with `overlap` must call wait_for_previous_grid() before its first dependent access
 // (and so completes after its predecessor, keeping the chain ordered). The kernels here call
-// allow_next_grid() right after their own wait, so at most one kernel runs ahead, copying its weights. Without
+// allow_next_grid() right after their own wait, so at most one kernel runs ahead, prefetching. Without
 // `overlap`, or on older GPUs, the calls do nothing and the launch is an ordinary one.
 #pragma once
 
@@ -29,6 +29,11 @@ __device__ __forceinline__ void allow_next_grid() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+}
+
+// The line holding p into L2, without waiting for it.
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+  asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
 }
 
 // Whether the device can overlap launches (compute capability 9.0 or later).
