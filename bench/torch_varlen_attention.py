@@ -11,15 +11,20 @@ backward 2.5x forward (the dense row: its own 16 x 4 Hq 8192^2 D / 2).
 Timing: triton.testing.do_bench (median ms) when triton is installed, else CUDA events over --rep-ms; backward =
 forward+backward - forward.
 
+The --json document is the results format of docs/design.md: its commit is the one the flashtrain package
+was built from (flashtrain.git_commit, as the C++ benchmarks stamp theirs), its date the run's in UTC.
+
 Run on the GPU machine with the Python package built:
   PYTHONPATH=build/python python3 bench/torch_varlen_attention.py [--rep-ms 300] [--json out.json]"""
 import argparse
+import datetime
 import inspect
 import json
 import sys
 
 import torch
 
+import flashtrain
 from flashtrain.torch import flash_attention, flash_attention_varlen
 
 MASK64 = (1 << 64) - 1
@@ -193,7 +198,9 @@ def main():
               flush=True)
     if args.json:
         with open(args.json, "w") as out:
-            json.dump({"benchmark": "attention-varlen-torch", "device": torch.cuda.get_device_name(),
+            date = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+            json.dump({"benchmark": "attention-varlen-torch", "commit": flashtrain.git_commit, "date": date,
+                       "device": torch.cuda.get_device_name(),
                        "config": {"torch": torch.__version__, "documents": len(lengths), "total_tokens": total,
                                   "max_seqlen": max_len, "Hq": hq, "Hkv": hkv, "D": dim, "dtype": "bf16",
                                   "causal": True, "seed": args.seed, "timing": timing},

@@ -70,15 +70,7 @@ std::optional<DdpStrategy> parse_strategy_item(const std::string& text, int& zer
 
 DdpBenchRow oom_row(const DdpBenchCase& c, const DdpBenchConfig& config, int world, const std::string& backend,
                     const std::string& message) {
-  DdpBenchRow row;
-  row.c = c;
-  row.world = world;
-  row.backend = backend;
-  row.local_batch = config.model.batch;
-  row.parameters = ParameterLayout(c.model.model).numel();
-  row.oom = true;
-  row.oom_message = message.empty() ? "out of memory on another rank" : message;
-  return row;
+  return out_of_memory_row(data_parallel_base_row<DdpBenchRow>(c, config.model, world, backend), message);
 }
 
 // A row whose communicator or buffers this machine lacks (ft::Error unsupported on some rank, e.g. NCCL
@@ -185,20 +177,12 @@ DdpBenchRow run_ddp_row(const DdpBenchCase& c, const DdpBenchConfig& config, Dat
   }
   if (any_rank(host, !oom_message.empty())) return oom_row(c, config, host.world_size(), comm.backend(), oom_message);
 
-  DdpBenchRow row;
-  row.c = c;
-  row.world = host.world_size();
-  row.backend = comm.backend();
-  row.local_batch = m.batch;
-  row.parameters = replica.model().layout().numel();
+  DdpBenchRow row = data_parallel_base_row<DdpBenchRow>(c, m, host.world_size(), comm.backend());
   row.collectives = collectives;
-  const std::vector<double> slowest = max_over_ranks(host, step_ms);  // (steps)
-  row.step = summarize(slowest);
+  set_step_figures(row, host, step_ms);
   row.backward_ms = summarize(max_over_ranks(host, backward_ms)).median;
   if (comm_timed) row.comm_ms = summarize(max_over_ranks(host, comm_ms)).median;
   row.peak_gib = max_over_ranks(host, {static_cast<double>(allocator.stats(m.device).peak_bytes)}).front() / kBytesPerGiB;
-  row.tokens_per_s =
-      static_cast<double>(row.world * m.batch * c.model.model.context_length) / (row.step.median / 1e3);
   return row;
 }
 
@@ -640,6 +624,23 @@ double DataParallelReplica::timed_step(Communicator& host, const std::function<v
   return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
 }
 
+std::vector<double> recorded_steps(DataParallelReplica& replica, Communicator& host, const std::function<void()>& sync,
+                                   const ModelBenchConfig& m, MemoryRecorder& recorder) {
+  std::vector<double> step_ms;  // (steps)
+  recorder.phase("steps");
+  for (std::int64_t i = 1; i <= m.warmup; ++i) {
+    NvtxRange range(str("warmup step ", i));
+    replica.timed_step(host, sync);
+  }
+  for (std::int64_t i = 1; i <= m.steps; ++i) {
+    NvtxRange range(str("step ", i));
+    step_ms.push_back(replica.timed_step(host, sync));
+  }
+  NvtxRange range("profiled step");
+  replica.step(sync, &recorder);
+  return step_ms;
+}
+
 bool any_rank(Communicator& host, bool flag) {
   return max_over_ranks(host, {flag ? 1.0 : 0.0}).front() > 0;
 }
@@ -679,6 +680,13 @@ std::vector<std::vector<std::int64_t>> gather_counts(Communicator& host, const s
       out[r].push_back(static_cast<std::int64_t>(all[at]) * kPiece + static_cast<std::int64_t>(all[at + 1]));
     }
   return out;
+}
+
+int highest_peak_rank(const std::vector<std::vector<std::int64_t>>& counts) {
+  int rank = 0;
+  for (int r = 1; r < static_cast<int>(counts.size()); ++r)
+    if (counts[r][0] > counts[rank][0]) rank = r;
+  return rank;
 }
 
 }  // namespace ft::cli

@@ -1,7 +1,8 @@
 // ddp_bench.h — `flashtrain bench ddp`: the full data-parallel training step (forward, backward, DDP
 // gradient averaging, clipping to 1.0, AdamW) of the Transformer LM under each DDP strategy, over the ranks
-// of an mpirun/srun job (or a world of one), plus the pieces `bench zero` shares (zero_bench.h): one
-// rank's replica of a model case, a step timed between barriers, and gathers over ranks.
+// of an mpirun/srun job (or a world of one), plus the pieces `bench zero` and `bench fsdp` share (zero_bench.h,
+// fsdp_bench.h): the rows' common fields and results, one rank's replica of a model case, a step timed
+// between barriers, and gathers over ranks.
 //
 // Rows: for each model case (size x context x precision) the strategies in order, `bucketed` once per
 // bucket size, then the ZeRO rows (`zero2`, `zero3`: the traffic pattern of sharded training for DDP's
@@ -41,6 +42,7 @@
 #include "flashtrain/model_bench.h"
 #include "flashtrain/output_paths.h"
 #include "model/data_loader.h"
+#include "model/parameters.h"
 #include "model/token_staging.h"
 #include "model/trainer.h"
 #include "model/transformer.h"
@@ -117,21 +119,27 @@ struct DdpBenchConfig {
 // bf16 rounding on the communication stream "-round_comm".
 std::string timeline_path(const std::string& prefix, const DdpBenchCase& c);
 
-struct DdpBenchRow {
-  DdpBenchCase c;
+// What the row of every data-parallel bench holds beside its own figures (DdpBenchRow, ZeroBenchRow,
+// FsdpBenchRow): its case, the job, the model, and either the step time or why it ran out of memory.
+template <class Case>
+struct DataParallelRow {
+  Case c;
   int world = 1;
   std::string backend;  // the communicator's ("nccl", "mpi", "single")
   std::int64_t local_batch = 0;
   std::int64_t parameters = 0;
   bool oom = false;
   std::string oom_message;
+  Summary step;             // of the per-step max over ranks, ms
+  double tokens_per_s = 0;  // world x local batch x ctx / step_ms
+};
+
+struct DdpBenchRow : DataParallelRow<DdpBenchCase> {
   std::string unsupported;        // non-empty: the row's communicator or buffers are not available here (why)
   std::size_t collectives = 0;    // all-reduces per step (DDP buckets); 0 for single
-  Summary step;                   // of the per-step max over ranks, ms
   std::optional<double> comm_ms;  // median over steps of the max over ranks; 0 for single
   double backward_ms = 0;         // median over steps of the max over ranks of backward's own time
   double peak_gib = 0;            // max over ranks of the peak over the timed steps
-  double tokens_per_s = 0;        // world x local batch x ctx / step_ms
 };
 
 // Validates options (ft::Error invalid_argument naming the option and the value given).
@@ -157,17 +165,22 @@ nlohmann::json ddp_bench_document(const DdpBenchConfig& config, const std::vecto
 void bench_ddp(const DdpBenchConfig& config, Communicator& comm, Communicator& host, bool csv,
                const std::string& json_path, std::ostream& out);
 
-// ---- shared with bench zero ----
+// ---- shared with bench zero and bench fsdp ----
 
-// The results config both data-parallel documents start from: world, backend, local_batch, vocab, warmup,
+// The results config every data-parallel document starts from: world, backend, local_batch, vocab, warmup,
 // steps, attention, tf32, seed.
 nlohmann::json data_parallel_config(const ModelBenchConfig& m, int world, const std::string& backend);
 
-// The fields every data-parallel results row has (a DdpBenchRow or ZeroBenchRow r): world, backend, the
-// model (size, d_model, layers, ctx, precision), local_batch, parameters, then either oom and error or the
-// step time's summary (step_ms: median, mean_ms, min_ms, max_ms) and tokens_per_s. Each bench adds its own.
-template <class Row>
-nlohmann::json data_parallel_row(const Row& r) {
+// The results config's "timing" of bench zero and bench fsdp.
+inline constexpr const char* kBarrierStepTiming =
+    "step_ms: median over the timed steps of the max over ranks of each rank's host wall time "
+    "(an untimed barrier before each step)";
+
+// The fields every data-parallel results row has: world, backend, the model (size, d_model, layers, ctx,
+// precision), local_batch, parameters, then either oom and error or the step time's summary (step_ms:
+// median, mean_ms, min_ms, max_ms) and tokens_per_s. Each bench adds its own.
+template <class Case>
+nlohmann::json data_parallel_row(const DataParallelRow<Case>& r) {
   const ModelConfig& m = r.c.model.model;
   nlohmann::json row{{"world", r.world},
                      {"backend", r.backend},
@@ -270,5 +283,43 @@ bool any_rank(Communicator& host, bool flag);
 std::vector<double> max_over_ranks(Communicator& host, const std::vector<double>& values);
 // Every rank's values (the same count on every rank), exact for 0 <= value < 2^48: result[r] is rank r's.
 std::vector<std::vector<std::int64_t>> gather_counts(Communicator& host, const std::vector<std::int64_t>& values);
+// The first rank whose first count (its peak) is the highest, of gather_counts' result (world, counts).
+int highest_peak_rank(const std::vector<std::vector<std::int64_t>>& counts);
+
+// The steps of a row under a memory recording (bench zero, bench fsdp): phase "steps" of the warm-up and
+// timed steps (NVTX "warmup step N", "step N"), then one more step in phases "forward_backward" and
+// "optimizer" (NVTX "profiled step"). This rank's timed steps, ms.
+std::vector<double> recorded_steps(DataParallelReplica& replica, Communicator& host, const std::function<void()>& sync,
+                                   const ModelBenchConfig& m, MemoryRecorder& recorder);
+
+// A row of case c before it runs: the job's world and backend, the config's local batch, the model's
+// parameter count.
+template <class Row>
+Row data_parallel_base_row(const decltype(Row::c)& c, const ModelBenchConfig& m, int world,
+                           const std::string& backend) {
+  Row row;
+  row.c = c;
+  row.world = world;
+  row.backend = backend;
+  row.local_batch = m.batch;
+  row.parameters = ParameterLayout(c.model.model).numel();
+  return row;
+}
+
+// row as an OOM row: this rank's message, or "out of memory on another rank" where it has none.
+template <class Row>
+Row out_of_memory_row(Row row, const std::string& message) {
+  row.oom = true;
+  row.oom_message = message.empty() ? "out of memory on another rank" : message;
+  return row;
+}
+
+// Sets row.step from every rank's step times (a host collective: all ranks call it), and tokens_per_s.
+template <class Case>
+void set_step_figures(DataParallelRow<Case>& row, Communicator& host, const std::vector<double>& step_ms) {
+  row.step = summarize(max_over_ranks(host, step_ms));
+  row.tokens_per_s = static_cast<double>(row.world * row.local_batch * row.c.model.model.context_length) /
+                     (row.step.median / 1e3);
+}
 
 }  // namespace ft::cli

@@ -9,7 +9,6 @@
 #include "bench/report_table.h"
 #include "bench/results_json.h"
 #include "core/error.h"
-#include "core/nvtx.h"
 #include "dist/ddp_transformer.h"
 #include "dist/fsdp.h"
 #include "dist/fsdp_plan.h"
@@ -40,12 +39,6 @@ std::vector<std::int64_t> rank_memory(const std::vector<MemoryPhaseSummary>& sum
   std::vector<std::int64_t> v{peak->peak_bytes};
   v.insert(v.end(), peak->at_peak.begin(), peak->at_peak.end());
   return v;
-}
-
-FsdpBenchRow oom_row(FsdpBenchRow row, const std::string& message) {
-  row.oom = true;
-  row.oom_message = message.empty() ? "out of memory on another rank" : message;
-  return row;
 }
 
 // The stage's machinery around a replica: what it attaches to the Trainer, and the synchronisation the step
@@ -94,12 +87,7 @@ void build_stage(StageRun& run, const FsdpBenchCase& c, const FsdpBenchConfig& c
 FsdpBenchRow run_fsdp_row(const FsdpBenchCase& c, const FsdpBenchConfig& config, Communicator& comm,
                           Communicator& host) {
   const ModelBenchConfig& m = config.model;
-  FsdpBenchRow row;
-  row.c = c;
-  row.world = host.world_size();
-  row.backend = comm.backend();
-  row.local_batch = m.batch;
-  row.parameters = ParameterLayout(c.model.model).numel();
+  FsdpBenchRow row = data_parallel_base_row<FsdpBenchRow>(c, m, host.world_size(), comm.backend());
   MemoryRecorder recorder;
   recorder.start(m.device, "init");
   StageRun run;
@@ -111,36 +99,22 @@ FsdpBenchRow run_fsdp_row(const FsdpBenchCase& c, const FsdpBenchConfig& config,
     const std::function<void()> sync = [&run] {
       if (run.ddp) run.ddp->synchronize();
     };
-    recorder.phase("steps");
-    for (std::int64_t i = 1; i <= m.warmup; ++i) {
-      NvtxRange range(str("warmup step ", i));
-      run.replica->timed_step(host, sync);
-    }
-    for (std::int64_t i = 1; i <= m.steps; ++i) {
-      NvtxRange range(str("step ", i));
-      step_ms.push_back(run.replica->timed_step(host, sync));
-    }
-    {
-      NvtxRange range("profiled step");
-      run.replica->step(sync, &recorder);
-    }
+    step_ms = recorded_steps(*run.replica, host, sync, m, recorder);
     mine = rank_memory(summarize_memory_timeline(recorder.stop()));
   } catch (const Error& e) {
     // As in bench ddp: only host collectives let the ranks agree on an OOM row after a step has started.
     if (e.kind() != ErrorKind::out_of_memory || (comm.compute_stream() && run.replica)) throw;
     oom_message = e.message();
   }
-  if (any_rank(host, !oom_message.empty())) return oom_row(row, oom_message);
+  if (any_rank(host, !oom_message.empty())) return out_of_memory_row(row, oom_message);
 
-  row.step = summarize(max_over_ranks(host, step_ms));
+  set_step_figures(row, host, step_ms);
   const std::int64_t sequences = row.world * m.batch;
-  row.tokens_per_s = static_cast<double>(sequences * c.model.model.context_length) / (row.step.median / 1e3);
   const std::optional<double> peak =
       m.device.is_cpu() ? std::nullopt : peak_flops(describe_device(m.device), c.model.precision, m.tf32);
   if (peak) row.mfu = anchor_step_flops(c.model.model, sequences) / (row.step.median / 1e3) / (*peak * row.world);
   const std::vector<std::vector<std::int64_t>> all = gather_counts(host, mine);  // (world, 1 + categories)
-  for (int r = 1; r < row.world; ++r)
-    if (all[r][0] > all[row.memory_rank][0]) row.memory_rank = r;
+  row.memory_rank = highest_peak_rank(all);
   row.peak_bytes = all[row.memory_rank][0];
   std::copy(all[row.memory_rank].begin() + 1, all[row.memory_rank].end(), row.at_peak.begin());
   return row;
@@ -278,8 +252,7 @@ nlohmann::json fsdp_bench_document(const FsdpBenchConfig& config, const std::vec
       {"step", "zero_grads, forward and backward of the local batch, gradient averaging (DDP synchronize at zero 0, "
                "the stage's reduce-scatters otherwise), clipping to 1.0 across shards and AdamW; the device "
                "synchronised at the end"},
-      {"timing", "step_ms: median over the timed steps of the max over ranks of each rank's host wall time "
-                 "(an untimed barrier before each step)"},
+      {"timing", kBarrierStepTiming},
       {"mfu", "6 x (parameters - vocab x d_model) x tokens + 3.5 x layers x 4 x sequences x ctx^2 x d_model / 2 "
               "per step (the PyTorch anchor's count: recomputation not counted), over step_ms and world x the "
               "GPU's dense peak for the precision"},

@@ -31,9 +31,9 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/memory_timeline.h"
-#include "bench/statistics.h"
 #include "dist/communicator.h"
 #include "dist/context.h"
+#include "flashtrain/ddp_bench.h"
 #include "flashtrain/job.h"
 #include "flashtrain/model_bench.h"
 
@@ -67,16 +67,7 @@ struct FsdpBenchCase {
   int stage = 0;
 };
 
-struct FsdpBenchRow {
-  FsdpBenchCase c;
-  int world = 1;
-  std::string backend;
-  std::int64_t local_batch = 0;
-  std::int64_t parameters = 0;
-  bool oom = false;
-  std::string oom_message;
-  Summary step;                      // of the per-step max over ranks, ms
-  double tokens_per_s = 0;           // world x local batch x ctx / step_ms
+struct FsdpBenchRow : DataParallelRow<FsdpBenchCase> {
   std::optional<double> mfu;         // the anchor's count (see the top of this file)
   int memory_rank = 0;               // the rank whose memory figures these are
   std::int64_t peak_bytes = 0;       // its peak over the row

@@ -9,13 +9,11 @@
 #include "bench/report_table.h"
 #include "bench/results_json.h"
 #include "core/error.h"
-#include "core/nvtx.h"
 #include "dist/ddp_transformer.h"
 #include "dist/zero_transformer.h"
 #include "flashtrain/cli_parse.h"
 #include "flashtrain/ddp_bench.h"
 #include "flashtrain/out_of_memory.h"
-#include "model/parameters.h"
 
 namespace ft::cli {
 
@@ -76,27 +74,10 @@ RankMemory unflatten(const std::vector<std::int64_t>& v) {
   return m;
 }
 
-ZeroBenchRow base_row(const ZeroBenchCase& c, const ZeroBenchConfig& config, const Communicator& host,
-                      const Communicator& comm) {
-  ZeroBenchRow row;
-  row.c = c;
-  row.world = host.world_size();
-  row.backend = comm.backend();
-  row.local_batch = config.model.batch;
-  row.parameters = ParameterLayout(c.model.model).numel();
-  return row;
-}
-
-ZeroBenchRow oom_row(ZeroBenchRow row, const std::string& message) {
-  row.oom = true;
-  row.oom_message = message.empty() ? "out of memory on another rank" : message;
-  return row;
-}
-
 ZeroBenchRow run_zero_row(const ZeroBenchCase& c, const ZeroBenchConfig& config, Communicator& comm,
                           Communicator& host) {
   const ModelBenchConfig& m = config.model;
-  ZeroBenchRow row = base_row(c, config, host, comm);
+  ZeroBenchRow row = data_parallel_base_row<ZeroBenchRow>(c, m, host.world_size(), comm.backend());
   MemoryRecorder recorder;
   recorder.start(m.device, "init");
   std::optional<DataParallelReplica> replica;
@@ -107,7 +88,7 @@ ZeroBenchRow run_zero_row(const ZeroBenchCase& c, const ZeroBenchConfig& config,
     if (!is_out_of_memory(e)) throw;
     oom_message = out_of_memory_message(e);
   }
-  if (any_rank(host, !oom_message.empty())) return oom_row(row, oom_message);  // before any collective
+  if (any_rank(host, !oom_message.empty())) return out_of_memory_row(row, oom_message);  // before any collective
 
   std::vector<double> step_ms;  // (steps) this rank's
   RankMemory mine;
@@ -136,19 +117,7 @@ ZeroBenchRow run_zero_row(const ZeroBenchCase& c, const ZeroBenchConfig& config,
     const std::function<void()> sync = [&ddp] {
       if (ddp) ddp->synchronize();
     };
-    recorder.phase("steps");
-    for (std::int64_t i = 1; i <= m.warmup; ++i) {
-      NvtxRange range(str("warmup step ", i));
-      replica->timed_step(host, sync);
-    }
-    for (std::int64_t i = 1; i <= m.steps; ++i) {
-      NvtxRange range(str("step ", i));
-      step_ms.push_back(replica->timed_step(host, sync));
-    }
-    {
-      NvtxRange range("profiled step");
-      replica->step(sync, &recorder);
-    }
+    step_ms = recorded_steps(*replica, host, sync, m, recorder);
     const std::vector<MemoryPhaseSummary> summary = summarize_memory_timeline(recorder.stop());
     for (const MemoryPhaseSummary& s : summary) mine.peak_bytes = std::max(mine.peak_bytes, s.peak_bytes);
     for (std::size_t i = 0; i < 3; ++i) mine.points[i] = point_of(summary, kPointPhases[i]);
@@ -157,14 +126,11 @@ ZeroBenchRow run_zero_row(const ZeroBenchCase& c, const ZeroBenchConfig& config,
     if (!is_out_of_memory(e) || comm.compute_stream()) throw;
     oom_message = out_of_memory_message(e);
   }
-  if (any_rank(host, !oom_message.empty())) return oom_row(row, oom_message);
+  if (any_rank(host, !oom_message.empty())) return out_of_memory_row(row, oom_message);
 
-  row.step = summarize(max_over_ranks(host, step_ms));
-  row.tokens_per_s =
-      static_cast<double>(row.world * m.batch * c.model.model.context_length) / (row.step.median / 1e3);
+  set_step_figures(row, host, step_ms);
   const std::vector<std::vector<std::int64_t>> all = gather_counts(host, flatten(mine));  // (world, fields)
-  for (int r = 1; r < row.world; ++r)
-    if (all[r][0] > all[row.memory_rank][0]) row.memory_rank = r;
+  row.memory_rank = highest_peak_rank(all);
   const RankMemory chosen = unflatten(all[row.memory_rank]);
   row.peak_bytes = chosen.peak_bytes;
   row.optimizer_state_bytes = chosen.optimizer_state_bytes;
@@ -277,8 +243,7 @@ nlohmann::json zero_bench_document(const ZeroBenchConfig& config, const std::vec
       {"bucket_mb", config.bucket_mb},
       {"step", "zero_grads, forward and backward of the local batch, DDP synchronize (off, owner_broadcast), "
                "clipping to 1.0 and AdamW (sharded: the ZeroOptimizer's step); the device synchronised at the end"},
-      {"timing", "step_ms: median over the timed steps of the max over ranks of each rank's host wall time "
-                 "(an untimed barrier before each step)"},
+      {"timing", kBarrierStepTiming},
       {"memory", "the allocator's timeline of the row's rank with the highest peak (memory_rank): phases init "
                  "(model, Trainer, DDP, ZeroOptimizer with its state, token ids), steps (warm-up and timed), then "
                  "one more step's forward_backward (with DDP's synchronize) and optimizer; after_init, "

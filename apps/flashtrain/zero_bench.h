@@ -33,9 +33,9 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/memory_timeline.h"
-#include "bench/statistics.h"
 #include "dist/communicator.h"
 #include "dist/zero_optimizer.h"
+#include "flashtrain/ddp_bench.h"
 #include "flashtrain/job.h"
 #include "flashtrain/model_bench.h"
 
@@ -72,16 +72,7 @@ struct MemoryPoint {
   std::int64_t end_bytes = 0;                             // the level when the phase ends
 };
 
-struct ZeroBenchRow {
-  ZeroBenchCase c;
-  int world = 1;
-  std::string backend;
-  std::int64_t local_batch = 0;
-  std::int64_t parameters = 0;
-  bool oom = false;
-  std::string oom_message;
-  Summary step;                         // of the per-step max over ranks, ms
-  double tokens_per_s = 0;              // world x local batch x ctx / step_ms
+struct ZeroBenchRow : DataParallelRow<ZeroBenchCase> {
   int memory_rank = 0;                  // the rank whose memory figures these are
   std::int64_t peak_bytes = 0;          // its peak over the whole row
   std::int64_t optimizer_state_bytes = 0;  // its optimizer state (Trainer::memory().optimizer_state)

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/attention_problem.h"
 #include "common/expect_close.h"
 #include "core/buffer.h"
 #include "core/error.h"
@@ -43,56 +44,7 @@ std::string case_name(const Case& c) {
 
 void PrintTo(const Case& c, std::ostream* out) { *out << case_name(c); }
 
-// A logical (B, H, N, D) tensor stored as (B, H, N, D), or as (B, N, H, D) seen through a transpose.
-struct Held {
-  OwnedTensor owner;
-  Tensor view;
-};
-
-Held make_bhnd(std::int64_t B, std::int64_t H, std::int64_t N, std::int64_t D, DType dtype, bool bnhd) {
-  if (!bnhd) {
-    OwnedTensor owner({B, H, N, D}, dtype, Device::cpu(), "test");
-    Tensor view = owner.tensor();
-    return {std::move(owner), view};
-  }
-  OwnedTensor owner({B, N, H, D}, dtype, Device::cpu(), "test");
-  Tensor view = owner.tensor().transpose(1, 2);
-  return {std::move(owner), view};
-}
-
-// Every tensor of one forward + backward call.
-struct Problem {
-  Held q, k, v, o, d_o, dq, dk, dv;
-  OwnedTensor lse, sinks, dsinks;
-
-  Problem(const Case& c, DType dtype, bool bnhd)
-      : q(make_bhnd(c.B, c.Hq, c.Nq, c.D, dtype, bnhd)),
-        k(make_bhnd(c.B, c.Hkv, c.Nk, c.D, dtype, bnhd)),
-        v(make_bhnd(c.B, c.Hkv, c.Nk, c.D, dtype, bnhd)),
-        o(make_bhnd(c.B, c.Hq, c.Nq, c.D, dtype, bnhd)),
-        d_o(make_bhnd(c.B, c.Hq, c.Nq, c.D, dtype, bnhd)),
-        dq(make_bhnd(c.B, c.Hq, c.Nq, c.D, dtype, bnhd)),
-        dk(make_bhnd(c.B, c.Hkv, c.Nk, c.D, dtype, bnhd)),
-        dv(make_bhnd(c.B, c.Hkv, c.Nk, c.D, dtype, bnhd)),
-        lse({c.B, c.Hq, c.Nq}, DType::f32, Device::cpu(), "test") {
-    if (c.sinks) {
-      sinks = OwnedTensor({c.Hq}, DType::f32, Device::cpu(), "test");
-      dsinks = OwnedTensor({c.Hq}, DType::f32, Device::cpu(), "test");
-    }
-  }
-  AttentionTensors tensors() const {
-    AttentionTensors t;
-    t.q = q.view, t.k = k.view, t.v = v.view, t.o = o.view, t.lse = lse;
-    if (sinks.defined()) t.sinks = sinks;
-    return t;
-  }
-  AttentionGrads grads() const {
-    AttentionGrads g;
-    g.d_o = d_o.view, g.dq = dq.view, g.dk = dk.view, g.dv = dv.view;
-    if (dsinks.defined()) g.dsinks = dsinks;
-    return g;
-  }
-};
+using Problem = testing_util::AttentionProblem;
 
 AttentionOptions options_of(const Case& c, AttentionImpl impl) {
   AttentionOptions opt;

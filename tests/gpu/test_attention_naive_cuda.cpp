@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/attention_problem.h"
 #include "common/expect_close.h"
 #include "core/allocator.h"
 #include "core/buffer.h"
@@ -45,63 +46,14 @@ std::string case_name(const Case& c, DType dtype) {
              c.sinks ? "_sinks" : "", c.scale ? "_scaled" : "");
 }
 
-// A logical (B, H, N, D) tensor stored as (B, H, N, D), or as (B, N, H, D) seen through a transpose.
-struct Held {
-  OwnedTensor owner;
-  Tensor view;
-};
+using Problem = testing_util::AttentionProblem;
 
-Held make_bhnd(std::int64_t B, std::int64_t H, std::int64_t N, std::int64_t D, DType dtype, bool bnhd,
-               Device device) {
-  if (!bnhd) {
-    OwnedTensor owner({B, H, N, D}, dtype, device, "test");
-    Tensor view = owner.tensor();
-    return {std::move(owner), view};
-  }
-  OwnedTensor owner({B, N, H, D}, dtype, device, "test");
-  Tensor view = owner.tensor().transpose(1, 2);
-  return {std::move(owner), view};
+// Outputs start as NaN so that anything left unwritten fails the comparison.
+void poison_outputs(const Problem& p) {
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  for (const Tensor& t : {p.o.view, p.lse.tensor(), p.dq.view, p.dk.view, p.dv.view}) fill_constant(t, nan);
+  if (p.dsinks.defined()) fill_constant(p.dsinks, nan);
 }
-
-// Every tensor of one forward + backward call.
-struct Problem {
-  Held q, k, v, o, d_o, dq, dk, dv;
-  OwnedTensor lse, sinks, dsinks;
-
-  Problem(const Case& c, DType dtype, bool bnhd, Device device)
-      : q(make_bhnd(c.B, c.Hq, c.Nq, c.D, dtype, bnhd, device)),
-        k(make_bhnd(c.B, c.Hkv, c.Nk, c.D, dtype, bnhd, device)),
-        v(make_bhnd(c.B, c.Hkv, c.Nk, c.D, dtype, bnhd, device)),
-        o(make_bhnd(c.B, c.Hq, c.Nq, c.D, dtype, bnhd, device)),
-        d_o(make_bhnd(c.B, c.Hq, c.Nq, c.D, dtype, bnhd, device)),
-        dq(make_bhnd(c.B, c.Hq, c.Nq, c.D, dtype, bnhd, device)),
-        dk(make_bhnd(c.B, c.Hkv, c.Nk, c.D, dtype, bnhd, device)),
-        dv(make_bhnd(c.B, c.Hkv, c.Nk, c.D, dtype, bnhd, device)),
-        lse({c.B, c.Hq, c.Nq}, DType::f32, device, "test") {
-    if (c.sinks) {
-      sinks = OwnedTensor({c.Hq}, DType::f32, device, "test");
-      dsinks = OwnedTensor({c.Hq}, DType::f32, device, "test");
-    }
-  }
-  AttentionTensors tensors() const {
-    AttentionTensors t;
-    t.q = q.view, t.k = k.view, t.v = v.view, t.o = o.view, t.lse = lse;
-    if (sinks.defined()) t.sinks = sinks;
-    return t;
-  }
-  AttentionGrads grads() const {
-    AttentionGrads g;
-    g.d_o = d_o.view, g.dq = dq.view, g.dk = dk.view, g.dv = dv.view;
-    if (dsinks.defined()) g.dsinks = dsinks;
-    return g;
-  }
-  // Outputs start as NaN so that anything left unwritten fails the comparison.
-  void poison_outputs() const {
-    const double nan = std::numeric_limits<double>::quiet_NaN();
-    for (const Tensor& t : {o.view, lse.tensor(), dq.view, dk.view, dv.view}) fill_constant(t, nan);
-    if (dsinks.defined()) fill_constant(dsinks, nan);
-  }
-};
 
 AttentionOptions options_of(const Case& c, AttentionImpl impl, const Stream& stream = {}) {
   AttentionOptions opt;
@@ -150,7 +102,7 @@ void run_case(const Case& c, DType dtype) {
   Problem host(c, dtype, c.bnhd, Device::cpu());
   Problem gpu(c, dtype, c.bnhd, Device::cuda(0));
   fill_inputs(host, gpu, c.sinks);
-  gpu.poison_outputs();
+  poison_outputs(gpu);
   attention_forward(gpu.tensors(), options_of(c, AttentionImpl::naive, stream));
   attention_backward(gpu.tensors(), gpu.grads(), options_of(c, AttentionImpl::naive, stream));
   stream.synchronize();
@@ -268,7 +220,7 @@ TEST(NaiveCudaDeterminism, BackwardIsBitwiseRepeatable) {
   fill_inputs(host, gpu, true);
   std::vector<std::vector<double>> first;
   for (int run = 0; run < 2; ++run) {
-    gpu.poison_outputs();
+    poison_outputs(gpu);
     attention_forward(gpu.tensors(), options_of(c, AttentionImpl::naive));
     attention_backward(gpu.tensors(), gpu.grads(), options_of(c, AttentionImpl::naive));
     const std::vector<std::vector<double>> now = {read_as_double(gpu.dq.view), read_as_double(gpu.dk.view),

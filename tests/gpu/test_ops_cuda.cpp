@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "common/expect_close.h"
 #include "core/buffer.h"
 #include "core/error.h"
 #include "core/half.h"
@@ -33,6 +34,8 @@
 
 namespace ft {
 namespace {
+
+using testing_util::expect_close_to_largest;
 
 const Device kGpu = Device::cuda(0);
 
@@ -62,27 +65,6 @@ Pair pair(const Shape& shape, DType dtype, std::uint64_t seed, double scale = 1.
 
 // The first `cols` columns of the last dim (strided rows when cols < the stored width).
 Tensor first_cols(const Tensor& t, std::int64_t cols) { return t.narrow(t.dim() - 1, 0, cols); }
-
-// Fails unless max |got - expected| <= tol * max |expected| (max |expected| > 0), naming the worst element.
-void expect_close(const std::vector<double>& got, const std::vector<double>& expected, double tol,
-                  const std::string& what) {
-  ASSERT_EQ(got.size(), expected.size()) << what;
-  double top = 0, worst = 0;
-  std::size_t at = 0;
-  for (std::size_t i = 0; i < got.size(); ++i) {
-    ASSERT_FALSE(std::isnan(got[i])) << what << ": NaN at " << i;
-    top = std::max(top, std::fabs(expected[i]));
-    const double diff = std::fabs(got[i] - expected[i]);
-    if (diff > worst) worst = diff, at = i;
-  }
-  ASSERT_GT(top, 0.0) << what << ": the reference is all zeros";
-  EXPECT_LE(worst, tol * top) << what << ": max |diff| " << worst << " at " << at << " (got " << got[at]
-                              << ", expected " << expected[at] << "), max |expected| " << top << ", tolerance " << tol;
-}
-
-void expect_close(const Tensor& got, const Tensor& expected, double tol, const std::string& what) {
-  expect_close(read_as_double(got), read_as_double(expected), tol, what);
-}
 
 void expect_equal(const Tensor& got, const Tensor& expected, const std::string& what) {
   const auto g = read_as_double(got), e = read_as_double(expected);
@@ -135,17 +117,17 @@ TEST_P(LinearCuda, MatchesCpu) {
   linear_forward(y.cpu, x_cpu, w.cpu);
   linear_forward(y.gpu, x_gpu, w.gpu);
   const bool exact_out = c.out == DType::f32;
-  expect_close(y.gpu, y.cpu, exact_out ? 1e-5 : 1e-2, "y");
+  expect_close_to_largest(y.gpu, y.cpu, exact_out ? 1e-5 : 1e-2, "y");
 
   linear_backward({dx.cpu, dw.cpu, true}, dy.cpu, x_cpu, w.cpu);
   linear_backward({dx.gpu, dw.gpu, true}, dy.gpu, x_gpu, w.gpu);
-  expect_close(dx.gpu, dx.cpu, exact_out ? 1e-5 : 1e-2, "dx");
-  expect_close(dw.gpu, dw.cpu, 1e-5, "dw (accumulated)");
+  expect_close_to_largest(dx.gpu, dx.cpu, exact_out ? 1e-5 : 1e-2, "dx");
+  expect_close_to_largest(dw.gpu, dw.cpu, 1e-5, "dw (accumulated)");
 
   // Overwriting dw, twice: bit-identical runs.
   linear_backward({Tensor(), dw.cpu, false}, dy.cpu, x_cpu, w.cpu);
   linear_backward({Tensor(), dw.gpu, false}, dy.gpu, x_gpu, w.gpu);
-  expect_close(dw.gpu, dw.cpu, 1e-5, "dw");
+  expect_close_to_largest(dw.gpu, dw.cpu, 1e-5, "dw");
   const auto first = read_as_double(dw.gpu);
   linear_backward({Tensor(), dw.gpu, false}, dy.gpu, x_gpu, w.gpu);
   EXPECT_EQ(read_as_double(dw.gpu), first) << "dw differs between two runs";
@@ -215,8 +197,8 @@ TEST_P(RmsNormCuda, MatchesCpu) {
   const Pair y = pair({3, 7, d}, ydtype, 22), rstd = pair({3, 7}, DType::f32, 23);
   rmsnorm_forward(y.cpu, rstd.cpu, x_cpu, w.cpu);
   rmsnorm_forward(y.gpu, rstd.gpu, x_gpu, w.gpu);
-  expect_close(rstd.gpu, rstd.cpu, 1e-6, "rstd");
-  expect_close(y.gpu, y.cpu, ydtype == DType::f32 ? 1e-6 : 1e-2, "y");
+  expect_close_to_largest(rstd.gpu, rstd.cpu, 1e-6, "rstd");
+  expect_close_to_largest(y.gpu, y.cpu, ydtype == DType::f32 ? 1e-6 : 1e-2, "y");
 
   const Pair dy = pair({3, 7, d}, ydtype, 24);
   const Pair dx = pair({3, 7, d}, DType::f32, 25), dw = pair({d}, DType::f32, 26);
@@ -224,8 +206,8 @@ TEST_P(RmsNormCuda, MatchesCpu) {
     rmsnorm_backward({dx.cpu, dw.cpu, accumulate, accumulate}, dy.cpu, x_cpu, w.cpu, rstd.cpu);
     rmsnorm_backward({dx.gpu, dw.gpu, accumulate, accumulate}, dy.gpu, x_gpu, w.gpu, rstd.gpu);
     const std::string tag = accumulate ? " (accumulated)" : "";
-    expect_close(dx.gpu, dx.cpu, 1e-5, "dx" + tag);
-    expect_close(dw.gpu, dw.cpu, 1e-5, "dw" + tag);
+    expect_close_to_largest(dx.gpu, dx.cpu, 1e-5, "dx" + tag);
+    expect_close_to_largest(dw.gpu, dw.cpu, 1e-5, "dw" + tag);
   }
   const auto first = read_as_double(dw.gpu);
   rmsnorm_backward({Tensor(), dw.gpu, false, false}, dy.gpu, x_gpu, w.gpu, rstd.gpu);
@@ -257,10 +239,10 @@ TEST_P(RopeCuda, ForwardAndBackwardMatchCpu) {
   rope_forward(view(store.cpu), options);
   rope_forward(view(store.gpu), options);
   const double tol = dtype == DType::f32 ? 1e-6 : 1e-2;
-  expect_close(store.gpu, store.cpu, tol, "rope forward");
+  expect_close_to_largest(store.gpu, store.cpu, tol, "rope forward");
   rope_backward(view(store.cpu), options);
   rope_backward(view(store.gpu), options);
-  expect_close(store.gpu, store.cpu, tol, "rope backward");
+  expect_close_to_largest(store.gpu, store.cpu, tol, "rope backward");
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, RopeCuda,
@@ -287,10 +269,10 @@ TEST(RopeCuda, PerTokenPositionsMatchCpu) {
   const Tensor cpu = store.cpu->permute({0, 2, 1, 3}), gpu = store.gpu->permute({0, 2, 1, 3});
   rope_forward(cpu, cpu_options);
   rope_forward(gpu, gpu_options);
-  expect_close(store.gpu, store.cpu, 1e-2, "rope forward with positions");
+  expect_close_to_largest(store.gpu, store.cpu, 1e-2, "rope forward with positions");
   rope_backward(cpu, cpu_options);
   rope_backward(gpu, gpu_options);
-  expect_close(store.gpu, store.cpu, 1e-2, "rope backward with positions");
+  expect_close_to_largest(store.gpu, store.cpu, 1e-2, "rope backward with positions");
 
   positions[3] = static_cast<std::int32_t>(T);  // row (0, t = 3)
   upload();
@@ -314,11 +296,11 @@ TEST_P(SwigluCuda, ForwardAndInPlaceBackwardMatchCpu) {
   const double tol = dtype == DType::f32 ? 1e-5 : 1e-2;
   swiglu_forward(h.cpu, a_cpu, second(ab.cpu));
   swiglu_forward(h.gpu, a_gpu, second(ab.gpu));
-  expect_close(h.gpu, h.cpu, tol, "h");
+  expect_close_to_largest(h.gpu, h.cpu, tol, "h");
   swiglu_backward(a_cpu, second(ab.cpu), dh.cpu, a_cpu, second(ab.cpu));
   swiglu_backward(a_gpu, second(ab.gpu), dh.gpu, a_gpu, second(ab.gpu));
-  expect_close(a_gpu, a_cpu, tol, "da (over a)");
-  expect_close(second(ab.gpu), second(ab.cpu), tol, "db (over b)");
+  expect_close_to_largest(a_gpu, a_cpu, tol, "da (over a)");
+  expect_close_to_largest(second(ab.gpu), second(ab.cpu), tol, "db (over b)");
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, SwigluCuda,
@@ -348,7 +330,7 @@ TEST_P(CrossEntropyCuda, LossAndDlogitsMatchCpu) {
   const double loss_cpu = cross_entropy(logits.cpu, targets.cpu(), dl_cpu, options);
   const double loss_gpu = cross_entropy(logits.gpu, targets.gpu(), dl_gpu, options);
   EXPECT_NEAR(loss_gpu, loss_cpu, 1e-6 * loss_cpu);
-  if (mode != Dlogits::none) expect_close(dl_gpu, dl_cpu, mode == Dlogits::bf16 ? 1e-2 : 1e-5, "dlogits");
+  if (mode != Dlogits::none) expect_close_to_largest(dl_gpu, dl_cpu, mode == Dlogits::bf16 ? 1e-2 : 1e-5, "dlogits");
   if (mode != Dlogits::in_place) {
     EXPECT_EQ(cross_entropy(logits.gpu, targets.gpu(), dl_gpu, options), loss_gpu) << "loss differs between runs";
   }
@@ -408,9 +390,9 @@ TEST(AdamWCuda, ThreeStepsMatchCpu) {
       adamw_step(view(p.gpu), view(g.gpu), view(m.gpu), view(v.gpu), config, step);
     }
     const std::string tag = " (offset " + std::to_string(offset) + ")";
-    expect_close(p.gpu, p.cpu, 1e-6, "params" + tag);
-    expect_close(m.gpu, m.cpu, 1e-6, "exp_avg" + tag);
-    expect_close(v.gpu, v.cpu, 1e-6, "exp_avg_sq" + tag);
+    expect_close_to_largest(p.gpu, p.cpu, 1e-6, "params" + tag);
+    expect_close_to_largest(m.gpu, m.cpu, 1e-6, "exp_avg" + tag);
+    expect_close_to_largest(v.gpu, v.cpu, 1e-6, "exp_avg_sq" + tag);
   }
 }
 
@@ -450,7 +432,7 @@ TEST(AdamWCuda, FoldedClippingMatchesClipThenStep) {
         expect_equal(m.gpu, m_ref.gpu, "exp_avg, " + tag);
         expect_equal(v.gpu, v_ref.gpu, "exp_avg_sq, " + tag);
         expect_equal(g.gpu, g.cpu, "gradients (unscaled), " + tag);
-        expect_close(p.gpu, p.cpu, 1e-6, "params against the CPU, " + tag);
+        expect_close_to_largest(p.gpu, p.cpu, 1e-6, "params against the CPU, " + tag);
       }
     }
   }
@@ -460,7 +442,7 @@ TEST(SgdCuda, MatchesCpu) {
   const Pair p = pair({1001}, DType::f32, 90), g = pair({1001}, DType::f32, 91);
   sgd_step(p.cpu, g.cpu, 0.1);
   sgd_step(p.gpu, g.gpu, 0.1);
-  expect_close(p.gpu, p.cpu, 1e-7, "params");
+  expect_close_to_largest(p.gpu, p.cpu, 1e-7, "params");
 }
 
 TEST(GradClipCuda, SumOfSquaresAndClippingMatchCpuAndAreDeterministic) {
@@ -474,7 +456,7 @@ TEST(GradClipCuda, SumOfSquaresAndClippingMatchCpuAndAreDeterministic) {
   const double norm_cpu = clip_grad_norm(cpu, 10.0), norm_gpu = clip_grad_norm(gpu, 10.0);
   EXPECT_NEAR(norm_gpu, norm_cpu, 1e-12 * norm_cpu);
   for (std::size_t i = 0; i < cpu.size(); ++i)
-    expect_close(gpu[i], cpu[i], 1e-7, "clipped tensor " + std::to_string(i));
+    expect_close_to_largest(gpu[i], cpu[i], 1e-7, "clipped tensor " + std::to_string(i));
   EXPECT_NEAR(std::sqrt(grad_sum_squares(gpu)), 10.0, 1e-5);
 }
 

@@ -7,12 +7,9 @@
 // modes with a global-norm clip that acts (the reference clips with the Trainer's own clipping); every
 // communication buffer kind, tuned communicator and the copy-engine transport, with bf16 rounding on the
 // model's or the communication stream, takes plain DDP's steps bit for bit.
-// AdamW eps is 1e-3 (as test_model_cuda's Trainer step): near-zero gradients, whose last bits differ
-// between a batch of 4 and two averaged halves, then cannot turn into lr-sized updates.
+// The steps, batch, AdamW settings and parameter check are nccl_training.h's.
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cmath>
 #include <memory>
 #include <optional>
 #include <string>
@@ -25,13 +22,10 @@
 #include "dist/zero_transformer.h"
 #include "model/token_staging.h"
 #include "nccl/nccl_test_util.h"
+#include "nccl/nccl_training.h"
 
 namespace ft::test {
 namespace {
-
-constexpr int kSteps = 3;
-constexpr std::int64_t kBatch = 4, kSeq = 16;
-constexpr double kClip = 0.05;  // below the first steps' gradient norms: the clip acts
 
 ModelConfig config() {
   ModelConfig c = model_config("tiny");
@@ -50,27 +44,6 @@ ModelOptions options(std::uint64_t seed) {
   return o;
 }
 
-TrainerConfig trainer_config(std::int64_t accumulation, double clip, bool external) {
-  TrainerConfig t;
-  t.adamw.lr = 1e-2;
-  t.adamw.eps = 1e-3;
-  t.max_grad_norm = clip;
-  t.accumulation_steps = accumulation;
-  t.external_optimizer = external;
-  return t;
-}
-
-// Rows [begin, begin + count) of step s's batch, as the model's token batch.
-ft::TokenBatch rows(int step, std::int64_t begin, std::int64_t count) {
-  const TokenBatch b = cycle_batch(kBatch, kSeq, config().vocab_size, 11, 500 + step);
-  ft::TokenBatch out;
-  out.batch = count;
-  out.context = kSeq;
-  out.inputs.assign(b.inputs.begin() + begin * kSeq, b.inputs.begin() + (begin + count) * kSeq);
-  out.targets.assign(b.targets.begin() + begin * kSeq, b.targets.begin() + (begin + count) * kSeq);
-  return out;
-}
-
 struct Reference {
   std::vector<double> params;
   bool clipped = false;  // some step's gradient norm exceeded the clip
@@ -83,7 +56,7 @@ Reference train_reference(double clip) {
   TokenStaging staging(gpu(), kBatch, kSeq);
   Reference ref;
   for (int s = 0; s < kSteps; ++s) {
-    const auto [inputs, targets] = staging.place(rows(s, 0, kBatch));
+    const auto [inputs, targets] = staging.place(rows(s, 0, kBatch, config().vocab_size));
     trainer.forward_backward(inputs, targets);
     ref.clipped = trainer.optimizer_step().grad_norm > clip || ref.clipped;
     trainer.zero_grads();
@@ -123,7 +96,7 @@ std::vector<double> train_data_parallel(const RunOptions& run) {
   const std::int64_t local = kBatch / 2, micro = local / run.accumulation;
   for (int s = 0; s < kSteps; ++s) {
     for (std::int64_t m = 0; m < run.accumulation; ++m) {
-      const auto [inputs, targets] = staging.place(rows(s, rank * local + m * micro, micro));
+      const auto [inputs, targets] = staging.place(rows(s, rank * local + m * micro, micro, config().vocab_size));
       trainer.forward_backward(inputs, targets);
     }
     if (ddp) ddp->synchronize();
@@ -132,28 +105,6 @@ std::vector<double> train_data_parallel(const RunOptions& run) {
   }
   trainer.set_gradient_ready_hook({});
   return read_as_double(model.parameters().flat());
-}
-
-// Bit-identical on both ranks and within tol of the reference.
-void expect_matches(const std::vector<double>& params, const std::vector<double>& reference, double tol) {
-  ASSERT_EQ(params.size(), reference.size());
-  double worst = 0;
-  std::size_t at = 0;
-  for (std::size_t i = 0; i < params.size(); ++i) {
-    const double diff = std::abs(params[i] - reference[i]);
-    if (diff > worst) {
-      worst = diff;
-      at = i;
-    }
-  }
-  EXPECT_LE(worst, tol) << "parameter element " << at << ": " << params[at] << " vs " << reference[at];
-  std::vector<float> mine(params.begin(), params.end());  // exact: the parameters are fp32
-  const auto n = static_cast<std::int64_t>(mine.size());
-  std::vector<float> all(static_cast<std::size_t>(2 * n));  // (2, n)
-  host().all_gather(Tensor(all.data(), DType::f32, Device::cpu(), {2 * n}),
-                    Tensor(mine.data(), DType::f32, Device::cpu(), {n}))
-      ->wait();
-  EXPECT_TRUE(std::equal(all.begin(), all.begin() + n, all.begin() + n)) << "the ranks' parameters differ";
 }
 
 DdpOptions ddp_options(DdpStrategy strategy, double bucket_bytes = 0, bool bf16 = false) {

@@ -5,13 +5,10 @@
 // fp32 (also with 2 accumulation micro-batches) to fp32 round-off, gradients reduce-scattered in bf16 to
 // bf16 precision, bf16 mode (also with 2 micro-batches) to its GEMMs' precision; activation offloading changes
 // no bit of a ZeRO-3 run. The gathered parameters are bit-identical on both ranks
-// (every rank gathers the same shards). AdamW eps is 1e-3 as in test_ddp_nccl: near-zero gradients, whose last
-// bits differ between a batch of 4 and two averaged halves, cannot turn into lr-sized updates. The copy
-// engine's reduce-scatter takes NCCL's ZeRO-2/3 steps bit for bit.
+// (every rank gathers the same shards). The copy engine's reduce-scatter takes NCCL's ZeRO-2/3 steps bit for
+// bit. The steps, batch, AdamW settings and parameter check are nccl_training.h's.
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -21,13 +18,10 @@
 #include "dist/fsdp.h"
 #include "model/token_staging.h"
 #include "nccl/nccl_test_util.h"
+#include "nccl/nccl_training.h"
 
 namespace ft::test {
 namespace {
-
-constexpr int kSteps = 3;
-constexpr std::int64_t kBatch = 4, kSeq = 16;
-constexpr double kClip = 0.05;  // below the first steps' gradient norms: the clip acts
 
 ModelConfig config(std::int64_t layers = 2) {
   ModelConfig c = model_config("tiny");
@@ -47,35 +41,14 @@ ModelOptions options(Precision precision) {
   return o;
 }
 
-TrainerConfig trainer_config(std::int64_t accumulation, bool external) {
-  TrainerConfig t;
-  t.adamw.lr = 1e-2;
-  t.adamw.eps = 1e-3;
-  t.max_grad_norm = kClip;
-  t.accumulation_steps = accumulation;
-  t.external_optimizer = external;
-  return t;
-}
-
-// Rows [begin, begin + count) of step s's batch, as the model's token batch.
-ft::TokenBatch rows(int step, std::int64_t begin, std::int64_t count) {
-  const TokenBatch b = cycle_batch(kBatch, kSeq, config().vocab_size, 11, 500 + step);
-  ft::TokenBatch out;
-  out.batch = count;
-  out.context = kSeq;
-  out.inputs.assign(b.inputs.begin() + begin * kSeq, b.inputs.begin() + (begin + count) * kSeq);
-  out.targets.assign(b.targets.begin() + begin * kSeq, b.targets.begin() + (begin + count) * kSeq);
-  return out;
-}
-
 // One process, the whole batch, on this rank's GPU; the parameters after the steps.
 std::vector<double> train_reference(Precision precision) {
   TransformerLM model(config(), options(precision));
-  Trainer trainer(model, trainer_config(1, false));
+  Trainer trainer(model, trainer_config(1, kClip, false));
   TokenStaging staging(gpu(), kBatch, kSeq);
   bool clipped = false;
   for (int s = 0; s < kSteps; ++s) {
-    const auto [inputs, targets] = staging.place(rows(s, 0, kBatch));
+    const auto [inputs, targets] = staging.place(rows(s, 0, kBatch, config().vocab_size));
     trainer.forward_backward(inputs, targets);
     clipped = trainer.optimizer_step().grad_norm > kClip || clipped;
     trainer.zero_grads();
@@ -96,7 +69,7 @@ std::vector<double> train_sharded(int stage, Precision precision, std::int64_t a
                                   const ModelMemory& memory = {}, Communicator* over = nullptr) {
   const int rank = context().rank();
   Communicator& comm = over ? *over : context().communicator_for(gpu());
-  const TrainerConfig tc = trainer_config(accumulation, true);
+  const TrainerConfig tc = trainer_config(accumulation, kClip, true);
   FsdpOptions fo;
   fo.stage = stage;
   fo.precision = precision;
@@ -117,7 +90,7 @@ std::vector<double> train_sharded(int stage, Precision precision, std::int64_t a
   const std::int64_t local = kBatch / 2, micro = local / accumulation;
   for (int s = 0; s < kSteps; ++s) {
     for (std::int64_t m = 0; m < accumulation; ++m) {
-      const auto [inputs, targets] = staging.place(rows(s, rank * local + m * micro, micro));
+      const auto [inputs, targets] = staging.place(rows(s, rank * local + m * micro, micro, config().vocab_size));
       trainer.forward_backward(inputs, targets);
     }
     trainer.optimizer_step();
@@ -127,26 +100,6 @@ std::vector<double> train_sharded(int stage, Precision precision, std::int64_t a
   const OwnedTensor whole({fsdp.layout().numel()}, DType::f32, gpu(), "test parameters");
   fsdp.gather_parameters(whole);
   return read_as_double(whole);
-}
-
-// Within tol of the reference, and bit-identical on both ranks.
-void expect_matches(const std::vector<double>& params, const std::vector<double>& reference, double tol) {
-  ASSERT_EQ(params.size(), reference.size());
-  double worst = 0;
-  std::size_t at = 0;
-  for (std::size_t i = 0; i < params.size(); ++i)
-    if (std::abs(params[i] - reference[i]) > worst) {
-      worst = std::abs(params[i] - reference[i]);
-      at = i;
-    }
-  EXPECT_LE(worst, tol) << "parameter element " << at << ": " << params[at] << " vs " << reference[at];
-  std::vector<float> mine(params.begin(), params.end());  // exact: the parameters are fp32
-  const auto n = static_cast<std::int64_t>(mine.size());
-  std::vector<float> all(static_cast<std::size_t>(2 * n));  // (2, n)
-  host().all_gather(Tensor(all.data(), DType::f32, Device::cpu(), {2 * n}),
-                    Tensor(mine.data(), DType::f32, Device::cpu(), {n}))
-      ->wait();
-  EXPECT_TRUE(std::equal(all.begin(), all.begin() + n, all.begin() + n)) << "the ranks' parameters differ";
 }
 
 TEST(FsdpNccl, Fp32MatchesOneProcessOnTheWholeBatch) {
