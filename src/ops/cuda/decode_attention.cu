@@ -8,11 +8,13 @@
 //
 // Note [Decode attention tiles]
 // A decode step's attention reads a short cache (a few hundred keys) once: its cost is memory round trips, not
-// bandwidth. The block copies a tile's K and V rows into shared memory with 4-byte cp.async (any even-strided
-// layout), the rows of keys cached before this step (positions < *past) before waiting for the previous kernel
-// (programmatic dependent launch: they do not depend on it), the new queries' own keys after. Then:
+// bandwidth. The block copies a tile's K and V rows into shared memory with cp.async, 16 bytes a copy where
+// every row starts 16-byte aligned (the generator's caches) and 4 otherwise (any even-strided layout), the rows
+// of keys cached before this step (positions < *past) before waiting for the previous kernel (programmatic
+// dependent launch: they do not depend on it), the new queries' own keys after. Then:
 //   scores   lane = key: each warp takes 32 keys at a time, a lane the dot products of its key row (rows padded
-//            by 4 bytes: conflict-free) with every query row (broadcast from shared memory), in the log2 domain;
+//            to an odd number of copy vectors: conflict-free) with every query row (broadcast from shared
+//            memory), in the log2 domain;
 //   softmax  the tile's maximum per row over the block (warp maxima in shared memory, combined in warp order);
 //            the running maximum is the same in every thread, so the warps' states need no rescaling to merge;
 //   values   warp w takes keys w, w + 8, ..., a lane 2 kPairs head dims of o, accumulating p * v in fp32;
