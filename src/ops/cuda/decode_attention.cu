@@ -355,10 +355,6 @@ __global__ void advance_kernel(std::int32_t* position, std::int32_t by) { *posit
 
 View4 view(const Tensor& t) { return {t.data(), t.stride(0), t.stride(1), t.stride(2)}; }
 
-}  // namespace
-
-namespace {
-
 // A device attribute, asked once per device.
 int device_attribute(cudaDeviceAttr attribute, Device device) {
   static std::mutex mutex;
@@ -373,8 +369,6 @@ int device_attribute(cudaDeviceAttr attribute, Device device) {
   return value;
 }
 
-}  // namespace
-
 // Once per kernel and device: shared memory past the default 48 KB (up to the tiles' most), all of it shared,
 // no larger L1 (blocks of neighbouring kernels fit beside each other only when their carveouts agree).
 template <class Kernel>
@@ -388,6 +382,8 @@ void prepare(Kernel kernel, Device device) {
   FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
                                      cudaSharedmemCarveoutMaxShared));
 }
+
+}  // namespace
 
 int multiprocessors(Device device) { return device_attribute(cudaDevAttrMultiProcessorCount, device); }
 
