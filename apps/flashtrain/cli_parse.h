@@ -14,6 +14,7 @@
 #include "core/device.h"
 #include "core/error.h"
 #include "model/config.h"
+#include "model/training_options.h"
 
 namespace ft::cli {
 
@@ -51,12 +52,6 @@ void add_number_checks(CLI::App& app);
 void add_model_training_options(CLI::App& command, std::string& recompute, std::int64_t& loss_chunk,
                                 bool& offload_activations, bool& nondeterministic_attention);
 // The values of add_model_training_options' options, validated (ft::Error naming the option and the value).
-struct ModelTrainingOptions {
-  Recompute recompute = Recompute::none;
-  std::int64_t loss_chunk = 0;
-  bool offload_activations = false;
-  bool deterministic_attention = true;  // ModelOptions::deterministic_attention
-};
 ModelTrainingOptions resolve_model_training_options(const std::string& recompute, std::int64_t loss_chunk,
                                                     bool offload_activations, bool nondeterministic_attention);
 

@@ -126,9 +126,9 @@ int run_bench_model(const BenchModelOptions& options) {
   }
   std::cout << "model benchmark on " << describe_device(config.device) << ": batch " << config.batch << ", vocab "
             << config.models.front().vocab_size << ", " << name_of(config.attention) << " attention, recompute "
-            << name_of(config.recompute) << (config.offload_activations ? " with offloaded activations" : "")
-            << (config.deterministic_attention ? "" : ", atomic attention backward") << ", "
-            << (config.loss_chunk > 0 ? str("fused loss in chunks of ", config.loss_chunk, " rows")
+            << name_of(config.model_training.recompute) << (config.model_training.offload_activations ? " with offloaded activations" : "")
+            << (config.model_training.deterministic_attention ? "" : ", atomic attention backward") << ", "
+            << (config.model_training.loss_chunk > 0 ? str("fused loss in chunks of ", config.model_training.loss_chunk, " rows")
                                       : std::string("materialised logits"))
             << ", "
             << config.warmup << " warm-up + " << config.steps << " timed steps"

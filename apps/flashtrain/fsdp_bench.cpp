@@ -218,12 +218,9 @@ nlohmann::json fsdp_bench_document(const FsdpBenchConfig& config, const std::vec
                        {"vocab", m.vocab_size},
                        {"ctx", m.context_length},
                        {"precision", name_of(r.c.model.precision)},
-                       {"recompute", name_of(config.model.recompute)},
-                       {"loss_chunk", config.model.loss_chunk},
-                       {"offload_activations", config.model.offload_activations},
-                       {"deterministic_attention", config.model.deterministic_attention},
                        {"local_batch", r.local_batch},
                        {"parameters", r.parameters}};
+    row.update(training_fields(config.model.model_training));
     if (r.oom) {
       row["oom"] = true;
       row["error"] = r.oom_message;
@@ -270,8 +267,8 @@ void bench_fsdp(const FsdpBenchConfig& config, Communicator& comm, Communicator&
   const ModelBenchConfig& m = config.model;
   out << "Sharded data-parallel benchmark: " << rows.front().world << " rank(s), backend " << rows.front().backend
       << ", " << describe_device(m.device) << "; local batch " << m.batch << ", vocab " << m.models.front().vocab_size
-      << ", recompute " << name_of(m.recompute) << (m.offload_activations ? " with offloaded activations" : "")
-      << (m.deterministic_attention ? "" : ", atomic attention backward") << ", " << (config.bf16_grad_comm ? "bf16" : "fp32")
+      << ", recompute " << name_of(m.model_training.recompute) << (m.model_training.offload_activations ? " with offloaded activations" : "")
+      << (m.model_training.deterministic_attention ? "" : ", atomic attention backward") << ", " << (config.bf16_grad_comm ? "bf16" : "fp32")
       << " gradient reduction, " << m.warmup << " warm-up + "
       << m.steps << " timed steps\n\n"
       << format_fsdp_bench(rows, csv);

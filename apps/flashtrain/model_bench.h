@@ -20,6 +20,7 @@
 #include "core/device.h"
 #include "core/stream.h"
 #include "model/config.h"
+#include "model/training_options.h"
 #include "model/transformer.h"
 #include "ops/attention.h"
 
@@ -71,10 +72,7 @@ struct ModelBenchConfig {
   std::vector<Precision> precisions;
   std::vector<BenchMode> modes;
   AttentionImpl attention = AttentionImpl::flash;
-  Recompute recompute = Recompute::none;  // the training modes' activation recomputation
-  std::int64_t loss_chunk = 1024;         // ModelOptions::loss_chunk
-  bool offload_activations = false;       // ModelOptions::offload_activations
-  bool deterministic_attention = true;    // ModelOptions::deterministic_attention
+  ModelTrainingOptions model_training;  // recomputation, loss chunking (every mode), offloading, determinism
   bool tf32 = false;
   bool cuda_graph = false;  // train mode: the step captured in a CUDA graph and replayed (model/graphed_step.h)
   Device device = Device::cpu();
