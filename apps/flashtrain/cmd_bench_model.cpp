@@ -125,13 +125,12 @@ int run_bench_model(const BenchModelOptions& options) {
               << name_of(c.mode) << (rows.back().oom ? ": OOM" : ": done") << "\n";
   }
   std::cout << "model benchmark on " << describe_device(config.device) << ": batch " << config.batch << ", vocab "
-            << config.models.front().vocab_size << ", " << name_of(config.attention) << " attention, recompute "
-            << name_of(config.model_training.recompute) << (config.model_training.offload_activations ? " with offloaded activations" : "")
-            << (config.model_training.deterministic_attention ? "" : ", atomic attention backward") << ", "
-            << (config.model_training.loss_chunk > 0 ? str("fused loss in chunks of ", config.model_training.loss_chunk, " rows")
-                                      : std::string("materialised logits"))
-            << ", "
-            << config.warmup << " warm-up + " << config.steps << " timed steps"
+            << config.models.front().vocab_size << ", " << name_of(config.attention) << " attention, "
+            << describe_model_training(config.model_training) << ", "
+            << (config.model_training.loss_chunk > 0
+                    ? str("fused loss in chunks of ", config.model_training.loss_chunk, " rows")
+                    : std::string("materialised logits"))
+            << ", " << config.warmup << " warm-up + " << config.steps << " timed steps"
             << (config.cuda_graph ? ", train step in a CUDA graph" : "") << "\n\n"
             << format_model_bench(rows, options.csv);
   if (!options.json_path.empty()) {

@@ -306,6 +306,11 @@ ModelBenchRow run_model_bench_case(const ModelBenchCase& c, const ModelBenchConf
   return row;
 }
 
+std::string describe_model_training(const ModelTrainingOptions& options) {
+  return str("recompute ", name_of(options.recompute), options.offload_activations ? " with offloaded activations" : "",
+             options.deterministic_attention ? "" : ", atomic attention backward");
+}
+
 std::string format_model_bench(const std::vector<ModelBenchRow>& rows, bool csv) {
   ReportTable table({"size", "params_m", "ctx", "precision", "mode", "first_step_ms", "step_ms", "mean_ms", "std_ms",
                      "min_ms", "peak_gib", "tokens_per_s"});

@@ -121,6 +121,10 @@ std::vector<ModelBenchCase> expand_model_cases(const ModelBenchConfig& config);
 // synchronising after each. Running out of memory gives a row with oom = true instead of throwing.
 ModelBenchRow run_model_bench_case(const ModelBenchCase& c, const ModelBenchConfig& config);
 
+// "recompute <policy>[ with offloaded activations][, atomic attention backward]": the model training options
+// as the report lines of bench model and bench fsdp name them.
+std::string describe_model_training(const ModelTrainingOptions& options);
+
 // Markdown table (or CSV); OOM rows read "OOM".
 std::string format_model_bench(const std::vector<ModelBenchRow>& rows, bool csv);
 
