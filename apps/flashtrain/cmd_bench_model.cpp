@@ -153,7 +153,7 @@ void add_model_definition_options(CLI::App& command, BenchModelOptions& o) {
   command.add_option("--vocab", o.vocab, "Vocabulary size (default: the size's; 10000 for an explicit model)")
       ->check(at_least(1));
   command.add_option("--rope-theta", o.rope_theta, "RoPE base theta (default: 10000)");
-  add_model_training_options(command, o.recompute, o.loss_chunk, o.offload_activations, o.nondeterministic_attention);
+  add_model_training_options(command, o.model_training);
 }
 
 void add_bench_model_options(CLI::App& command, BenchModelOptions& o) {

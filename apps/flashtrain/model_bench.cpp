@@ -207,8 +207,7 @@ ModelBenchConfig resolve_bench_model_options(const BenchModelOptions& o) {
   config.precisions = parse_list<Precision>("--precision", o.precisions, parse_precision);
   config.modes = parse_list<BenchMode>("--mode", o.modes, parse_bench_mode);
   config.attention = for_option("--attention", [&] { return parse_attention_impl(o.attention); });
-  config.model_training = resolve_model_training_options(o.recompute, o.loss_chunk, o.offload_activations,
-                                                        o.nondeterministic_attention);
+  config.model_training = resolve_model_training_options(o.model_training);
   config.tf32 = o.tf32;
   config.device = device_or_auto(for_option("--device", [&] { return parse_device_option(o.device); }));
 

@@ -19,6 +19,7 @@
 #include "bench/statistics.h"
 #include "core/device.h"
 #include "core/stream.h"
+#include "flashtrain/model_training_args.h"
 #include "model/config.h"
 #include "model/training_options.h"
 #include "model/transformer.h"
@@ -46,10 +47,7 @@ struct BenchModelOptions {
   std::string modes = "fwd,fwd_bwd";
   std::string precisions = "fp32";
   std::string attention = "flash";
-  std::string recompute = "none";  // none, selective, selective-qkv or full (training modes)
-  std::int64_t loss_chunk = 1024;  // rows per chunk of the fused LM head loss; 0 = materialised logits
-  bool offload_activations = false;  // training modes: ModelOptions::offload_activations
-  bool nondeterministic_attention = false;  // training modes: !ModelOptions::deterministic_attention
+  ModelTrainingArgs model_training;  // --recompute, --loss-chunk, --offload-activations, --nondeterministic-attention
   bool tf32 = false;
   bool cuda_graph = false;
   std::string device = "auto";
