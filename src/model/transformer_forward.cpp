@@ -1,9 +1,10 @@
 // transformer_forward.cpp — TransformerLM forward: embedding, the pre-norm blocks (in bf16 mode the cast of
-// the block's weights; RMSNorm, fused QKV GEMM, RoPE on q and k, causal attention, output projection,
-// residual add; RMSNorm, SwiGLU FFN, residual add; or a block's recomputation before its backward, see Note
-// [Recomputation]), final RMSNorm, LM head (in bf16 mode after the cast of its weight) and mean cross-entropy
-// (with its softmax gradient when backward follows): materialised, or fused in chunks with the LM head's
-// backward (see Note [Fused LM head loss]); with offloading, each block's unit copied to the host after it.
+// the block's weights; RMSNorm, fused QKV GEMM, RoPE on q and k, causal attention, output projection with
+// the residual add in its epilogue; RMSNorm, SwiGLU FFN, its w2 GEMM adding the residual too; or a block's
+// recomputation before its backward, see Note [Recomputation]), final RMSNorm, LM head (in bf16 mode after
+// the cast of its weight) and mean cross-entropy (with its softmax gradient when backward follows):
+// materialised, or fused in chunks with the LM head's backward (see Note [Fused LM head loss]); with
+// offloading, each block's unit copied to the host after it.
 #include <algorithm>
 
 #include "core/error.h"
@@ -13,7 +14,6 @@
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
 #include "ops/linear.h"
-#include "ops/residual.h"
 #include "ops/rmsnorm.h"
 #include "ops/rope.h"
 #include "ops/swiglu.h"
@@ -138,8 +138,7 @@ void TransformerLM::block_forward(std::int64_t l, const Batch& b, const BlockWei
   if (pass == BlockPass::forward || pass == BlockPass::recompute_full)  // selective recomputation keeps o, lse
     attention_forward_pass(attn.tensors);
   const Tensor x_mid = act(s.x_mid, DType::f32, {b.B, b.T, d});  // (B, T, d) fp32
-  linear_forward(x_mid, attn.o_rows, w.output_proj, lin);
-  residual_add(x_mid, x, stream);
+  linear_forward_residual(x_mid, attn.o_rows, w.output_proj, x, lin);  // the residual add in the GEMM's epilogue
 
   // FFN sub-block: x_next = x_mid + w2(silu(w1 ln2(x_mid)) * w3 ln2(x_mid)).
   const Tensor ln2_y = act(s.ln2_y, c, {b.B, b.T, d});  // (B, T, d)
@@ -153,8 +152,7 @@ void TransformerLM::block_forward(std::int64_t l, const Batch& b, const BlockWei
   swiglu_forward(h, a, g, stream);
   offload_.make_writable(l + 1);  // x_{l+1}'s slot: as late as possible (see Note [Activation offloading])
   const Tensor x_next = residual(l + 1, b);  // (B, T, d) fp32
-  linear_forward(x_next, h, w.w2, lin);
-  residual_add(x_next, x_mid, stream);
+  linear_forward_residual(x_next, h, w.w2, x_mid, lin);
 }
 
 }  // namespace ft

@@ -118,8 +118,8 @@ void check_operand(const Matrix& x, const char* name, std::int64_t rows, std::in
 }
 
 // Everything the heuristic's answer depends on: device, compute type, ops, dtypes, sizes, leading
-// dimensions, batch strides and alignments.
-using ProblemKey = std::array<std::int64_t, 19>;
+// dimensions, batch strides and alignments (not alpha and beta, which it is not given).
+using ProblemKey = std::array<std::int64_t, 22>;
 
 // The cached algorithm of a problem, or nullptr.
 const cublasLtMatmulAlgo_t* cached_algo(const ProblemKey& key, std::mutex& mutex,
@@ -149,6 +149,7 @@ void run_chunk(int device, cublasLtHandle_t handle, const Args& args, void* work
   const LayoutPtr layout_a = args.a.transpose ? layout(args.a, args.k, args.m, args.batch)
                                               : layout(args.a, args.m, args.k, args.batch);
   const LayoutPtr layout_d = layout(args.d, args.m, args.n, args.batch);
+  const LayoutPtr layout_c = layout(args.c, args.m, args.n, args.batch);
 
   cublasLtMatmulPreference_t raw_pref = nullptr;
   FT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&raw_pref));
@@ -158,13 +159,14 @@ void run_chunk(int device, cublasLtHandle_t handle, const Args& args, void* work
                                                        &workspace_bytes, sizeof(workspace_bytes)));
   const std::uint32_t align_first = alignment_of(args.b, args.batch);
   const std::uint32_t align_second = alignment_of(args.a, args.batch);
+  const std::uint32_t align_c = alignment_of(args.c, args.batch);
   const std::uint32_t align_d = alignment_of(args.d, args.batch);
   FT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
                                                        &align_first, sizeof(align_first)));
   FT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                                                        &align_second, sizeof(align_second)));
   FT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                                       &align_d, sizeof(align_d)));
+                                                       &align_c, sizeof(align_c)));
   FT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                        &align_d, sizeof(align_d)));
 
@@ -172,13 +174,13 @@ void run_chunk(int device, cublasLtHandle_t handle, const Args& args, void* work
                           static_cast<std::int64_t>(op_second), static_cast<std::int64_t>(args.a.dtype),
                           static_cast<std::int64_t>(args.d.dtype), args.m, args.n, args.k, args.batch, args.a.ld,
                           args.b.ld, args.d.ld, args.a.batch_stride, args.b.batch_stride, args.d.batch_stride,
-                          align_first, align_second, align_d};
+                          align_first, align_second, align_d, args.c.ld, args.c.batch_stride, align_c};
   const cublasLtMatmulAlgo_t* algo = cached_algo(key, cache_mutex, *cache);
   if (!algo) {
     cublasLtMatmulHeuristicResult_t heuristic{};
     int found = 0;
     const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle, raw_desc, layout_b.get(), layout_a.get(),
-                                                                 layout_d.get(), layout_d.get(), raw_pref, 1,
+                                                                 layout_c.get(), layout_d.get(), raw_pref, 1,
                                                                  &heuristic, &found);
     if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)) {
       FT_THROW(unsupported, "gemm: cuBLASLt has no algorithm for ", name_of(args.a.dtype), " (", args.m, " x ",
@@ -193,7 +195,7 @@ void run_chunk(int device, cublasLtHandle_t handle, const Args& args, void* work
   }
 
   FT_CUBLAS_CHECK(cublasLtMatmul(handle, raw_desc, &args.alpha, args.b.data, layout_b.get(), args.a.data,
-                                 layout_a.get(), &args.beta, args.d.data, layout_d.get(),
+                                 layout_a.get(), &args.beta, args.c.data, layout_c.get(),
                                  const_cast<void*>(args.d.data), layout_d.get(), algo, workspace,
                                  kWorkspaceBytes, stream));
 }
@@ -212,6 +214,11 @@ void matmul(const Args& args, Device device, cudaStream_t stream) {
   check_operand(args.a, "A", args.a.transpose ? args.k : args.m, args.a.transpose ? args.m : args.k);
   check_operand(args.b, "B", args.b.transpose ? args.n : args.k, args.b.transpose ? args.k : args.n);
   check_operand(args.d, "D", args.m, args.n);
+  Args full = args;
+  if (full.c.data == nullptr) full.c = full.d;
+  FT_CHECK(full.c.dtype == full.d.dtype, "gemm: C must have D's dtype ", name_of(full.d.dtype), ", given ",
+           name_of(full.c.dtype));
+  check_operand(full.c, "C", args.m, args.n);
 
   CudaDeviceGuard guard(device.index);
   cublasLtHandle_t handle = handle_for(device.index);
@@ -221,12 +228,13 @@ void matmul(const Args& args, Device device, cudaStream_t stream) {
     own = Buffer(kWorkspaceBytes, device, "gemm.workspace", Stream::wrap(stream, device));
     workspace = own.data();
   }
-  for (std::int64_t first = 0; first < args.batch; first += kMaxBatch) {
-    Args chunk = args;
-    chunk.batch = std::min(kMaxBatch, args.batch - first);
-    chunk.a.data = advance(args.a, first);
-    chunk.b.data = advance(args.b, first);
-    chunk.d.data = advance(args.d, first);
+  for (std::int64_t first = 0; first < full.batch; first += kMaxBatch) {
+    Args chunk = full;
+    chunk.batch = std::min(kMaxBatch, full.batch - first);
+    chunk.a.data = advance(full.a, first);
+    chunk.b.data = advance(full.b, first);
+    chunk.c.data = advance(full.c, first);
+    chunk.d.data = advance(full.d, first);
     run_chunk(device.index, handle, chunk, workspace, stream);
   }
 }

@@ -1,5 +1,6 @@
 // linear.cu — the linear layer on CUDA: its three GEMMs through cuBLASLt (ops/gemm_cuda.h), in row-major
-// terms y = x w^T, dx = dy w, dw (+)= dy^T x, with fp32 accumulation and strided rows as leading dims.
+// terms y = x w^T [+ r], dx = dy w, dw (+)= dy^T x, with fp32 accumulation and strided rows as leading dims;
+// r comes in as the GEMM's C with beta = 1 (see Note [GEMM epilogue addend] in linear.cpp).
 #include "core/cuda_check.h"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/cuda_ops.h"
@@ -20,14 +21,18 @@ gemm::Matrix matrix(const ops::RowView& v, bool transpose) {
 
 }  // namespace
 
-void linear_forward(const ops::RowView& y, const ops::RowView& x, const ops::RowView& w, bool allow_tf32,
-                    Device device, const Stream& stream) {
+void linear_forward(const ops::RowView& y, const ops::RowView& x, const ops::RowView& w, const ops::RowView& r,
+                    bool allow_tf32, Device device, const Stream& stream) {
   if (x.rows == 0) return;
   gemm::Args g;
   g.m = x.rows, g.n = w.rows, g.k = w.cols;
   g.a = matrix(x, false);  // x (rows, d_in)
   g.b = matrix(w, true);   // w (d_out, d_in), used as w^T
   g.d = matrix(y, false);  // y (rows, d_out)
+  if (r.data) {
+    g.c = matrix(r, false);  // r (rows, d_out) fp32
+    g.beta = 1.0f;
+  }
   g.allow_tf32 = allow_tf32;
   gemm::matmul(g, device, cuda_stream(stream));
 }

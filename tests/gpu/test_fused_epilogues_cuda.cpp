@@ -1,0 +1,84 @@
+// test_fused_epilogues_cuda.cpp — the elementwise passes the Transformer block's step folds into its other
+// kernels, on CUDA: the residual add in the GEMM's epilogue (linear_forward_residual, r apart from y and r = y),
+// bit for bit the separate GEMM and add on the GPU (see Note [GEMM epilogue addend] in ops/linear.cpp) at the
+// model's shapes scaled down and at the 8B width, and close to the CPU's fused op.
+// Run on a GPU machine: ./build/bin/gpu_test_fused_epilogues_cuda
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+
+#include "common/device_pair.h"
+#include "common/expect_close.h"
+#include "core/buffer.h"
+#include "core/tensor_io.h"
+#include "ops/linear.h"
+#include "ops/residual.h"
+
+namespace ft {
+namespace {
+
+const Device kGpu = Device::cuda(0);
+using testing_util::device_pair;
+using testing_util::expect_close_to_largest;
+
+void expect_bitwise(const Tensor& got, const Tensor& expected, const std::string& what) {
+  const auto g = read_as_double(got), e = read_as_double(expected);
+  ASSERT_EQ(g.size(), e.size()) << what;
+  for (std::size_t i = 0; i < g.size(); ++i) ASSERT_EQ(g[i], e[i]) << what << " [" << i << "]";
+}
+
+// A copy of t on its device.
+OwnedTensor copy_of(const Tensor& t) {
+  OwnedTensor c(t.shape(), t.dtype(), t.device(), "test");
+  copy(c, t);
+  return c;
+}
+
+// ---- linear: residual and dx accumulation in the epilogue ----------------------------------------
+
+struct EpilogueCase {
+  DType dtype;  // x, w, dy
+  std::int64_t rows, d_in, d_out;
+  bool with_cpu;  // also against the CPU's fused op (off at the 8B width: a slow host GEMM)
+};
+
+class LinearEpilogueCuda : public ::testing::TestWithParam<EpilogueCase> {};
+
+TEST_P(LinearEpilogueCuda, ResidualIsBitwiseTheGemmThenTheAdd) {
+  const EpilogueCase c = GetParam();
+  const auto x = device_pair({c.rows, c.d_in}, c.dtype, 1);
+  const auto w = device_pair({c.d_out, c.d_in}, c.dtype, 2, 0.05);
+  const auto r = device_pair({c.rows, c.d_out}, DType::f32, 3, 4.0);
+
+  OwnedTensor unfused({c.rows, c.d_out}, DType::f32, kGpu, "test");
+  linear_forward(unfused, x.gpu, w.gpu);
+  residual_add(unfused, r.gpu);  // (x w^T) + r, as the model added the residual before
+  OwnedTensor fused({c.rows, c.d_out}, DType::f32, kGpu, "test");
+  linear_forward_residual(fused, x.gpu, w.gpu, r.gpu);
+  expect_bitwise(fused, unfused, "y = x w^T + r");
+  OwnedTensor in_place = copy_of(r.gpu);
+  linear_forward_residual(in_place, x.gpu, w.gpu, in_place);  // r is y
+  expect_bitwise(in_place, unfused, "y += x w^T");
+
+  if (!c.with_cpu) return;
+  OwnedTensor on_cpu({c.rows, c.d_out}, DType::f32, Device::cpu(), "test");
+  linear_forward_residual(on_cpu, x.cpu, w.cpu, r.cpu);
+  expect_close_to_largest(fused, on_cpu, 1e-5, "y against the CPU");
+}
+
+// The model's GEMMs with a residual — output projection (d -> d), w2 (d_ff -> d) — and the widths of w1's
+// backward (d <- d_ff) at tiny test-model widths, scaled down, and at the 8B shape's width (d 4096, d_ff 11008); fp32
+// operands too (TF32 off).
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, LinearEpilogueCuda,
+    ::testing::Values(EpilogueCase{DType::f32, 32, 64, 64, true}, EpilogueCase{DType::f32, 48, 172, 64, true},
+                      EpilogueCase{DType::bf16, 32, 64, 64, true}, EpilogueCase{DType::bf16, 32, 172, 64, true},
+                      EpilogueCase{DType::bf16, 32, 64, 172, true}, EpilogueCase{DType::bf16, 512, 256, 256, true},
+                      EpilogueCase{DType::bf16, 512, 688, 256, true}, EpilogueCase{DType::bf16, 512, 256, 688, true},
+                      EpilogueCase{DType::bf16, 2048, 4096, 4096, false},
+                      EpilogueCase{DType::bf16, 2048, 11008, 4096, false},
+                      EpilogueCase{DType::bf16, 2048, 4096, 11008, false}));
+
+}  // namespace
+}  // namespace ft
