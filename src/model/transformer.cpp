@@ -179,9 +179,6 @@ void TransformerLM::plan_memory() {
   const std::size_t overlay = w.end();
   ws_.ffn_h = w.add("ffn.h", rows * f, c);    // (B, T, d_ff)
   ws_.ffn_dh = w.add("ffn.dh", rows * f, c);  // (B, T, d_ff)
-  // The w1 GEMM's input gradient comes after the SwiGLU's backward, when h and dh are no longer read.
-  w.rewind_to(overlay);
-  ws_.dtmp = w.add("d ffn.w1 input (over ffn.h, ffn.dh)", rows * d, DType::f32);  // (B, T, d)
   w.rewind_to(overlay);
   ws_.attn_do = w.add("attn.d_o", rows * d, c);            // (B, T, H, Dh)
   ws_.attn_dqkv = w.add("attn.dqkv", rows * 3 * d, c);     // (B, T, 3, H, Dh)

@@ -30,8 +30,8 @@
 //                  gradient tile), which overlay the per-layer temporaries below (the loss runs between the
 //                  last block's forward and the first block's backward).
 //                  Then the temporaries of one layer at a time (gradient of the residual stream, its bf16
-//                  copy, the norm output gradient; h and dh, then the w1 input gradient over them; d_o and
-//                  dqkv — the FFN and attention groups overlay).
+//                  copy, the norm output gradient; h and dh; d_o and dqkv — the FFN and attention groups
+//                  overlay).
 // An inference model (ModelOptions::training = false) allocates no gradients and keeps nothing for backward:
 // its arena holds one residual stream x (each layer writes x_next over its x once x_mid is made), x_mid and
 // one layer's temporaries shared by every layer (ln1.y, ln1.rstd, qkv, o, lse, ln2.y, ln2.rstd, a, b), then
@@ -207,7 +207,7 @@ class TransformerLM {
     std::size_t lm_head_weight;    // bf16 mode: (V, d) bf16, overlaying the block slots
     std::size_t loss;                         // fused loss: (1) double
     std::size_t loss_logits, loss_dlogits;    // fused loss: (chunk, V) fp32; bf16 training: (chunk, V) bf16
-    std::size_t dres, dres_c, dnorm, dtmp, ffn_h, ffn_dh, attn_do, attn_dqkv;
+    std::size_t dres, dres_c, dnorm, ffn_h, ffn_dh, attn_do, attn_dqkv;
   };
   // What block_forward runs: the whole block, or its recomputation before the block's backward (see Note
   // [Recomputation]).

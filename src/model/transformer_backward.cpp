@@ -1,16 +1,15 @@
 // transformer_backward.cpp — TransformerLM backward: LM head (in bf16 mode with the forward's cast of its
 // weight; the fused loss made its gradients in the forward), final RMSNorm, the blocks from the last to the
 // first (in bf16 mode the cast of the block's weights again; with recomputation the block's forward again,
-// see Note [Recomputation]; FFN: w2, SwiGLU with h recomputed, w3 and w1, ln2; attention: output projection,
-// attention, inverse RoPE, fused QKV, ln1; with offloading, each block's unit copied back ahead of it), the
-// embedding; the gradient-ready hook told as each gradient is final.
+// see Note [Recomputation]; FFN: w2, SwiGLU with h recomputed, w3 and w1 (adding its input gradient to w3's),
+// ln2; attention: output projection, attention, inverse RoPE, fused QKV, ln1; with offloading, each block's
+// unit copied back ahead of it), the embedding; the gradient-ready hook told as each gradient is final.
 #include "core/error.h"
 #include "core/nvtx.h"
 #include "model/transformer.h"
 #include "ops/cast.h"
 #include "ops/embedding.h"
 #include "ops/linear.h"
-#include "ops/residual.h"
 #include "ops/rmsnorm.h"
 #include "ops/rope.h"
 #include "ops/swiglu.h"
@@ -108,7 +107,6 @@ void TransformerLM::layer_backward(std::int64_t l, const Batch& b, const Backwar
   const Tensor dres = work(ws_.dres, DType::f32, {b.B, b.T, d});    // (B, T, d) fp32: d x_{l+1}, then d x_mid, d x_l
   const Tensor dres_c = work(ws_.dres_c, c, {b.B, b.T, d});         // (B, T, d) dres as a GEMM operand
   const Tensor dnorm = work(ws_.dnorm, DType::f32, {b.B, b.T, d});  // (B, T, d) fp32: d of a norm's output
-  const Tensor dtmp = work(ws_.dtmp, DType::f32, {b.B, b.T, d});    // (B, T, d) fp32
 
   // FFN: h = silu(a) * g is recomputed; da, dg overwrite a, g (no longer needed).
   const Tensor a = act(s.ffn_a, c, {b.B, b.T, f});       // (B, T, d_ff)
@@ -123,9 +121,10 @@ void TransformerLM::layer_backward(std::int64_t l, const Batch& b, const Backwar
   swiglu_backward(a, g, dh, a, g, stream);
   linear_backward({dnorm, grads_[index(LayerSlot::w3)], acc}, g, ln2_y, w.w3, lin);
   notify(options, index(LayerSlot::w3));
-  linear_backward({dtmp, grads_[index(LayerSlot::w1)], acc}, a, ln2_y, w.w1, lin);
+  // d ln2.y = the w3 input gradient + the w1 one, added in the w1 GEMM's epilogue.
+  linear_backward({.dx = dnorm, .dw = grads_[index(LayerSlot::w1)], .accumulate_dw = acc, .accumulate_dx = true}, a,
+                  ln2_y, w.w1, lin);
   notify(options, index(LayerSlot::w1));
-  residual_add(dnorm, dtmp, stream);
   const Tensor x_mid = act(s.x_mid, DType::f32, {b.B, b.T, d});  // (B, T, d) fp32
   rmsnorm_backward({dres, grads_[index(LayerSlot::ln2)], true, acc}, dnorm, x_mid, params_[index(LayerSlot::ln2)],
                    act(s.ln2_rstd, DType::f32, {b.B, b.T}), norm);

@@ -1,18 +1,18 @@
 // linear.cpp — validation of linear calls and dispatch to the CPU GEMM (cpu/gemm.h) or cuBLASLt (cuda/linear.cu).
 //
 // Note [GEMM epilogue addend]
-// linear_forward_residual (y = x w^T + r) adds an fp32 tensor to the GEMM's fp32 result as the GEMM stores
-// it, instead of in an elementwise pass of its own that reads and writes a (rows, d) fp32 tensor again (the
-// residual adds after the output projection and w2). The result is the separate add's bits: fp32 a + b is
-// commutative and the GEMM's accumulation is unchanged. The CPU GEMM adds the addend to a tile's fp32
-// accumulators as it stores them. cuBLASLt runs D = alpha op(A) op(B) + beta C with alpha = beta = 1 and
-// C = the addend: its heuristic sees the layouts and alignments but not alpha or beta, so with C laid out like
-// D (fp32, the same leading dimension and alignment: the model's arena tensors) it picks the beta = 0 GEMM's
-// algorithm, and the epilogue adds C to the unchanged fp32 accumulator once. An algorithm that splits K and
-// reduces its partial products in D could add C between them instead; gpu_test_fused_epilogues_cuda checks
-// the bits against the separate add at the model's shapes, scaled down and at the 8B width. The model's own
-// bitwise equalities (recomputation against none, ZeRO against one process) hold regardless: every path runs
-// these same ops.
+// linear_forward_residual (y = x w^T + r) and LinearGrads::accumulate_dx (dx += dy w) add an fp32 tensor to
+// the GEMM's fp32 result as the GEMM stores it, instead of in an elementwise pass of their own that reads and
+// writes a (rows, d) fp32 tensor again (the residual adds after the output projection and w2; the sum of the
+// w3 and w1 input gradients). The result is the separate add's bits: fp32 a + b is commutative and the GEMM's
+// accumulation is unchanged. The CPU GEMM adds the addend to a tile's fp32 accumulators as it stores them.
+// cuBLASLt runs D = alpha op(A) op(B) + beta C with alpha = beta = 1 and C = the addend: its heuristic sees
+// the layouts and alignments but not alpha or beta, so with C laid out like D (fp32, the same leading
+// dimension and alignment: the model's arena tensors) it picks the beta = 0 GEMM's algorithm, and the
+// epilogue adds C to the unchanged fp32 accumulator once. An algorithm that splits K and reduces its partial
+// products in D could add C between them instead; gpu_test_fused_epilogues_cuda checks the bits against the
+// separate add at the model's shapes, scaled down and at the 8B width. The model's own bitwise equalities
+// (recomputation against none, ZeRO against one process) hold regardless: every path runs these same ops.
 #include "ops/linear.h"
 
 #include "core/error.h"
@@ -113,6 +113,8 @@ void linear_backward(const LinearGrads& grads, const Tensor& dy, const Tensor& x
   const Shape leading = ops::leading_shape(x);
   const ops::RowView dyv = activation(op, dy, "dy", leading, d_out, {dtype}, device);
   ops::RowView dxv, dwv;
+  FT_CHECK(grads.dx.defined() || !grads.accumulate_dx, op, ": accumulate_dx adds dy @ w into dx, so it needs dx; ",
+           "given no dx");
   if (grads.dx.defined()) dxv = activation(op, grads.dx, "dx", leading, d_in, {dtype, DType::f32}, device);
   if (grads.dw.defined()) {
     ops::check_dtype(op, grads.dw, "dw", {DType::f32, dtype});
@@ -122,7 +124,8 @@ void linear_backward(const LinearGrads& grads, const Tensor& dy, const Tensor& x
   }
 #if FT_HAS_CUDA
   if (device.is_cuda())
-    return gpu::linear_backward(dxv, dwv, grads.accumulate_dw, dyv, xv, wv, options.allow_tf32, device, options.stream);
+    return gpu::linear_backward(dxv, grads.accumulate_dx, dwv, grads.accumulate_dw, dyv, xv, wv, options.allow_tf32,
+                                device, options.stream);
 #else
   if (device.is_cuda()) ops::no_cuda_build(op, device);
 #endif
@@ -132,6 +135,7 @@ void linear_backward(const LinearGrads& grads, const Tensor& dy, const Tensor& x
     g.a = operand(dyv, false);  // dy (rows, d_out)
     g.b = operand(wv, false);   // w (d_out, d_in)
     g.c = dxv.data, g.c_dtype = dxv.dtype, g.ldc = dxv.row_stride;
+    g.accumulate = grads.accumulate_dx;
     cpu::gemm(g);
   }
   if (grads.dw.defined()) {

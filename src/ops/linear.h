@@ -1,6 +1,6 @@
 // linear.h — the linear layer (no bias) forward and backward:
 //   forward   y (..., d_out) = x (..., d_in) @ w^T [+ r],   w (d_out, d_in)
-//   backward  dx (..., d_in) = dy (..., d_out) @ w;   dw (d_out, d_in) (+)= dy^T @ x  (rows summed)
+//   backward  dx (..., d_in) (+)= dy (..., d_out) @ w;   dw (d_out, d_in) (+)= dy^T @ x  (rows summed)
 // Operands x, w, dy share one dtype (fp32, or bf16 / fp16 in mixed precision) and are accumulated in
 // fp32; outputs y, dx are that dtype or fp32, dw is fp32 (master gradients) or that dtype. Tensors are
 // seen as (rows, cols) matrices: leading dims collapse into rows, the last dim must be contiguous, and
@@ -30,9 +30,12 @@ struct LinearGrads {
   Tensor dx;                   // (..., d_in), undefined = not wanted; overwritten
   Tensor dw;                   // (d_out, d_in), undefined = not wanted
   bool accumulate_dw = false;  // dw += dy^T x (gradient accumulation over micro-batches) instead of dw =
+  // dx += dy w (a gradient summed over two branches, the w1 and w3 of SwiGLU) instead of dx =; bitwise the
+  // separate GEMM and add (see Note [GEMM epilogue addend] in linear.cpp).
+  bool accumulate_dx = false;
 };
 
-// dx <- dy @ w, dw (+)= dy^T @ x, given the forward input x and weight w.
+// dx (+)= dy @ w, dw (+)= dy^T @ x, given the forward input x and weight w.
 void linear_backward(const LinearGrads& grads, const Tensor& dy, const Tensor& x, const Tensor& w,
                      const LinearOptions& options = {});
 

@@ -1,7 +1,7 @@
 // test_ops_linear.cpp — linear forward against a double reference (fp32 and bf16 operands, shapes that
 // cross every GEMM block size), backward against central finite differences, dw accumulation, strided
-// output rows, determinism across thread counts, the residual add in the GEMM's epilogue bitwise against
-// the separate GEMM and add, and malformed calls.
+// output rows, determinism across thread counts, the residual and dx additions in the GEMM's epilogue
+// bitwise against the separate GEMM and add, and malformed calls.
 #include <gtest/gtest.h>
 
 #if defined(_OPENMP)
@@ -181,6 +181,25 @@ TEST_P(LinearEpilogue, ResidualIsBitwiseTheGemmThenTheResidualAdd) {
   ASSERT_EQ(read_as_double(rt), read_as_double(product));
 }
 
+TEST_P(LinearEpilogue, AccumulatedDxIsBitwiseTheGemmThenTheAdd) {
+  const auto [dtype, rows, d_in, d_out] = GetParam();
+  auto x = tensor_of({rows, d_in}, dtype, normals(rows * d_in, 23));
+  auto w = tensor_of({d_out, d_in}, dtype, normals(d_out * d_in, 24));
+  auto dy = tensor_of({rows, d_out}, dtype, normals(rows * d_out, 25));
+  const auto prior = normals(rows * d_in, 26, 4.0);
+  auto unfused = tensor_of({rows, d_in}, DType::f32, prior);
+  OwnedTensor dx({rows, d_in}, DType::f32, Device::cpu(), "test");
+  linear_backward({dx, Tensor()}, dy, x, w);
+  residual_add(unfused, dx);  // prior + dy w, as the model summed the w3 and w1 input gradients
+  auto fused = tensor_of({rows, d_in}, DType::f32, prior);
+  auto dw = test::zeros({d_out, d_in});
+  linear_backward({.dx = fused, .dw = dw, .accumulate_dx = true}, dy, x, w);
+  ASSERT_EQ(read_as_double(fused), read_as_double(unfused));
+  OwnedTensor dw_alone({d_out, d_in}, DType::f32, Device::cpu(), "test");
+  linear_backward({Tensor(), dw_alone}, dy, x, w);
+  ASSERT_EQ(read_as_double(dw), read_as_double(dw_alone));  // dw is unaffected
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, LinearEpilogue,
                          ::testing::Values(EpilogueCase{DType::f32, 1, 1, 1}, EpilogueCase{DType::f32, 131, 300, 270},
                                            EpilogueCase{DType::bf16, 64, 96, 32},
@@ -224,6 +243,10 @@ TEST(Linear, MalformedResidualCallsNameExpectedAndGiven) {
                      ErrorKind::invalid_argument, {"linear_forward_residual", "r", "expected cpu", "given cuda:0"});
   test::expect_error([&] { linear_forward_residual(y, x, w, Tensor()); }, ErrorKind::invalid_argument,
                      {"linear_forward_residual", "r is required"});
+  test::expect_error([&] { linear_backward({.dw = w, .accumulate_dx = true}, y, x, w); },
+                     ErrorKind::invalid_argument, {"linear_backward", "accumulate_dx", "needs dx"});
+  test::expect_error([&] { linear_backward({.dx = y, .accumulate_dx = true}, y, x, w); },
+                     ErrorKind::invalid_argument, {"dx", "expected [2, 3, 5]", "given [2, 3, 4]"});
 }
 
 TEST(Linear, MalformedCallsNameExpectedAndGiven) {

@@ -1,7 +1,8 @@
 // test_fused_epilogues_cuda.cpp — the elementwise passes the Transformer block's step folds into its other
-// kernels, on CUDA: the residual add in the GEMM's epilogue (linear_forward_residual, r apart from y and r = y),
-// bit for bit the separate GEMM and add on the GPU (see Note [GEMM epilogue addend] in ops/linear.cpp) at the
-// model's shapes scaled down and at the 8B width, and close to the CPU's fused op.
+// kernels, on CUDA: the residual add in the GEMM's epilogue (linear_forward_residual, r apart from y and r = y)
+// and the dx accumulation (LinearGrads::accumulate_dx), each bit for bit the separate GEMM and add on the GPU
+// (see Note [GEMM epilogue addend] in ops/linear.cpp) at the model's shapes scaled down and at the 8B width,
+// and close to the CPU's fused ops.
 // Run on a GPU machine: ./build/bin/gpu_test_fused_epilogues_cuda
 #include <gtest/gtest.h>
 
@@ -67,8 +68,28 @@ TEST_P(LinearEpilogueCuda, ResidualIsBitwiseTheGemmThenTheAdd) {
   expect_close_to_largest(fused, on_cpu, 1e-5, "y against the CPU");
 }
 
-// The model's GEMMs with a residual — output projection (d -> d), w2 (d_ff -> d) — and the widths of w1's
-// backward (d <- d_ff) at tiny test-model widths, scaled down, and at the 8B shape's width (d 4096, d_ff 11008); fp32
+TEST_P(LinearEpilogueCuda, AccumulatedDxIsBitwiseTheGemmThenTheAdd) {
+  const EpilogueCase c = GetParam();
+  const auto x = device_pair({c.rows, c.d_in}, c.dtype, 4);
+  const auto w = device_pair({c.d_out, c.d_in}, c.dtype, 5, 0.05);
+  const auto dy = device_pair({c.rows, c.d_out}, c.dtype, 6);
+  const auto prior = device_pair({c.rows, c.d_in}, DType::f32, 7, 4.0);
+
+  OwnedTensor product({c.rows, c.d_in}, DType::f32, kGpu, "test");
+  linear_backward({product, Tensor()}, dy.gpu, x.gpu, w.gpu);
+  OwnedTensor unfused = copy_of(prior.gpu);
+  residual_add(unfused, product);  // prior + dy w, as the model summed the w3 and w1 input gradients
+  OwnedTensor fused = copy_of(prior.gpu);
+  linear_backward({.dx = fused, .accumulate_dx = true}, dy.gpu, x.gpu, w.gpu);
+  expect_bitwise(fused, unfused, "dx += dy w");
+
+  if (!c.with_cpu) return;
+  linear_backward({.dx = prior.cpu, .accumulate_dx = true}, dy.cpu, x.cpu, w.cpu);
+  expect_close_to_largest(fused, prior.cpu, 1e-5, "dx against the CPU");
+}
+
+// The model's GEMMs with an addend — output projection (d -> d), w2 (d_ff -> d) forward, w1 (d <- d_ff)
+// backward — at tiny test-model widths, scaled down, and at the 8B shape's width (d 4096, d_ff 11008); fp32
 // operands too (TF32 off).
 INSTANTIATE_TEST_SUITE_P(
     Shapes, LinearEpilogueCuda,

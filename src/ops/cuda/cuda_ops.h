@@ -18,13 +18,13 @@
 namespace ft::gpu {
 
 // linear.cu — y (rows, d_out) = x (rows, d_in) @ w (d_out, d_in)^T [+ r (rows, d_out) fp32 when r has data];
-// dx (rows, d_in) = dy @ w and dw (d_out, d_in) (+)= dy^T @ x, each skipped when its view has no data.
-// cuBLASLt, fp32 accumulation; r added in the GEMM's epilogue (see Note [GEMM epilogue addend]).
+// dx (rows, d_in) (+)= dy @ w and dw (d_out, d_in) (+)= dy^T @ x, each skipped when its view has no data.
+// cuBLASLt, fp32 accumulation; the additions in the GEMM's epilogue (see Note [GEMM epilogue addend]).
 void linear_forward(const ops::RowView& y, const ops::RowView& x, const ops::RowView& w, const ops::RowView& r,
                     bool allow_tf32, Device device, const Stream& stream);
-void linear_backward(const ops::RowView& dx, const ops::RowView& dw, bool accumulate_dw, const ops::RowView& dy,
-                     const ops::RowView& x, const ops::RowView& w, bool allow_tf32, Device device,
-                     const Stream& stream);
+void linear_backward(const ops::RowView& dx, bool accumulate_dx, const ops::RowView& dw, bool accumulate_dw,
+                     const ops::RowView& dy, const ops::RowView& x, const ops::RowView& w, bool allow_tf32,
+                     Device device, const Stream& stream);
 
 // token_ids.cu — ids (device memory) all in [0, vocab), else ops::throw_token_out_of_range for the first
 // bad position. Synchronises the stream (the answer is needed on the host); inside a stream capture, which

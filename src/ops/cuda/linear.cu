@@ -1,6 +1,6 @@
 // linear.cu — the linear layer on CUDA: its three GEMMs through cuBLASLt (ops/gemm_cuda.h), in row-major
-// terms y = x w^T [+ r], dx = dy w, dw (+)= dy^T x, with fp32 accumulation and strided rows as leading dims;
-// r comes in as the GEMM's C with beta = 1 (see Note [GEMM epilogue addend] in linear.cpp).
+// terms y = x w^T [+ r], dx (+)= dy w, dw (+)= dy^T x, with fp32 accumulation and strided rows as leading dims;
+// r and the accumulated dx come in as the GEMM's C with beta = 1 (see Note [GEMM epilogue addend] in linear.cpp).
 #include "core/cuda_check.h"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/cuda_ops.h"
@@ -37,9 +37,9 @@ void linear_forward(const ops::RowView& y, const ops::RowView& x, const ops::Row
   gemm::matmul(g, device, cuda_stream(stream));
 }
 
-void linear_backward(const ops::RowView& dx, const ops::RowView& dw, bool accumulate_dw, const ops::RowView& dy,
-                     const ops::RowView& x, const ops::RowView& w, bool allow_tf32, Device device,
-                     const Stream& stream) {
+void linear_backward(const ops::RowView& dx, bool accumulate_dx, const ops::RowView& dw, bool accumulate_dw,
+                     const ops::RowView& dy, const ops::RowView& x, const ops::RowView& w, bool allow_tf32,
+                     Device device, const Stream& stream) {
   const cudaStream_t s = cuda_stream(stream);
   if (dx.data && x.rows > 0) {
     gemm::Args g;
@@ -47,6 +47,7 @@ void linear_backward(const ops::RowView& dx, const ops::RowView& dw, bool accumu
     g.a = matrix(dy, false);  // dy (rows, d_out)
     g.b = matrix(w, false);   // w (d_out, d_in)
     g.d = matrix(dx, false);  // dx (rows, d_in)
+    g.beta = accumulate_dx ? 1.0f : 0.0f;
     g.allow_tf32 = allow_tf32;
     gemm::matmul(g, device, s);
   }
