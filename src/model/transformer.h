@@ -247,6 +247,9 @@ class TransformerLM {
   void run_backward(const Batch& b, const TokenIds& inputs, const BackwardOptions& options);
   void layer_backward(std::int64_t l, const Batch& b, const BackwardOptions& options);
   void notify(const BackwardOptions& options, std::size_t index) const;
+  // bf16 mode: the bf16 copy of the residual stream's gradient (dres_c), for a norm's backward to write beside
+  // dres when `wanted`; fp32 mode (dres is the GEMM operand itself) or not wanted: undefined.
+  Tensor dres_cast(const Batch& b, bool wanted) const;
   // The attention of a block and its RoPE: whole rows, or the packed documents (transformer_attention.cpp).
   void check_documents(const Batch& b) const;
   RopeOptions rope_options() const;

@@ -2,19 +2,23 @@
 // kernels, on CUDA: the residual add in the GEMM's epilogue (linear_forward_residual, r apart from y and r = y)
 // and the dx accumulation (LinearGrads::accumulate_dx), each bit for bit the separate GEMM and add on the GPU
 // (see Note [GEMM epilogue addend] in ops/linear.cpp) at the model's shapes scaled down and at the 8B width,
-// and close to the CPU's fused ops.
+// and close to the CPU's fused ops; RMSNorm's backward writing dx's 16-bit copy (RmsNormGrads::dx_cast), bit
+// for bit dx rounded, with dx unchanged, packed and scalar paths, strided rows.
 // Run on a GPU machine: ./build/bin/gpu_test_fused_epilogues_cuda
 #include <gtest/gtest.h>
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "common/device_pair.h"
 #include "common/expect_close.h"
 #include "core/buffer.h"
+#include "core/half.h"
 #include "core/tensor_io.h"
 #include "ops/linear.h"
 #include "ops/residual.h"
+#include "ops/rmsnorm.h"
 
 namespace ft {
 namespace {
@@ -100,6 +104,61 @@ INSTANTIATE_TEST_SUITE_P(
                       EpilogueCase{DType::bf16, 2048, 4096, 4096, false},
                       EpilogueCase{DType::bf16, 2048, 11008, 4096, false},
                       EpilogueCase{DType::bf16, 2048, 4096, 11008, false}));
+
+// ---- RMSNorm backward writing dx's 16-bit copy ---------------------------------------------------
+
+struct CastCase {
+  std::int64_t d, pad;  // pad > 0: x and dx are column slices of wider rows (the scalar path)
+  DType dy, copy;
+};
+
+class RmsNormCastCuda : public ::testing::TestWithParam<CastCase> {};
+
+TEST_P(RmsNormCastCuda, CopyIsBitwiseDxRounded) {
+  const CastCase c = GetParam();
+  const Shape rows = {3, 37};
+  const auto x_store = device_pair({3, 37, c.d + c.pad}, DType::f32, 10);
+  const Tensor x = x_store.gpu->narrow(2, 0, c.d), x_cpu = x_store.cpu->narrow(2, 0, c.d);
+  const auto w = device_pair({c.d}, DType::f32, 11);
+  const auto dy = device_pair({3, 37, c.d}, c.dy, 12);
+  const auto prior = device_pair({3, 37, c.d + c.pad}, DType::f32, 13);
+  OwnedTensor y({3, 37, c.d}, DType::f32, kGpu, "test"), rstd(rows, DType::f32, kGpu, "test");
+  rmsnorm_forward(y, rstd, x, w.gpu);
+  OwnedTensor rstd_cpu(rows, DType::f32, Device::cpu(), "test");
+  copy(rstd_cpu, rstd);
+
+  for (const bool accumulate : {false, true}) {
+    SCOPED_TRACE(accumulate ? "accumulating" : "overwriting");
+    OwnedTensor dx_store = copy_of(prior.gpu), alone_store = copy_of(prior.gpu);
+    const Tensor dx = dx_store->narrow(2, 0, c.d), alone = alone_store->narrow(2, 0, c.d);
+    OwnedTensor dw({c.d}, DType::f32, kGpu, "test"), dw_alone({c.d}, DType::f32, kGpu, "test");
+    OwnedTensor copy16({3, 37, c.d}, c.copy, kGpu, "test");
+    rmsnorm_backward({.dx = dx, .dw = dw, .accumulate_dx = accumulate, .dx_cast = copy16}, dy.gpu, x, w.gpu, rstd);
+    rmsnorm_backward({.dx = alone, .dw = dw_alone, .accumulate_dx = accumulate}, dy.gpu, x, w.gpu, rstd);
+    expect_bitwise(dx, alone, "dx beside its copy");
+    expect_bitwise(dw, dw_alone, "dw beside the copy");
+    std::vector<double> rounded = read_as_double(dx);
+    for (double& v : rounded) {
+      const auto f = static_cast<float>(v);
+      v = c.copy == DType::bf16 ? to_float(to_bf16(f)) : to_float(to_f16(f));
+    }
+    ASSERT_EQ(read_as_double(copy16), rounded) << "the copy is dx rounded to " << name_of(c.copy);
+
+    OwnedTensor cpu_store = copy_of(prior.cpu);
+    const Tensor dx_cpu = cpu_store->narrow(2, 0, c.d);
+    OwnedTensor copy_cpu({3, 37, c.d}, c.copy, Device::cpu(), "test");
+    rmsnorm_backward({.dx = dx_cpu, .accumulate_dx = accumulate, .dx_cast = copy_cpu}, dy.cpu, x_cpu, w.cpu,
+                     rstd_cpu);
+    expect_close_to_largest(dx, dx_cpu, 1e-5, "dx against the CPU");
+    expect_close_to_largest(copy16, copy_cpu, 1e-2, "the copy against the CPU");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormCastCuda,
+                         ::testing::Values(CastCase{64, 0, DType::bf16, DType::bf16},
+                                           CastCase{64, 0, DType::f32, DType::f16},
+                                           CastCase{50, 3, DType::bf16, DType::bf16},
+                                           CastCase{4096, 0, DType::bf16, DType::bf16}));
 
 }  // namespace
 }  // namespace ft

@@ -40,12 +40,13 @@ void embedding_backward(const ops::RowView& dweight, const std::int32_t* ids, co
                         bool accumulate, Device device, const Stream& stream);
 
 // rmsnorm.cu — x (rows, d) fp32, w (d) fp32, rstd (rows) fp32, y / dy fp32 or bf16, dx (rows, d) fp32 or
-// no data, dw (d) fp32 or null. dw is reduced over fixed row groups, then the groups in order.
+// no data, dx_cast (rows, d) bf16 / fp16 or no data (dx rounded), dw (d) fp32 or null. dw is reduced over
+// fixed row groups, then the groups in order.
 void rmsnorm_forward(const ops::RowView& y, float* rstd, const ops::RowView& x, const float* w, float eps,
                      Device device, const Stream& stream);
-void rmsnorm_backward(const ops::RowView& dx, bool accumulate_dx, float* dw, bool accumulate_dw,
-                      const ops::RowView& dy, const ops::RowView& x, const float* w, const float* rstd,
-                      Device device, const Stream& stream);
+void rmsnorm_backward(const ops::RowView& dx, bool accumulate_dx, const ops::RowView& dx_cast, float* dw,
+                      bool accumulate_dw, const ops::RowView& dy, const ops::RowView& x, const float* w,
+                      const float* rstd, Device device, const Stream& stream);
 
 // rope.cu — x (B, H, T, Dh) any strides, contiguous last dim, rotated in place (inverse = backward); positions:
 // null or (B, T) per-token positions on the device (a row whose position is outside [0, T) becomes NaN).
