@@ -197,10 +197,10 @@ Tensor TransformerLM::residual(std::int64_t l, const Batch& b) const {
   return act(residual_slots_.at(static_cast<std::size_t>(l)), DType::f32, {b.B, b.T, config_.d_model});
 }
 
-Tensor TransformerLM::qkv_view(const Tensor& qkv, int which, const Batch& b) const {
+Tensor TransformerLM::qkv_view(const Tensor& qkv, int which, const Batch& b, int parts) const {
   const std::int64_t d = config_.d_model, H = config_.num_heads, Dh = config_.head_dim();
   char* base = static_cast<char*>(qkv.data()) + static_cast<std::size_t>(which * d) * size_of(qkv.dtype());
-  return Tensor(base, qkv.dtype(), qkv.device(), {b.B, H, b.T, Dh}, {b.T * 3 * d, Dh, 3 * d, 1});
+  return Tensor(base, qkv.dtype(), qkv.device(), {b.B, parts * H, b.T, Dh}, {b.T * 3 * d, Dh, 3 * d, 1});
 }
 
 TransformerLM::AttentionViews TransformerLM::attention_views(std::int64_t l, const Batch& b) const {

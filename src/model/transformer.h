@@ -261,7 +261,8 @@ class TransformerLM {
   Tensor work(std::size_t offset, DType dtype, Shape shape) const;
   Tensor residual(std::int64_t l, const Batch& b) const;  // x entering layer l (l = num_layers: final norm input)
   AttentionViews attention_views(std::int64_t l, const Batch& b) const;
-  Tensor qkv_view(const Tensor& qkv, int which, const Batch& b) const;  // (B,H,T,Dh) of a (B,T,3,H,Dh) buffer
+  // (B, parts H, T, Dh): `parts` adjacent head groups of a (B,T,3,H,Dh) buffer from q (which 0), k (1) or v (2) on.
+  Tensor qkv_view(const Tensor& qkv, int which, const Batch& b, int parts = 1) const;
   // Elements of one block's parameters, q_proj to ln2 (contiguous in the layout; the same for every block).
   std::int64_t block_numel() const;
   // The GEMM weights of block l: the fp32 masters, or in bf16 mode their casts, enqueued here on the model's

@@ -154,9 +154,7 @@ void TransformerLM::layer_backward(std::int64_t l, const Batch& b, const Backwar
   grads.dk = qkv_view(dqkv, 1, b);
   grads.dv = qkv_view(dqkv, 2, b);
   attention_backward_pass(attn.tensors, grads);  // packed documents: confined to each document
-  const RopeOptions rope = rope_options();
-  rope_backward(grads.dq, rope);
-  rope_backward(grads.dk, rope);
+  rope_backward(qkv_view(dqkv, 0, b, 2), rope_options());  // dq and dk at once, as the forward rotated q and k
   const Tensor ln1_y = act(s.ln1_y, c, {b.B, b.T, d});  // (B, T, d)
   linear_backward({dnorm, fused_qkv(grads_, l), acc}, dqkv, ln1_y, w.qkv, lin);
   notify(options, index(LayerSlot::v_proj));

@@ -130,10 +130,11 @@ void TransformerLM::block_forward(std::int64_t l, const Batch& b, const BlockWei
   rmsnorm_forward(ln1_y, act(s.ln1_rstd, DType::f32, {b.B, b.T}), x, params_[index(LayerSlot::ln1)], norm);
   const AttentionViews attn = attention_views(l, b);
   if (pass != BlockPass::recompute_selective_qkv) {  // which keeps qkv after RoPE
-    linear_forward(act(s.qkv, c, {b.B, b.T, 3 * d}), ln1_y, w.qkv, lin);
-    const RopeOptions rope = rope_options();  // packed documents: positions restart per document
-    rope_forward(attn.tensors.q, rope);
-    rope_forward(attn.tensors.k, rope);
+    const Tensor qkv = act(s.qkv, c, {b.B, b.T, 3 * d});  // (B, T, 3, H, Dh)
+    linear_forward(qkv, ln1_y, w.qkv, lin);
+    // q's and k's heads are adjacent: one (B, 2H, T, Dh) view rotates both. Packed documents: positions
+    // restart per document.
+    rope_forward(qkv_view(qkv, 0, b, 2), rope_options());
   }
   if (pass == BlockPass::forward || pass == BlockPass::recompute_full)  // selective recomputation keeps o, lse
     attention_forward_pass(attn.tensors);
