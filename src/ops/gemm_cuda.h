@@ -39,4 +39,9 @@ struct Args {
 // device when a call fails, out_of_memory when its workspace cannot be allocated).
 void matmul(const Args& args, Device device, cudaStream_t stream);
 
+// Whether the algorithm matmul runs for args splits K into slices whose partial products it sums: beta * C may
+// then join the sum before its last partial product rather than after the finished one. The same cached
+// choice as matmul's (a heuristic query on first use). Throws as matmul does.
+bool splits_k(const Args& args, Device device);
+
 }  // namespace ft::gemm

@@ -9,10 +9,10 @@
 // cuBLASLt runs D = alpha op(A) op(B) + beta C with alpha = beta = 1 and C = the addend: its heuristic sees
 // the layouts and alignments but not alpha or beta, so with C laid out like D (fp32, the same leading
 // dimension and alignment: the model's arena tensors) it picks the beta = 0 GEMM's algorithm, and the
-// epilogue adds C to the unchanged fp32 accumulator once. An algorithm that splits K and reduces its partial
-// products in D could add C between them instead; gpu_test_fused_epilogues_cuda checks the bits against the
-// separate add at the model's shapes, scaled down and at the 8B width. The model's own bitwise equalities
-// (recomputation against none, ZeRO against one process) hold regardless: every path runs these same ops.
+// epilogue adds C to the unchanged fp32 accumulator once. An algorithm that splits K (gemm::splits_k) could
+// add C to a partial sum instead; such a GEMM (a small output over a long K) runs with beta = 0 and the add
+// after it, as two passes (an in-place dx through a scratch product). gpu_test_fused_epilogues_cuda checks the bits against the separate GEMM and add at
+// the model's shapes, scaled down and at the 8B width.
 #include "ops/linear.h"
 
 #include "core/error.h"

@@ -30,8 +30,8 @@ struct LinearGrads {
   Tensor dx;                   // (..., d_in), undefined = not wanted; overwritten
   Tensor dw;                   // (d_out, d_in), undefined = not wanted
   bool accumulate_dw = false;  // dw += dy^T x (gradient accumulation over micro-batches) instead of dw =
-  // dx += dy w (a gradient summed over two branches, the w1 and w3 of SwiGLU) instead of dx =; bitwise the
-  // separate GEMM and add (see Note [GEMM epilogue addend] in linear.cpp).
+  // dx += dy w (a gradient summed over two branches, the w1 and w3 of SwiGLU) instead of dx =; for an fp32 dx
+  // bitwise the separate GEMM and add (see Note [GEMM epilogue addend] in linear.cpp).
   bool accumulate_dx = false;
 };
 
