@@ -179,9 +179,6 @@ void TransformerLM::plan_memory() {
   const std::size_t overlay = w.end();
   ws_.ffn_h = w.add("ffn.h", rows * f, c);    // (B, T, d_ff)
   ws_.ffn_dh = w.add("ffn.dh", rows * f, c);  // (B, T, d_ff)
-  // The w1 GEMM's input gradient comes after the SwiGLU's backward, when h and dh are no longer read.
-  w.rewind_to(overlay);
-  ws_.dtmp = w.add("d ffn.w1 input (over ffn.h, ffn.dh)", rows * d, DType::f32);  // (B, T, d)
   w.rewind_to(overlay);
   ws_.attn_do = w.add("attn.d_o", rows * d, c);            // (B, T, H, Dh)
   ws_.attn_dqkv = w.add("attn.dqkv", rows * 3 * d, c);     // (B, T, 3, H, Dh)
@@ -200,10 +197,10 @@ Tensor TransformerLM::residual(std::int64_t l, const Batch& b) const {
   return act(residual_slots_.at(static_cast<std::size_t>(l)), DType::f32, {b.B, b.T, config_.d_model});
 }
 
-Tensor TransformerLM::qkv_view(const Tensor& qkv, int which, const Batch& b) const {
+Tensor TransformerLM::qkv_view(const Tensor& qkv, int which, const Batch& b, int parts) const {
   const std::int64_t d = config_.d_model, H = config_.num_heads, Dh = config_.head_dim();
   char* base = static_cast<char*>(qkv.data()) + static_cast<std::size_t>(which * d) * size_of(qkv.dtype());
-  return Tensor(base, qkv.dtype(), qkv.device(), {b.B, H, b.T, Dh}, {b.T * 3 * d, Dh, 3 * d, 1});
+  return Tensor(base, qkv.dtype(), qkv.device(), {b.B, parts * H, b.T, Dh}, {b.T * 3 * d, Dh, 3 * d, 1});
 }
 
 TransformerLM::AttentionViews TransformerLM::attention_views(std::int64_t l, const Batch& b) const {

@@ -30,8 +30,8 @@
 //                  gradient tile), which overlay the per-layer temporaries below (the loss runs between the
 //                  last block's forward and the first block's backward).
 //                  Then the temporaries of one layer at a time (gradient of the residual stream, its bf16
-//                  copy, the norm output gradient; h and dh, then the w1 input gradient over them; d_o and
-//                  dqkv — the FFN and attention groups overlay).
+//                  copy, the norm output gradient; h and dh; d_o and dqkv — the FFN and attention groups
+//                  overlay).
 // An inference model (ModelOptions::training = false) allocates no gradients and keeps nothing for backward:
 // its arena holds one residual stream x (each layer writes x_next over its x once x_mid is made), x_mid and
 // one layer's temporaries shared by every layer (ln1.y, ln1.rstd, qkv, o, lse, ln2.y, ln2.rstd, a, b), then
@@ -207,7 +207,7 @@ class TransformerLM {
     std::size_t lm_head_weight;    // bf16 mode: (V, d) bf16, overlaying the block slots
     std::size_t loss;                         // fused loss: (1) double
     std::size_t loss_logits, loss_dlogits;    // fused loss: (chunk, V) fp32; bf16 training: (chunk, V) bf16
-    std::size_t dres, dres_c, dnorm, dtmp, ffn_h, ffn_dh, attn_do, attn_dqkv;
+    std::size_t dres, dres_c, dnorm, ffn_h, ffn_dh, attn_do, attn_dqkv;
   };
   // What block_forward runs: the whole block, or its recomputation before the block's backward (see Note
   // [Recomputation]).
@@ -247,6 +247,9 @@ class TransformerLM {
   void run_backward(const Batch& b, const TokenIds& inputs, const BackwardOptions& options);
   void layer_backward(std::int64_t l, const Batch& b, const BackwardOptions& options);
   void notify(const BackwardOptions& options, std::size_t index) const;
+  // bf16 mode: the bf16 copy of the residual stream's gradient (dres_c), for a norm's backward to write beside
+  // dres when `wanted`; fp32 mode (dres is the GEMM operand itself) or not wanted: undefined.
+  Tensor dres_cast(const Batch& b, bool wanted) const;
   // The attention of a block and its RoPE: whole rows, or the packed documents (transformer_attention.cpp).
   void check_documents(const Batch& b) const;
   RopeOptions rope_options() const;
@@ -258,7 +261,8 @@ class TransformerLM {
   Tensor work(std::size_t offset, DType dtype, Shape shape) const;
   Tensor residual(std::int64_t l, const Batch& b) const;  // x entering layer l (l = num_layers: final norm input)
   AttentionViews attention_views(std::int64_t l, const Batch& b) const;
-  Tensor qkv_view(const Tensor& qkv, int which, const Batch& b) const;  // (B,H,T,Dh) of a (B,T,3,H,Dh) buffer
+  // (B, parts H, T, Dh): `parts` adjacent head groups of a (B,T,3,H,Dh) buffer from q (which 0), k (1) or v (2) on.
+  Tensor qkv_view(const Tensor& qkv, int which, const Batch& b, int parts = 1) const;
   // Elements of one block's parameters, q_proj to ln2 (contiguous in the layout; the same for every block).
   std::int64_t block_numel() const;
   // The GEMM weights of block l: the fp32 masters, or in bf16 mode their casts, enqueued here on the model's

@@ -1,16 +1,15 @@
 // transformer_backward.cpp — TransformerLM backward: LM head (in bf16 mode with the forward's cast of its
 // weight; the fused loss made its gradients in the forward), final RMSNorm, the blocks from the last to the
 // first (in bf16 mode the cast of the block's weights again; with recomputation the block's forward again,
-// see Note [Recomputation]; FFN: w2, SwiGLU with h recomputed, w3 and w1, ln2; attention: output projection,
-// attention, inverse RoPE, fused QKV, ln1; with offloading, each block's unit copied back ahead of it), the
-// embedding; the gradient-ready hook told as each gradient is final.
+// see Note [Recomputation]; FFN: w2, SwiGLU with h recomputed, w3 and w1 (adding its input gradient to w3's),
+// ln2; attention: output projection, attention, inverse RoPE, fused QKV, ln1 — the norms writing the residual
+// stream's gradient and, in bf16 mode, its bf16 copy; with offloading, each block's unit copied back ahead of
+// it), the embedding; the gradient-ready hook told as each gradient is final.
 #include "core/error.h"
 #include "core/nvtx.h"
 #include "model/transformer.h"
-#include "ops/cast.h"
 #include "ops/embedding.h"
 #include "ops/linear.h"
-#include "ops/residual.h"
 #include "ops/rmsnorm.h"
 #include "ops/rope.h"
 #include "ops/swiglu.h"
@@ -44,6 +43,11 @@ void TransformerLM::notify(const BackwardOptions& options, std::size_t index) co
   if (options.on_gradient_ready) options.on_gradient_ready(layout_[index], grads_[index]);
 }
 
+Tensor TransformerLM::dres_cast(const Batch& b, bool wanted) const {
+  if (!wanted || options_.precision != Precision::bf16) return Tensor();
+  return work(ws_.dres_c, DType::bf16, {b.B, b.T, config_.d_model});  // (B, T, d)
+}
+
 void TransformerLM::run_backward(const Batch& b, const TokenIds& inputs, const BackwardOptions& options) {
   NvtxRange range("model backward");
   const Stream& stream = options_.stream;
@@ -63,10 +67,12 @@ void TransformerLM::run_backward(const Batch& b, const TokenIds& inputs, const B
   }
   notify(options, lm_head);
 
-  // Final norm: starts the residual stream's gradient dres = d x_L.
+  // Final norm: starts the residual stream's gradient dres = d x_L (bf16 mode: and its copy, the last block's
+  // first GEMM operand).
   const Tensor dres = work(ws_.dres, DType::f32, {b.B, b.T, d});  // (B, T, d) fp32
-  rmsnorm_backward({dres, grads_[ln_final], false, acc}, dnorm, residual(L, b), params_[ln_final],
-                   act(lnf_rstd_, DType::f32, {b.B, b.T}), {config_.norm_eps, stream});
+  rmsnorm_backward({.dx = dres, .dw = grads_[ln_final], .accumulate_dw = acc, .dx_cast = dres_cast(b, true)}, dnorm,
+                   residual(L, b), params_[ln_final], act(lnf_rstd_, DType::f32, {b.B, b.T}),
+                   {config_.norm_eps, stream});
   notify(options, ln_final);
   offload_.release(L);  // x_L's slot (see Note [Activation offloading])
 
@@ -89,7 +95,6 @@ void TransformerLM::layer_backward(std::int64_t l, const Batch& b, const Backwar
   const Stream& stream = options_.stream;
   const std::int64_t d = config_.d_model, f = config_.d_ff;
   const DType c = compute_dtype();
-  const bool bf16 = options_.precision == Precision::bf16;
   const bool acc = options.accumulate && !options_.parameter_source;  // a source accumulates its shards
   const LinearOptions lin{options_.allow_tf32, stream};
   const RmsNormOptions norm{config_.norm_eps, stream};
@@ -105,10 +110,11 @@ void TransformerLM::layer_backward(std::int64_t l, const Batch& b, const Backwar
     block_forward(l, b, w, pass);
   }
 
+  // dres_c, dres as a GEMM operand: in bf16 mode its copy, written by the norm backward before each reader (the
+  // final norm or block l + 1's ln1 before the w2 GEMM, ln2 before the output projection's); fp32: dres itself.
   const Tensor dres = work(ws_.dres, DType::f32, {b.B, b.T, d});    // (B, T, d) fp32: d x_{l+1}, then d x_mid, d x_l
   const Tensor dres_c = work(ws_.dres_c, c, {b.B, b.T, d});         // (B, T, d) dres as a GEMM operand
   const Tensor dnorm = work(ws_.dnorm, DType::f32, {b.B, b.T, d});  // (B, T, d) fp32: d of a norm's output
-  const Tensor dtmp = work(ws_.dtmp, DType::f32, {b.B, b.T, d});    // (B, T, d) fp32
 
   // FFN: h = silu(a) * g is recomputed; da, dg overwrite a, g (no longer needed).
   const Tensor a = act(s.ffn_a, c, {b.B, b.T, f});       // (B, T, d_ff)
@@ -116,23 +122,26 @@ void TransformerLM::layer_backward(std::int64_t l, const Batch& b, const Backwar
   const Tensor h = work(ws_.ffn_h, c, {b.B, b.T, f});    // (B, T, d_ff)
   const Tensor dh = work(ws_.ffn_dh, c, {b.B, b.T, f});  // (B, T, d_ff)
   const Tensor ln2_y = act(s.ln2_y, c, {b.B, b.T, d});   // (B, T, d)
-  if (bf16) cast(dres_c, dres, stream);
   swiglu_forward(h, a, g, stream);
   linear_backward({dh, grads_[index(LayerSlot::w2)], acc}, dres_c, h, w.w2, lin);
   notify(options, index(LayerSlot::w2));
   swiglu_backward(a, g, dh, a, g, stream);
   linear_backward({dnorm, grads_[index(LayerSlot::w3)], acc}, g, ln2_y, w.w3, lin);
   notify(options, index(LayerSlot::w3));
-  linear_backward({dtmp, grads_[index(LayerSlot::w1)], acc}, a, ln2_y, w.w1, lin);
+  // d ln2.y = the w3 input gradient + the w1 one, added in the w1 GEMM's epilogue.
+  linear_backward({.dx = dnorm, .dw = grads_[index(LayerSlot::w1)], .accumulate_dw = acc, .accumulate_dx = true}, a,
+                  ln2_y, w.w1, lin);
   notify(options, index(LayerSlot::w1));
-  residual_add(dnorm, dtmp, stream);
   const Tensor x_mid = act(s.x_mid, DType::f32, {b.B, b.T, d});  // (B, T, d) fp32
-  rmsnorm_backward({dres, grads_[index(LayerSlot::ln2)], true, acc}, dnorm, x_mid, params_[index(LayerSlot::ln2)],
-                   act(s.ln2_rstd, DType::f32, {b.B, b.T}), norm);
+  rmsnorm_backward({.dx = dres,
+                    .dw = grads_[index(LayerSlot::ln2)],
+                    .accumulate_dx = true,
+                    .accumulate_dw = acc,
+                    .dx_cast = dres_cast(b, true)},
+                   dnorm, x_mid, params_[index(LayerSlot::ln2)], act(s.ln2_rstd, DType::f32, {b.B, b.T}), norm);
   notify(options, index(LayerSlot::ln2));
 
   // Attention: output projection, attention (by recomputation inside), inverse RoPE, fused QKV.
-  if (bf16) cast(dres_c, dres, stream);
   const AttentionViews attn = attention_views(l, b);
   const Tensor d_o = work(ws_.attn_do, c, {b.B, b.T, d});  // (B, T, H, Dh)
   linear_backward({d_o, grads_[index(LayerSlot::output_proj)], acc}, dres_c, attn.o_rows,
@@ -145,16 +154,20 @@ void TransformerLM::layer_backward(std::int64_t l, const Batch& b, const Backwar
   grads.dk = qkv_view(dqkv, 1, b);
   grads.dv = qkv_view(dqkv, 2, b);
   attention_backward_pass(attn.tensors, grads);  // packed documents: confined to each document
-  const RopeOptions rope = rope_options();
-  rope_backward(grads.dq, rope);
-  rope_backward(grads.dk, rope);
+  rope_backward(qkv_view(dqkv, 0, b, 2), rope_options());  // dq and dk at once, as the forward rotated q and k
   const Tensor ln1_y = act(s.ln1_y, c, {b.B, b.T, d});  // (B, T, d)
   linear_backward({dnorm, fused_qkv(grads_, l), acc}, dqkv, ln1_y, w.qkv, lin);
   notify(options, index(LayerSlot::v_proj));
   notify(options, index(LayerSlot::k_proj));
   notify(options, index(LayerSlot::q_proj));
-  rmsnorm_backward({dres, grads_[index(LayerSlot::ln1)], true, acc}, dnorm, residual(l, b),
-                   params_[index(LayerSlot::ln1)], act(s.ln1_rstd, DType::f32, {b.B, b.T}), norm);
+  // The embedding's backward reads only the fp32 dres: block 0 makes no copy.
+  rmsnorm_backward({.dx = dres,
+                    .dw = grads_[index(LayerSlot::ln1)],
+                    .accumulate_dx = true,
+                    .accumulate_dw = acc,
+                    .dx_cast = dres_cast(b, l > 0)},
+                   dnorm, residual(l, b), params_[index(LayerSlot::ln1)], act(s.ln1_rstd, DType::f32, {b.B, b.T}),
+                   norm);
   notify(options, index(LayerSlot::ln1));
 }
 

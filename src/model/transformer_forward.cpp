@@ -1,9 +1,10 @@
 // transformer_forward.cpp — TransformerLM forward: embedding, the pre-norm blocks (in bf16 mode the cast of
-// the block's weights; RMSNorm, fused QKV GEMM, RoPE on q and k, causal attention, output projection,
-// residual add; RMSNorm, SwiGLU FFN, residual add; or a block's recomputation before its backward, see Note
-// [Recomputation]), final RMSNorm, LM head (in bf16 mode after the cast of its weight) and mean cross-entropy
-// (with its softmax gradient when backward follows): materialised, or fused in chunks with the LM head's
-// backward (see Note [Fused LM head loss]); with offloading, each block's unit copied to the host after it.
+// the block's weights; RMSNorm, fused QKV GEMM, RoPE on q and k, causal attention, output projection with
+// the residual add in its epilogue; RMSNorm, SwiGLU FFN, its w2 GEMM adding the residual too; or a block's
+// recomputation before its backward, see Note [Recomputation]), final RMSNorm, LM head (in bf16 mode after
+// the cast of its weight) and mean cross-entropy (with its softmax gradient when backward follows):
+// materialised, or fused in chunks with the LM head's backward (see Note [Fused LM head loss]); with
+// offloading, each block's unit copied to the host after it.
 #include <algorithm>
 
 #include "core/error.h"
@@ -13,7 +14,6 @@
 #include "ops/cross_entropy.h"
 #include "ops/embedding.h"
 #include "ops/linear.h"
-#include "ops/residual.h"
 #include "ops/rmsnorm.h"
 #include "ops/rope.h"
 #include "ops/swiglu.h"
@@ -130,16 +130,16 @@ void TransformerLM::block_forward(std::int64_t l, const Batch& b, const BlockWei
   rmsnorm_forward(ln1_y, act(s.ln1_rstd, DType::f32, {b.B, b.T}), x, params_[index(LayerSlot::ln1)], norm);
   const AttentionViews attn = attention_views(l, b);
   if (pass != BlockPass::recompute_selective_qkv) {  // which keeps qkv after RoPE
-    linear_forward(act(s.qkv, c, {b.B, b.T, 3 * d}), ln1_y, w.qkv, lin);
-    const RopeOptions rope = rope_options();  // packed documents: positions restart per document
-    rope_forward(attn.tensors.q, rope);
-    rope_forward(attn.tensors.k, rope);
+    const Tensor qkv = act(s.qkv, c, {b.B, b.T, 3 * d});  // (B, T, 3, H, Dh)
+    linear_forward(qkv, ln1_y, w.qkv, lin);
+    // q's and k's heads are adjacent: one (B, 2H, T, Dh) view rotates both. Packed documents: positions
+    // restart per document.
+    rope_forward(qkv_view(qkv, 0, b, 2), rope_options());
   }
   if (pass == BlockPass::forward || pass == BlockPass::recompute_full)  // selective recomputation keeps o, lse
     attention_forward_pass(attn.tensors);
   const Tensor x_mid = act(s.x_mid, DType::f32, {b.B, b.T, d});  // (B, T, d) fp32
-  linear_forward(x_mid, attn.o_rows, w.output_proj, lin);
-  residual_add(x_mid, x, stream);
+  linear_forward_residual(x_mid, attn.o_rows, w.output_proj, x, lin);  // the residual add in the GEMM's epilogue
 
   // FFN sub-block: x_next = x_mid + w2(silu(w1 ln2(x_mid)) * w3 ln2(x_mid)).
   const Tensor ln2_y = act(s.ln2_y, c, {b.B, b.T, d});  // (B, T, d)
@@ -153,8 +153,7 @@ void TransformerLM::block_forward(std::int64_t l, const Batch& b, const BlockWei
   swiglu_forward(h, a, g, stream);
   offload_.make_writable(l + 1);  // x_{l+1}'s slot: as late as possible (see Note [Activation offloading])
   const Tensor x_next = residual(l + 1, b);  // (B, T, d) fp32
-  linear_forward(x_next, h, w.w2, lin);
-  residual_add(x_next, x_mid, stream);
+  linear_forward_residual(x_next, h, w.w2, x_mid, lin);
 }
 
 }  // namespace ft

@@ -118,8 +118,8 @@ void check_operand(const Matrix& x, const char* name, std::int64_t rows, std::in
 }
 
 // Everything the heuristic's answer depends on: device, compute type, ops, dtypes, sizes, leading
-// dimensions, batch strides and alignments.
-using ProblemKey = std::array<std::int64_t, 19>;
+// dimensions, batch strides and alignments (not alpha and beta, which it is not given).
+using ProblemKey = std::array<std::int64_t, 22>;
 
 // The cached algorithm of a problem, or nullptr.
 const cublasLtMatmulAlgo_t* cached_algo(const ProblemKey& key, std::mutex& mutex,
@@ -129,14 +129,24 @@ const cublasLtMatmulAlgo_t* cached_algo(const ProblemKey& key, std::mutex& mutex
   return it == cache.end() ? nullptr : &it->second;  // entries are never erased: the pointer stays valid
 }
 
-void run_chunk(int device, cublasLtHandle_t handle, const Args& args, void* workspace, cudaStream_t stream) {
+// The descriptors of one GEMM (at most kMaxBatch matrices, C given) and the algorithm cuBLASLt's heuristic
+// picked for them.
+struct Plan {
+  DescPtr desc{nullptr, &cublasLtMatmulDescDestroy};
+  LayoutPtr a{nullptr, &cublasLtMatrixLayoutDestroy}, b{nullptr, &cublasLtMatrixLayoutDestroy};
+  LayoutPtr c{nullptr, &cublasLtMatrixLayoutDestroy}, d{nullptr, &cublasLtMatrixLayoutDestroy};
+  const cublasLtMatmulAlgo_t* algo = nullptr;  // cached for the process
+};
+
+Plan plan(int device, cublasLtHandle_t handle, const Args& args) {
   static std::mutex cache_mutex;
   static auto* cache = new std::map<ProblemKey, cublasLtMatmulAlgo_t>();
   const cublasComputeType_t compute =
       args.a.dtype == DType::f32 && args.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
   cublasLtMatmulDesc_t raw_desc = nullptr;
   FT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&raw_desc, compute, CUDA_R_32F));
-  DescPtr desc(raw_desc, &cublasLtMatmulDescDestroy);
+  Plan p;
+  p.desc.reset(raw_desc);
   // cuBLASLt's first operand is our B, its second our A (see the top of this file).
   const cublasOperation_t op_first = args.b.transpose ? CUBLAS_OP_T : CUBLAS_OP_N;
   const cublasOperation_t op_second = args.a.transpose ? CUBLAS_OP_T : CUBLAS_OP_N;
@@ -144,11 +154,10 @@ void run_chunk(int device, cublasLtHandle_t handle, const Args& args, void* work
   FT_CUBLAS_CHECK(
       cublasLtMatmulDescSetAttribute(raw_desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)));
 
-  const LayoutPtr layout_b = args.b.transpose ? layout(args.b, args.n, args.k, args.batch)
-                                              : layout(args.b, args.k, args.n, args.batch);
-  const LayoutPtr layout_a = args.a.transpose ? layout(args.a, args.k, args.m, args.batch)
-                                              : layout(args.a, args.m, args.k, args.batch);
-  const LayoutPtr layout_d = layout(args.d, args.m, args.n, args.batch);
+  p.b = args.b.transpose ? layout(args.b, args.n, args.k, args.batch) : layout(args.b, args.k, args.n, args.batch);
+  p.a = args.a.transpose ? layout(args.a, args.k, args.m, args.batch) : layout(args.a, args.m, args.k, args.batch);
+  p.c = layout(args.c, args.m, args.n, args.batch);
+  p.d = layout(args.d, args.m, args.n, args.batch);
 
   cublasLtMatmulPreference_t raw_pref = nullptr;
   FT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&raw_pref));
@@ -158,13 +167,14 @@ void run_chunk(int device, cublasLtHandle_t handle, const Args& args, void* work
                                                        &workspace_bytes, sizeof(workspace_bytes)));
   const std::uint32_t align_first = alignment_of(args.b, args.batch);
   const std::uint32_t align_second = alignment_of(args.a, args.batch);
+  const std::uint32_t align_c = alignment_of(args.c, args.batch);
   const std::uint32_t align_d = alignment_of(args.d, args.batch);
   FT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES,
                                                        &align_first, sizeof(align_first)));
   FT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES,
                                                        &align_second, sizeof(align_second)));
   FT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES,
-                                                       &align_d, sizeof(align_d)));
+                                                       &align_c, sizeof(align_c)));
   FT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                        &align_d, sizeof(align_d)));
 
@@ -172,14 +182,13 @@ void run_chunk(int device, cublasLtHandle_t handle, const Args& args, void* work
                           static_cast<std::int64_t>(op_second), static_cast<std::int64_t>(args.a.dtype),
                           static_cast<std::int64_t>(args.d.dtype), args.m, args.n, args.k, args.batch, args.a.ld,
                           args.b.ld, args.d.ld, args.a.batch_stride, args.b.batch_stride, args.d.batch_stride,
-                          align_first, align_second, align_d};
-  const cublasLtMatmulAlgo_t* algo = cached_algo(key, cache_mutex, *cache);
-  if (!algo) {
+                          align_first, align_second, align_d, args.c.ld, args.c.batch_stride, align_c};
+  p.algo = cached_algo(key, cache_mutex, *cache);
+  if (!p.algo) {
     cublasLtMatmulHeuristicResult_t heuristic{};
     int found = 0;
-    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle, raw_desc, layout_b.get(), layout_a.get(),
-                                                                 layout_d.get(), layout_d.get(), raw_pref, 1,
-                                                                 &heuristic, &found);
+    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle, raw_desc, p.b.get(), p.a.get(), p.c.get(),
+                                                                 p.d.get(), raw_pref, 1, &heuristic, &found);
     if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)) {
       FT_THROW(unsupported, "gemm: cuBLASLt has no algorithm for ", name_of(args.a.dtype), " (", args.m, " x ",
                args.k, ")", args.a.transpose ? "^T" : "", " @ (", args.k, " x ", args.n, ")",
@@ -189,18 +198,20 @@ void run_chunk(int device, cublasLtHandle_t handle, const Args& args, void* work
     }
     FT_CUBLAS_CHECK(status);
     std::lock_guard lock(cache_mutex);
-    algo = &cache->emplace(key, heuristic.algo).first->second;
+    p.algo = &cache->emplace(key, heuristic.algo).first->second;
   }
-
-  FT_CUBLAS_CHECK(cublasLtMatmul(handle, raw_desc, &args.alpha, args.b.data, layout_b.get(), args.a.data,
-                                 layout_a.get(), &args.beta, args.d.data, layout_d.get(),
-                                 const_cast<void*>(args.d.data), layout_d.get(), algo, workspace,
-                                 kWorkspaceBytes, stream));
+  return p;
 }
 
-}  // namespace
+void run_chunk(int device, cublasLtHandle_t handle, const Args& args, void* workspace, cudaStream_t stream) {
+  const Plan p = plan(device, handle, args);
+  FT_CUBLAS_CHECK(cublasLtMatmul(handle, p.desc.get(), &args.alpha, args.b.data, p.b.get(), args.a.data, p.a.get(),
+                                 &args.beta, args.c.data, p.c.get(), const_cast<void*>(args.d.data), p.d.get(), p.algo,
+                                 workspace, kWorkspaceBytes, stream));
+}
 
-void matmul(const Args& args, Device device, cudaStream_t stream) {
+// args checked, with C = D when no C is given.
+Args checked(const Args& args, Device device) {
   FT_CHECK(device.is_cuda(), "gemm: runs on a CUDA device, given ", device.to_string());
   FT_CHECK(args.m >= 1 && args.n >= 1 && args.k >= 1 && args.batch >= 1,
            "gemm: m, n, k and batch must be >= 1, given m = ", args.m, ", n = ", args.n, ", k = ", args.k,
@@ -212,7 +223,18 @@ void matmul(const Args& args, Device device, cudaStream_t stream) {
   check_operand(args.a, "A", args.a.transpose ? args.k : args.m, args.a.transpose ? args.m : args.k);
   check_operand(args.b, "B", args.b.transpose ? args.n : args.k, args.b.transpose ? args.k : args.n);
   check_operand(args.d, "D", args.m, args.n);
+  Args full = args;
+  if (full.c.data == nullptr) full.c = full.d;
+  FT_CHECK(full.c.dtype == full.d.dtype, "gemm: C must have D's dtype ", name_of(full.d.dtype), ", given ",
+           name_of(full.c.dtype));
+  check_operand(full.c, "C", args.m, args.n);
+  return full;
+}
 
+}  // namespace
+
+void matmul(const Args& args, Device device, cudaStream_t stream) {
+  const Args full = checked(args, device);
   CudaDeviceGuard guard(device.index);
   cublasLtHandle_t handle = handle_for(device.index);
   void* workspace = cached_workspace(device, stream);
@@ -221,14 +243,27 @@ void matmul(const Args& args, Device device, cudaStream_t stream) {
     own = Buffer(kWorkspaceBytes, device, "gemm.workspace", Stream::wrap(stream, device));
     workspace = own.data();
   }
-  for (std::int64_t first = 0; first < args.batch; first += kMaxBatch) {
-    Args chunk = args;
-    chunk.batch = std::min(kMaxBatch, args.batch - first);
-    chunk.a.data = advance(args.a, first);
-    chunk.b.data = advance(args.b, first);
-    chunk.d.data = advance(args.d, first);
+  for (std::int64_t first = 0; first < full.batch; first += kMaxBatch) {
+    Args chunk = full;
+    chunk.batch = std::min(kMaxBatch, full.batch - first);
+    chunk.a.data = advance(full.a, first);
+    chunk.b.data = advance(full.b, first);
+    chunk.c.data = advance(full.c, first);
+    chunk.d.data = advance(full.d, first);
     run_chunk(device.index, handle, chunk, workspace, stream);
   }
+}
+
+bool splits_k(const Args& args, Device device) {
+  Args chunk = checked(args, device);
+  chunk.batch = std::min(kMaxBatch, chunk.batch);  // every chunk but a last, smaller one: the same problem
+  CudaDeviceGuard guard(device.index);
+  const Plan p = plan(device.index, handle_for(device.index), chunk);
+  std::uint32_t splits = 1;
+  std::size_t written = 0;
+  FT_CUBLAS_CHECK(
+      cublasLtMatmulAlgoConfigGetAttribute(p.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof(splits), &written));
+  return splits > 1;
 }
 
 }  // namespace ft::gemm

@@ -1,5 +1,6 @@
 // gemm_cuda.h — internal (CUDA builds only): strided-batched GEMMs through cuBLASLt, stated in row-major
-// terms: D[i] = alpha * op(A[i]) @ op(B[i]) + beta * D[i] for i < batch, op = identity or transpose.
+// terms: D[i] = alpha * op(A[i]) @ op(B[i]) + beta * C[i] for i < batch, op = identity or transpose, C = D
+// unless given.
 // One cuBLASLt handle per device, created on first use. Never include from public headers.
 #pragma once
 
@@ -26,7 +27,8 @@ struct Args {
   std::int64_t batch = 1;
   Matrix a;              // stored (m, k), or (k, m) when transposed
   Matrix b;              // stored (k, n), or (n, k) when transposed; same dtype as a
-  Matrix d;              // (m, n), written (read too when beta != 0); dtype of a, or fp32
+  Matrix c;              // (m, n) of d's dtype, read when beta != 0 (may be d itself); no data = d
+  Matrix d;              // (m, n), written; dtype of a, or fp32
   float alpha = 1.0f;
   float beta = 0.0f;
   bool allow_tf32 = false;  // fp32 operands: let cuBLASLt use TF32 tensor cores (otherwise true fp32)
@@ -36,5 +38,10 @@ struct Args {
 // fp32 for every dtype. Throws ft::Error (unsupported when cuBLASLt has no algorithm for the layout,
 // device when a call fails, out_of_memory when its workspace cannot be allocated).
 void matmul(const Args& args, Device device, cudaStream_t stream);
+
+// Whether the algorithm matmul runs for args splits K into slices whose partial products it sums: beta * C may
+// then join the sum before its last partial product rather than after the finished one. The same cached
+// choice as matmul's (a heuristic query on first use). Throws as matmul does.
+bool splits_k(const Args& args, Device device);
 
 }  // namespace ft::gemm

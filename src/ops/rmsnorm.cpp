@@ -67,6 +67,12 @@ void rmsnorm_backward(const RmsNormGrads& grads, const Tensor& dy, const Tensor&
   const ops::RowView dyv = like_x(op, dy, "dy", x, {DType::f32, DType::bf16});
   ops::RowView dxv;
   if (grads.dx.defined()) dxv = like_x(op, grads.dx, "dx", x, {DType::f32});
+  ops::RowView castv;
+  if (grads.dx_cast.defined()) {
+    FT_CHECK(grads.dx.defined(), op, ": dx_cast is dx rounded to 16 bits, so it needs dx; given dx_cast ",
+             grads.dx_cast.describe(), " and no dx");
+    castv = like_x(op, grads.dx_cast, "dx_cast", x, {DType::bf16, DType::f16});
+  }
   float* dw = nullptr;
   if (grads.dw.defined()) {
     ops::check_dtype(op, grads.dw, "dw", {DType::f32});
@@ -77,12 +83,12 @@ void rmsnorm_backward(const RmsNormGrads& grads, const Tensor& dy, const Tensor&
   }
 #if FT_HAS_CUDA
   if (x.device().is_cuda())
-    return gpu::rmsnorm_backward(dxv, grads.accumulate_dx, dw, grads.accumulate_dw, dyv, xv, w.data_as<float>(),
-                                 rstd.data_as<float>(), x.device(), options.stream);
+    return gpu::rmsnorm_backward(dxv, grads.accumulate_dx, castv, dw, grads.accumulate_dw, dyv, xv,
+                                 w.data_as<float>(), rstd.data_as<float>(), x.device(), options.stream);
 #else
   if (x.device().is_cuda()) ops::no_cuda_build(op, x.device());
 #endif
-  cpu::rmsnorm_backward(dxv, grads.accumulate_dx, dw, grads.accumulate_dw, dyv, xv, w.data_as<float>(),
+  cpu::rmsnorm_backward(dxv, grads.accumulate_dx, castv, dw, grads.accumulate_dw, dyv, xv, w.data_as<float>(),
                         rstd.data_as<float>());
 }
 

@@ -306,11 +306,11 @@ TEST(TransformerLM, Bf16CastsWeightsIntoWorkspaceSlotsInsteadOfKeepingACopy) {
       const std::size_t weights = aligned(std::max(aligned(block) + block, head));
       std::size_t rest = rows * f * 2;  // inference: ffn.h (B, T, d_ff) bf16
       if (training) {
-        // dx fp32, dx bf16, d norm output fp32; then ffn.h and ffn.dh (B, T, d_ff) bf16, or d ffn.w1 input
-        // (B, T, d) fp32, or attn.d_o (B, T, d) and attn.dqkv (B, T, 3d) bf16 over them.
+        // dx fp32, dx bf16, d norm output fp32; then ffn.h and ffn.dh (B, T, d_ff) bf16, or attn.d_o (B, T, d)
+        // and attn.dqkv (B, T, 3d) bf16 over them.
         const std::size_t temps = aligned(aligned(rows * d * 4) + rows * d * 2) + rows * d * 4;
-        rest = std::max({aligned(aligned(temps) + rows * f * 2) + rows * f * 2, aligned(temps) + rows * d * 4,
-                         aligned(aligned(temps) + rows * d * 2) + rows * 3 * d * 2});
+        rest = std::max(aligned(aligned(temps) + rows * f * 2) + rows * f * 2,
+                        aligned(aligned(temps) + rows * d * 2) + rows * 3 * d * 2);
       }
       EXPECT_EQ(m.workspace, weights + rest);
       EXPECT_EQ(model.workspace_layout().bytes(), weights + rest);

@@ -1,6 +1,7 @@
 // test_ops_linear.cpp — linear forward against a double reference (fp32 and bf16 operands, shapes that
 // cross every GEMM block size), backward against central finite differences, dw accumulation, strided
-// output rows, determinism across thread counts, and malformed calls.
+// output rows, determinism across thread counts, the residual and dx additions in the GEMM's epilogue
+// bitwise against the separate GEMM and add, and malformed calls.
 #include <gtest/gtest.h>
 
 #if defined(_OPENMP)
@@ -8,6 +9,7 @@
 #endif
 
 #include "ops/linear.h"
+#include "ops/residual.h"
 #include "test_ops_util.h"
 
 namespace ft {
@@ -153,6 +155,99 @@ TEST(Linear, BitwiseIdenticalForAnyThreadCount) {
   ASSERT_EQ(results[0], results[1]);
 }
 #endif
+
+// The epilogue additions at fp32 and bf16 operands, over shapes that cross the GEMM's tile sizes.
+struct EpilogueCase {
+  DType dtype;
+  std::int64_t rows, d_in, d_out;
+};
+
+class LinearEpilogue : public ::testing::TestWithParam<EpilogueCase> {};
+
+TEST_P(LinearEpilogue, ResidualIsBitwiseTheGemmThenTheResidualAdd) {
+  const auto [dtype, rows, d_in, d_out] = GetParam();
+  auto x = tensor_of({rows, d_in}, dtype, normals(rows * d_in, 20));
+  auto w = tensor_of({d_out, d_in}, dtype, normals(d_out * d_in, 21));
+  const auto r = normals(rows * d_out, 22, 4.0);
+  auto unfused = tensor_of({rows, d_out}, DType::f32, r);
+  OwnedTensor product({rows, d_out}, DType::f32, Device::cpu(), "test");
+  linear_forward(product, x, w);
+  residual_add(product, unfused);  // (x w^T) + r, the order the model's residual add used
+  auto rt = tensor_of({rows, d_out}, DType::f32, r);
+  OwnedTensor fused({rows, d_out}, DType::f32, Device::cpu(), "test");
+  linear_forward_residual(fused, x, w, rt);
+  ASSERT_EQ(read_as_double(fused), read_as_double(product));
+  linear_forward_residual(rt, x, w, rt);  // r is y: the projection added in place
+  ASSERT_EQ(read_as_double(rt), read_as_double(product));
+}
+
+TEST_P(LinearEpilogue, AccumulatedDxIsBitwiseTheGemmThenTheAdd) {
+  const auto [dtype, rows, d_in, d_out] = GetParam();
+  auto x = tensor_of({rows, d_in}, dtype, normals(rows * d_in, 23));
+  auto w = tensor_of({d_out, d_in}, dtype, normals(d_out * d_in, 24));
+  auto dy = tensor_of({rows, d_out}, dtype, normals(rows * d_out, 25));
+  const auto prior = normals(rows * d_in, 26, 4.0);
+  auto unfused = tensor_of({rows, d_in}, DType::f32, prior);
+  OwnedTensor dx({rows, d_in}, DType::f32, Device::cpu(), "test");
+  linear_backward({dx, Tensor()}, dy, x, w);
+  residual_add(unfused, dx);  // prior + dy w, as the model summed the w3 and w1 input gradients
+  auto fused = tensor_of({rows, d_in}, DType::f32, prior);
+  auto dw = test::zeros({d_out, d_in});
+  linear_backward({.dx = fused, .dw = dw, .accumulate_dx = true}, dy, x, w);
+  ASSERT_EQ(read_as_double(fused), read_as_double(unfused));
+  OwnedTensor dw_alone({d_out, d_in}, DType::f32, Device::cpu(), "test");
+  linear_backward({Tensor(), dw_alone}, dy, x, w);
+  ASSERT_EQ(read_as_double(dw), read_as_double(dw_alone));  // dw is unaffected
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, LinearEpilogue,
+                         ::testing::Values(EpilogueCase{DType::f32, 1, 1, 1}, EpilogueCase{DType::f32, 131, 300, 270},
+                                           EpilogueCase{DType::bf16, 64, 96, 32},
+                                           EpilogueCase{DType::bf16, 97, 264, 517}));
+
+TEST(Linear, ResidualIntoAStridedOutputFromAStridedAddend) {
+  const std::int64_t rows = 7, d_in = 9, d_out = 4;
+  auto x = tensor_of({rows, d_in}, DType::f32, normals(rows * d_in, 27));
+  auto w = tensor_of({d_out, d_in}, DType::f32, normals(d_out * d_in, 28));
+  auto wide_r = tensor_of({rows, 2 * d_out}, DType::f32, normals(rows * 2 * d_out, 29));
+  OwnedTensor wide_y({rows, 3 * d_out}, DType::f32, Device::cpu(), "test");
+  fill_constant(wide_y, -7.0);
+  const Tensor y = wide_y->narrow(1, d_out, d_out), r = wide_r->narrow(1, d_out, d_out);
+  linear_forward_residual(y, x, w, r);
+  OwnedTensor expected({rows, d_out}, DType::f32, Device::cpu(), "test");
+  linear_forward(expected, x, w);
+  residual_add(expected, r);
+  const auto all = read_as_double(wide_y), want = read_as_double(expected);
+  for (std::int64_t i = 0; i < rows; ++i)
+    for (std::int64_t j = 0; j < 3 * d_out; ++j) {
+      const double got = all[i * 3 * d_out + j];
+      if (j >= d_out && j < 2 * d_out)
+        ASSERT_EQ(got, want[i * d_out + j - d_out]) << i << "," << j;
+      else
+        ASSERT_EQ(got, -7.0) << "outside the slice: " << i << "," << j;
+    }
+}
+
+TEST(Linear, MalformedResidualCallsNameExpectedAndGiven) {
+  auto x = test::zeros({2, 3, 5}), w = test::zeros({4, 5}), y = test::zeros({2, 3, 4});
+  auto r_shape = test::zeros({2, 3, 5}), r16 = test::zeros({2, 3, 4}, DType::bf16);
+  auto x16 = test::zeros({2, 3, 5}, DType::bf16), w16 = test::zeros({4, 5}, DType::bf16);
+  auto y16 = test::zeros({2, 3, 4}, DType::bf16);
+  test::expect_error([&] { linear_forward_residual(y, x, w, r_shape); }, ErrorKind::invalid_argument,
+                     {"linear_forward_residual", "r", "expected [2, 3, 4]", "given [2, 3, 5]"});
+  test::expect_error([&] { linear_forward_residual(y, x, w, r16); }, ErrorKind::invalid_argument,
+                     {"linear_forward_residual", "r", "expected fp32", "given bf16"});
+  test::expect_error([&] { linear_forward_residual(y16, x16, w16, y); }, ErrorKind::invalid_argument,
+                     {"linear_forward_residual", "y", "expected fp32", "given bf16"});
+  test::expect_error([&] { linear_forward_residual(y, x, w, test::cuda_view({2, 3, 4})); },
+                     ErrorKind::invalid_argument, {"linear_forward_residual", "r", "expected cpu", "given cuda:0"});
+  test::expect_error([&] { linear_forward_residual(y, x, w, Tensor()); }, ErrorKind::invalid_argument,
+                     {"linear_forward_residual", "r is required"});
+  test::expect_error([&] { linear_backward({.dw = w, .accumulate_dx = true}, y, x, w); },
+                     ErrorKind::invalid_argument, {"linear_backward", "accumulate_dx", "needs dx"});
+  test::expect_error([&] { linear_backward({.dx = y, .accumulate_dx = true}, y, x, w); },
+                     ErrorKind::invalid_argument, {"dx", "expected [2, 3, 5]", "given [2, 3, 4]"});
+}
 
 TEST(Linear, MalformedCallsNameExpectedAndGiven) {
   auto x = test::zeros({2, 3, 5}), w = test::zeros({4, 5}), y = test::zeros({2, 3, 4});

@@ -1,7 +1,9 @@
 // test_ops_rmsnorm.cpp — RMSNorm forward against a double reference, backward against central finite
-// differences, accumulation flags, bf16 output / gradient, and malformed calls.
+// differences, accumulation flags, bf16 output / gradient, the 16-bit copy of dx written by the backward
+// bitwise against a cast after it, and malformed calls.
 #include <gtest/gtest.h>
 
+#include "ops/cast.h"
 #include "ops/rmsnorm.h"
 #include "test_ops_util.h"
 
@@ -70,6 +72,45 @@ TEST(RmsNorm, BackwardMatchesFiniteDifferences) {
   OwnedTensor dx16({B, T, d}, DType::f32, Device::cpu(), "test");
   rmsnorm_backward({dx16, Tensor()}, dy16, p.xt, p.wt, p.rstd);
   expect_close(read_as_double(dx16), read_as_double(dx), 1e-2, "dx from bf16 dy");
+}
+
+TEST(RmsNorm, DxCastIsBitwiseTheCastOfDx) {
+  Problem p;
+  const auto prior = normals(rows * d, 6, 3.0);
+  for (const DType dy_dtype : {DType::f32, DType::bf16})
+    for (const DType cast_dtype : {DType::bf16, DType::f16})
+      for (const bool accumulate : {false, true}) {
+        SCOPED_TRACE(std::string(name_of(dy_dtype)) + " dy, " + name_of(cast_dtype) + " copy" +
+                     (accumulate ? ", accumulating" : ""));
+        auto dy = tensor_of({B, T, d}, dy_dtype, p.g);
+        auto dx = tensor_of({B, T, d}, DType::f32, prior), dx_alone = tensor_of({B, T, d}, DType::f32, prior);
+        auto dw = test::zeros({d}), dw_alone = test::zeros({d});
+        OwnedTensor copy({B, T, d}, cast_dtype, Device::cpu(), "test"), expected({B, T, d}, cast_dtype, Device::cpu(),
+                                                                                  "test");
+        rmsnorm_backward({.dx = dx, .dw = dw, .accumulate_dx = accumulate, .dx_cast = copy}, dy, p.xt, p.wt, p.rstd);
+        rmsnorm_backward({.dx = dx_alone, .dw = dw_alone, .accumulate_dx = accumulate}, dy, p.xt, p.wt, p.rstd);
+        cast(expected, dx_alone);
+        ASSERT_EQ(read_as_double(dx), read_as_double(dx_alone));
+        ASSERT_EQ(read_as_double(dw), read_as_double(dw_alone));
+        ASSERT_EQ(read_as_double(copy), read_as_double(expected));
+      }
+}
+
+TEST(RmsNorm, MalformedDxCastNamesExpectedAndGiven) {
+  Problem p;
+  auto dy = test::zeros({B, T, d}), dx = test::zeros({B, T, d});
+  auto cast32 = test::zeros({B, T, d}), cast_shape = test::zeros({B, T, d + 1}, DType::bf16);
+  auto copy = test::zeros({B, T, d}, DType::bf16);
+  test::expect_error([&] { rmsnorm_backward({.dx = dx, .dx_cast = cast32}, dy, p.xt, p.wt, p.rstd); },
+                     ErrorKind::invalid_argument,
+                     {"rmsnorm_backward", "dx_cast", "expected bf16 or fp16", "given fp32"});
+  test::expect_error([&] { rmsnorm_backward({.dx = dx, .dx_cast = cast_shape}, dy, p.xt, p.wt, p.rstd); },
+                     ErrorKind::invalid_argument, {"dx_cast", "expected [2, 3, 8]", "given [2, 3, 9]"});
+  test::expect_error(
+      [&] { rmsnorm_backward({.dx = dx, .dx_cast = test::cuda_view({B, T, d}, DType::bf16)}, dy, p.xt, p.wt, p.rstd); },
+      ErrorKind::invalid_argument, {"dx_cast", "expected cpu", "given cuda:0"});
+  test::expect_error([&] { rmsnorm_backward({.dx_cast = copy}, dy, p.xt, p.wt, p.rstd); }, ErrorKind::invalid_argument,
+                     {"rmsnorm_backward", "dx_cast", "needs dx"});
 }
 
 TEST(RmsNorm, MalformedCallsNameExpectedAndGiven) {

@@ -1,6 +1,7 @@
 // test_ops_rope.cpp — RoPE on interleaved pairs against a double reference in both memory layouts and
 // with a position offset, the backward against central finite differences, forward-then-backward as
-// the identity, bf16 storage, per-token positions (packed documents) and malformed calls.
+// the identity, bf16 storage, per-token positions (packed documents), q's and k's head groups of a fused
+// (B, T, 3, H, Dh) buffer rotated in one call as in two, and malformed calls.
 #include <gtest/gtest.h>
 
 #include "ops/rope.h"
@@ -109,6 +110,33 @@ TEST(Rope, PerTokenPositionsRotateEachRowByItsPosition) {
       }
     }
   }
+}
+
+// The model rotates q and k, adjacent head groups of its (B, T, 3, H, Dh) QKV buffer, as one (B, 2H, T, Dh)
+// view: bit for bit the two calls on q and k, v untouched, with and without per-token positions.
+TEST(Rope, AdjacentHeadGroupsInOneCallAsInTwo) {
+  const std::vector<std::int32_t> positions = {0, 1, 2, 0, 1, 0, 1, 2, 3, 4};  // (B, T)
+  const auto x = test::rounded(normals(B * T * 3 * H * Dh, 6), DType::bf16);
+  // (B, parts H, T, Dh) view of `parts` head groups from `which` (q 0, k 1, v 2) of a (B, T, 3, H, Dh) buffer.
+  const auto heads = [](const Tensor& qkv, std::int64_t which, std::int64_t parts) {
+    return Tensor(static_cast<char*>(qkv.data()) + which * H * Dh * qkv.element_size(), qkv.dtype(), qkv.device(),
+                  {B, parts * H, T, Dh}, {T * 3 * H * Dh, Dh, 3 * H * Dh, 1});
+  };
+  for (const bool with_positions : {false, true})
+    for (const bool inverse : {false, true}) {
+      SCOPED_TRACE(std::string(with_positions ? "positions" : "t") + (inverse ? ", backward" : ", forward"));
+      RopeOptions options;
+      if (with_positions) options.positions = {positions.data(), {B, T}, Device::cpu()};
+      const auto rotate = [&](const Tensor& t) { inverse ? rope_backward(t, options) : rope_forward(t, options); };
+      auto once = test::tensor_of({B, T, 3, H, Dh}, DType::bf16, x);
+      auto twice = test::tensor_of({B, T, 3, H, Dh}, DType::bf16, x);
+      const auto v_before = read_as_double(heads(once, 2, 1));
+      rotate(heads(once, 0, 2));
+      rotate(heads(twice, 0, 1));
+      rotate(heads(twice, 1, 1));
+      ASSERT_EQ(read_as_double(once), read_as_double(twice));
+      ASSERT_EQ(read_as_double(heads(once, 2, 1)), v_before) << "v is not rotated";
+    }
 }
 
 TEST(Rope, PositionsOutOfRangeOrMisshapedAreRefused) {

@@ -16,10 +16,11 @@ void embedding_backward(const ops::RowView& dweight, const std::int32_t* ids /* 
                         bool accumulate);
 
 // rmsnorm.cpp — x (rows, d) fp32, w (d) fp32, rstd (rows) fp32, y / dy fp32 or bf16, dx (rows, d) fp32 or
-// null data (not wanted), dw (d) fp32 or null.
+// null data (not wanted), dx_cast (rows, d) bf16 / fp16 or null data (dx rounded), dw (d) fp32 or null.
 void rmsnorm_forward(const ops::RowView& y, float* rstd, const ops::RowView& x, const float* w, float eps);
-void rmsnorm_backward(const ops::RowView& dx, bool accumulate_dx, float* dw, bool accumulate_dw,
-                      const ops::RowView& dy, const ops::RowView& x, const float* w, const float* rstd);
+void rmsnorm_backward(const ops::RowView& dx, bool accumulate_dx, const ops::RowView& dx_cast, float* dw,
+                      bool accumulate_dw, const ops::RowView& dy, const ops::RowView& x, const float* w,
+                      const float* rstd);
 
 // rope.cpp — x (B, H, T, Dh) with contiguous last dim, rotated in place (inverse = backward); positions: null
 // or (B, T) per-token positions in [0, T).

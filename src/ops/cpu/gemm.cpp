@@ -1,7 +1,8 @@
 // gemm.cpp — the cache-blocked CPU GEMM (see gemm.h). op(A) is packed into MR-row strips and op(B) into
 // NR-column strips, both fp32 and zero-padded; each thread takes whole MC x NC tiles of C, runs the
 // MR x NR register micro-kernel over KC-deep slices into an fp32 tile buffer, then writes the tile out
-// (converting, and adding C when accumulating). No split-K: results do not depend on the thread count.
+// (converting, and adding C when accumulating or the addend when given). No split-K: results do not depend
+// on the thread count.
 #include "ops/cpu/gemm.h"
 
 #include <algorithm>
@@ -109,12 +110,15 @@ void compute_tile(const float* pa, const float* pb, std::int64_t k, std::int64_t
 
 template <class T>
 void store_tile(const float* tile, std::int64_t mc, std::int64_t nc, T* c /* (mc, nc) block, row stride ldc */,
-                std::int64_t ldc, bool accumulate) {
+                std::int64_t ldc, bool accumulate, const float* addend /* (mc, nc) block or null */,
+                std::int64_t ld_addend) {
   for (std::int64_t r = 0; r < mc; ++r) {
     T* row = c + r * ldc;
+    const float* add = addend ? addend + r * ld_addend : nullptr;
     for (std::int64_t j = 0; j < nc; ++j) {
       float value = tile[r * kNC + j];
       if (accumulate) value += load(row[j]);
+      if (add) value += add[j];
       row[j] = from_float<T>(value);
     }
   }
@@ -137,7 +141,9 @@ void gemm(const GemmArgs& g) {
       compute_tile(pa.get(), pb.get(), g.k, i0, mc, j0, nc, tile.get());
       with_dtype(g.c_dtype, [&](auto tag) {
         using T = decltype(tag);
-        store_tile(tile.get(), mc, nc, static_cast<T*>(g.c) + i0 * g.ldc + j0, g.ldc, g.accumulate);
+        const float* addend = g.addend ? g.addend + i0 * g.ld_addend + j0 : nullptr;
+        store_tile(tile.get(), mc, nc, static_cast<T*>(g.c) + i0 * g.ldc + j0, g.ldc, g.accumulate, addend,
+                   g.ld_addend);
       });
     }
   }

@@ -8,8 +8,19 @@
 namespace ft::cpu {
 
 namespace {
+
 constexpr std::int64_t kColumnChunk = 64;  // dw columns one thread owns in the backward
+
+// Row r of out <- src (d) fp32 rounded to out's dtype, as cast rounds.
+void store_row(const ops::RowView& out, std::int64_t r, const float* src, std::int64_t d) {
+  with_dtype(out.dtype, [&](auto tag) {
+    using C = decltype(tag);
+    C* row = static_cast<C*>(out.data) + r * out.row_stride;  // (d)
+    for (std::int64_t j = 0; j < d; ++j) row[j] = from_float<C>(src[j]);
+  });
 }
+
+}  // namespace
 
 void rmsnorm_forward(const ops::RowView& y, float* rstd, const ops::RowView& x, const float* w, float eps) {
   const std::int64_t d = x.cols;
@@ -28,8 +39,9 @@ void rmsnorm_forward(const ops::RowView& y, float* rstd, const ops::RowView& x, 
   });
 }
 
-void rmsnorm_backward(const ops::RowView& dx, bool accumulate_dx, float* dw, bool accumulate_dw,
-                      const ops::RowView& dy, const ops::RowView& x, const float* w, const float* rstd) {
+void rmsnorm_backward(const ops::RowView& dx, bool accumulate_dx, const ops::RowView& dx_cast, float* dw,
+                      bool accumulate_dw, const ops::RowView& dy, const ops::RowView& x, const float* w,
+                      const float* rstd) {
   const std::int64_t d = x.cols;
   with_dtype(dy.dtype, [&](auto tag) {
     using T = decltype(tag);
@@ -47,6 +59,7 @@ void rmsnorm_backward(const ops::RowView& dx, bool accumulate_dx, float* dw, boo
           const float value = s * (load(gr[j]) * w[j] - xr[j] * s * mean_dot);
           dxr[j] = accumulate_dx ? dxr[j] + value : value;
         }
+        if (dx_cast.data) store_row(dx_cast, r, dxr, d);
       }
     }
     if (dw) {

@@ -17,13 +17,14 @@
 
 namespace ft::gpu {
 
-// linear.cu — y (rows, d_out) = x (rows, d_in) @ w (d_out, d_in)^T; dx (rows, d_in) = dy @ w and
-// dw (d_out, d_in) (+)= dy^T @ x, each skipped when its view has no data. cuBLASLt, fp32 accumulation.
-void linear_forward(const ops::RowView& y, const ops::RowView& x, const ops::RowView& w, bool allow_tf32,
-                    Device device, const Stream& stream);
-void linear_backward(const ops::RowView& dx, const ops::RowView& dw, bool accumulate_dw, const ops::RowView& dy,
-                     const ops::RowView& x, const ops::RowView& w, bool allow_tf32, Device device,
-                     const Stream& stream);
+// linear.cu — y (rows, d_out) = x (rows, d_in) @ w (d_out, d_in)^T [+ r (rows, d_out) fp32 when r has data];
+// dx (rows, d_in) (+)= dy @ w and dw (d_out, d_in) (+)= dy^T @ x, each skipped when its view has no data.
+// cuBLASLt, fp32 accumulation; the additions in the GEMM's epilogue (see Note [GEMM epilogue addend]).
+void linear_forward(const ops::RowView& y, const ops::RowView& x, const ops::RowView& w, const ops::RowView& r,
+                    bool allow_tf32, Device device, const Stream& stream);
+void linear_backward(const ops::RowView& dx, bool accumulate_dx, const ops::RowView& dw, bool accumulate_dw,
+                     const ops::RowView& dy, const ops::RowView& x, const ops::RowView& w, bool allow_tf32,
+                     Device device, const Stream& stream);
 
 // token_ids.cu — ids (device memory) all in [0, vocab), else ops::throw_token_out_of_range for the first
 // bad position. Synchronises the stream (the answer is needed on the host); inside a stream capture, which
@@ -39,12 +40,13 @@ void embedding_backward(const ops::RowView& dweight, const std::int32_t* ids, co
                         bool accumulate, Device device, const Stream& stream);
 
 // rmsnorm.cu — x (rows, d) fp32, w (d) fp32, rstd (rows) fp32, y / dy fp32 or bf16, dx (rows, d) fp32 or
-// no data, dw (d) fp32 or null. dw is reduced over fixed row groups, then the groups in order.
+// no data, dx_cast (rows, d) bf16 / fp16 or no data (dx rounded), dw (d) fp32 or null. dw is reduced over
+// fixed row groups, then the groups in order.
 void rmsnorm_forward(const ops::RowView& y, float* rstd, const ops::RowView& x, const float* w, float eps,
                      Device device, const Stream& stream);
-void rmsnorm_backward(const ops::RowView& dx, bool accumulate_dx, float* dw, bool accumulate_dw,
-                      const ops::RowView& dy, const ops::RowView& x, const float* w, const float* rstd,
-                      Device device, const Stream& stream);
+void rmsnorm_backward(const ops::RowView& dx, bool accumulate_dx, const ops::RowView& dx_cast, float* dw,
+                      bool accumulate_dw, const ops::RowView& dy, const ops::RowView& x, const float* w,
+                      const float* rstd, Device device, const Stream& stream);
 
 // rope.cu — x (B, H, T, Dh) any strides, contiguous last dim, rotated in place (inverse = backward); positions:
 // null or (B, T) per-token positions on the device (a row whose position is outside [0, T) becomes NaN).

@@ -1,6 +1,7 @@
 // rmsnorm.cu — CUDA RMSNorm forward and backward in fp32, row sums in double as on the CPU.
 //   forward   one warp per row: sum of squares, rstd, y = x * rstd * w (fp32 or bf16 out).
-//   backward  dx: one warp per row (dot = sum dy w xhat, then dx (+)= rstd (dy w - xhat mean(dot)));
+//   backward  dx: one warp per row (dot = sum dy w xhat, then dx (+)= rstd (dy w - xhat mean(dot)), and its
+//             16-bit cast when wanted, from the same fp32 value);
 //             dw: each thread owns a column and sums a fixed group of rows into a partial (groups, d)
 //             buffer, then one pass adds the groups in order — deterministic, no atomics.
 #include <cstdint>
@@ -50,12 +51,14 @@ __global__ void __launch_bounds__(kRowThreads)
   }
 }
 
-// dx (rows, d) fp32 (+)= rstd (dy w - xhat mean(dy w xhat)), dy (rows, d) T; N-element packs.
-template <class T, int N>
+// dx (rows, d) fp32 (+)= rstd (dy w - xhat mean(dy w xhat)), dy (rows, d) T; dx_cast (rows, d) C (null: not
+// wanted) <- the new dx rounded; N-element packs.
+template <class T, class C, int N>
 __global__ void __launch_bounds__(kRowThreads)
-    dx_kernel(float* __restrict__ dx, std::int64_t dx_stride, bool accumulate, const T* __restrict__ dy,
-              std::int64_t dy_stride, const float* __restrict__ x, std::int64_t x_stride, const float* __restrict__ w,
-              const float* __restrict__ rstd, std::int64_t rows, std::int64_t d) {
+    dx_kernel(float* __restrict__ dx, std::int64_t dx_stride, bool accumulate, C* __restrict__ dx_cast,
+              std::int64_t cast_stride, const T* __restrict__ dy, std::int64_t dy_stride, const float* __restrict__ x,
+              std::int64_t x_stride, const float* __restrict__ w, const float* __restrict__ rstd, std::int64_t rows,
+              std::int64_t d) {
   const std::int64_t r = warp_row();
   if (r >= rows) return;
   const int lane = threadIdx.x % 32;
@@ -84,6 +87,12 @@ __global__ void __launch_bounds__(kRowThreads)
       out.v[i] = accumulate ? __fadd_rn(out.v[i], value) : value;
     }
     store_pack<N>(dxr + c, out);
+    if (dx_cast) {
+      Pack<C, N> rounded;
+#pragma unroll
+      for (int i = 0; i < N; ++i) rounded.v[i] = from_f32<C>(out.v[i]);
+      store_pack<N>(dx_cast + r * cast_stride + c, rounded);
+    }
   }
 }
 
@@ -121,6 +130,22 @@ bool packs_fit(std::int64_t d, std::initializer_list<ops::RowView> views, const 
 
 unsigned row_blocks(std::int64_t rows) { return static_cast<unsigned>(ceil_div(rows, kWarpsPerBlock)); }
 
+// dx_kernel<T, C, N> for dx_cast's dtype C (bf16 when there is no dx_cast: the kernel skips it).
+template <class T, int N>
+void launch_dx(const ops::RowView& dx, bool accumulate, const ops::RowView& dx_cast, const T* dy,
+               std::int64_t dy_stride, const ops::RowView& x, const float* w, const float* rstd, cudaStream_t s) {
+  const auto launch = [&](auto cast_tag) {
+    using C = decltype(cast_tag);
+    dx_kernel<T, C, N><<<row_blocks(x.rows), kRowThreads, 0, s>>>(
+        static_cast<float*>(dx.data), dx.row_stride, accumulate, static_cast<C*>(dx_cast.data), dx_cast.row_stride,
+        dy, dy_stride, static_cast<const float*>(x.data), x.row_stride, w, rstd, x.rows, x.cols);
+  };
+  if (dx_cast.data && dx_cast.dtype == DType::f16)
+    launch(__half{});
+  else
+    launch(__nv_bfloat16{});
+}
+
 }  // namespace
 
 void rmsnorm_forward(const ops::RowView& y, float* rstd, const ops::RowView& x, const float* w, float eps,
@@ -143,9 +168,9 @@ void rmsnorm_forward(const ops::RowView& y, float* rstd, const ops::RowView& x, 
   FT_CUDA_CHECK_LAUNCH();
 }
 
-void rmsnorm_backward(const ops::RowView& dx, bool accumulate_dx, float* dw, bool accumulate_dw,
-                      const ops::RowView& dy, const ops::RowView& x, const float* w, const float* rstd,
-                      Device device, const Stream& stream) {
+void rmsnorm_backward(const ops::RowView& dx, bool accumulate_dx, const ops::RowView& dx_cast, float* dw,
+                      bool accumulate_dw, const ops::RowView& dy, const ops::RowView& x, const float* w,
+                      const float* rstd, Device device, const Stream& stream) {
   CudaDeviceGuard guard(device.index);
   const cudaStream_t s = cuda_stream(stream);
   const std::int64_t rows = x.rows, d = x.cols;
@@ -154,13 +179,11 @@ void rmsnorm_backward(const ops::RowView& dx, bool accumulate_dx, float* dw, boo
     const auto* gp = static_cast<const T*>(dy.data);
     const auto* xp = static_cast<const float*>(x.data);
     if (dx.data && rows > 0) {
-      auto* dxp = static_cast<float*>(dx.data);
-      if (packs_fit(d, {x, dy, dx}, w))
-        dx_kernel<T, 4><<<row_blocks(rows), kRowThreads, 0, s>>>(dxp, dx.row_stride, accumulate_dx, gp, dy.row_stride,
-                                                                  xp, x.row_stride, w, rstd, rows, d);
+      const bool packs = dx_cast.data ? packs_fit(d, {x, dy, dx, dx_cast}, w) : packs_fit(d, {x, dy, dx}, w);
+      if (packs)
+        launch_dx<T, 4>(dx, accumulate_dx, dx_cast, gp, dy.row_stride, x, w, rstd, s);
       else
-        dx_kernel<T, 1><<<row_blocks(rows), kRowThreads, 0, s>>>(dxp, dx.row_stride, accumulate_dx, gp, dy.row_stride,
-                                                                  xp, x.row_stride, w, rstd, rows, d);
+        launch_dx<T, 1>(dx, accumulate_dx, dx_cast, gp, dy.row_stride, x, w, rstd, s);
       FT_CUDA_CHECK_LAUNCH();
     }
     if (dw) {
