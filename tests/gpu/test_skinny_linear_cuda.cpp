@@ -2,8 +2,8 @@
 // composition of the unfused ops: every epilogue (store to bf16 and fp32, residual, SwiGLU, RoPE + cache
 // append at a device position), with and without the fused RMSNorm, rows 1, 3 and 8 (padded to 1, 4, 8),
 // inputs K = 64 and 1600 (a partial last chunk) and 6400 (more shared memory than the default 48 KB), an odd
-// output width; a second run, launched to overlap the first, bit-identical; rows that do not fit are a clear
-// error.
+// output width; a second run, launched to overlap the first, bit-identical, and so are RoPE angles read from a
+// rope_table (or computed past its positions); rows that do not fit and a misshapen table are clear errors.
 // Run on a GPU machine: ./build/bin/gpu_test_skinny_linear_cuda
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -17,6 +17,7 @@
 #include "core/buffer.h"
 #include "core/error.h"
 #include "core/tensor_io.h"
+#include "ops/rope.h"
 #include "ops/skinny_linear.h"
 
 namespace ft {
@@ -88,6 +89,21 @@ void check(const Call& c) {
   overlapping.overlap_launch = true;
   skinny_linear(overlapping);
   EXPECT_EQ(read_as_double(y.gpu), first) << "a second run, launched to overlap the first";
+  if (!rope) return;
+  // The angles from a table holding the position, and from one too short for it: the same bits.
+  const std::vector<double> k_first = read_as_double(kc.gpu), v_first = read_as_double(vc.gpu);
+  for (std::int64_t rows : {capacity, std::int64_t{at}}) {
+    SCOPED_TRACE(str("rope table of ", rows, " positions"));
+    OwnedTensor table({rows, width / H / 2, 2}, DType::f32, kGpu, "test rope table");
+    rope_table(table, {10000.0});
+    SkinnyLinearArgs tabled = args(false);
+    tabled.rope_table = table;
+    tabled.overlap_launch = true;
+    skinny_linear(tabled);
+    EXPECT_EQ(read_as_double(y.gpu), first) << "q";
+    EXPECT_EQ(read_as_double(kc.gpu), k_first) << "k cache";
+    EXPECT_EQ(read_as_double(vc.gpu), v_first) << "v cache";
+  }
 }
 
 TEST(SkinnyLinearCuda, MatchesTheCpuComposition) {
@@ -104,6 +120,28 @@ TEST(SkinnyLinearCuda, MatchesTheCpuComposition) {
     }
   check({SkinnyEpilogue::residual, 8, 6400, 160, false, DType::f32});  // 100 KB of staged rows
   check({SkinnyEpilogue::swiglu, 5, 6400, 48, true});
+}
+
+TEST(SkinnyLinearCuda, AMisshapenRopeTableIsAnError) {
+  const Pair x = device_pair({1, 64}, DType::bf16, 1), w = device_pair({3 * 64, 64}, DType::bf16, 2);
+  OwnedTensor y({1, 64}, DType::bf16, kGpu, "test y"), table({12, 16, 2}, DType::f32, kGpu, "test table");
+  OwnedTensor kc({1, 1, 12, 64}, DType::bf16, kGpu, "test k"), vc({1, 1, 12, 64}, DType::bf16, kGpu, "test v");
+  Buffer position(sizeof(std::int32_t), kGpu, "test position");
+  SkinnyLinearArgs a;
+  a.epilogue = SkinnyEpilogue::rope_append;
+  a.y = y;
+  a.x = x.gpu;
+  a.w = w.gpu;
+  a.k_cache = kc;
+  a.v_cache = vc;
+  a.position = static_cast<const std::int32_t*>(position.data());
+  a.rope_table = table;  // the pairs of a head dim of 32, not 64
+  try {
+    skinny_linear(a);
+    ADD_FAILURE() << "a table of 16 pairs for a head dim of 64 ran";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("rope_table must be (T, Dh/2 = 32, 2)"), std::string::npos) << e.message();
+  }
 }
 
 TEST(SkinnyLinearCuda, RowsThatDoNotFitAreAnError) {

@@ -4,7 +4,9 @@
 // warp streams its two weight rows in 16-byte non-coherent loads, 4 or 8 chunks in flight per lane, and
 // accumulates kM x 2 fp32 dot products; butterfly reductions leave every sum in every lane, and lane m applies
 // the epilogue to row m. Launched to overlap its predecessor (SkinnyLinearArgs::overlap_launch), each warp
-// first prefetches its first unit's weight rows into L2, then waits for that kernel (dependent_launch.cuh).
+// first prefetches its first unit's weight rows into L2, then waits for that kernel (dependent_launch.cuh). The
+// rope epilogue reads its angles from the caller's table of (cos, sin) by position (SkinnyLinearArgs::rope_table)
+// where it holds the position, and computes them as rope.cu does otherwise.
 #include <cuda_bf16.h>
 
 #include <cstdint>
@@ -45,6 +47,8 @@ struct Args {
   std::int64_t kcb, kch, kct, vcb, vch, vct, capacity, Dh, d;
   const std::int32_t* position;
   double theta;
+  const float2* table;       // rope: (table_rows, Dh/2) (cos, sin) by position, or null
+  std::int64_t table_rows;   // 0 without a table
   bool prefetch;  // launched to overlap its predecessor: prefetch the first weight rows
 };
 
@@ -77,10 +81,13 @@ __device__ __forceinline__ void rotate(float x0, float x1, float2 cs, bf16* out0
   *out1 = __float2bfloat16_rn(__fadd_rn(__fmul_rn(x0, cs.y), __fmul_rn(x1, cs.x)));
 }
 
-// The (cos, sin) the rope epilogue of output columns n0, n0 + 1 uses (q and k columns; (1, 0) for v).
+// The (cos, sin) the rope epilogue of output columns n0, n0 + 1 uses (q and k columns; (1, 0) for v): from the
+// caller's table where it holds the position, computed otherwise.
 __device__ __forceinline__ float2 rope_angle(const Args& a, std::int64_t n0) {
   if (n0 >= 2 * a.d) return make_float2(1.f, 0.f);
-  return angle_of(a.theta, *a.position, n0 % a.d % a.Dh / 2, a.Dh);
+  const std::int64_t pos = *a.position, i = n0 % a.d % a.Dh / 2;
+  if (pos < a.table_rows) return a.table[pos * (a.Dh / 2) + i];
+  return angle_of(a.theta, pos, i, a.Dh);
 }
 
 // Row m's epilogue for output column n0 (and n1: the second column, == n0 when there is none).
@@ -182,8 +189,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_kernel(Args a) 
   }
   wait_for_previous_grid();
   allow_next_grid();
-  // rope_append: lane j computes the angle of this warp's j-th unit (the double-precision pow and sincos take
-  // as long as a memory round trip: once per warp in parallel, not once per unit in turn).
+  // rope_append: lane j fetches (from the table, else computes) the angle of this warp's j-th unit, once per warp
+  // in parallel and in flight during the staging below, not once per unit in turn.
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * kWarps;
   float2 lane_cs = make_float2(1.f, 0.f);
   if constexpr (kMode == kRope) {
@@ -356,6 +363,10 @@ void skinny_linear(const SkinnyLinearArgs& s) {
     a.d = a.N / 3;
     a.position = s.position;
     a.theta = s.rope_theta;
+    if (s.rope_table.defined()) {
+      a.table = static_cast<const float2*>(s.rope_table.data());
+      a.table_rows = s.rope_table.size(0);
+    }
   }
   if (a.M * a.N == 0) return;
   CudaDeviceGuard guard(s.x.device().index);
