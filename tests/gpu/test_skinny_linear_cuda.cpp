@@ -2,7 +2,7 @@
 // composition of the unfused ops: every epilogue (store to bf16 and fp32, residual, SwiGLU, RoPE + cache
 // append at a device position), with and without the fused RMSNorm, rows 1, 3 and 8 (padded to 1, 4, 8),
 // inputs K = 64 and 1600 (a partial last chunk) and 6400 (more shared memory than the default 48 KB), an odd
-// output width; a second run, launched to overlap the first, bit-identical, and so are RoPE angles read from a
+// output width, more units than warps; a second run, launched to overlap the first, bit-identical, and so are RoPE angles read from a
 // rope_table (or computed past its positions); rows that do not fit and a misshapen table are clear errors.
 // Run on a GPU machine: ./build/bin/gpu_test_skinny_linear_cuda
 #include <cuda_runtime.h>
@@ -119,6 +119,7 @@ TEST(SkinnyLinearCuda, MatchesTheCpuComposition) {
       check({SkinnyEpilogue::rope_append, M, K, 3 * 2 * 8, false});
     }
   check({SkinnyEpilogue::residual, 8, 6400, 160, false, DType::f32});  // 100 KB of staged rows
+  check({SkinnyEpilogue::store, 1, 64, 9001, false, DType::f32});      // several units a warp, all prefetched
   check({SkinnyEpilogue::swiglu, 5, 6400, 48, true});
 }
 

@@ -1,14 +1,16 @@
-// skinny_linear.cu — the fused few-row bf16 GEMM of ops/skinny_linear.h. A block of 8 warps (at most two
-// blocks per multiprocessor, the warps looping over the weight rows) first stages x' of the call's rows (rounded up to kM = 1, 2, 4 or 8; extra rows zero) in shared memory as bf16 — normalising
-// fp32 rows on the way when the RMSNorm is fused (sum of squares in double, as rmsnorm_forward) — then each
-// warp streams its two weight rows in 16-byte non-coherent loads, 4 or 8 chunks in flight per lane, and
-// accumulates kM x 2 fp32 dot products; butterfly reductions leave every sum in every lane, and lane m applies
-// the epilogue to row m. Launched to overlap its predecessor (SkinnyLinearArgs::overlap_launch), each warp
-// first prefetches its first unit's weight rows into L2, then waits for that kernel (dependent_launch.cuh). The
-// rope epilogue reads its angles from the caller's table of (cos, sin) by position (SkinnyLinearArgs::rope_table)
+// skinny_linear.cu — the fused few-row bf16 GEMM of ops/skinny_linear.h. A block of 8 warps (a few blocks per
+// multiprocessor, see Note [Skinny occupancy]; the warps looping over the weight rows) first stages x' of the
+// call's rows (rounded up to kM = 1, 2, 4 or 8; extra rows zero) in shared memory as bf16 — normalising fp32 rows
+// on the way when the RMSNorm is fused (sum of squares in double, as rmsnorm_forward) — then each warp streams its
+// two weight rows in 16-byte non-coherent loads, 4 or 8 chunks in flight per lane, and accumulates kM x 2 fp32
+// dot products; butterfly reductions leave every sum in every lane, and lane m applies the epilogue to row m.
+// Launched to overlap its predecessor (SkinnyLinearArgs::overlap_launch), each warp first prefetches its units'
+// weight rows into L2 (up to kPrefetchBytes a call), then waits for that kernel (dependent_launch.cuh). The rope
+// epilogue reads its angles from the caller's table of (cos, sin) by position (SkinnyLinearArgs::rope_table)
 // where it holds the position, and computes them as rope.cu does otherwise.
 #include <cuda_bf16.h>
 
+#include <algorithm>
 #include <cstdint>
 
 #include "ops/cuda/common.cuh"
@@ -23,7 +25,14 @@ using bf16 = __nv_bfloat16;
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-constexpr int kBlocksPerSm = 2;  // the grid's cap: blocks per streaming multiprocessor
+// See Note [Skinny occupancy]: the grid's cap of blocks of one call per multiprocessor, and the blocks per
+// multiprocessor the registers are budgeted for (__launch_bounds__: 65536 / (kThreads * this) registers a thread).
+constexpr int kBlocksPerSm = 2;
+constexpr int kResidentBlocksPerSm = 2;
+static_assert(kResidentBlocksPerSm >= kBlocksPerSm, "a call's blocks must fit the register budget together");
+// Launched to overlap its predecessor, a call prefetches each warp's units into L2 before its wait, up to about
+// this many bytes of weights in all (beyond it, lines prefetched early would be evicted before their use).
+constexpr std::int64_t kPrefetchBytes = 24ll << 20;
 constexpr int kStage = 4;   // 16-byte input packs per thread in flight while staging
 constexpr std::int64_t kDefaultSharedBytes = 48 * 1024;
 
@@ -49,7 +58,8 @@ struct Args {
   double theta;
   const float2* table;       // rope: (table_rows, Dh/2) (cos, sin) by position, or null
   std::int64_t table_rows;   // 0 without a table
-  bool prefetch;  // launched to overlap its predecessor: prefetch the first weight rows
+  bool prefetch;       // launched to overlap its predecessor: prefetch weight rows before the wait
+  int prefetch_units;  // with prefetch: how many of each warp's units (the first ones) to prefetch
 };
 
 __device__ __forceinline__ float dot8(const uint4& w, const uint4& x) {
@@ -133,11 +143,21 @@ __device__ __forceinline__ void epilogue(const Args& a, std::int64_t m, std::int
   }
 }
 
+// Note [Skinny occupancy]
+// A call's grid holds at most kBlocksPerSm blocks per multiprocessor, its warps sharing the units (two weight
+// rows) out evenly; __launch_bounds__ budgets the registers for kResidentBlocksPerSm blocks. With the two equal
+// (2: 128 registers, 8 chunks a row per lane in flight for up to 2 rows), a kernel launched to overlap its
+// predecessor only becomes resident where that one's blocks have exited, so its prefetch before the wait helps
+// in the tail; with kResidentBlocksPerSm = 2 kBlocksPerSm (64 registers at 4, 4 chunks a row in flight: two
+// round trips a row at K = 1600, the second from L2 after the prefetch) the next call's blocks fit beside this
+// one's and prefetch all their weights while it runs; with kBlocksPerSm = kResidentBlocksPerSm = 4 every warp
+// of the xl decode's QKV, output projection and w2 calls owns one unit. The results are the same bits in every
+// setting: a lane accumulates its chunks in column order whatever the unrolling.
 template <int kM, int kMode, bool kNorm>
-__global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_kernel(Args a) {
+__global__ void __launch_bounds__(kThreads, kResidentBlocksPerSm) skinny_kernel(Args a) {
   // 16-byte weight chunks per lane in flight, per row: 8 (a whole 2048-column row per round trip) where the
-  // registers allow, 4 with the accumulators of more rows.
-  constexpr int kUnroll = kM <= 2 ? 8 : 4;
+  // registers allow, 4 with the accumulators of more rows or a smaller register budget.
+  constexpr int kUnroll = kM <= 2 && kResidentBlocksPerSm <= 2 ? 8 : 4;
   extern __shared__ __align__(16) unsigned char staged[];
   __shared__ double scratch[32];
   bf16* xs = reinterpret_cast<bf16*>(staged);  // (kM, K)
@@ -170,9 +190,11 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_kernel(Args a) 
       }
     }
   };
-  // The first chunks of this warp's first unit go into registers (the rest of its rows into L2 when launched to
-  // overlap) before the wait and the staging below, so that the weights' memory latency overlaps them.
+  // The first chunks of this warp's first unit go into registers (the rest of its rows, and its next
+  // prefetch_units - 1 units, into L2 when launched to overlap) before the wait and the staging below, so that
+  // the weights' memory latency overlaps them.
   const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * kWarps;
   uint4 va[kUnroll], vb[kUnroll];
   if (first < units) {
     std::int64_t n0 = 0, n1 = 0;
@@ -180,10 +202,13 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_kernel(Args a) 
     rows_of(first, n0, n1, wa, wb);
     load_chunks(wa, wb, lane * 8, va, vb);
     if (a.prefetch) {
-      // Past the columns the chunks hold, one 128-byte line (64 elements) per lane.
-      for (std::int64_t k = 32 * 8 * kUnroll + lane * 64; k < K; k += 32 * 64) {
-        prefetch_l2(wa + k);
-        prefetch_l2(wb + k);
+      std::int64_t unit = first, k_from = 32 * 8 * kUnroll;  // the first unit: past the columns the chunks hold
+      for (int t = 0; t < a.prefetch_units && unit < units; ++t, unit += stride, k_from = 0) {
+        rows_of(unit, n0, n1, wa, wb);
+        for (std::int64_t k = k_from + lane * 64; k < K; k += 32 * 64) {  // one 128-byte line (64 elements) a lane
+          prefetch_l2(wa + k);
+          prefetch_l2(wb + k);
+        }
       }
     }
   }
@@ -191,7 +216,6 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_kernel(Args a) 
   allow_next_grid();
   // rope_append: lane j fetches (from the table, else computes) the angle of this warp's j-th unit, once per warp
   // in parallel and in flight during the staging below, not once per unit in turn.
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * kWarps;
   float2 lane_cs = make_float2(1.f, 0.f);
   if constexpr (kMode == kRope) {
     const std::int64_t unit = first + lane * stride;
@@ -303,12 +327,15 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_kernel(Args a) 
 }
 
 template <int kM, int kMode, bool kNorm>
-void launch(const Args& a, int sms, cudaStream_t stream) {
+void launch(Args a, int sms, cudaStream_t stream) {
   const std::int64_t units = kMode == kSwiglu ? a.N : (a.N + 1) / 2;
   // Every warp the same number of units (the last block's aside): a warp with one more than the others
   // would finish alone, with too few loads in flight to keep the memory busy.
   const std::int64_t per_warp = ceil_div(units, static_cast<std::int64_t>(kBlocksPerSm) * sms * kWarps);
   const auto blocks = static_cast<unsigned>(ceil_div(units, kWarps * per_warp));
+  // Units of all warps prefetched per round: as many rounds as kPrefetchBytes holds, at least the first.
+  const std::int64_t round_bytes = static_cast<std::int64_t>(blocks) * kWarps * 2 * a.K * sizeof(bf16);
+  a.prefetch_units = static_cast<int>(std::clamp<std::int64_t>(kPrefetchBytes / round_bytes, 1, per_warp));
   const auto smem = static_cast<std::size_t>(kM * a.K) * sizeof(bf16);
   if (smem > static_cast<std::size_t>(kDefaultSharedBytes))
     FT_CUDA_CHECK(cudaFuncSetAttribute(skinny_kernel<kM, kMode, kNorm>, cudaFuncAttributeMaxDynamicSharedMemorySize,
