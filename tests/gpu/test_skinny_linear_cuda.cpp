@@ -2,8 +2,9 @@
 // composition of the unfused ops: every epilogue (store to bf16 and fp32, residual, SwiGLU, RoPE + cache
 // append at a device position), with and without the fused RMSNorm, rows 1, 3 and 8 (padded to 1, 4, 8),
 // inputs K = 64 and 1600 (a partial last chunk) and 6400 (more shared memory than the default 48 KB), an odd
-// output width, more units than warps; a second run, launched to overlap the first, bit-identical, and so are RoPE angles read from a
-// rope_table (or computed past its positions); rows that do not fit and a misshapen table are clear errors.
+// output width, more units than warps; a second run, launched to overlap the first, bit-identical, and so are
+// RoPE angles read from a rope_table (or computed past its positions); the fused RMSNorm bit-identical to
+// rmsnorm_forward followed by the GEMM; rows that do not fit and a misshapen table are clear errors.
 // Run on a GPU machine: ./build/bin/gpu_test_skinny_linear_cuda
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -17,6 +18,7 @@
 #include "core/buffer.h"
 #include "core/error.h"
 #include "core/tensor_io.h"
+#include "ops/rmsnorm.h"
 #include "ops/rope.h"
 #include "ops/skinny_linear.h"
 
@@ -52,7 +54,8 @@ void check(const Call& c) {
   const Pair g = device_pair({c.K}, DType::f32, 4);
   const Pair residual = device_pair({c.M, c.N}, DType::f32, 5);
   const Pair y = device_pair({c.M, width}, c.y_dtype, 6);
-  const Pair kc = device_pair({c.M, H, capacity, width / H}, DType::bf16, 7), vc = device_pair({c.M, H, capacity, width / H}, DType::bf16, 8);
+  const Pair kc = device_pair({c.M, H, capacity, width / H}, DType::bf16, 7);
+  const Pair vc = device_pair({c.M, H, capacity, width / H}, DType::bf16, 8);
   const std::int32_t at = 9;
   Buffer position(sizeof(at), kGpu, "test position");
   ASSERT_EQ(cudaMemcpy(position.data(), &at, sizeof(at), cudaMemcpyHostToDevice), cudaSuccess);
@@ -121,6 +124,31 @@ TEST(SkinnyLinearCuda, MatchesTheCpuComposition) {
   check({SkinnyEpilogue::residual, 8, 6400, 160, false, DType::f32});  // 100 KB of staged rows
   check({SkinnyEpilogue::store, 1, 64, 9001, false, DType::f32});      // several units a warp, all prefetched
   check({SkinnyEpilogue::swiglu, 5, 6400, 48, true});
+}
+
+// The fused RMSNorm stages x' as rmsnorm_forward writes it: the same bits as that op followed by the GEMM.
+TEST(SkinnyLinearCuda, FusedNormIsRmsnormForwardThenTheGemm) {
+  const std::int64_t N = 96;
+  for (std::int64_t M : {1, 3, 8})
+    for (std::int64_t K : {1600, 6400}) {  // x read once, and (past 4096 columns) in two passes
+      SCOPED_TRACE(str("M ", M, " K ", K));
+      const Pair x = device_pair({M, K}, DType::f32, 11), g = device_pair({K}, DType::f32, 12);
+      const Pair w = device_pair({N, K}, DType::bf16, 13, 0.05);
+      OwnedTensor ln({M, K}, DType::bf16, kGpu, "test ln"), rstd({M}, DType::f32, kGpu, "test rstd");
+      OwnedTensor unfused({M, N}, DType::f32, kGpu, "test y"), fused({M, N}, DType::f32, kGpu, "test y");
+      rmsnorm_forward(ln, rstd, x.gpu, g.gpu, {1e-5f});
+      SkinnyLinearArgs a;
+      a.y = unfused;
+      a.x = ln;
+      a.w = w.gpu;
+      skinny_linear(a);
+      a.y = fused;
+      a.x = x.gpu;
+      a.norm_weight = g.gpu;
+      a.norm_eps = 1e-5f;
+      skinny_linear(a);
+      EXPECT_EQ(read_as_double(fused), read_as_double(unfused));
+    }
 }
 
 TEST(SkinnyLinearCuda, AMisshapenRopeTableIsAnError) {

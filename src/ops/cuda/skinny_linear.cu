@@ -237,26 +237,35 @@ __global__ void __launch_bounds__(kThreads, kResidentBlocksPerSm) skinny_kernel(
       const auto load4 = [K](const float* p, std::int64_t k) {
         return k < K ? *reinterpret_cast<const float4*>(p + k) : make_float4(0.f, 0.f, 0.f, 0.f);
       };
-      double ss = 0;
-      for (std::int64_t k0 = threadIdx.x * 4; k0 < K; k0 += kThreads * 4 * kStage) {
-        float4 v[kStage];
-#pragma unroll
-        for (int u = 0; u < kStage; ++u) v[u] = load4(xr, k0 + u * kThreads * 4);
+      // kStage packs of x (and of the norm weights) per thread and pass: the first pass's stay in registers for
+      // the normalisation, so that for K <= kPass (xl: 1600) x is read once, with no second dependent round
+      // trip after the reduction; later passes are read again. The sum of squares adds in the same order either way.
+      constexpr std::int64_t kPass = kThreads * 4 * kStage;
+      const std::int64_t k_first = threadIdx.x * 4;
+      const auto add_squares = [](double& ss, const float4* v) {
 #pragma unroll
         for (int u = 0; u < kStage; ++u)
           ss += static_cast<double>(v[u].x) * v[u].x + static_cast<double>(v[u].y) * v[u].y +
                 static_cast<double>(v[u].z) * v[u].z + static_cast<double>(v[u].w) * v[u].w;
+      };
+      float4 v[kStage], g[kStage];  // the first pass's
+#pragma unroll
+      for (int u = 0; u < kStage; ++u) {
+        v[u] = load4(xr, k_first + u * kThreads * 4);
+        g[u] = load4(a.norm_w, k_first + u * kThreads * 4);
+      }
+      double ss = 0;
+      add_squares(ss, v);
+      for (std::int64_t k0 = k_first + kPass; k0 < K; k0 += kPass) {
+        float4 w[kStage];
+#pragma unroll
+        for (int u = 0; u < kStage; ++u) w[u] = load4(xr, k0 + u * kThreads * 4);
+        add_squares(ss, w);
       }
       ss = block_reduce(ss, SumOp{}, scratch);
       const float s = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(K) + a.eps));
       const auto norm = [s](float x, float w) { return __fmul_rn(__fmul_rn(x, s), w); };
-      for (std::int64_t k0 = threadIdx.x * 4; k0 < K; k0 += kThreads * 4 * kStage) {
-        float4 v[kStage], g[kStage];
-#pragma unroll
-        for (int u = 0; u < kStage; ++u) {
-          v[u] = load4(xr, k0 + u * kThreads * 4);
-          g[u] = load4(a.norm_w, k0 + u * kThreads * 4);
-        }
+      const auto write = [&](std::int64_t k0, const float4* v, const float4* g) {
 #pragma unroll
         for (int u = 0; u < kStage; ++u) {
           const std::int64_t k = k0 + u * kThreads * 4;
@@ -265,6 +274,16 @@ __global__ void __launch_bounds__(kThreads, kResidentBlocksPerSm) skinny_kernel(
           out[0] = __floats2bfloat162_rn(norm(v[u].x, g[u].x), norm(v[u].y, g[u].y));
           out[1] = __floats2bfloat162_rn(norm(v[u].z, g[u].z), norm(v[u].w, g[u].w));
         }
+      };
+      write(k_first, v, g);
+      for (std::int64_t k0 = k_first + kPass; k0 < K; k0 += kPass) {
+        float4 w[kStage], h[kStage];
+#pragma unroll
+        for (int u = 0; u < kStage; ++u) {
+          w[u] = load4(xr, k0 + u * kThreads * 4);
+          h[u] = load4(a.norm_w, k0 + u * kThreads * 4);
+        }
+        write(k0, w, h);
       }
     } else {
       const bf16* xr = static_cast<const bf16*>(a.x) + m * a.x_stride;
