@@ -4,7 +4,8 @@
 // inputs K = 64 and 1600 (a partial last chunk) and 6400 (more shared memory than the default 48 KB), an odd
 // output width, more units than warps; a second run, launched to overlap the first, bit-identical, and so are
 // RoPE angles read from a rope_table (or computed past its positions); the fused RMSNorm bit-identical to
-// rmsnorm_forward followed by the GEMM; rows that do not fit and a misshapen table are clear errors.
+// rmsnorm_forward followed by the GEMM; K split among warps bit-identical to one warp a unit; rows that do not
+// fit and a misshapen table are clear errors.
 // Run on a GPU machine: ./build/bin/gpu_test_skinny_linear_cuda
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -149,6 +150,36 @@ TEST(SkinnyLinearCuda, FusedNormIsRmsnormForwardThenTheGemm) {
       skinny_linear(a);
       EXPECT_EQ(read_as_double(fused), read_as_double(unfused));
     }
+}
+
+// A row's result depends on neither the other rows nor the split of K among warps (Note [Skinny split K]): at
+// K = 6400 an 8-row residual call takes too much shared memory to split, a 1-row call splits in 2 (1600 outputs)
+// or 4 (160 outputs); each row alone gives the 8-row call's bits.
+TEST(SkinnyLinearCuda, SplitKIsBitIdenticalToOneWarpAUnit) {
+  const std::int64_t M = 8, K = 6400;
+  for (std::int64_t N : {1600, 160}) {
+    SCOPED_TRACE(str("N ", N));
+    const Pair x = device_pair({M, K}, DType::bf16, 21), w = device_pair({N, K}, DType::bf16, 22, 0.05);
+    const Pair residual = device_pair({M, N}, DType::f32, 23);
+    OwnedTensor all({M, N}, DType::f32, kGpu, "test y"), one({1, N}, DType::f32, kGpu, "test y");
+    SkinnyLinearArgs a;
+    a.epilogue = SkinnyEpilogue::residual;
+    a.y = all;
+    a.x = x.gpu;
+    a.w = w.gpu;
+    a.residual = residual.gpu;
+    skinny_linear(a);
+    const std::vector<double> rows = read_as_double(all);
+    for (std::int64_t m : {0, 5}) {
+      a.y = one;
+      a.x = Tensor(static_cast<char*>(x.gpu->data()) + m * K * 2, DType::bf16, kGpu, {1, K});
+      a.residual = Tensor(residual.gpu->data_as<float>() + m * N, DType::f32, kGpu, {1, N});
+      a.overlap_launch = m == 5;
+      skinny_linear(a);
+      const std::vector<double> got = read_as_double(one);
+      EXPECT_EQ(got, std::vector<double>(rows.begin() + m * N, rows.begin() + (m + 1) * N)) << "row " << m;
+    }
+  }
 }
 
 TEST(SkinnyLinearCuda, AMisshapenRopeTableIsAnError) {

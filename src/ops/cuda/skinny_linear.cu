@@ -4,6 +4,7 @@
 // on the way when the RMSNorm is fused (sum of squares in double, as rmsnorm_forward) — then each warp streams its
 // two weight rows in 16-byte non-coherent loads, 4 or 8 chunks in flight per lane, and accumulates kM x 2 fp32
 // dot products; butterfly reductions leave every sum in every lane, and lane m applies the epilogue to row m.
+// Residual calls with fewer units than warps share each unit's K among a few warps (Note [Skinny split K]).
 // Launched to overlap its predecessor (SkinnyLinearArgs::overlap_launch), each warp first prefetches its units'
 // weight rows into L2 (up to kPrefetchBytes a call), then waits for that kernel (dependent_launch.cuh). The rope
 // epilogue reads its angles from the caller's table of (cos, sin) by position (SkinnyLinearArgs::rope_table)
@@ -34,6 +35,11 @@ static_assert(kResidentBlocksPerSm >= kBlocksPerSm, "a call's blocks must fit th
 // Launched to overlap its predecessor, a call prefetches each warp's units into L2 before its wait, up to about
 // this many bytes of weights in all (beyond it, lines prefetched early would be evicted before their use).
 constexpr std::int64_t kPrefetchBytes = 24ll << 20;
+// See Note [Skinny split K]: the most warps that share one unit, and the most shared memory a block may take
+// with the partial sums it exchanges (beyond it, the call is not split).
+constexpr int kMaxSplit = 4;
+static_assert(kWarps % kMaxSplit == 0, "a block's warps form whole groups");
+constexpr std::int64_t kSplitSharedBytes = 64 * 1024;
 constexpr int kStage = 4;   // 16-byte input packs per thread in flight while staging
 constexpr std::int64_t kDefaultSharedBytes = 48 * 1024;
 
@@ -61,7 +67,14 @@ struct Args {
   std::int64_t table_rows;   // 0 without a table
   bool prefetch;       // launched to overlap its predecessor: prefetch weight rows before the wait
   int prefetch_units;  // with prefetch: how many of each warp's units (the first ones) to prefetch
+  int split;           // warps sharing a unit (Note [Skinny split K]): 1, 2 or 4
+  std::int64_t split_steps;  // the most chunk steps of one warp's share: ceil(steps / split)
 };
+
+// A named barrier of `warps` warps (ids from 1: 0 is __syncthreads').
+__device__ __forceinline__ void group_barrier(int id, int warps) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(warps * 32) : "memory");
+}
 
 __device__ __forceinline__ float dot8(const uint4& w, const uint4& x) {
   const auto* wp = reinterpret_cast<const __nv_bfloat162*>(&w);
@@ -154,6 +167,18 @@ __device__ __forceinline__ void epilogue(const Args& a, std::int64_t m, std::int
 // one's and prefetch all their weights while it runs; with kBlocksPerSm = kResidentBlocksPerSm = 4 every warp
 // of the xl decode's QKV, output projection and w2 calls owns one unit. The results are the same bits in every
 // setting: a lane accumulates its chunks in column order whatever the unrolling.
+//
+// Note [Skinny split K]
+// A call with fewer units than the grid's warps (xl's output projection and w2: 800 units for 2112 warps at two
+// blocks per multiprocessor) would leave warps, and at 100 blocks multiprocessors, idle. Such calls give a unit
+// to a group of `split` warps of one block instead: lane l's chunk steps j (its chunk at column l * 8 + 256 j; K /
+// 256 of them, rounded up) are dealt out in contiguous ranges, warp `part` of the group taking
+// [steps part / split, steps (part + 1) / split). Part 0 accumulates its own range as before; the others store
+// each chunk's dot product (per row and lane) in shared memory, and after a barrier of the group part 0 adds them
+// in step order to its sums — the same additions in the same order as one warp alone, so the same bits — then
+// reduces and applies the epilogue. A second barrier frees the partials for the group's next unit. Only the
+// residual epilogue (the output projection and w2 of a decode step) splits: the others keep the registers the
+// split's bookkeeping would take.
 template <int kM, int kMode, bool kNorm>
 __global__ void __launch_bounds__(kThreads, kResidentBlocksPerSm) skinny_kernel(Args a) {
   // 16-byte weight chunks per lane in flight, per row: 8 (a whole 2048-column row per round trip) where the
@@ -165,8 +190,18 @@ __global__ void __launch_bounds__(kThreads, kResidentBlocksPerSm) skinny_kernel(
   const std::int64_t K = a.K;
   const int lane = threadIdx.x % 32;
   const std::int64_t units = kMode == kSwiglu ? a.N : (a.N + 1) / 2;
-  // The weight rows of this warp's first unit (independent of the previous kernel) on their way into L2
-  // while that kernel finishes (see dependent_launch.cuh).
+  // This warp's group and part of it (Note [Skinny split K]), and its share of each row: columns from k_begin (this
+  // lane's first chunk) to k_end.
+  const int split = kMode == kResidual ? a.split : 1;  // a constant 1 for the epilogues that do not split
+  const int groups = kWarps / split, part = threadIdx.x / 32 % split, group = threadIdx.x / 32 / split;
+  const std::int64_t steps = (K + 255) / 256;
+  const std::int64_t k_begin = split == 1 ? lane * 8 : steps * part / split * 256 + lane * 8;
+  const std::int64_t k_end = split == 1 ? K : std::min(K, steps * (part + 1) / split * 256);
+  // (groups, split - 1, kM, 2, split_steps, 32) fp32 after x': the dot products of parts 1.. for part 0.
+  float* partials = reinterpret_cast<float*>(xs + kM * K);
+  const auto partial = [&](int p, int m, int r, std::int64_t jj) -> float& {
+    return partials[((((group * (split - 1) + p - 1) * kM + m) * 2 + r) * a.split_steps + jj) * 32 + lane];
+  };
   const auto rows_of = [&](std::int64_t unit, std::int64_t& n0, std::int64_t& n1, const bf16*& wa, const bf16*& wb) {
     if constexpr (kMode == kSwiglu) {
       n0 = n1 = unit;
@@ -179,34 +214,36 @@ __global__ void __launch_bounds__(kThreads, kResidentBlocksPerSm) skinny_kernel(
       wb = a.w + n1 * K;
     }
   };
-  // kUnroll 16-byte chunks of each of the rows from column k0 (zeros past K).
+  // kUnroll 16-byte chunks of each of the rows from column k0, 256 apart (zeros from k_end).
   const auto load_chunks = [&](const bf16* wa, const bf16* wb, std::int64_t k0, uint4* va, uint4* vb) {
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const std::int64_t k = k0 + u * 32 * 8;
       va[u] = vb[u] = make_uint4(0, 0, 0, 0);
-      if (k < K) {
+      if (k < k_end) {
         va[u] = __ldg(reinterpret_cast<const uint4*>(wa + k));
         vb[u] = __ldg(reinterpret_cast<const uint4*>(wb + k));
       }
     }
   };
-  // The first chunks of this warp's first unit go into registers (the rest of its rows, and its next
-  // prefetch_units - 1 units, into L2 when launched to overlap) before the wait and the staging below, so that
-  // the weights' memory latency overlaps them.
-  const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * kWarps + threadIdx.x / 32;
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * kWarps;
+  // The first chunks of this warp's first unit go into registers (the rest of its share, and its share of its
+  // next prefetch_units - 1 units, into L2 when launched to overlap: independent of the previous kernel, on
+  // their way while it finishes) before the wait and the staging below, so that the weights' memory latency
+  // overlaps them.
+  const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * groups + group;
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * groups;
   uint4 va[kUnroll], vb[kUnroll];
   if (first < units) {
     std::int64_t n0 = 0, n1 = 0;
     const bf16 *wa = nullptr, *wb = nullptr;
     rows_of(first, n0, n1, wa, wb);
-    load_chunks(wa, wb, lane * 8, va, vb);
+    load_chunks(wa, wb, k_begin, va, vb);
     if (a.prefetch) {
-      std::int64_t unit = first, k_from = 32 * 8 * kUnroll;  // the first unit: past the columns the chunks hold
-      for (int t = 0; t < a.prefetch_units && unit < units; ++t, unit += stride, k_from = 0) {
+      const std::int64_t line0 = k_begin - lane * 8 + lane * 64;  // one 128-byte line (64 elements) a lane
+      std::int64_t unit = first, k_from = line0 + 32 * 8 * kUnroll;  // the first unit: past the chunks' columns
+      for (int t = 0; t < a.prefetch_units && unit < units; ++t, unit += stride, k_from = line0) {
         rows_of(unit, n0, n1, wa, wb);
-        for (std::int64_t k = k_from + lane * 64; k < K; k += 32 * 64) {  // one 128-byte line (64 elements) a lane
+        for (std::int64_t k = k_from; k < k_end; k += 32 * 64) {
           prefetch_l2(wa + k);
           prefetch_l2(wb + k);
         }
@@ -305,7 +342,7 @@ __global__ void __launch_bounds__(kThreads, kResidentBlocksPerSm) skinny_kernel(
   }
   __syncthreads();
 
-  // Each warp takes units (two weight rows) blockIdx.x * kWarps + warp, then every gridDim.x * kWarps-th: few
+  // Each group takes units (two weight rows) blockIdx.x * groups + group, then every gridDim.x * groups-th: few
   // enough blocks that staging x' stays cheap beside the weights, enough to keep the memory system busy.
   for (std::int64_t unit = first; unit < units; unit += stride) {
     std::int64_t n0 = 0, n1 = 0;
@@ -314,19 +351,43 @@ __global__ void __launch_bounds__(kThreads, kResidentBlocksPerSm) skinny_kernel(
     float acc0[kM], acc1[kM];
 #pragma unroll
     for (int m = 0; m < kM; ++m) acc0[m] = acc1[m] = 0.f;
-    for (std::int64_t k0 = lane * 8; k0 < K; k0 += 32 * 8 * kUnroll) {
-      if (unit != first || k0 != lane * 8) load_chunks(wa, wb, k0, va, vb);  // the first are loaded above
+    for (std::int64_t k0 = k_begin; k0 < k_end; k0 += 32 * 8 * kUnroll) {
+      if (unit != first || k0 != k_begin) load_chunks(wa, wb, k0, va, vb);  // the first are loaded above
 #pragma unroll
       for (int u = 0; u < kUnroll; ++u) {
         const std::int64_t k = k0 + u * 32 * 8;
-        if (k >= K) break;
+        if (k >= k_end) break;
 #pragma unroll
         for (int m = 0; m < kM; ++m) {
           const uint4 xv = *reinterpret_cast<const uint4*>(xs + m * K + k);
-          acc0[m] += dot8(va[u], xv);
-          acc1[m] += dot8(vb[u], xv);
+          const float d0 = dot8(va[u], xv), d1 = dot8(vb[u], xv);
+          if (part == 0) {
+            acc0[m] += d0;
+            acc1[m] += d1;
+          } else {
+            const std::int64_t jj = (k - k_begin) / 256;
+            partial(part, m, 0, jj) = d0;
+            partial(part, m, 1, jj) = d1;
+          }
         }
       }
+    }
+    if (split > 1) {
+      group_barrier(1 + group, split);
+      if (part == 0) {
+        for (int p = 1; p < split; ++p) {  // the other parts' dot products, in step order
+          const std::int64_t j_begin = steps * p / split, j_end = steps * (p + 1) / split;
+          for (std::int64_t j = j_begin; j < j_end && lane * 8 + j * 256 < K; ++j) {
+#pragma unroll
+            for (int m = 0; m < kM; ++m) {
+              acc0[m] += partial(p, m, 0, j - j_begin);
+              acc1[m] += partial(p, m, 1, j - j_begin);
+            }
+          }
+        }
+      }
+      group_barrier(1 + group, split);  // the partials are read: free for the group's next unit
+      if (part != 0) continue;
     }
 #pragma unroll
     for (int m = 0; m < kM; ++m) {
@@ -349,14 +410,28 @@ __global__ void __launch_bounds__(kThreads, kResidentBlocksPerSm) skinny_kernel(
 template <int kM, int kMode, bool kNorm>
 void launch(Args a, Device device, int sms, cudaStream_t stream) {
   const std::int64_t units = kMode == kSwiglu ? a.N : (a.N + 1) / 2;
-  // Every warp the same number of units (the last block's aside): a warp with one more than the others
+  const std::int64_t warps = static_cast<std::int64_t>(kBlocksPerSm) * sms * kWarps;  // the grid's most
+  const std::int64_t steps = ceil_div(a.K, std::int64_t{256}), staged = kM * a.K * sizeof(bf16);
+  // The partials' bytes a block needs with `split` warps a unit (Note [Skinny split K]).
+  const auto partial_bytes = [&](std::int64_t split) {
+    return kWarps / split * (split - 1) * kM * 2 * ceil_div(steps, split) * 32 * std::int64_t{sizeof(float)};
+  };
+  // Split while the units of all groups fit the grid at once, every part keeps two chunk steps or more and the
+  // partials fit kSplitSharedBytes beside x'.
+  a.split = 1;
+  while (kMode == kResidual && a.split < kMaxSplit && units * 2 * a.split <= warps && steps >= 4 * a.split &&
+         staged + partial_bytes(2 * a.split) <= kSplitSharedBytes)
+    a.split *= 2;
+  a.split_steps = ceil_div(steps, std::int64_t{a.split});
+  const std::int64_t groups = kWarps / a.split;
+  // Every group the same number of units (the last block's aside): a group with one more than the others
   // would finish alone, with too few loads in flight to keep the memory busy.
-  const std::int64_t per_warp = ceil_div(units, static_cast<std::int64_t>(kBlocksPerSm) * sms * kWarps);
-  const auto blocks = static_cast<unsigned>(ceil_div(units, kWarps * per_warp));
-  // Units of all warps prefetched per round: as many rounds as kPrefetchBytes holds, at least the first.
-  const std::int64_t round_bytes = static_cast<std::int64_t>(blocks) * kWarps * 2 * a.K * sizeof(bf16);
-  a.prefetch_units = static_cast<int>(std::clamp<std::int64_t>(kPrefetchBytes / round_bytes, 1, per_warp));
-  const auto smem = static_cast<std::size_t>(kM * a.K) * sizeof(bf16);
+  const std::int64_t per_group = ceil_div(units, warps / a.split);
+  const auto blocks = static_cast<unsigned>(ceil_div(units, groups * per_group));
+  // Units of all groups prefetched per round: as many rounds as kPrefetchBytes holds, at least the first.
+  const std::int64_t round_bytes = static_cast<std::int64_t>(blocks) * groups * 2 * a.K * sizeof(bf16);
+  a.prefetch_units = static_cast<int>(std::clamp<std::int64_t>(kPrefetchBytes / round_bytes, 1, per_group));
+  const auto smem = static_cast<std::size_t>(staged + (a.split > 1 ? partial_bytes(a.split) : 0));
   if (smem > static_cast<std::size_t>(kDefaultSharedBytes))
     FT_CUDA_CHECK(cudaFuncSetAttribute(skinny_kernel<kM, kMode, kNorm>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
