@@ -68,7 +68,7 @@ struct Args {
   bool prefetch;       // launched to overlap its predecessor: prefetch weight rows before the wait
   int prefetch_units;  // with prefetch: how many of each warp's units (the first ones) to prefetch
   int split;           // warps sharing a unit (Note [Skinny split K]): 1, 2 or 4
-  std::int64_t split_steps;  // the most chunk steps of one warp's share: ceil(steps / split)
+  int split_steps;     // the most chunk steps of one warp's share: ceil(steps / split)
 };
 
 // A named barrier of `warps` warps (ids from 1: 0 is __syncthreads').
@@ -199,7 +199,7 @@ __global__ void __launch_bounds__(kThreads, kResidentBlocksPerSm) skinny_kernel(
   const std::int64_t k_end = split == 1 ? K : std::min(K, steps * (part + 1) / split * 256);
   // (groups, split - 1, kM, 2, split_steps, 32) fp32 after x': the dot products of parts 1.. for part 0.
   float* partials = reinterpret_cast<float*>(xs + kM * K);
-  const auto partial = [&](int p, int m, int r, std::int64_t jj) -> float& {
+  const auto partial = [&](int p, int m, int r, int jj) -> float& {
     return partials[((((group * (split - 1) + p - 1) * kM + m) * 2 + r) * a.split_steps + jj) * 32 + lane];
   };
   const auto rows_of = [&](std::int64_t unit, std::int64_t& n0, std::int64_t& n1, const bf16*& wa, const bf16*& wb) {
@@ -275,29 +275,32 @@ __global__ void __launch_bounds__(kThreads, kResidentBlocksPerSm) skinny_kernel(
       const auto load4 = [K](const float* p, std::int64_t k) {
         return k < K ? *reinterpret_cast<const float4*>(p + k) : make_float4(0.f, 0.f, 0.f, 0.f);
       };
-      // kStage packs of x (and of the norm weights) per thread and pass: the first pass's stay in registers for
-      // the normalisation, so that for K <= kPass (xl: 1600) x is read once, with no second dependent round
-      // trip after the reduction; later passes are read again. The sum of squares adds in the same order either way.
-      constexpr std::int64_t kPass = kThreads * 4 * kStage;
+      // kNormStage packs of x (and of the norm weights) per thread and pass: the first pass's stay in registers
+      // for the normalisation, so that for K <= kPass (xl: 1600) x is read once, with no second dependent round
+      // trip after the reduction; later passes are read again. The sum of squares adds in the same order either
+      // way (a thread's columns in order, whatever the packs per pass: the zeros past K add nothing). Four packs
+      // (4096 columns a pass) with 128 registers a thread, two (2048) with fewer.
+      constexpr int kNormStage = kResidentBlocksPerSm <= 2 ? kStage : 2;
+      constexpr std::int64_t kPass = kThreads * 4 * kNormStage;
       const std::int64_t k_first = threadIdx.x * 4;
       const auto add_squares = [](double& ss, const float4* v) {
 #pragma unroll
-        for (int u = 0; u < kStage; ++u)
+        for (int u = 0; u < kNormStage; ++u)
           ss += static_cast<double>(v[u].x) * v[u].x + static_cast<double>(v[u].y) * v[u].y +
                 static_cast<double>(v[u].z) * v[u].z + static_cast<double>(v[u].w) * v[u].w;
       };
-      float4 v[kStage], g[kStage];  // the first pass's
+      float4 v[kNormStage], g[kNormStage];  // the first pass's
 #pragma unroll
-      for (int u = 0; u < kStage; ++u) {
+      for (int u = 0; u < kNormStage; ++u) {
         v[u] = load4(xr, k_first + u * kThreads * 4);
         g[u] = load4(a.norm_w, k_first + u * kThreads * 4);
       }
       double ss = 0;
       add_squares(ss, v);
       for (std::int64_t k0 = k_first + kPass; k0 < K; k0 += kPass) {
-        float4 w[kStage];
+        float4 w[kNormStage];
 #pragma unroll
-        for (int u = 0; u < kStage; ++u) w[u] = load4(xr, k0 + u * kThreads * 4);
+        for (int u = 0; u < kNormStage; ++u) w[u] = load4(xr, k0 + u * kThreads * 4);
         add_squares(ss, w);
       }
       ss = block_reduce(ss, SumOp{}, scratch);
@@ -305,7 +308,7 @@ __global__ void __launch_bounds__(kThreads, kResidentBlocksPerSm) skinny_kernel(
       const auto norm = [s](float x, float w) { return __fmul_rn(__fmul_rn(x, s), w); };
       const auto write = [&](std::int64_t k0, const float4* v, const float4* g) {
 #pragma unroll
-        for (int u = 0; u < kStage; ++u) {
+        for (int u = 0; u < kNormStage; ++u) {
           const std::int64_t k = k0 + u * kThreads * 4;
           if (k >= K) break;
           auto* out = reinterpret_cast<__nv_bfloat162*>(row + k);
@@ -315,9 +318,9 @@ __global__ void __launch_bounds__(kThreads, kResidentBlocksPerSm) skinny_kernel(
       };
       write(k_first, v, g);
       for (std::int64_t k0 = k_first + kPass; k0 < K; k0 += kPass) {
-        float4 w[kStage], h[kStage];
+        float4 w[kNormStage], h[kNormStage];
 #pragma unroll
-        for (int u = 0; u < kStage; ++u) {
+        for (int u = 0; u < kNormStage; ++u) {
           w[u] = load4(xr, k0 + u * kThreads * 4);
           h[u] = load4(a.norm_w, k0 + u * kThreads * 4);
         }
@@ -365,7 +368,7 @@ __global__ void __launch_bounds__(kThreads, kResidentBlocksPerSm) skinny_kernel(
             acc0[m] += d0;
             acc1[m] += d1;
           } else {
-            const std::int64_t jj = (k - k_begin) / 256;
+            const int jj = static_cast<int>((k - k_begin) / 256);
             partial(part, m, 0, jj) = d0;
             partial(part, m, 1, jj) = d1;
           }
@@ -380,8 +383,8 @@ __global__ void __launch_bounds__(kThreads, kResidentBlocksPerSm) skinny_kernel(
           for (std::int64_t j = j_begin; j < j_end && lane * 8 + j * 256 < K; ++j) {
 #pragma unroll
             for (int m = 0; m < kM; ++m) {
-              acc0[m] += partial(p, m, 0, j - j_begin);
-              acc1[m] += partial(p, m, 1, j - j_begin);
+              acc0[m] += partial(p, m, 0, static_cast<int>(j - j_begin));
+              acc1[m] += partial(p, m, 1, static_cast<int>(j - j_begin));
             }
           }
         }
@@ -422,7 +425,7 @@ void launch(Args a, Device device, int sms, cudaStream_t stream) {
   while (kMode == kResidual && a.split < kMaxSplit && units * 2 * a.split <= warps && steps >= 4 * a.split &&
          staged + partial_bytes(2 * a.split) <= kSplitSharedBytes)
     a.split *= 2;
-  a.split_steps = ceil_div(steps, std::int64_t{a.split});
+  a.split_steps = static_cast<int>(ceil_div(steps, std::int64_t{a.split}));
   const std::int64_t groups = kWarps / a.split;
   // Every group the same number of units (the last block's aside): a group with one more than the others
   // would finish alone, with too few loads in flight to keep the memory busy.
