@@ -19,9 +19,9 @@
 // output projection + residual; RMSNorm + w1 / w3 + SwiGLU; w2 + residual) and the head one (final RMSNorm +
 // LM head). Larger batches and fp32 run the ops above one by one (cuBLASLt GEMMs). On Hopper these kernels
 // and the decode attention are launched to overlap their predecessors (GenerationOptions::overlap_launches):
-// each is scheduled while the previous one finishes, prefetches its first weight rows into L2 (the attention:
-// copies the keys cached before the step into shared memory) and then waits for it, which hides most of a
-// launch between consecutive kernels.
+// each is scheduled while the previous one finishes, prefetches its weight rows into L2 (the QKV kernel also
+// reads the position and its RoPE angles; the attention copies the keys cached before the step into shared
+// memory) and then waits for it, which hides most of a launch between consecutive kernels.
 // Greedy decoding launches every step without waiting: the argmax also keeps each step's ids by position in
 // device memory, read back once at the end. Sampling reads the logits back at every step, samples
 // (model/sampling.h) and writes the ids it drew over the argmax's. Without a graph (GenerationOptions::

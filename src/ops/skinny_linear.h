@@ -42,8 +42,10 @@ struct SkinnyLinearArgs {
   // of positions below T from it instead of computing them (the same values); the CPU ignores it.
   Tensor rope_table;
   // CUDA, compute capability 9.0+: the kernel may be scheduled while the previous kernel on the stream finishes
-  // (programmatic dependent launch), prefetching its first weight rows into L2 meanwhile; it waits for that
-  // kernel before reading anything else. The results are the same.
+  // (programmatic dependent launch), prefetching its weight rows into L2 meanwhile and, for rope_append, reading
+  // the position and its angles, so the previous kernel must not write the position (the generator advances it
+  // at the end of the step before); it waits for that kernel before reading anything else. The results are the
+  // same.
   bool overlap_launch = false;
   Stream stream;  // CUDA work is ordered on this stream
 };

@@ -105,20 +105,20 @@ __device__ __forceinline__ void rotate(float x0, float x1, float2 cs, bf16* out0
   *out1 = __float2bfloat16_rn(__fadd_rn(__fmul_rn(x0, cs.y), __fmul_rn(x1, cs.x)));
 }
 
-// The (cos, sin) the rope epilogue of output columns n0, n0 + 1 uses (q and k columns; (1, 0) for v): from the
-// caller's table where it holds the position, computed otherwise.
-__device__ __forceinline__ float2 rope_angle(const Args& a, std::int64_t n0) {
+// The (cos, sin) the rope epilogue of output columns n0, n0 + 1 uses at position pos (q and k columns; (1, 0) for
+// v): from the caller's table where it holds the position, computed otherwise.
+__device__ __forceinline__ float2 rope_angle(const Args& a, std::int64_t pos, std::int64_t n0) {
   if (n0 >= 2 * a.d) return make_float2(1.f, 0.f);
-  const std::int64_t pos = *a.position, i = n0 % a.d % a.Dh / 2;
+  const std::int64_t i = n0 % a.d % a.Dh / 2;
   if (pos < a.table_rows) return a.table[pos * (a.Dh / 2) + i];
   return angle_of(a.theta, pos, i, a.Dh);
 }
 
 // Row m's epilogue for output column n0 (and n1: the second column, == n0 when there is none).
-// cs: rope_append's (cos, sin) for the columns (rope_angle); unused by the other modes.
+// cs, pos: rope_append's (cos, sin) for the columns (rope_angle) and the position; unused by the other modes.
 template <int kMode>
 __device__ __forceinline__ void epilogue(const Args& a, std::int64_t m, std::int64_t n0, std::int64_t n1, float v0,
-                                         float v1, float2 cs) {
+                                         float v1, float2 cs, std::int64_t pos) {
   if constexpr (kMode == kStore) {
     if (a.y_f32) {
       float* y = static_cast<float*>(a.y) + m * a.y_stride;
@@ -140,7 +140,6 @@ __device__ __forceinline__ void epilogue(const Args& a, std::int64_t m, std::int
     static_cast<bf16*>(a.y)[m * a.y_stride + n0] = __float2bfloat16_rn(x * (1.0f / (1.0f + expf(-x))) * b);
   } else {
     const std::int64_t section = n0 / a.d, c = n0 % a.d, h = c / a.Dh, i = c % a.Dh / 2;
-    const std::int64_t pos = *a.position;
     if (section == 0) {
       bf16* y = static_cast<bf16*>(a.y) + m * a.y_stride + c;
       rotate(round_bf16(v0), round_bf16(v1), cs, y, y + 1);
@@ -250,15 +249,18 @@ __global__ void __launch_bounds__(kThreads, kResidentBlocksPerSm) skinny_kernel(
       }
     }
   }
-  wait_for_previous_grid();
-  allow_next_grid();
-  // rope_append: lane j fetches (from the table, else computes) the angle of this warp's j-th unit, once per warp
-  // in parallel and in flight during the staging below, not once per unit in turn.
+  // rope_append: the position (written before the previous kernel, see SkinnyLinearArgs::overlap_launch) and
+  // lane j's angle of this warp's j-th unit (from the table, else computed), before the wait and once per warp in
+  // parallel, not once per unit in turn.
+  std::int64_t pos = 0;
   float2 lane_cs = make_float2(1.f, 0.f);
   if constexpr (kMode == kRope) {
+    pos = *a.position;
     const std::int64_t unit = first + lane * stride;
-    if (unit < units) lane_cs = rope_angle(a, 2 * unit);
+    if (unit < units) lane_cs = rope_angle(a, pos, 2 * unit);
   }
+  wait_for_previous_grid();
+  allow_next_grid();
 
   // Stage x' of every row, kStage 16-byte packs per thread loaded before any is used: one memory round trip
   // per kStage x 1024 (fp32) or 8192 (bf16) columns, not one per 256.
@@ -402,11 +404,11 @@ __global__ void __launch_bounds__(kThreads, kResidentBlocksPerSm) skinny_kernel(
       const std::int64_t t = (unit - first) / stride;  // this unit's place among the warp's (the same in every lane)
       cs = t < 32 ? make_float2(__shfl_sync(0xffffffffu, lane_cs.x, static_cast<int>(t)),
                                 __shfl_sync(0xffffffffu, lane_cs.y, static_cast<int>(t)))
-                  : rope_angle(a, n0);
+                  : rope_angle(a, pos, n0);
     }
 #pragma unroll
     for (int m = 0; m < kM; ++m)
-      if (lane == m && m < a.M) epilogue<kMode>(a, m, n0, n1, acc0[m], acc1[m], cs);
+      if (lane == m && m < a.M) epilogue<kMode>(a, m, n0, n1, acc0[m], acc1[m], cs, pos);
   }
 }
 
