@@ -110,7 +110,7 @@ __device__ __forceinline__ void rotate(float x0, float x1, float2 cs, bf16* out0
 __device__ __forceinline__ float2 rope_angle(const Args& a, std::int64_t pos, std::int64_t n0) {
   if (n0 >= 2 * a.d) return make_float2(1.f, 0.f);
   const std::int64_t i = n0 % a.d % a.Dh / 2;
-  if (pos < a.table_rows) return a.table[pos * (a.Dh / 2) + i];
+  if (pos >= 0 && pos < a.table_rows) return a.table[pos * (a.Dh / 2) + i];
   return angle_of(a.theta, pos, i, a.Dh);
 }
 
