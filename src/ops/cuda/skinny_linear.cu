@@ -5,8 +5,9 @@
 // two weight rows in 16-byte non-coherent loads, 4 or 8 chunks in flight per lane, and accumulates kM x 2 fp32
 // dot products; butterfly reductions leave every sum in every lane, and lane m applies the epilogue to row m.
 // Residual calls with fewer units than warps share each unit's K among a few warps (Note [Skinny split K]).
-// Launched to overlap its predecessor (SkinnyLinearArgs::overlap_launch), each warp first prefetches its units'
-// weight rows into L2 (up to kPrefetchBytes a call), then waits for that kernel (dependent_launch.cuh). The rope
+// Each warp first prefetches its units' weight rows into L2 (up to kPrefetchBytes a call), so that every byte is
+// requested at the start; launched to overlap its predecessor (SkinnyLinearArgs::overlap_launch), it does so
+// before waiting for that kernel (dependent_launch.cuh). The rope
 // epilogue reads its angles from the caller's table of (cos, sin) by position (SkinnyLinearArgs::rope_table)
 // where it holds the position, and computes them as rope.cu does otherwise. Every instance asks for the decode
 // chain's shared-memory carveout (kChainCarveout, dependent_launch.cuh).
@@ -32,8 +33,8 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kBlocksPerSm = 2;
 constexpr int kResidentBlocksPerSm = 2;
 static_assert(kResidentBlocksPerSm >= kBlocksPerSm, "a call's blocks must fit the register budget together");
-// Launched to overlap its predecessor, a call prefetches each warp's units into L2 before its wait, up to about
-// this many bytes of weights in all (beyond it, lines prefetched early would be evicted before their use).
+// A call prefetches each warp's units into L2 at its start (before its wait when launched to overlap), up to
+// about this many bytes of weights in all (beyond it, lines prefetched early would be evicted before their use).
 constexpr std::int64_t kPrefetchBytes = 24ll << 20;
 // See Note [Skinny split K]: the most warps that share one unit, and the most shared memory a block may take
 // with the partial sums it exchanges (beyond it, the call is not split).
@@ -65,8 +66,8 @@ struct Args {
   double theta;
   const float2* table;       // rope: (table_rows, Dh/2) (cos, sin) by position, or null
   std::int64_t table_rows;   // 0 without a table
-  bool prefetch;       // launched to overlap its predecessor: prefetch weight rows before the wait
-  int prefetch_units;  // with prefetch: how many of each warp's units (the first ones) to prefetch
+  bool overlap;        // launched to overlap its predecessor (dependent_launch.cuh)
+  int prefetch_units;  // how many of each warp's units (the first ones) to prefetch into L2 at the start
   int split;           // warps sharing a unit (Note [Skinny split K]): 1, 2 or 4
   int split_steps;     // the most chunk steps of one warp's share: ceil(steps / split)
 };
@@ -225,10 +226,10 @@ __global__ void __launch_bounds__(kThreads, kResidentBlocksPerSm) skinny_kernel(
       }
     }
   };
-  // The first chunks of this warp's first unit go into registers (the rest of its share, and its share of its
-  // next prefetch_units - 1 units, into L2 when launched to overlap: independent of the previous kernel, on
-  // their way while it finishes) before the wait and the staging below, so that the weights' memory latency
-  // overlaps them.
+  // The first chunks of this warp's first unit go into registers, the rest of its share and its share of its
+  // next prefetch_units - 1 units into L2, before the wait (they do not depend on the previous kernel: on their
+  // way while it finishes) and the staging below, so that the weights' memory latency overlaps them and every
+  // byte is requested in the first round trip (the later chunks then come from L2).
   const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * groups + group;
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * groups;
   uint4 va[kUnroll], vb[kUnroll];
@@ -237,15 +238,13 @@ __global__ void __launch_bounds__(kThreads, kResidentBlocksPerSm) skinny_kernel(
     const bf16 *wa = nullptr, *wb = nullptr;
     rows_of(first, n0, n1, wa, wb);
     load_chunks(wa, wb, k_begin, va, vb);
-    if (a.prefetch) {
-      const std::int64_t line0 = k_begin - lane * 8 + lane * 64;  // one 128-byte line (64 elements) a lane
-      std::int64_t unit = first, k_from = line0 + 32 * 8 * kUnroll;  // the first unit: past the chunks' columns
-      for (int t = 0; t < a.prefetch_units && unit < units; ++t, unit += stride, k_from = line0) {
-        rows_of(unit, n0, n1, wa, wb);
-        for (std::int64_t k = k_from; k < k_end; k += 32 * 64) {
-          prefetch_l2(wa + k);
-          prefetch_l2(wb + k);
-        }
+    const std::int64_t line0 = k_begin - lane * 8 + lane * 64;  // one 128-byte line (64 elements) a lane
+    std::int64_t unit = first, k_from = line0 + 32 * 8 * kUnroll;  // the first unit: past the chunks' columns
+    for (int t = 0; t < a.prefetch_units && unit < units; ++t, unit += stride, k_from = line0) {
+      rows_of(unit, n0, n1, wa, wb);
+      for (std::int64_t k = k_from; k < k_end; k += 32 * 64) {
+        prefetch_l2(wa + k);
+        prefetch_l2(wb + k);
       }
     }
   }
@@ -441,7 +440,7 @@ void launch(Args a, Device device, int sms, cudaStream_t stream) {
     FT_CUDA_CHECK(cudaFuncSetAttribute(skinny_kernel<kM, kMode, kNorm>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
   use_chain_carveout(reinterpret_cast<const void*>(skinny_kernel<kM, kMode, kNorm>), device);
-  launch_kernel(skinny_kernel<kM, kMode, kNorm>, blocks, kThreads, smem, stream, a.prefetch, a);
+  launch_kernel(skinny_kernel<kM, kMode, kNorm>, blocks, kThreads, smem, stream, a.overlap, a);
 }
 
 template <int kMode, bool kNorm>
@@ -501,7 +500,7 @@ void skinny_linear(const SkinnyLinearArgs& s) {
   const cudaStream_t stream = cuda_stream(s.stream);
   const Device device = s.x.device();
   const int sms = multiprocessors(device);
-  a.prefetch = s.overlap_launch && supports_dependent_launch(device);
+  a.overlap = s.overlap_launch && supports_dependent_launch(device);
   switch (s.epilogue) {
     case SkinnyEpilogue::store:
       norm ? launch_rows<kStore, true>(a, device, sms, stream) : launch_rows<kStore, false>(a, device, sms, stream);
