@@ -158,15 +158,15 @@ __device__ __forceinline__ void epilogue(const Args& a, std::int64_t m, std::int
 }
 
 // Note [Skinny occupancy]
-// A call's grid holds at most kBlocksPerSm blocks per multiprocessor, its warps sharing the units (two weight
-// rows) out evenly; __launch_bounds__ budgets the registers for kResidentBlocksPerSm blocks. With the two equal
-// (2: 128 registers, 8 chunks a row per lane in flight for up to 2 rows), a kernel launched to overlap its
-// predecessor only becomes resident where that one's blocks have exited, so its prefetch before the wait helps
-// in the tail; with kResidentBlocksPerSm = 2 kBlocksPerSm (64 registers at 4, 4 chunks a row in flight: two
-// round trips a row at K = 1600, the second from L2 after the prefetch) the next call's blocks fit beside this
-// one's and prefetch all their weights while it runs; with kBlocksPerSm = kResidentBlocksPerSm = 4 every warp
-// of the xl decode's QKV, output projection and w2 calls owns one unit. The results are the same bits in every
-// setting: a lane accumulates its chunks in column order whatever the unrolling.
+// A call's grid holds kBlocksPerSm blocks per multiprocessor (fewer where the units run out), its warps sharing the
+// units (two weight rows) out as evenly as they divide; __launch_bounds__ budgets the registers for
+// kResidentBlocksPerSm blocks. With the two equal (2: 128 registers, 8 chunks a row per lane in flight for up to 2
+// rows), a kernel launched to overlap its predecessor only becomes resident where that one's blocks have exited, so
+// its prefetch before the wait helps in the tail; with kResidentBlocksPerSm = 2 kBlocksPerSm (64 registers at 4, 4
+// chunks a row in flight: two round trips a row at K = 1600, the second from L2 after the prefetch) the next call's
+// blocks fit beside this one's and prefetch all their weights while it runs; with kBlocksPerSm =
+// kResidentBlocksPerSm = 4 every warp of the xl decode's QKV, output projection and w2 calls owns one unit. The
+// results are the same bits in every setting: a lane accumulates its chunks in column order whatever the unrolling.
 //
 // Note [Skinny split K]
 // A call with fewer units than the grid's warps (xl's output projection and w2: 800 units for 2112 warps at two
@@ -428,10 +428,12 @@ void launch(Args a, Device device, int sms, cudaStream_t stream) {
     a.split *= 2;
   a.split_steps = static_cast<int>(ceil_div(steps, std::int64_t{a.split}));
   const std::int64_t groups = kWarps / a.split;
-  // Every group the same number of units (the last block's aside): a group with one more than the others
-  // would finish alone, with too few loads in flight to keep the memory busy.
-  const std::int64_t per_group = ceil_div(units, warps / a.split);
-  const auto blocks = static_cast<unsigned>(ceil_div(units, groups * per_group));
+  // The whole grid (fewer blocks only where the units run out): every multiprocessor then streams about the
+  // same share of the weights, whose bytes the prefetch below requests at the start, and a group takes
+  // per_group or per_group - 1 units. (Equal units for every group instead would leave, e.g. for xl's QKV,
+  // 150 blocks: 18 multiprocessors with twice the others' weights.)
+  const std::int64_t per_group = ceil_div(units, warps / a.split);  // the most units of a group
+  const auto blocks = static_cast<unsigned>(std::min(warps / kWarps, ceil_div(units, groups)));
   // Units of all groups prefetched per round: as many rounds as kPrefetchBytes holds, at least the first.
   const std::int64_t round_bytes = static_cast<std::int64_t>(blocks) * groups * 2 * a.K * sizeof(bf16);
   a.prefetch_units = static_cast<int>(std::clamp<std::int64_t>(kPrefetchBytes / round_bytes, 1, per_group));
