@@ -1,16 +1,15 @@
 // skinny_linear.cu — the fused few-row bf16 GEMM of ops/skinny_linear.h. A block of 8 warps (a few blocks per
-// multiprocessor, see Note [Skinny occupancy]; the warps looping over the weight rows) first stages x' of the
-// call's rows (rounded up to kM = 1, 2, 4 or 8; extra rows zero) in shared memory as bf16 — normalising fp32 rows
-// on the way when the RMSNorm is fused (sum of squares in double, as rmsnorm_forward) — then each warp streams its
-// two weight rows in 16-byte non-coherent loads, 4 or 8 chunks in flight per lane, and accumulates kM x 2 fp32
-// dot products; butterfly reductions leave every sum in every lane, and lane m applies the epilogue to row m.
-// Residual calls with fewer units than warps share each unit's K among a few warps (Note [Skinny split K]).
-// Each warp first prefetches its units' weight rows into L2 (up to kPrefetchBytes a call), so that every byte is
-// requested at the start; launched to overlap its predecessor (SkinnyLinearArgs::overlap_launch), it does so
-// before waiting for that kernel (dependent_launch.cuh). The rope
-// epilogue reads its angles from the caller's table of (cos, sin) by position (SkinnyLinearArgs::rope_table)
-// where it holds the position, and computes them as rope.cu does otherwise. Every instance asks for the decode
-// chain's shared-memory carveout (kChainCarveout, dependent_launch.cuh).
+// multiprocessor, see Note [Skinny occupancy]; the warps looping over the weight rows) first stages x' of the call's
+// rows (rounded up to kM = 1, 2, 4 or 8; extra rows zero) in shared memory as bf16 — normalising fp32 rows on the
+// way when the RMSNorm is fused (sum of squares in double, as rmsnorm_forward) — then each warp streams its two
+// weight rows in 16-byte non-coherent loads, 4 or 8 chunks in flight per lane, and accumulates kM x 2 fp32 dot
+// products; butterfly reductions leave every sum in every lane, and lane m applies the epilogue to row m. Residual
+// calls with fewer units than warps share each unit's K among a few warps (Note [Skinny split K]). Each warp first
+// prefetches its units' weight rows into L2 (up to kPrefetchBytes a call), so that every byte is requested at the
+// start; launched to overlap its predecessor (SkinnyLinearArgs::overlap_launch), it does so before waiting for that
+// kernel (dependent_launch.cuh). The rope epilogue reads its angles from the caller's table of (cos, sin) by
+// position (SkinnyLinearArgs::rope_table) where it holds the position, and computes them as rope.cu does otherwise.
+// Every instance asks for the decode chain's shared-memory carveout (kChainCarveout, dependent_launch.cuh).
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -64,8 +63,8 @@ struct Args {
   std::int64_t kcb, kch, kct, vcb, vch, vct, capacity, Dh, d;
   const std::int32_t* position;
   double theta;
-  const float2* table;       // rope: (table_rows, Dh/2) (cos, sin) by position, or null
-  std::int64_t table_rows;   // 0 without a table
+  const float2* table;      // rope: (table_rows, Dh/2) (cos, sin) by position, or null
+  std::int64_t table_rows;  // 0 without a table
   bool overlap;        // launched to overlap its predecessor (dependent_launch.cuh)
   int prefetch_units;  // how many of each warp's units (the first ones) to prefetch into L2 at the start
   int split;           // warps sharing a unit (Note [Skinny split K]): 1, 2 or 4
