@@ -9,6 +9,7 @@
 // start; launched to overlap its predecessor (SkinnyLinearArgs::overlap_launch), it does so before waiting for that
 // kernel (dependent_launch.cuh). The rope epilogue reads its angles from the caller's table of (cos, sin) by
 // position (SkinnyLinearArgs::rope_table) where it holds the position, and computes them as rope.cu does otherwise.
+// Every instance asks for the decode chain's shared-memory carveout (kChainCarveout, dependent_launch.cuh).
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -410,7 +411,7 @@ __global__ void __launch_bounds__(kThreads, kResidentBlocksPerSm) skinny_kernel(
 }
 
 template <int kM, int kMode, bool kNorm>
-void launch(Args a, int sms, cudaStream_t stream) {
+void launch(Args a, Device device, int sms, cudaStream_t stream) {
   const std::int64_t units = kMode == kSwiglu ? a.N : (a.N + 1) / 2;
   const std::int64_t warps = static_cast<std::int64_t>(kBlocksPerSm) * sms * kWarps;  // the grid's most
   const std::int64_t steps = ceil_div(a.K, std::int64_t{256}), staged = kM * a.K * sizeof(bf16);
@@ -439,19 +440,20 @@ void launch(Args a, int sms, cudaStream_t stream) {
   if (smem > static_cast<std::size_t>(kDefaultSharedBytes))
     FT_CUDA_CHECK(cudaFuncSetAttribute(skinny_kernel<kM, kMode, kNorm>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                        static_cast<int>(smem)));
+  use_chain_carveout(reinterpret_cast<const void*>(skinny_kernel<kM, kMode, kNorm>), device);
   launch_kernel(skinny_kernel<kM, kMode, kNorm>, blocks, kThreads, smem, stream, a.overlap, a);
 }
 
 template <int kMode, bool kNorm>
-void launch_rows(const Args& a, int sms, cudaStream_t stream) {
+void launch_rows(const Args& a, Device device, int sms, cudaStream_t stream) {
   if (a.M <= 1)
-    launch<1, kMode, kNorm>(a, sms, stream);
+    launch<1, kMode, kNorm>(a, device, sms, stream);
   else if (a.M <= 2)
-    launch<2, kMode, kNorm>(a, sms, stream);
+    launch<2, kMode, kNorm>(a, device, sms, stream);
   else if (a.M <= 4)
-    launch<4, kMode, kNorm>(a, sms, stream);
+    launch<4, kMode, kNorm>(a, device, sms, stream);
   else
-    launch<8, kMode, kNorm>(a, sms, stream);
+    launch<8, kMode, kNorm>(a, device, sms, stream);
 }
 
 }  // namespace
@@ -497,18 +499,19 @@ void skinny_linear(const SkinnyLinearArgs& s) {
   if (a.M * a.N == 0) return;
   CudaDeviceGuard guard(s.x.device().index);
   const cudaStream_t stream = cuda_stream(s.stream);
-  const int sms = multiprocessors(s.x.device());
-  a.overlap = s.overlap_launch && supports_dependent_launch(s.x.device());
+  const Device device = s.x.device();
+  const int sms = multiprocessors(device);
+  a.overlap = s.overlap_launch && supports_dependent_launch(device);
   switch (s.epilogue) {
     case SkinnyEpilogue::store:
-      norm ? launch_rows<kStore, true>(a, sms, stream) : launch_rows<kStore, false>(a, sms, stream);
+      norm ? launch_rows<kStore, true>(a, device, sms, stream) : launch_rows<kStore, false>(a, device, sms, stream);
       break;
-    case SkinnyEpilogue::residual: launch_rows<kResidual, false>(a, sms, stream); break;
+    case SkinnyEpilogue::residual: launch_rows<kResidual, false>(a, device, sms, stream); break;
     case SkinnyEpilogue::swiglu:
-      norm ? launch_rows<kSwiglu, true>(a, sms, stream) : launch_rows<kSwiglu, false>(a, sms, stream);
+      norm ? launch_rows<kSwiglu, true>(a, device, sms, stream) : launch_rows<kSwiglu, false>(a, device, sms, stream);
       break;
     case SkinnyEpilogue::rope_append:
-      norm ? launch_rows<kRope, true>(a, sms, stream) : launch_rows<kRope, false>(a, sms, stream);
+      norm ? launch_rows<kRope, true>(a, device, sms, stream) : launch_rows<kRope, false>(a, device, sms, stream);
       break;
   }
   FT_CUDA_CHECK_LAUNCH();
