@@ -72,6 +72,10 @@ Generator::Generator(const TransformerLM& model, std::int64_t max_batch, std::in
   for (std::size_t i = 0; skinny_ok_ && i < model.layout().size(); ++i)
     skinny_ok_ = reinterpret_cast<std::uintptr_t>(casts_[i].data()) % 16 == 0 &&
                  reinterpret_cast<std::uintptr_t>(model.parameters()[i].data()) % 16 == 0;
+  if (skinny_ok_) {
+    rope_table_ = OwnedTensor({max_len, cfg.head_dim() / 2, 2}, DType::f32, dev, "generator rope table", stream);
+    rope_table(rope_table_, {cfg.rope_theta, 0, stream});
+  }
   // The decode attention's workspace, for the largest any batch size up to max_batch needs.
   for (std::int64_t b = 1; b <= max_batch; ++b)
     attention_workspace_bytes_ = std::max(attention_workspace_bytes_,
@@ -184,6 +188,7 @@ void Generator::decode_layer(std::int64_t l, std::int64_t B, const DecodePlan& p
     s.v_cache = v_cache;
     s.position = position();
     s.rope_theta = cfg.rope_theta;
+    s.rope_table = rope_table_;
     s.overlap_launch = overlap;
     s.stream = stream;
     skinny_linear(s);

@@ -19,9 +19,9 @@
 // output projection + residual; RMSNorm + w1 / w3 + SwiGLU; w2 + residual) and the head one (final RMSNorm +
 // LM head). Larger batches and fp32 run the ops above one by one (cuBLASLt GEMMs). On Hopper these kernels
 // and the decode attention are launched to overlap their predecessors (GenerationOptions::overlap_launches):
-// each is scheduled while the previous one finishes, prefetches its first weight rows into L2 (the attention:
-// copies the keys cached before the step into shared memory) and then waits for it, which hides most of a
-// launch between consecutive kernels.
+// each is scheduled while the previous one finishes, prefetches its weight rows into L2 (the QKV kernel also
+// reads the position and its RoPE angles; the attention copies the keys cached before the step into shared
+// memory) and then waits for it, which hides most of a launch between consecutive kernels.
 // Greedy decoding launches every step without waiting: the argmax also keeps each step's ids by position in
 // device memory, read back once at the end. Sampling reads the logits back at every step, samples
 // (model/sampling.h) and writes the ids it drew over the argmax's. Without a graph (GenerationOptions::
@@ -40,6 +40,8 @@
 //              output, FFN a, b, h (compute dtype), rstd and lse (fp32); the decode step's fused q, k, v rows
 //              (B, 3d); the last position's logits (rows, V) fp32; the position and the ids (int32) and the
 //              decode attention's workspace
+//   rope table bf16 mode: RoPE's angles at every position (max_len, Dh/2, 2) fp32, computed once, so that the
+//              fused QKV kernel reads its position's row instead of computing them at every step
 #pragma once
 
 #include <chrono>
@@ -137,6 +139,7 @@ class Generator {
   OwnedTensor rstd_;        // (rows) fp32
   OwnedTensor lse_;         // (max_batch, H, max_len) fp32
   OwnedTensor logits_;      // (max_batch, V) fp32
+  OwnedTensor rope_table_;  // (max_len, Dh/2, 2) fp32: RoPE's (cos, sin) by position, for the fused QKV kernel
   Buffer ids_;              // (rows) int32 in the device's memory: the ids a pass embeds (the first B in a
                             // decode step) and, from row B on, greedy's ids by position
   Buffer position_;         // (1) int32 in the device's memory: the decode step's position

@@ -1,5 +1,5 @@
 // rope.cpp — validation of RoPE calls and dispatch to the CPU kernel (cpu/rope.cpp) or the CUDA kernel
-// (cuda/rope.cu); rope_append's CPU path (rotations by cpu::rope, rows copied into the cache).
+// (cuda/rope.cu); rope_append's CPU path (rotations by cpu::rope, rows copied into the cache); rope_table.
 #include "ops/rope.h"
 
 #include <cmath>
@@ -121,6 +121,24 @@ void rope_append(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   copy_rows(at(k_cache), k);
   cpu::rope(at(k_cache), options.theta, p, nullptr, false);
   copy_rows(at(v_cache), v);
+}
+
+void rope_table(const Tensor& table, const RopeOptions& options) {
+  constexpr const char* op = "rope_table";
+  NvtxRange range(op);
+  ops::check_defined(op, table, "table");
+  ops::check_dtype(op, table, "table", {DType::f32});
+  FT_CHECK(table.dim() == 3 && table.size(2) == 2 && table.size(1) >= 1, op,
+           ": table must be (T, Dh/2, 2) with Dh/2 >= 1: given ", table.describe());
+  ops::check_contiguous(op, table, "table");
+  FT_CHECK(std::isfinite(options.theta) && options.theta > 0, op, ": theta must be finite and > 0, given ",
+           options.theta);
+#if FT_HAS_CUDA
+  if (table.device().is_cuda()) return gpu::rope_table(table, options.theta, options.stream);
+#else
+  if (table.device().is_cuda()) ops::no_cuda_build(op, table.device());
+#endif
+  cpu::rope_table(table.data_as<float>(), table.size(0), table.size(1), options.theta, 0);
 }
 
 }  // namespace ft

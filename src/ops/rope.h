@@ -43,4 +43,9 @@ void rope_backward(const Tensor& dx, const RopeOptions& options = {});
 void rope_append(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache, const Tensor& v_cache,
                  const std::int32_t* position, const RopeOptions& options = {});
 
+// table (T, Dh/2, 2) fp32 <- (cos, sin) of t * theta^(-2i / Dh) for positions t in [0, T) and pairs i: the angles
+// rope_forward and rope_append compute for themselves (value for value on the same device), computed once for
+// every position a decode may reach (see SkinnyLinearArgs::rope_table). options.theta; the other options unused.
+void rope_table(const Tensor& table, const RopeOptions& options = {});
+
 }  // namespace ft

@@ -90,6 +90,14 @@ void validate(const SkinnyLinearArgs& a) {
       ops::check_shape(kOp, a.k_cache, "k_cache", {M, H, a.k_cache.size(2), Dh});
       ops::check_shape(kOp, a.v_cache, "v_cache", a.k_cache.shape());
       FT_CHECK(a.position != nullptr, kOp, ": rope_append needs the position, given none");
+      if (a.rope_table.defined()) {
+        ops::check_dtype(kOp, a.rope_table, "rope_table", {DType::f32});
+        ops::check_device(kOp, a.rope_table, "rope_table", dev);
+        const Tensor& t = a.rope_table;
+        FT_CHECK(t.dim() == 3 && t.size(1) == Dh / 2 && t.size(2) == 2, kOp, ": rope_table must be (T, Dh/2 = ",
+                 Dh / 2, ", 2), given ", t.describe());
+        ops::check_contiguous(kOp, a.rope_table, "rope_table");
+      }
       break;
     }
   }

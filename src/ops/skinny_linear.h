@@ -38,9 +38,14 @@ struct SkinnyLinearArgs {
   Tensor k_cache, v_cache;                 // rope_append: (M, H, capacity, Dh) bf16, contiguous last dim
   const std::int32_t* position = nullptr;  // rope_append: one int32 in the tensors' device memory
   double rope_theta = 10000.0;
+  // rope_append, optional: (T, Dh/2, 2) fp32 from rope_table (ops/rope.h) with rope_theta. CUDA reads the angles
+  // of positions below T from it instead of computing them (the same values); the CPU ignores it.
+  Tensor rope_table;
   // CUDA, compute capability 9.0+: the kernel may be scheduled while the previous kernel on the stream finishes
-  // (programmatic dependent launch), prefetching its first weight rows into L2 meanwhile; it waits for that
-  // kernel before reading anything else. The results are the same.
+  // (programmatic dependent launch), prefetching its weight rows into L2 meanwhile and, for rope_append, reading
+  // the position and its angles, so the previous kernel must not write the position (the generator advances it
+  // at the end of the step before); it waits for that kernel before reading anything else. The results are the
+  // same.
   bool overlap_launch = false;
   Stream stream;  // CUDA work is ordered on this stream
 };

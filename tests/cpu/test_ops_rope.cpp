@@ -1,7 +1,8 @@
 // test_ops_rope.cpp — RoPE on interleaved pairs against a double reference in both memory layouts and
 // with a position offset, the backward against central finite differences, forward-then-backward as
 // the identity, bf16 storage, per-token positions (packed documents), q's and k's head groups of a fused
-// (B, T, 3, H, Dh) buffer rotated in one call as in two, and malformed calls.
+// (B, T, 3, H, Dh) buffer rotated in one call as in two, rope_table as the angles rope_forward applies, and
+// malformed calls.
 #include <gtest/gtest.h>
 
 #include "ops/rope.h"
@@ -153,6 +154,30 @@ TEST(Rope, PositionsOutOfRangeOrMisshapedAreRefused) {
   options.positions.shape = {B, T - 1};
   test::expect_error([&] { rope_forward(x, options); }, ErrorKind::invalid_argument,
                      {"positions must be (B, T) = [2, 5]", "given [2, 4]"});
+}
+
+TEST(Rope, TableHoldsTheAnglesForwardApplies) {
+  // Rotating the pair (1, 0) at position t gives (cos, sin) of its angle exactly.
+  const double theta = 500000.0;
+  std::vector<double> unit(static_cast<std::size_t>(T * Dh), 0.0);
+  for (std::size_t e = 0; e < unit.size(); e += 2) unit[e] = 1.0;
+  auto x = test::tensor_of({1, 1, T, Dh}, DType::f32, unit);
+  rope_forward(x, {theta});
+  auto table = test::zeros({T, Dh / 2, 2});
+  rope_table(table, {theta});
+  EXPECT_EQ(read_as_double(table), read_as_double(x));
+  const std::vector<double> got = read_as_double(table);
+  EXPECT_EQ(got[0], 1.0);  // position 0: no rotation
+  EXPECT_EQ(got[1], 0.0);
+  EXPECT_EQ(got[2 * (Dh / 2)], static_cast<double>(static_cast<float>(std::cos(1.0))));  // position 1, pair 0
+}
+
+TEST(Rope, MalformedTablesAreRefused) {
+  auto three = test::zeros({T, Dh / 2, 3}), bf16 = test::zeros({T, Dh / 2, 2}, DType::bf16);
+  test::expect_error([&] { rope_table(three); }, ErrorKind::invalid_argument, {"rope_table", "(T, Dh/2, 2)", "given"});
+  test::expect_error([&] { rope_table(bf16); }, ErrorKind::invalid_argument, {"rope_table", "bf16"});
+  auto fine = test::zeros({T, Dh / 2, 2});
+  test::expect_error([&] { rope_table(fine, {0.0}); }, ErrorKind::invalid_argument, {"theta", "given 0"});
 }
 
 TEST(Rope, MalformedCallsNameExpectedAndGiven) {

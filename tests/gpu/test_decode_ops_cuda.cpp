@@ -5,8 +5,8 @@
 // with several query positions (more rows than one block takes), a sliding window with sink tokens, gpt-oss
 // sink logits; a repeated call (the split counters reset; launched to overlap the first) bit-identical, a
 // captured CUDA graph replayed at a new length equal to a direct call; rope_append (RoPE at a device position,
-// k and v appended to the cache) against the CPU's; argmax_rows (ties, id limit, the history row at a device
-// position) exactly.
+// k and v appended to the cache) against the CPU's; rope_table as the angles rope_forward applies; argmax_rows
+// (ties, id limit, the history row at a device position) exactly.
 // Run on a GPU machine: ./build/bin/gpu_test_decode_ops_cuda
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -174,6 +174,25 @@ TEST(RopeAppendCuda, MatchesTheCpu) {
     expect_close(read_as_double(kc.gpu), read_as_double(kc.cpu), tol, "k cache");
     EXPECT_EQ(read_as_double(vc.gpu), read_as_double(vc.cpu)) << "v cache";
   }
+}
+
+TEST(RopeTableCuda, HoldsTheAnglesForwardAppliesAndMatchesTheCpu) {
+  const std::int64_t T = 300, D = 64;
+  const double theta = 10000.0;
+  OwnedTensor table({T, D / 2, 2}, DType::f32, kGpu, "test table");
+  OwnedTensor on_cpu({T, D / 2, 2}, DType::f32, Device::cpu(), "test");
+  rope_table(table, {theta});
+  rope_table(on_cpu, {theta});
+  // Rotating the pair (1, 0) at position t gives (cos, sin) of its angle exactly.
+  std::vector<double> unit(static_cast<std::size_t>(T * D), 0.0);
+  for (std::size_t e = 0; e < unit.size(); e += 2) unit[e] = 1.0;
+  OwnedTensor x({1, 1, T, D}, DType::f32, kGpu, "test x");
+  OwnedTensor host({1, 1, T, D}, DType::f32, Device::cpu(), "test");
+  write_from_double(host, unit);
+  copy(x, host);
+  rope_forward(x, {theta});
+  EXPECT_EQ(read_as_double(table), read_as_double(x)) << "the table against rope_forward's";
+  expect_close(read_as_double(table), read_as_double(on_cpu), 1e-6, "the table against the CPU's");
 }
 
 TEST(ArgmaxCuda, MatchesTheCpu) {

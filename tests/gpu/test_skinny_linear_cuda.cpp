@@ -2,8 +2,10 @@
 // composition of the unfused ops: every epilogue (store to bf16 and fp32, residual, SwiGLU, RoPE + cache
 // append at a device position), with and without the fused RMSNorm, rows 1, 3 and 8 (padded to 1, 4, 8),
 // inputs K = 64 and 1600 (a partial last chunk) and 6400 (more shared memory than the default 48 KB), an odd
-// output width; a second run, launched to overlap the first, bit-identical; rows that do not fit are a clear
-// error.
+// output width, more units than warps; a second run, launched to overlap the first, bit-identical, and so are
+// RoPE angles read from a rope_table (or computed past its positions); the fused RMSNorm bit-identical to
+// rmsnorm_forward followed by the GEMM; K split among warps bit-identical to one warp a unit; rows that do not
+// fit and a misshapen table are clear errors.
 // Run on a GPU machine: ./build/bin/gpu_test_skinny_linear_cuda
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -17,6 +19,8 @@
 #include "core/buffer.h"
 #include "core/error.h"
 #include "core/tensor_io.h"
+#include "ops/rmsnorm.h"
+#include "ops/rope.h"
 #include "ops/skinny_linear.h"
 
 namespace ft {
@@ -51,7 +55,8 @@ void check(const Call& c) {
   const Pair g = device_pair({c.K}, DType::f32, 4);
   const Pair residual = device_pair({c.M, c.N}, DType::f32, 5);
   const Pair y = device_pair({c.M, width}, c.y_dtype, 6);
-  const Pair kc = device_pair({c.M, H, capacity, width / H}, DType::bf16, 7), vc = device_pair({c.M, H, capacity, width / H}, DType::bf16, 8);
+  const Pair kc = device_pair({c.M, H, capacity, width / H}, DType::bf16, 7);
+  const Pair vc = device_pair({c.M, H, capacity, width / H}, DType::bf16, 8);
   const std::int32_t at = 9;
   Buffer position(sizeof(at), kGpu, "test position");
   ASSERT_EQ(cudaMemcpy(position.data(), &at, sizeof(at), cudaMemcpyHostToDevice), cudaSuccess);
@@ -88,6 +93,21 @@ void check(const Call& c) {
   overlapping.overlap_launch = true;
   skinny_linear(overlapping);
   EXPECT_EQ(read_as_double(y.gpu), first) << "a second run, launched to overlap the first";
+  if (!rope) return;
+  // The angles from a table holding the position, and from one too short for it: the same bits.
+  const std::vector<double> k_first = read_as_double(kc.gpu), v_first = read_as_double(vc.gpu);
+  for (std::int64_t rows : {capacity, std::int64_t{at}}) {
+    SCOPED_TRACE(str("rope table of ", rows, " positions"));
+    OwnedTensor table({rows, width / H / 2, 2}, DType::f32, kGpu, "test rope table");
+    rope_table(table, {10000.0});
+    SkinnyLinearArgs tabled = args(false);
+    tabled.rope_table = table;
+    tabled.overlap_launch = true;
+    skinny_linear(tabled);
+    EXPECT_EQ(read_as_double(y.gpu), first) << "q";
+    EXPECT_EQ(read_as_double(kc.gpu), k_first) << "k cache";
+    EXPECT_EQ(read_as_double(vc.gpu), v_first) << "v cache";
+  }
 }
 
 TEST(SkinnyLinearCuda, MatchesTheCpuComposition) {
@@ -103,7 +123,85 @@ TEST(SkinnyLinearCuda, MatchesTheCpuComposition) {
       check({SkinnyEpilogue::rope_append, M, K, 3 * 2 * 8, false});
     }
   check({SkinnyEpilogue::residual, 8, 6400, 160, false, DType::f32});  // 100 KB of staged rows
+  check({SkinnyEpilogue::store, 1, 64, 9001, false, DType::f32});      // several units a warp, all prefetched
   check({SkinnyEpilogue::swiglu, 5, 6400, 48, true});
+}
+
+// The fused RMSNorm stages x' as rmsnorm_forward writes it: the same bits as that op followed by the GEMM.
+TEST(SkinnyLinearCuda, FusedNormIsRmsnormForwardThenTheGemm) {
+  const std::int64_t N = 96;
+  for (std::int64_t M : {1, 3, 8})
+    for (std::int64_t K : {1600, 6400}) {  // x read once, and (past 4096 columns) in two passes
+      SCOPED_TRACE(str("M ", M, " K ", K));
+      const Pair x = device_pair({M, K}, DType::f32, 11), g = device_pair({K}, DType::f32, 12);
+      const Pair w = device_pair({N, K}, DType::bf16, 13, 0.05);
+      OwnedTensor ln({M, K}, DType::bf16, kGpu, "test ln"), rstd({M}, DType::f32, kGpu, "test rstd");
+      OwnedTensor unfused({M, N}, DType::f32, kGpu, "test y"), fused({M, N}, DType::f32, kGpu, "test y");
+      rmsnorm_forward(ln, rstd, x.gpu, g.gpu, {1e-5f});
+      SkinnyLinearArgs a;
+      a.y = unfused;
+      a.x = ln;
+      a.w = w.gpu;
+      skinny_linear(a);
+      a.y = fused;
+      a.x = x.gpu;
+      a.norm_weight = g.gpu;
+      a.norm_eps = 1e-5f;
+      skinny_linear(a);
+      EXPECT_EQ(read_as_double(fused), read_as_double(unfused));
+    }
+}
+
+// A row's result depends on neither the other rows nor the split of K among warps (Note [Skinny split K]): at
+// K = 6400 an 8-row residual call takes too much shared memory to split, a 1-row call splits in 2 (1600 outputs)
+// or 4 (160 outputs); each row alone gives the 8-row call's bits.
+TEST(SkinnyLinearCuda, SplitKIsBitIdenticalToOneWarpAUnit) {
+  const std::int64_t M = 8, K = 6400;
+  for (std::int64_t N : {1600, 160}) {
+    SCOPED_TRACE(str("N ", N));
+    const Pair x = device_pair({M, K}, DType::bf16, 21), w = device_pair({N, K}, DType::bf16, 22, 0.05);
+    const Pair residual = device_pair({M, N}, DType::f32, 23);
+    OwnedTensor all({M, N}, DType::f32, kGpu, "test y"), one({1, N}, DType::f32, kGpu, "test y");
+    SkinnyLinearArgs a;
+    a.epilogue = SkinnyEpilogue::residual;
+    a.y = all;
+    a.x = x.gpu;
+    a.w = w.gpu;
+    a.residual = residual.gpu;
+    skinny_linear(a);
+    const std::vector<double> rows = read_as_double(all);
+    for (std::int64_t m : {0, 5}) {
+      a.y = one;
+      a.x = Tensor(static_cast<char*>(x.gpu->data()) + m * K * 2, DType::bf16, kGpu, {1, K});
+      a.residual = Tensor(residual.gpu->data_as<float>() + m * N, DType::f32, kGpu, {1, N});
+      a.overlap_launch = m == 5;
+      skinny_linear(a);
+      const std::vector<double> got = read_as_double(one);
+      EXPECT_EQ(got, std::vector<double>(rows.begin() + m * N, rows.begin() + (m + 1) * N)) << "row " << m;
+    }
+  }
+}
+
+TEST(SkinnyLinearCuda, AMisshapenRopeTableIsAnError) {
+  const Pair x = device_pair({1, 64}, DType::bf16, 1), w = device_pair({3 * 64, 64}, DType::bf16, 2);
+  OwnedTensor y({1, 64}, DType::bf16, kGpu, "test y"), table({12, 16, 2}, DType::f32, kGpu, "test table");
+  OwnedTensor kc({1, 1, 12, 64}, DType::bf16, kGpu, "test k"), vc({1, 1, 12, 64}, DType::bf16, kGpu, "test v");
+  Buffer position(sizeof(std::int32_t), kGpu, "test position");
+  SkinnyLinearArgs a;
+  a.epilogue = SkinnyEpilogue::rope_append;
+  a.y = y;
+  a.x = x.gpu;
+  a.w = w.gpu;
+  a.k_cache = kc;
+  a.v_cache = vc;
+  a.position = static_cast<const std::int32_t*>(position.data());
+  a.rope_table = table;  // the pairs of a head dim of 32, not 64
+  try {
+    skinny_linear(a);
+    ADD_FAILURE() << "a table of 16 pairs for a head dim of 64 ran";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("rope_table must be (T, Dh/2 = 32, 2)"), std::string::npos) << e.message();
+  }
 }
 
 TEST(SkinnyLinearCuda, RowsThatDoNotFitAreAnError) {

@@ -25,6 +25,8 @@ void rmsnorm_backward(const ops::RowView& dx, bool accumulate_dx, const ops::Row
 // rope.cpp — x (B, H, T, Dh) with contiguous last dim, rotated in place (inverse = backward); positions: null
 // or (B, T) per-token positions in [0, T).
 void rope(const Tensor& x, double theta, std::int64_t position_offset, const std::int32_t* positions, bool inverse);
+// table (T, half, 2) <- (cos, sin) of (position_offset + t) * theta^(-2i / (2 half)), computed in double.
+void rope_table(float* table, std::int64_t T, std::int64_t half, double theta, std::int64_t position_offset);
 
 // swiglu.cpp — all (rows, d_ff) of one dtype.
 void swiglu_forward(const ops::RowView& h, const ops::RowView& a, const ops::RowView& b);

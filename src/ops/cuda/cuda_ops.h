@@ -52,6 +52,8 @@ void rmsnorm_backward(const ops::RowView& dx, bool accumulate_dx, const ops::Row
 // null or (B, T) per-token positions on the device (a row whose position is outside [0, T) becomes NaN).
 void rope(const Tensor& x, double theta, std::int64_t position_offset, const std::int32_t* positions, bool inverse,
           const Stream& stream);
+// rope.cu — table (T, Dh/2, 2) fp32, contiguous: the (cos, sin) rope computes at positions [0, T).
+void rope_table(const Tensor& table, double theta, const Stream& stream);
 
 // swiglu.cu — all (rows, d_ff) of one dtype; outputs may alias inputs element for element.
 void swiglu_forward(const ops::RowView& h, const ops::RowView& a, const ops::RowView& b, Device device,

@@ -369,18 +369,23 @@ int device_attribute(cudaDeviceAttr attribute, Device device) {
   return value;
 }
 
-// Once per kernel and device: shared memory past the default 48 KB (up to the tiles' most), all of it shared,
-// no larger L1 (blocks of neighbouring kernels fit beside each other only when their carveouts agree).
+// Whether (kernel, device) is seen here for the first time.
+bool first_time(const void* kernel, Device device) {
+  static std::mutex mutex;
+  static std::set<std::pair<const void*, int>> seen;
+  std::lock_guard<std::mutex> lock(mutex);
+  return seen.insert({kernel, device.index}).second;
+}
+
+// Once per kernel and device: shared memory past the default 48 KB (up to the tiles' most); the chain's
+// carveout (dependent_launch.cuh).
 template <class Kernel>
 void prepare(Kernel kernel, Device device) {
-  static std::mutex mutex;
-  static std::set<std::pair<const void*, int>> prepared;
-  std::lock_guard<std::mutex> lock(mutex);
-  if (!prepared.insert({reinterpret_cast<const void*>(kernel), device.index}).second) return;
+  if (!first_time(reinterpret_cast<const void*>(kernel), device)) return;
   constexpr int kMostBytes = 100 * 1024;  // the largest a call asks for: tiles or merge, q and the scores
   FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMostBytes));
-  FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout,
-                                     cudaSharedmemCarveoutMaxShared));
+  FT_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
+                                     cudaFuncAttributePreferredSharedMemoryCarveout, kChainCarveout));
 }
 
 }  // namespace
@@ -389,6 +394,11 @@ int multiprocessors(Device device) { return device_attribute(cudaDevAttrMultiPro
 
 bool supports_dependent_launch(Device device) {
   return device_attribute(cudaDevAttrComputeCapabilityMajor, device) >= 9;
+}
+
+void use_chain_carveout(const void* kernel, Device device) {
+  if (!first_time(kernel, device)) return;
+  FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, kChainCarveout));
 }
 
 void decode_attention(const DecodeAttentionTensors& t, int splits, double scale, std::int64_t window_left,

@@ -39,6 +39,14 @@ __device__ __forceinline__ void prefetch_l2(const void* p) {
 // Whether the device can overlap launches (compute capability 9.0 or later).
 bool supports_dependent_launch(Device device);
 
+// The preferred shared-memory carveout of every kernel in the decode step's overlapping chain (the fused
+// few-row GEMMs and the decode attention): all shared memory, the attention's need. A multiprocessor changes its
+// split between L1 and shared memory only when idle, so blocks of consecutive kernels share one only when
+// their carveouts agree.
+inline constexpr int kChainCarveout = cudaSharedmemCarveoutMaxShared;
+// Sets kChainCarveout as the kernel's preferred carveout, once per kernel and device.
+void use_chain_carveout(const void* kernel, Device device);
+
 // kernel<<<grid, block, shared_bytes, stream>>>(args...), allowed to overlap its predecessor when `overlap`
 // (and the device supports it).
 template <class... Params, class... Args>

@@ -4,7 +4,8 @@
 // pack where the strides allow, with the CPU's unfused fp32 products. With per-token positions the row reads
 // the table at its position instead of t (NaN for a position outside [0, T)).
 // rope_append's one kernel does the same rotation for q and k at a position read from device memory (each
-// thread computing its pair's angle as the table does) and writes k and v into the cache.
+// thread computing its pair's angle as the table does) and writes k and v into the cache. rope_table fills the
+// first kernel's table for positions [0, T) into a caller's tensor (the fused decode GEMM reads it).
 #include <cstdint>
 
 #include "core/buffer.h"
@@ -144,6 +145,15 @@ void rope_append(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
         static_cast<const E*>(v.data()), strides4(v), static_cast<E*>(k_cache.data()), strides4(k_cache),
         static_cast<E*>(v_cache.data()), strides4(v_cache), position, k_cache.size(2), Hq, Hkv, T, half, theta);
   });
+  FT_CUDA_CHECK_LAUNCH();
+}
+
+void rope_table(const Tensor& table, double theta, const Stream& stream) {
+  const std::int64_t T = table.size(0), half = table.size(1);
+  if (T == 0) return;
+  CudaDeviceGuard guard(table.device().index);
+  table_kernel<<<grid_for(T * half, kThreads), kThreads, 0, cuda_stream(stream)>>>(
+      static_cast<float2*>(table.data()), T, half, 2 * half, theta, 0, false);
   FT_CUDA_CHECK_LAUNCH();
 }
 
