@@ -91,19 +91,38 @@ __device__ __forceinline__ void store_ds_t(T* sdS, const std::uint32_t (&dsa)[BM
 
 // Stores a 64 x 64 fp32 accumulator (rows 16 (warp % 4) + g (+ 8), columns 8 j + 2 t (+ 1)) as
 // 128-byte-swizzled boxes of kDqBoxRows x kDqBoxCols at `boxes` (the layout TMA reads for dq_accum's map).
+// See Note [dQ box stores].
 __device__ __forceinline__ void store_dq_boxes(float* boxes, const float (&acc)[8][4], int warp, int lane) {
   constexpr int kTilesPerBox = kDqBoxCols / 8;  // accumulator column tiles (8 floats) per box row
+  static_assert(kTilesPerBox == 4, "store_dq_boxes: the tile swap assumes 4 tiles of 8 floats per box row");
   const int g = lane >> 2, t = lane & 3;
+  const int swap = g & 1;  // this lane stores tile j ^ 2 where its even-g neighbours store tile j
+  // Tile j's chunk in row r is (2 (j % 4) + t / 2) ^ (r % 8) = (t / 2 ^ g) ^ 2 (j % 4): this lane's
+  // element of tile 0 in box 0 (boxes 1024-byte aligned), its index XORed with 8 (j % 4).
+  const int row = (warp % 4) * 16 + g;
+  const int first = row * kDqBoxCols + ((t / 2) ^ g) * 4 + 2 * (t % 2);
 #pragma unroll
   for (int j = 0; j < 8; ++j)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int row = (warp % 4) * 16 + g + 8 * r;
-      const int chunk = (2 * (j % kTilesPerBox) + t / 2) ^ (row % 8);  // 16-byte chunk of the box row
-      *reinterpret_cast<float2*>(boxes + (j / kTilesPerBox) * kDqBoxRows * kDqBoxCols + row * kDqBoxCols + chunk * 4 +
-                                 2 * (t % 2)) = make_float2(acc[j][2 * r], acc[j][2 * r + 1]);
+      const float2 v = swap ? make_float2(acc[j ^ 2][2 * r], acc[j ^ 2][2 * r + 1])
+                            : make_float2(acc[j][2 * r], acc[j][2 * r + 1]);
+      const int at = (first ^ ((j % kTilesPerBox) ^ 2 * swap) * 8) + (j / kTilesPerBox) * kDqBoxRows * kDqBoxCols +
+                     8 * r * kDqBoxCols;
+      *reinterpret_cast<float2*>(boxes + at) = v;
     }
 }
+
+// Note [dQ box stores]
+// ~~~~~~~~~~~~~~~~~~~~
+// Shared memory serves a warp's 8-byte stores in two half-warps, each in one wavefront when its 16 lanes
+// write 32 distinct banks. In a box row (128 bytes, 8 chunks of 4 banks) lane (g, t) of tile j writes
+// chunk (2 (j % 4) + t / 2) ^ g. Were every lane to store the same tile, the 8 (g % 4, t / 2) pairs of a
+// half-warp would cover only 4 chunks (2 (j % 4) ^ {0..3}), two rows each: 4 wavefronts a store instead
+// of 2. Lanes of odd g store tile j ^ 2 instead, which XORs their chunk with 4, so each half-warp covers
+// all 8 chunks; each lane still stores all 8 tiles once, the same values to the same addresses, at the
+// cost of a select per stored float. The conflict-free layouts of the kernel's other stores (dS^T, the
+// sdS zeroing, the dK/dV staging) need no such swap.
 
 template <class T, int D, bool kHasMask, bool kOrderedDq>
 __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
