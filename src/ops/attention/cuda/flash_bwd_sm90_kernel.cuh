@@ -76,17 +76,19 @@ struct BwdKvTraits {
 };
 
 // Stores this warp's rows of dS^T (the register A fragments of dK += dS^T Q, rows warp_row.., BM query
-// columns) into the sw128 tile sdS (BN, BM).
+// columns) into the sw128 tile sdS (BN, BM), 128-byte aligned: one stmatrix per k step, whose fragment e
+// is the 8x8 matrix of rows 8 (e % 2).. and columns 8 (e / 2).. of the step's 16 x 16 block. Each
+// matrix's 8 rows are 16-byte chunks of consecutive rows, which the swizzle puts in 8 distinct chunk
+// positions: 4 wavefronts an instruction, no bank conflicts. k step kk of a panel moves the chunk index
+// by 2 (kk % 4), which XORs into the swizzled one: an XOR of this lane's first address.
 template <class T, int BN, int BM>
 __device__ __forceinline__ void store_ds_t(T* sdS, const std::uint32_t (&dsa)[BM / 16][4], int warp_row, int lane) {
-  const int g = lane >> 2, t = lane & 3;
+  const int m = lane >> 3;  // the matrix whose row this lane addresses
+  const int row = warp_row + (lane & 7) + 8 * (m & 1);
+  const std::uint32_t first = smem_u32(sdS + sw128_offset(BN, row, 8 * (m >> 1)));
 #pragma unroll
   for (int kk = 0; kk < BM / 16; ++kk)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int row = warp_row + g + 8 * (e & 1), col = 16 * kk + 8 * (e >> 1) + 2 * t;
-      *reinterpret_cast<std::uint32_t*>(sdS + sw128_offset(BN, row, col)) = dsa[kk][e];
-    }
+    stmatrix_x4((first ^ (kk % 4) * 32) + (kk / 4) * BN * kPanelRowBytes, dsa[kk]);
 }
 
 // Stores a 64 x 64 fp32 accumulator (rows 16 (warp % 4) + g (+ 8), columns 8 j + 2 t (+ 1)) as
