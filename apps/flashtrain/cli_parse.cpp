@@ -130,32 +130,22 @@ void add_number_checks(CLI::App& app) {
   for (CLI::App* sub : app.get_subcommands({})) add_number_checks(*sub);
 }
 
-void add_model_training_options(CLI::App& command, std::string& recompute, std::int64_t& loss_chunk,
-                                bool& offload_activations, bool& nondeterministic_attention) {
-  command.add_option("--recompute", recompute,
+void add_model_training_options(CLI::App& command, ModelTrainingArgs& args) {
+  command.add_option("--recompute", args.recompute,
                      "Training: activation recomputation, none, selective (keep attention outputs, recompute norms, "
                      "projections, SwiGLU inputs), selective-qkv (keep q, k, v too: recompute norms, the output "
                      "projection, SwiGLU inputs) or full (keep block inputs only); gradients are bit-identical");
-  command.add_option("--loss-chunk", loss_chunk,
+  command.add_option("--loss-chunk", args.loss_chunk,
                      "Rows per chunk of the fused LM head + cross-entropy, which never holds (B, T, V) logits; 0 = "
                      "materialise the logits")
       ->check(at_least(0));
-  command.add_flag("--offload-activations", offload_activations,
+  command.add_flag("--offload-activations", args.offload_activations,
                    "Training: keep the blocks' saved activations in pinned host memory between forward and "
                    "backward (copies overlap compute; a ring of two blocks' stays on the device); bit-identical");
-  command.add_flag("--nondeterministic-attention", nondeterministic_attention,
+  command.add_flag("--nondeterministic-attention", args.nondeterministic_attention,
                    "Training: the attention backward adds dQ with atomics instead of in a fixed order (faster on "
                    "Hopper at long context; gradients then differ in the last bits from run to run, and "
                    "--recompute is no longer bit-identical to none)");
-}
-
-ModelTrainingOptions resolve_model_training_options(const std::string& recompute, std::int64_t loss_chunk,
-                                                    bool offload_activations, bool nondeterministic_attention) {
-  FT_CHECK(loss_chunk >= 0, "--loss-chunk must be >= 0 (0 = materialised logits), given ", loss_chunk);
-  return {.recompute = for_option("--recompute", [&] { return parse_recompute(recompute); }),
-          .loss_chunk = loss_chunk,
-          .offload_activations = offload_activations,
-          .deterministic_attention = !nondeterministic_attention};
 }
 
 }  // namespace ft::cli

@@ -1,6 +1,7 @@
 // cli_parse.h — option parsing shared by the subcommands: sliding windows ("LEFT,RIGHT"), devices
 // ("auto" or cpu/cuda/cuda:N), bounded integers and comma-separated lists, as plain functions (throwing
-// ft::Error) and as CLI11 validators (whose messages CLI11 prefixes with the option name).
+// ft::Error) and as CLI11 validators (whose messages CLI11 prefixes with the option name); and the one
+// declaration of the model training options every training command takes.
 #pragma once
 
 #include <cstdint>
@@ -13,7 +14,7 @@
 
 #include "core/device.h"
 #include "core/error.h"
-#include "model/config.h"
+#include "flashtrain/model_training_args.h"
 
 namespace ft::cli {
 
@@ -46,19 +47,9 @@ CLI::Validator at_least(std::int64_t min);  // integers >= min
 // naming the option, at parse time.
 void add_number_checks(CLI::App& app);
 
-// --recompute, --loss-chunk, --offload-activations and --nondeterministic-attention: the model's training
-// options `train` and the benchmarks share.
-void add_model_training_options(CLI::App& command, std::string& recompute, std::int64_t& loss_chunk,
-                                bool& offload_activations, bool& nondeterministic_attention);
-// The values of add_model_training_options' options, validated (ft::Error naming the option and the value).
-struct ModelTrainingOptions {
-  Recompute recompute = Recompute::none;
-  std::int64_t loss_chunk = 0;
-  bool offload_activations = false;
-  bool deterministic_attention = true;  // ModelOptions::deterministic_attention
-};
-ModelTrainingOptions resolve_model_training_options(const std::string& recompute, std::int64_t loss_chunk,
-                                                    bool offload_activations, bool nondeterministic_attention);
+// Declares the model training options `train` and every model benchmark share, --recompute, --loss-chunk,
+// --offload-activations and --nondeterministic-attention, into args (resolve_model_training_options validates).
+void add_model_training_options(CLI::App& command, ModelTrainingArgs& args);
 
 // "a,b,c" -> each item parsed by parse_one; an empty item, or an item parse_one rejects, is an
 // ft::Error naming the option.

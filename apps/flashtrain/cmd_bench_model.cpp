@@ -125,13 +125,12 @@ int run_bench_model(const BenchModelOptions& options) {
               << name_of(c.mode) << (rows.back().oom ? ": OOM" : ": done") << "\n";
   }
   std::cout << "model benchmark on " << describe_device(config.device) << ": batch " << config.batch << ", vocab "
-            << config.models.front().vocab_size << ", " << name_of(config.attention) << " attention, recompute "
-            << name_of(config.recompute) << (config.offload_activations ? " with offloaded activations" : "")
-            << (config.deterministic_attention ? "" : ", atomic attention backward") << ", "
-            << (config.loss_chunk > 0 ? str("fused loss in chunks of ", config.loss_chunk, " rows")
-                                      : std::string("materialised logits"))
-            << ", "
-            << config.warmup << " warm-up + " << config.steps << " timed steps"
+            << config.models.front().vocab_size << ", " << name_of(config.attention) << " attention, "
+            << describe_model_training(config.model_training) << ", "
+            << (config.model_training.loss_chunk > 0
+                    ? str("fused loss in chunks of ", config.model_training.loss_chunk, " rows")
+                    : std::string("materialised logits"))
+            << ", " << config.warmup << " warm-up + " << config.steps << " timed steps"
             << (config.cuda_graph ? ", train step in a CUDA graph" : "") << "\n\n"
             << format_model_bench(rows, options.csv);
   if (!options.json_path.empty()) {
@@ -154,7 +153,7 @@ void add_model_definition_options(CLI::App& command, BenchModelOptions& o) {
   command.add_option("--vocab", o.vocab, "Vocabulary size (default: the size's; 10000 for an explicit model)")
       ->check(at_least(1));
   command.add_option("--rope-theta", o.rope_theta, "RoPE base theta (default: 10000)");
-  add_model_training_options(command, o.recompute, o.loss_chunk, o.offload_activations, o.nondeterministic_attention);
+  add_model_training_options(command, o.model_training);
 }
 
 void add_bench_model_options(CLI::App& command, BenchModelOptions& o) {

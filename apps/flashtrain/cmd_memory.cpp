@@ -122,8 +122,8 @@ int run_memory(const MemoryOptions& o) {
             << (o.bench.csv ? table.csv() : table.markdown());
   if (!o.bench.json_path.empty()) {
     nlohmann::json cfg{{"world", world}, {"batch", config.model.batch},
-                       {"recompute", name_of(config.model.recompute)},
-                       {"offload_activations", config.model.offload_activations},
+                       {"recompute", name_of(config.model.model_training.recompute)},
+                       {"offload_activations", config.model.model_training.offload_activations},
                        {"grad_comm_dtype", config.bf16_grad_comm ? "bf16" : "fp32"},
                        {"prediction", "train/memory_plan.h: the rank holding the most; nothing allocated"},
                        {"measured", "bench fsdp's row: the allocator's peak of the rank with the highest peak, by "

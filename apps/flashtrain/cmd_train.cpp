@@ -136,7 +136,7 @@ void add_train_options(CLI::App& command, TrainOptions& o) {
   command.add_option("--max-documents", o.max_documents,
                      "With --pack-documents --cuda-graph: the documents a batch may hold (the graph's fixed "
                      "capacity; a batch with more is an error); default --batch x --context");
-  add_model_training_options(command, o.recompute, o.loss_chunk, o.offload_activations, o.nondeterministic_attention);
+  add_model_training_options(command, o.model_training);
   command.add_option("--device", o.device, "cpu, cuda, cuda:N, or auto (cuda:0 when a GPU is visible, else cpu)");
   command.add_option("--steps", o.steps, "Optimizer steps to train to (a resumed run continues to this step)");
   command.add_option("--accumulate", o.accumulate, "Micro-batches per optimizer step (gradient accumulation)");

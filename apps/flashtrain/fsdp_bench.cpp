@@ -207,36 +207,14 @@ nlohmann::json fsdp_bench_document(const FsdpBenchConfig& config, const std::vec
   nlohmann::json out_rows = nlohmann::json::array();
   for (const FsdpBenchRow& r : rows) {
     const ModelConfig& m = r.c.model.model;
-    nlohmann::json row{{"zero", r.c.stage},
-                       {"world", r.world},
-                       {"backend", r.backend},
-                       {"size", m.name},
-                       {"d_model", m.d_model},
-                       {"d_ff", m.d_ff},
-                       {"layers", m.num_layers},
-                       {"heads", m.num_heads},
-                       {"vocab", m.vocab_size},
-                       {"ctx", m.context_length},
-                       {"precision", name_of(r.c.model.precision)},
-                       {"recompute", name_of(config.model.recompute)},
-                       {"loss_chunk", config.model.loss_chunk},
-                       {"offload_activations", config.model.offload_activations},
-                       {"deterministic_attention", config.model.deterministic_attention},
-                       {"local_batch", r.local_batch},
-                       {"parameters", r.parameters}};
-    if (r.oom) {
-      row["oom"] = true;
-      row["error"] = r.oom_message;
-    } else {
+    nlohmann::json row = data_parallel_row(r);
+    row.update({{"zero", r.c.stage}, {"d_ff", m.d_ff}, {"heads", m.num_heads}, {"vocab", m.vocab_size}});
+    row.update(training_fields(config.model.model_training));
+    if (!r.oom) {
       nlohmann::json memory;
       for (std::size_t k = 0; k < kMemoryCategories; ++k)
         memory[std::string(name_of(static_cast<MemoryCategory>(k))) + "_gib"] = gib(r.at_peak[k]);
-      row.update({{"step_ms", r.step.median},
-                  {"mean_ms", r.step.mean},
-                  {"min_ms", r.step.min},
-                  {"max_ms", r.step.max},
-                  {"tokens_per_s", r.tokens_per_s},
-                  {"mfu", r.mfu ? nlohmann::json(*r.mfu) : nlohmann::json(nullptr)},
+      row.update({{"mfu", r.mfu ? nlohmann::json(*r.mfu) : nlohmann::json(nullptr)},
                   {"peak_gib", gib(r.peak_bytes)},
                   {"memory_rank", r.memory_rank},
                   {"memory", std::move(memory)}});
@@ -267,15 +245,11 @@ void bench_fsdp(const FsdpBenchConfig& config, Communicator& comm, Communicator&
   const bool root = host.rank() == 0;
   const std::vector<FsdpBenchRow> rows = run_fsdp_bench(config, comm, host, root ? &std::cerr : nullptr);
   if (!root) return;
-  const ModelBenchConfig& m = config.model;
-  out << "Sharded data-parallel benchmark: " << rows.front().world << " rank(s), backend " << rows.front().backend
-      << ", " << describe_device(m.device) << "; local batch " << m.batch << ", vocab " << m.models.front().vocab_size
-      << ", recompute " << name_of(m.recompute) << (m.offload_activations ? " with offloaded activations" : "")
-      << (m.deterministic_attention ? "" : ", atomic attention backward") << ", " << (config.bf16_grad_comm ? "bf16" : "fp32")
-      << " gradient reduction, " << m.warmup << " warm-up + "
-      << m.steps << " timed steps\n\n"
-      << format_fsdp_bench(rows, csv);
-  if (!json_path.empty()) write_json_reported(json_path, fsdp_bench_document(config, rows), out);
+  report_data_parallel_bench(out, "Sharded data-parallel benchmark",
+                             str(describe_model_training(config.model.model_training), ", ",
+                                 config.bf16_grad_comm ? "bf16" : "fp32", " gradient reduction"),
+                             config.model, rows.front().world, rows.front().backend, format_fsdp_bench(rows, csv),
+                             json_path, [&] { return fsdp_bench_document(config, rows); });
 }
 
 }  // namespace ft::cli

@@ -127,9 +127,9 @@ nlohmann::json case_fields(const ModelBenchCase& c, const ModelBenchConfig& conf
           {"layers", m.num_layers},   {"heads", m.num_heads},   {"vocab", m.vocab_size},
           {"ctx", m.context_length},  {"batch", config.batch},  {"precision", name_of(c.precision)},
           {"mode", name_of(c.mode)},  {"attention", name_of(config.attention)},
-          {"rope_theta", m.rope_theta}, {"recompute", name_of(config.recompute)},
-          {"offload_activations", config.offload_activations},
-          {"deterministic_attention", config.deterministic_attention}};
+          {"rope_theta", m.rope_theta}, {"recompute", name_of(config.model_training.recompute)},
+          {"offload_activations", config.model_training.offload_activations},
+          {"deterministic_attention", config.model_training.deterministic_attention}};
 }
 
 // The case and the run settings a profile document's config shares (kernel and memory profiles).
@@ -154,10 +154,7 @@ ModelOptions model_bench_options(const ModelBenchCase& c, const ModelBenchConfig
   o.seed = config.seed;
   o.allow_tf32 = config.tf32;
   o.training = c.mode != BenchMode::fwd;
-  o.recompute = config.recompute;
-  o.loss_chunk = config.loss_chunk;
-  o.offload_activations = config.offload_activations;
-  o.deterministic_attention = config.deterministic_attention;
+  config.model_training.apply_to(o);
   o.stream = stream;
   return o;
 }
@@ -210,12 +207,7 @@ ModelBenchConfig resolve_bench_model_options(const BenchModelOptions& o) {
   config.precisions = parse_list<Precision>("--precision", o.precisions, parse_precision);
   config.modes = parse_list<BenchMode>("--mode", o.modes, parse_bench_mode);
   config.attention = for_option("--attention", [&] { return parse_attention_impl(o.attention); });
-  const ModelTrainingOptions training = resolve_model_training_options(
-      o.recompute, o.loss_chunk, o.offload_activations, o.nondeterministic_attention);
-  config.recompute = training.recompute;
-  config.loss_chunk = training.loss_chunk;
-  config.offload_activations = training.offload_activations;
-  config.deterministic_attention = training.deterministic_attention;
+  config.model_training = resolve_model_training_options(o.model_training);
   config.tf32 = o.tf32;
   config.device = device_or_auto(for_option("--device", [&] { return parse_device_option(o.device); }));
 
@@ -313,6 +305,11 @@ ModelBenchRow run_model_bench_case(const ModelBenchCase& c, const ModelBenchConf
   return row;
 }
 
+std::string describe_model_training(const ModelTrainingOptions& options) {
+  return str("recompute ", name_of(options.recompute), options.offload_activations ? " with offloaded activations" : "",
+             options.deterministic_attention ? "" : ", atomic attention backward");
+}
+
 std::string format_model_bench(const std::vector<ModelBenchRow>& rows, bool csv) {
   ReportTable table({"size", "params_m", "ctx", "precision", "mode", "first_step_ms", "step_ms", "mean_ms", "std_ms",
                      "min_ms", "peak_gib", "tokens_per_s"});
@@ -359,10 +356,6 @@ nlohmann::json model_bench_document(const ModelBenchConfig& config, const std::v
                      {"warmup", config.warmup},
                      {"steps", config.steps},
                      {"attention", name_of(config.attention)},
-                     {"recompute", name_of(config.recompute)},
-                     {"loss_chunk", config.loss_chunk},
-                     {"offload_activations", config.offload_activations},
-                     {"deterministic_attention", config.deterministic_attention},
                      {"tf32", config.tf32},
                      {"cuda_graph", config.cuda_graph},
                      {"seed", config.seed},
@@ -374,6 +367,7 @@ nlohmann::json model_bench_document(const ModelBenchConfig& config, const std::v
                      {"peak", "peak flashtrain-held memory on the device over the timed steps (parameters, gradients "
                               "in fwd_bwd and train modes, optimizer state in train mode, activations, workspace; "
                               "fwd holds only what the forward needs)"}};
+  cfg.update(training_fields(config.model_training));
   return results_document("model", config.device, std::move(cfg), std::move(out_rows));
 }
 

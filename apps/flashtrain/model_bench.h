@@ -19,7 +19,9 @@
 #include "bench/statistics.h"
 #include "core/device.h"
 #include "core/stream.h"
+#include "flashtrain/model_training_args.h"
 #include "model/config.h"
+#include "model/training_options.h"
 #include "model/transformer.h"
 #include "ops/attention.h"
 
@@ -45,10 +47,7 @@ struct BenchModelOptions {
   std::string modes = "fwd,fwd_bwd";
   std::string precisions = "fp32";
   std::string attention = "flash";
-  std::string recompute = "none";  // none, selective, selective-qkv or full (training modes)
-  std::int64_t loss_chunk = 1024;  // rows per chunk of the fused LM head loss; 0 = materialised logits
-  bool offload_activations = false;  // training modes: ModelOptions::offload_activations
-  bool nondeterministic_attention = false;  // training modes: !ModelOptions::deterministic_attention
+  ModelTrainingArgs model_training;  // --recompute, --loss-chunk, --offload-activations, --nondeterministic-attention
   bool tf32 = false;
   bool cuda_graph = false;
   std::string device = "auto";
@@ -71,10 +70,7 @@ struct ModelBenchConfig {
   std::vector<Precision> precisions;
   std::vector<BenchMode> modes;
   AttentionImpl attention = AttentionImpl::flash;
-  Recompute recompute = Recompute::none;  // the training modes' activation recomputation
-  std::int64_t loss_chunk = 1024;         // ModelOptions::loss_chunk
-  bool offload_activations = false;       // ModelOptions::offload_activations
-  bool deterministic_attention = true;    // ModelOptions::deterministic_attention
+  ModelTrainingOptions model_training;  // recomputation, loss chunking (every mode), offloading, determinism
   bool tf32 = false;
   bool cuda_graph = false;  // train mode: the step captured in a CUDA graph and replayed (model/graphed_step.h)
   Device device = Device::cpu();
@@ -122,6 +118,10 @@ std::vector<ModelBenchCase> expand_model_cases(const ModelBenchConfig& config);
 // Builds the model (and the Trainer for train), runs warmup then steps steps on one seeded random batch,
 // synchronising after each. Running out of memory gives a row with oom = true instead of throwing.
 ModelBenchRow run_model_bench_case(const ModelBenchCase& c, const ModelBenchConfig& config);
+
+// "recompute <policy>[ with offloaded activations][, atomic attention backward]": the model training options
+// as the report lines of bench model and bench fsdp name them.
+std::string describe_model_training(const ModelTrainingOptions& options);
 
 // Markdown table (or CSV); OOM rows read "OOM".
 std::string format_model_bench(const std::vector<ModelBenchRow>& rows, bool csv);

@@ -22,12 +22,7 @@ TrainPlan resolve_train_options(const TrainOptions& o) {
   plan.tf32 = o.tf32;
   plan.cuda_graph = o.cuda_graph;
   plan.attention = for_option("--attention", [&] { return parse_attention_impl(o.attention); });
-  const ModelTrainingOptions training = resolve_model_training_options(
-      o.recompute, o.loss_chunk, o.offload_activations, o.nondeterministic_attention);
-  plan.recompute = training.recompute;
-  plan.loss_chunk = training.loss_chunk;
-  plan.offload_activations = training.offload_activations;
-  plan.deterministic_attention = training.deterministic_attention;
+  plan.model_training = resolve_model_training_options(o.model_training);
   plan.device = device_or_auto(for_option("--device", [&] { return parse_device_option(o.device); }));
 
   FT_CHECK(!o.eos_id || o.pack_documents, "--eos-id ", o.eos_id.value_or(0),

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 
+#include "flashtrain/model_training_args.h"
 #include "train/train_run.h"
 
 namespace ft::cli {
@@ -24,13 +25,10 @@ struct TrainOptions {
   bool tf32 = false;
   bool cuda_graph = false;  // capture the step in a CUDA graph and replay it (model/graphed_step.h)
   std::string attention = "flash";
-  std::string recompute = "none";  // none, selective, selective-qkv or full
-  std::int64_t loss_chunk = 1024;  // rows per chunk of the fused LM head loss; 0 = materialised logits
+  ModelTrainingArgs model_training;  // --recompute, --loss-chunk, --offload-activations, --nondeterministic-attention
   bool pack_documents = false;     // split rows into documents at --eos-id (Note [Packed documents])
   std::optional<std::int64_t> eos_id;
   std::optional<std::int64_t> max_documents;  // with --cuda-graph: a graphed batch's documents (default B*T)
-  bool offload_activations = false;  // ModelOptions::offload_activations
-  bool nondeterministic_attention = false;  // !ModelOptions::deterministic_attention
   std::string device = "auto";
   std::int64_t steps = 1000;
   std::int64_t accumulate = 1;  // micro-batches per optimizer step

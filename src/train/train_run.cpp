@@ -259,10 +259,7 @@ class TrainingRun {
     o.device = plan.device;
     o.seed = plan.seed;
     o.allow_tf32 = plan.tf32;
-    o.recompute = plan.recompute;
-    o.loss_chunk = plan.loss_chunk;
-    o.offload_activations = plan.offload_activations;
-    o.deterministic_attention = plan.deterministic_attention;
+    plan.model_training.apply_to(o);
     o.stream = stream;
     o.parameter_source = source;
     return o;
@@ -579,11 +576,7 @@ nlohmann::json train_document(const TrainPlan& plan, const TrainResult& result) 
       {"cuda_graph", plan.cuda_graph},
       {"attention", name_of(plan.attention)},
       {"rope_theta", m.rope_theta},
-      {"recompute", name_of(plan.recompute)},
-      {"loss_chunk", plan.loss_chunk},
       {"pack_documents", plan.eos_id.has_value()},
-      {"offload_activations", plan.offload_activations},
-      {"deterministic_attention", plan.deterministic_attention},
       {"steps", plan.steps},
       {"first_step", result.first_step},
       {"lr", plan.schedule.max_lr},
@@ -600,6 +593,7 @@ nlohmann::json train_document(const TrainPlan& plan, const TrainResult& result) 
       {"peak_tflops", result.peak_flops ? nlohmann::json(*result.peak_flops / 1e12) : nlohmann::json(nullptr)},
       {"world", result.world},
   };
+  config.update(training_fields(plan.model_training));
   if (result.world > 1)
     config.update({{"global_tokens_per_step", plan.tokens_per_step() * result.world},
                    {"strategy", name_of(plan.ddp.strategy)},

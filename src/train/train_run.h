@@ -38,6 +38,7 @@
 #include "dist/ddp.h"
 #include "dist/zero_optimizer.h"
 #include "model/config.h"
+#include "model/training_options.h"
 #include "ops/attention.h"
 #include "optim/adamw.h"
 #include "optim/lr_schedule.h"
@@ -53,15 +54,12 @@ struct TrainPlan {
   bool cuda_graph = false;  // CUDA, one process, accumulate 1
   Stream stream;            // data parallel on GPUs: the model's stream (DistributedContext::model_stream)
   AttentionImpl attention = AttentionImpl::flash;
-  Recompute recompute = Recompute::none;
-  std::int64_t loss_chunk = 1024;  // ModelOptions::loss_chunk
+  ModelTrainingOptions model_training;  // recomputation, loss chunking, offloading, attention determinism
   // --pack-documents --eos-id N: rows split into documents after each token N (Note [Packed documents]); none =
   // whole-row causal attention.
   std::optional<std::int32_t> eos_id;
   // --max-documents (with --cuda-graph): the documents a graphed batch may hold, its fixed capacity; 0 = B*T.
   std::int64_t max_documents = 0;
-  bool offload_activations = false;  // ModelOptions::offload_activations
-  bool deterministic_attention = true;  // ModelOptions::deterministic_attention
   Device device = Device::cpu();
   std::int64_t batch = 4;
   std::int64_t steps = 1000;

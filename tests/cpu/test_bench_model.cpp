@@ -116,11 +116,11 @@ TEST(BenchModelOptions, FlagsReplaceANamedSizesFields) {
   EXPECT_EQ(c.models[1].name, "small-custom");
   EXPECT_EQ(c.models[1].num_layers, 2);
   EXPECT_EQ(c.models[1].vocab_size, 10000);
-  EXPECT_EQ(c.recompute, Recompute::none);
-  EXPECT_EQ(c.loss_chunk, 1024);
+  EXPECT_EQ(c.model_training.recompute, Recompute::none);
+  EXPECT_EQ(c.model_training.loss_chunk, 1024);
   const ModelBenchConfig memory = resolve("--size tiny --recompute full --loss-chunk 0 --device cpu");
-  EXPECT_EQ(memory.recompute, Recompute::full);
-  EXPECT_EQ(memory.loss_chunk, 0);
+  EXPECT_EQ(memory.model_training.recompute, Recompute::full);
+  EXPECT_EQ(memory.model_training.loss_chunk, 0);
   const ModelBenchConfig vocab_only = resolve("--size 8b --vocab 1000 --device cpu");
   EXPECT_EQ(vocab_only.models[0].name, "8b");  // the blocks keep the named shape
   EXPECT_EQ(vocab_only.models[0].vocab_size, 1000);

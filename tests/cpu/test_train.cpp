@@ -129,16 +129,17 @@ TEST(TrainOptions, ShapeOptionsReplaceTheSizesFields) {
   EXPECT_EQ(plan.model.vocab_size, 151936);
   EXPECT_EQ(plan.model.context_length, 4096);
   EXPECT_EQ(plan.model.rope_theta, 1e6);
-  EXPECT_EQ(plan.recompute, Recompute::none);
-  EXPECT_EQ(plan.loss_chunk, 1024);
+  EXPECT_EQ(plan.model_training.recompute, Recompute::none);
+  EXPECT_EQ(plan.model_training.loss_chunk, 1024);
   const TrainPlan memory = resolve_train_options(parse_train("--size tiny --recompute selective --loss-chunk 0"));
-  EXPECT_EQ(memory.recompute, Recompute::selective);
-  EXPECT_EQ(memory.loss_chunk, 0);
+  EXPECT_EQ(memory.model_training.recompute, Recompute::selective);
+  EXPECT_EQ(memory.model_training.loss_chunk, 0);
 }
 
 TEST(TrainOptions, AttentionBackwardIsDeterministicUnlessAsked) {
-  EXPECT_TRUE(resolve_train_options(parse_train("--size tiny")).deterministic_attention);
-  EXPECT_FALSE(resolve_train_options(parse_train("--size tiny --nondeterministic-attention")).deterministic_attention);
+  EXPECT_TRUE(resolve_train_options(parse_train("--size tiny")).model_training.deterministic_attention);
+  EXPECT_FALSE(resolve_train_options(parse_train("--size tiny --nondeterministic-attention"))
+                   .model_training.deterministic_attention);
 }
 
 TEST(TrainOptions, RejectsBadValuesNamingTheOption) {
