@@ -76,34 +76,55 @@ struct BwdKvTraits {
 };
 
 // Stores this warp's rows of dS^T (the register A fragments of dK += dS^T Q, rows warp_row.., BM query
-// columns) into the sw128 tile sdS (BN, BM).
+// columns) into the sw128 tile sdS (BN, BM), 128-byte aligned: one stmatrix per k step, whose fragment e
+// is the 8x8 matrix of rows 8 (e % 2).. and columns 8 (e / 2).. of the step's 16 x 16 block. Each
+// matrix's 8 rows are 16-byte chunks of consecutive rows, which the swizzle puts in 8 distinct chunk
+// positions: 4 wavefronts an instruction, no bank conflicts. k step kk of a panel moves the chunk index
+// by 2 (kk % 4), which XORs into the swizzled one: an XOR of this lane's first address.
 template <class T, int BN, int BM>
 __device__ __forceinline__ void store_ds_t(T* sdS, const std::uint32_t (&dsa)[BM / 16][4], int warp_row, int lane) {
-  const int g = lane >> 2, t = lane & 3;
+  const int m = lane >> 3;  // the matrix whose row this lane addresses
+  const int row = warp_row + (lane & 7) + 8 * (m & 1);
+  const std::uint32_t first = smem_u32(sdS + sw128_offset(BN, row, 8 * (m >> 1)));
 #pragma unroll
   for (int kk = 0; kk < BM / 16; ++kk)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int row = warp_row + g + 8 * (e & 1), col = 16 * kk + 8 * (e >> 1) + 2 * t;
-      *reinterpret_cast<std::uint32_t*>(sdS + sw128_offset(BN, row, col)) = dsa[kk][e];
-    }
+    stmatrix_x4((first ^ (kk % 4) * 32) + (kk / 4) * BN * kPanelRowBytes, dsa[kk]);
 }
 
 // Stores a 64 x 64 fp32 accumulator (rows 16 (warp % 4) + g (+ 8), columns 8 j + 2 t (+ 1)) as
 // 128-byte-swizzled boxes of kDqBoxRows x kDqBoxCols at `boxes` (the layout TMA reads for dq_accum's map).
+// See Note [dQ box stores].
 __device__ __forceinline__ void store_dq_boxes(float* boxes, const float (&acc)[8][4], int warp, int lane) {
   constexpr int kTilesPerBox = kDqBoxCols / 8;  // accumulator column tiles (8 floats) per box row
+  static_assert(kTilesPerBox == 4, "store_dq_boxes: the tile swap assumes 4 tiles of 8 floats per box row");
   const int g = lane >> 2, t = lane & 3;
+  const int swap = g & 1;  // this lane stores tile j ^ 2 where its even-g neighbours store tile j
+  // Tile j's chunk in row r is (2 (j % 4) + t / 2) ^ (r % 8) = (t / 2 ^ g) ^ 2 (j % 4): this lane's
+  // element of tile 0 in box 0 (boxes 1024-byte aligned), its index XORed with 8 (j % 4).
+  const int row = (warp % 4) * 16 + g;
+  const int first = row * kDqBoxCols + ((t / 2) ^ g) * 4 + 2 * (t % 2);
 #pragma unroll
   for (int j = 0; j < 8; ++j)
 #pragma unroll
     for (int r = 0; r < 2; ++r) {
-      const int row = (warp % 4) * 16 + g + 8 * r;
-      const int chunk = (2 * (j % kTilesPerBox) + t / 2) ^ (row % 8);  // 16-byte chunk of the box row
-      *reinterpret_cast<float2*>(boxes + (j / kTilesPerBox) * kDqBoxRows * kDqBoxCols + row * kDqBoxCols + chunk * 4 +
-                                 2 * (t % 2)) = make_float2(acc[j][2 * r], acc[j][2 * r + 1]);
+      const float2 v = swap ? make_float2(acc[j ^ 2][2 * r], acc[j ^ 2][2 * r + 1])
+                            : make_float2(acc[j][2 * r], acc[j][2 * r + 1]);
+      const int at = (first ^ ((j % kTilesPerBox) ^ 2 * swap) * 8) + (j / kTilesPerBox) * kDqBoxRows * kDqBoxCols +
+                     8 * r * kDqBoxCols;
+      *reinterpret_cast<float2*>(boxes + at) = v;
     }
 }
+
+// Note [dQ box stores]
+// ~~~~~~~~~~~~~~~~~~~~
+// Shared memory serves a warp's 8-byte stores in two half-warps, each in one wavefront when its 16 lanes
+// write 32 distinct banks. In a box row (128 bytes, 8 chunks of 4 banks) lane (g, t) of tile j writes
+// chunk (2 (j % 4) + t / 2) ^ g. Were every lane to store the same tile, the 8 (g % 4, t / 2) pairs of a
+// half-warp would cover only 4 chunks (2 (j % 4) ^ {0..3}), two rows each: 4 wavefronts a store instead
+// of 2. Lanes of odd g store tile j ^ 2 instead, which XORs their chunk with 4, so each half-warp covers
+// all 8 chunks; each lane still stores all 8 tiles once, the same values to the same addresses, at the
+// cost of a select per stored float. The conflict-free layouts of the kernel's other stores (dS^T, the
+// sdS zeroing, the dK/dV staging) need no such swap.
 
 template <class T, int D, bool kHasMask, bool kOrderedDq>
 __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)

@@ -177,13 +177,20 @@ __device__ __forceinline__ void tma_store_wait_all() {
 // ---- counters between blocks (See Note [Ordered dQ additions] in flash_sm90_scheduler.cuh) ----
 
 // Spins until *counter (global) reads `value` with acquire semantics at GPU scope; bulk copies this
-// thread issues afterwards are ordered after the read.
+// thread issues afterwards are ordered after the read. Between reads that miss it sleeps, 32 ns and
+// doubling up to kCounterMaxSleepNs, so that a long wait does not send the L2 a 4-byte load per
+// round trip.
+inline constexpr unsigned kCounterMaxSleepNs = 256;
 __device__ __forceinline__ void counter_wait_eq(const int* counter, int value) {
 #if FT_SM90_DEVICE
-  int seen;
-  do {
+  unsigned sleep_ns = 32;
+  for (;;) {
+    int seen;
     asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
-  } while (seen != value);
+    if (seen == value) break;
+    __nanosleep(sleep_ns);
+    sleep_ns = sleep_ns < kCounterMaxSleepNs ? 2 * sleep_ns : kCounterMaxSleepNs;
+  }
   asm volatile("fence.proxy.async.global;\n" ::: "memory");
 #endif
 }

@@ -79,6 +79,17 @@ __device__ __forceinline__ void wgmma_wait() {
 #endif
 }
 
+// Four 8x8 b16 matrices to shared memory (stmatrix, sm_90): register r[m] of lane 4 g + t holds row g,
+// columns 2 t and 2 t + 1 of matrix m (the mma.sync fragment layout); lanes 8m..8m+7 give the shared
+// addresses (smem_u32) of matrix m's rows, 16 bytes each, 16-byte aligned.
+__device__ __forceinline__ void stmatrix_x4(std::uint32_t smem_addr, const std::uint32_t (&r)[4]) {
+#if FT_SM90_DEVICE
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};\n" ::"r"(smem_addr), "r"(r[0]),
+               "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+#endif
+}
+
 // A branch on `nonneg` (a row sum: >= 0, or NaN, which compares false), never taken, that ptxas does not
 // schedule across. ptxas moves a wgmma_wait up past the arithmetic before it as soon as a later
 // instruction writes registers the awaited product reads (P's A fragments, rounded after the wait), so
