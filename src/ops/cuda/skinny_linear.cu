@@ -166,6 +166,7 @@ __device__ __forceinline__ void epilogue(const Args& a, std::int64_t m, std::int
 // blocks fit beside this one's and prefetch all their weights while it runs; with kBlocksPerSm =
 // kResidentBlocksPerSm = 4 every warp of the xl decode's QKV, output projection and w2 calls owns one unit. The
 // results are the same bits in every setting: a lane accumulates its chunks in column order whatever the unrolling.
+// On the xl decode both other settings were slower than 2 and 2: docs/perf-notes.md, "KV-cache decode".
 //
 // Note [Skinny split K]
 // A call with fewer units than the grid's warps (xl's output projection and w2: 800 units for 2112 warps at two
