@@ -27,11 +27,9 @@ using bf16 = __nv_bfloat16;
 
 constexpr int kWarps = 8;
 constexpr int kThreads = kWarps * 32;
-// See Note [Skinny occupancy]: the grid's cap of blocks of one call per multiprocessor, and the blocks per
-// multiprocessor the registers are budgeted for (__launch_bounds__: 65536 / (kThreads * this) registers a thread).
+// See Note [Skinny occupancy]: the blocks of one call per multiprocessor, which the registers are budgeted for
+// (__launch_bounds__: 65536 / (kThreads * this) registers a thread).
 constexpr int kBlocksPerSm = 2;
-constexpr int kResidentBlocksPerSm = 2;
-static_assert(kResidentBlocksPerSm >= kBlocksPerSm, "a call's blocks must fit the register budget together");
 // A call prefetches each warp's units into L2 at its start (before its wait when launched to overlap), up to
 // about this many bytes of weights in all (beyond it, lines prefetched early would be evicted before their use).
 constexpr std::int64_t kPrefetchBytes = 24ll << 20;
@@ -158,15 +156,12 @@ __device__ __forceinline__ void epilogue(const Args& a, std::int64_t m, std::int
 
 // Note [Skinny occupancy]
 // A call's grid holds kBlocksPerSm blocks per multiprocessor (fewer where the units run out), its warps sharing the
-// units (two weight rows) out as evenly as they divide; __launch_bounds__ budgets the registers for
-// kResidentBlocksPerSm blocks. With the two equal (2: 128 registers, 8 chunks a row per lane in flight for up to 2
-// rows), a kernel launched to overlap its predecessor only becomes resident where that one's blocks have exited, so
-// its prefetch before the wait helps in the tail; with kResidentBlocksPerSm = 2 kBlocksPerSm (64 registers at 4, 4
-// chunks a row in flight: two round trips a row at K = 1600, the second from L2 after the prefetch) the next call's
-// blocks fit beside this one's and prefetch all their weights while it runs; with kBlocksPerSm =
-// kResidentBlocksPerSm = 4 every warp of the xl decode's QKV, output projection and w2 calls owns one unit. The
-// results are the same bits in every setting: a lane accumulates its chunks in column order whatever the unrolling.
-// On the xl decode both other settings were slower than 2 and 2: docs/perf-notes.md, "KV-cache decode".
+// units (two weight rows) out as evenly as they divide, and __launch_bounds__ budgets the registers for those
+// blocks: at 2, 128 registers a thread, 8 chunks a row per lane in flight for up to 2 rows. A kernel launched to
+// overlap its predecessor then becomes resident only where that one's blocks have exited, so its prefetch before
+// the wait helps in the tail. Budgets for 4 blocks (64 registers, 4 chunks a row in flight), whether to fit the
+// next call's blocks beside this one's or to give every warp of the xl decode's QKV, output projection and w2
+// calls one unit, were slower on the xl decode: docs/perf-notes.md, "KV-cache decode".
 //
 // Note [Skinny split K]
 // A call with fewer units than the grid's warps (xl's output projection and w2: 800 units for 2112 warps at two
@@ -180,10 +175,10 @@ __device__ __forceinline__ void epilogue(const Args& a, std::int64_t m, std::int
 // residual epilogue (the output projection and w2 of a decode step) splits: the others keep the registers the
 // split's bookkeeping would take.
 template <int kM, int kMode, bool kNorm>
-__global__ void __launch_bounds__(kThreads, kResidentBlocksPerSm) skinny_kernel(Args a) {
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_kernel(Args a) {
   // 16-byte weight chunks per lane in flight, per row: 8 (a whole 2048-column row per round trip) where the
-  // registers allow, 4 with the accumulators of more rows or a smaller register budget.
-  constexpr int kUnroll = kM <= 2 && kResidentBlocksPerSm <= 2 ? 8 : 4;
+  // registers allow, 4 with the accumulators of more rows.
+  constexpr int kUnroll = kM <= 2 ? 8 : 4;
   extern __shared__ __align__(16) unsigned char staged[];
   __shared__ double scratch[32];
   bf16* xs = reinterpret_cast<bf16*>(staged);  // (kM, K)
@@ -276,32 +271,30 @@ __global__ void __launch_bounds__(kThreads, kResidentBlocksPerSm) skinny_kernel(
       const auto load4 = [K](const float* p, std::int64_t k) {
         return k < K ? *reinterpret_cast<const float4*>(p + k) : make_float4(0.f, 0.f, 0.f, 0.f);
       };
-      // kNormStage packs of x (and of the norm weights) per thread and pass: the first pass's stay in registers
-      // for the normalisation, so that for K <= kPass (xl: 1600) x is read once, with no second dependent round
-      // trip after the reduction; later passes are read again. The sum of squares adds in the same order either
-      // way (a thread's columns in order, whatever the packs per pass: the zeros past K add nothing). Four packs
-      // (4096 columns a pass) with 128 registers a thread, two (2048) with fewer.
-      constexpr int kNormStage = kResidentBlocksPerSm <= 2 ? kStage : 2;
-      constexpr std::int64_t kPass = kThreads * 4 * kNormStage;
+      // kStage packs of x (and of the norm weights) per thread and pass (4096 columns): the first pass's stay in
+      // registers for the normalisation, so that for K <= kPass (xl: 1600) x is read once, with no second
+      // dependent round trip after the reduction; later passes are read again. The sum of squares adds in the
+      // same order either way (a thread's columns in order: the zeros past K add nothing).
+      constexpr std::int64_t kPass = kThreads * 4 * kStage;
       const std::int64_t k_first = threadIdx.x * 4;
       const auto add_squares = [](double& ss, const float4* v) {
 #pragma unroll
-        for (int u = 0; u < kNormStage; ++u)
+        for (int u = 0; u < kStage; ++u)
           ss += static_cast<double>(v[u].x) * v[u].x + static_cast<double>(v[u].y) * v[u].y +
                 static_cast<double>(v[u].z) * v[u].z + static_cast<double>(v[u].w) * v[u].w;
       };
-      float4 v[kNormStage], g[kNormStage];  // the first pass's
+      float4 v[kStage], g[kStage];  // the first pass's
 #pragma unroll
-      for (int u = 0; u < kNormStage; ++u) {
+      for (int u = 0; u < kStage; ++u) {
         v[u] = load4(xr, k_first + u * kThreads * 4);
         g[u] = load4(a.norm_w, k_first + u * kThreads * 4);
       }
       double ss = 0;
       add_squares(ss, v);
       for (std::int64_t k0 = k_first + kPass; k0 < K; k0 += kPass) {
-        float4 w[kNormStage];
+        float4 w[kStage];
 #pragma unroll
-        for (int u = 0; u < kNormStage; ++u) w[u] = load4(xr, k0 + u * kThreads * 4);
+        for (int u = 0; u < kStage; ++u) w[u] = load4(xr, k0 + u * kThreads * 4);
         add_squares(ss, w);
       }
       ss = block_reduce(ss, SumOp{}, scratch);
@@ -309,7 +302,7 @@ __global__ void __launch_bounds__(kThreads, kResidentBlocksPerSm) skinny_kernel(
       const auto norm = [s](float x, float w) { return __fmul_rn(__fmul_rn(x, s), w); };
       const auto write = [&](std::int64_t k0, const float4* v, const float4* g) {
 #pragma unroll
-        for (int u = 0; u < kNormStage; ++u) {
+        for (int u = 0; u < kStage; ++u) {
           const std::int64_t k = k0 + u * kThreads * 4;
           if (k >= K) break;
           auto* out = reinterpret_cast<__nv_bfloat162*>(row + k);
@@ -319,9 +312,9 @@ __global__ void __launch_bounds__(kThreads, kResidentBlocksPerSm) skinny_kernel(
       };
       write(k_first, v, g);
       for (std::int64_t k0 = k_first + kPass; k0 < K; k0 += kPass) {
-        float4 w[kNormStage], h[kNormStage];
+        float4 w[kStage], h[kStage];
 #pragma unroll
-        for (int u = 0; u < kNormStage; ++u) {
+        for (int u = 0; u < kStage; ++u) {
           w[u] = load4(xr, k0 + u * kThreads * 4);
           h[u] = load4(a.norm_w, k0 + u * kThreads * 4);
         }
