@@ -86,6 +86,18 @@ Generator::Generator(const TransformerLM& model, std::int64_t max_batch, std::in
                 {static_cast<std::int64_t>(attention_workspace_bytes_ / sizeof(float))}),
          0.0, stream);
   }
+  // The fused decode's attention with the output projection folded in (every batch size the fused GEMMs take).
+  if (skinny_ok_ && cfg.head_dim() % 8 == 0) {
+    for (std::int64_t b = 1; b <= std::min(max_batch, kSkinnyMaxRows); ++b)
+      projection_workspace_bytes_ =
+          std::max(projection_workspace_bytes_, decode_projection_workspace_bytes(b, H, H, cfg.head_dim(), d, dev));
+  }
+  if (projection_workspace_bytes_ > 0) {
+    projection_workspace_ = Buffer(projection_workspace_bytes_, dev, "generator decode projection workspace", stream);
+    fill(Tensor(projection_workspace_.data(), DType::f32, dev,
+                {static_cast<std::int64_t>(projection_workspace_bytes_ / sizeof(float))}),
+         0.0, stream);
+  }
 }
 
 Tensor Generator::weight(std::size_t index) const {
@@ -209,21 +221,35 @@ void Generator::decode_layer(std::int64_t l, std::int64_t B, const DecodePlan& p
   DecodeAttentionOptions attention;
   attention.overlap_launch = overlap;
   attention.stream = stream;
-  decode_attention(t, attention);
-  if (!skinny) return block_rest(l, B);
+  if (!skinny) {
+    decode_attention(t, attention);
+    return block_rest(l, B);
+  }
 
-  // x_mid = x + output_proj(o); x = x_mid + w2(silu(w1 ln2(x_mid)) * w3 ln2(x_mid)): three kernels.
+  // x_mid = x + output_proj(o) (in the attention's kernel where it takes the keys in one split, see
+  // decode_attention_projected); x = x_mid + w2(silu(w1 ln2(x_mid)) * w3 ln2(x_mid)): three kernels.
   const std::int64_t f = cfg.d_ff;
   const Tensor x_mid = rows(x_mid_, B, d), h = rows(h_, B, f);
   SkinnyLinearArgs s;
   s.stream = stream;
   s.overlap_launch = overlap;
-  s.epilogue = SkinnyEpilogue::residual;
-  s.y = x_mid;
-  s.residual = x;
-  s.x = o;
-  s.w = weight(index(LayerSlot::output_proj));
-  skinny_linear(s);
+  if (Dh % 8 == 0 && decode_attention_splits(B, H, 1, max_len_, dev) == 1) {
+    DecodeProjection p;
+    p.w = weight(index(LayerSlot::output_proj));
+    p.residual = x;
+    p.y = x_mid;
+    p.workspace = projection_workspace_.data();
+    p.workspace_bytes = projection_workspace_bytes_;
+    decode_attention_projected(t, p, attention);
+  } else {
+    decode_attention(t, attention);
+    s.epilogue = SkinnyEpilogue::residual;
+    s.y = x_mid;
+    s.residual = x;
+    s.x = o;
+    s.w = weight(index(LayerSlot::output_proj));
+    skinny_linear(s);
+  }
   s.epilogue = SkinnyEpilogue::swiglu;
   s.y = h;
   s.residual = Tensor();

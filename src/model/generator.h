@@ -15,10 +15,12 @@
 //   RMSNorm, w1 / w3, SwiGLU, w2, residual -> final RMSNorm, LM head -> argmax_rows of the logits into the
 //   ids buffer (ops/argmax.h: greedy's next ids, the next step's input) -> position += 1.
 // In bf16 with at most kSkinnyMaxRows rows, the GEMMs are the fused few-row kernels of ops/skinny_linear.h,
-// which fold the small ops in: a layer is five kernels (RMSNorm + QKV GEMM + RoPE + cache append; attention;
-// output projection + residual; RMSNorm + w1 / w3 + SwiGLU; w2 + residual) and the head one (final RMSNorm +
-// LM head). Larger batches and fp32 run the ops above one by one (cuBLASLt GEMMs). On Hopper these kernels
-// and the decode attention are launched to overlap their predecessors (GenerationOptions::overlap_launches):
+// which fold the small ops in, and the output projection is folded into the attention's kernel
+// (decode_attention_projected) where the cache's keys take one split: a layer is four kernels (RMSNorm + QKV GEMM
+// + RoPE + cache append; attention + output projection + residual; RMSNorm + w1 / w3 + SwiGLU; w2 + residual;
+// five with longer caches: the output projection then its own) and the head one (final RMSNorm + LM head).
+// Larger batches and fp32 run the ops above one by one (cuBLASLt GEMMs). On Hopper these kernels and the decode
+// attention are launched to overlap their predecessors (GenerationOptions::overlap_launches):
 // each is scheduled while the previous one finishes, prefetches its weight rows into L2 (the QKV kernel also
 // reads the position and its RoPE angles; the attention copies the keys cached before the step into shared
 // memory) and then waits for it, which hides most of a launch between consecutive kernels.
@@ -145,6 +147,8 @@ class Generator {
   Buffer position_;         // (1) int32 in the device's memory: the decode step's position
   Buffer attention_workspace_;  // decode_attention's, zeroed once
   std::size_t attention_workspace_bytes_ = 0;
+  Buffer projection_workspace_;  // decode_attention_projected's (bf16, batches up to kSkinnyMaxRows), zeroed once
+  std::size_t projection_workspace_bytes_ = 0;
   bool skinny_ok_ = false;  // bf16 weights the fused few-row GEMMs take (ops/skinny_linear.h)
   // By batch size and plan (id limit, overlap, fused).
   std::map<std::tuple<std::int64_t, std::int64_t, bool, bool>, std::unique_ptr<CudaGraph>> graphs_;

@@ -20,6 +20,21 @@
 //   values   warp w takes keys w, w + 8, ..., a lane 2 kPairs head dims of o, accumulating p * v in fp32;
 //   merge    the warps' accumulators and sums, added in warp order in shared memory (over the tile buffers).
 // One memory round trip after the wait (q and the new keys), one tile for the generator's caches.
+//
+// Note [Decode attention projection]
+// decode_attention_projected folds the output projection y = residual + o' W^T into the attention, saving the
+// decode step a kernel (its launch, ramp and tail, and the wait for the attention's last block). Its grid is
+// (slices, KV heads x groups, B): block (s, g, b) attends for group g of row b over all its keys (one split), as
+// decode_attention's block does, and then multiplies its o' (its heads' nr x D outputs, rounded to bf16 as o is
+// written) by the matching nr x D columns of W's rows of slice s. Every block of a head repeats the attention
+// (a few hundred keys from L2, in parallel), so that W's rows are spread over about two blocks a
+// multiprocessor, each copying its slice (at most kSliceBytes) into shared memory with cp.async before the
+// programmatic-dependent-launch wait, beside the cached keys: the projection's weights arrive while the
+// previous kernel finishes. A block writes its fp32 dot products (one per W row, a row's chunks added in a
+// fixed order) to the workspace; the last block of slice s and row b to arrive (an atomic counter it resets)
+// adds the KV heads' products in head order to the residual and writes y — the same order whichever block
+// arrives last, so the result is deterministic (not the bits of skinny_linear's sum over all columns at once).
+// Block s == 0 of each group also writes o.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -44,6 +59,8 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kRows = static_cast<int>(kDecodeRowsPerBlock);
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr std::int64_t kTileBytes = 72 * 1024;  // K and V tiles of a block (the keys per tile follow)
+// The most bytes of W a projecting block stages (Note [Decode attention projection]).
+constexpr std::int64_t kSliceBytes = 32 * 1024;
 
 struct View4 {
   const void* data;
@@ -64,6 +81,16 @@ struct Params {
   int pitch;       // bytes between staged key rows: D * sizeof(E) padded to an odd number of vectors
   int* counters;   // (B, Hkv * groups)
   float* partial;  // (B, Hkv * groups, splits, kRows, D + 2): accumulator, max, sum
+  // The projection (Note [Decode attention projection]): y (B, N) = res + o' W^T, W (N, Hq D) bf16 in slices
+  // of slice_rows rows.
+  const __nv_bfloat16* w;
+  std::int64_t n_out;
+  const float* res;
+  float* y;
+  std::int64_t res_stride, y_stride;
+  int slice_rows, slices;
+  int* slice_counters;  // (B, slices)
+  float* products;      // (B, Hkv * groups, N)
 };
 
 // The output of one row from its merged state (log2 domain): acc / sum, with the sink logit (natural units)
@@ -124,7 +151,8 @@ __device__ __forceinline__ float2 pair_at(const unsigned char* row, std::int64_t
 }
 
 // kVec: the bytes of one copy and one read of a staged key row, 16 where every row starts 16-byte aligned.
-template <class E, int kPairs, int kVec>
+// kProject: with the output projection (Note [Decode attention projection]; E bf16, kVec 16, one split).
+template <class E, int kPairs, int kVec, bool kProject>
 __global__ void __launch_bounds__(kThreads, 2) decode_kernel(Params p) {
   constexpr int kPer = kVec / static_cast<int>(sizeof(E));  // elements per vector
   extern __shared__ float4 dynamic[];
@@ -136,8 +164,12 @@ __global__ void __launch_bounds__(kThreads, 2) decode_kernel(Params p) {
   unsigned char* k_s = reinterpret_cast<unsigned char*>(scores + kRows * T);  // (T, pitch) bytes
   unsigned char* v_s = k_s + T * p.pitch;                                    // (T, pitch) bytes
   float* merge = reinterpret_cast<float*>(k_s);  // (kWarps, kRows, D), over the tiles once they are done
+  // kProject: the slice's W rows (rows, nr D) bf16 past the tiles and the merge; o' (kRows, D) over q_s.
+  const std::int64_t tile_bytes = 2 * T * p.pitch, merge_bytes = kWarps * kRows * D * 4;
+  unsigned char* w_s = k_s + (tile_bytes > merge_bytes ? tile_bytes : merge_bytes);
+  float* o_s = q_s;
 
-  const int split = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int split = kProject ? 0 : blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   const std::int64_t group = blockIdx.y, kvh = group / p.groups, b = blockIdx.z;
   const std::int64_t G = p.Hq / p.Hkv, R = G * p.Nq;
   const std::int64_t r0 = group % p.groups * kRows;
@@ -166,6 +198,19 @@ __global__ void __launch_bounds__(kThreads, 2) decode_kernel(Params p) {
       copy_async<kVec>(v_s + (j - t0) * p.pitch + vec * kVec, v_base + j * v_step + vec * kVec);
     }
   };
+  // kProject: this block's W rows [n_begin, n_end), the columns of its heads (row r: head kvh G + r0 + r, as
+  // Nq = 1), 16-byte chunks; waited for with the first tile.
+  const std::int64_t n_begin = kProject ? blockIdx.x * static_cast<std::int64_t>(p.slice_rows) : 0;
+  const std::int64_t n_end = kProject ? (n_begin + p.slice_rows < p.n_out ? n_begin + p.slice_rows : p.n_out) : 0;
+  const int w_rows = static_cast<int>(n_end - n_begin), w_chunks = nr * static_cast<int>(D) / 8;
+  if constexpr (kProject) {
+    const __nv_bfloat16* w_base = p.w + n_begin * p.Hq * D + (kvh * G + r0) * D;
+    const std::int64_t w_stride = p.Hq * D;
+    for (int e = threadIdx.x; e < w_rows * w_chunks; e += kThreads) {
+      const int row = e / w_chunks, c = e - row * w_chunks;
+      copy_async<16>(w_s + static_cast<std::int64_t>(e) * 16, w_base + row * w_stride + c * 8);
+    }
+  }
   std::int64_t t1 = j0 + T < j1 ? j0 + T : j1;
   stage(j0, j0, cached < t1 ? cached : t1);  // the cached keys of the first tile: independent of the previous kernel
   wait_for_previous_grid();  // q and the new keys come from the previous kernel (see dependent_launch.cuh)
@@ -314,12 +359,59 @@ __global__ void __launch_bounds__(kThreads, 2) decode_kernel(Params p) {
     const std::int64_t rg = r0 + r, h = kvh * G + rg / p.Nq, i = rg % p.Nq;
     if (p.splits == 1) {
       if (d < D) {
-        E* o = static_cast<E*>(p.o) + b * p.ob + h * p.oh + i * p.ot + d;
-        *o = from_f32<E>(finish(acc_r, mx, l_r, p.sinks, h));
+        const E out = from_f32<E>(finish(acc_r, mx, l_r, p.sinks, h));
+        if (!kProject || blockIdx.x == 0) static_cast<E*>(p.o)[b * p.ob + h * p.oh + i * p.ot + d] = out;
+        if constexpr (kProject) o_s[r * D + d] = to_f32(out);
       }
     } else {
       partial[(split * kRows + r) * (D + 2) + d] = d < D ? acc_r : d == D ? mx : l_r;
     }
+  }
+  if constexpr (kProject) {
+    // Row n of the slice: the dot product of its nr D columns with o', `lanes` lanes a row, each adding its chunks
+    // c = sub, sub + lanes, ... in order, then a butterfly over the row's lanes.
+    asm volatile("cp.async.wait_all;" ::: "memory");
+    __syncthreads();
+    int lanes = 1;
+    while (lanes < w_chunks && lanes < 32) lanes *= 2;
+    const int per_warp = 32 / lanes, sub = lane % lanes;
+    float* products = p.products + (b * gridDim.y + group) * p.n_out;
+    for (int base = warp * per_warp; base < w_rows; base += kWarps * per_warp) {  // warp-uniform bounds
+      const int row = base + lane / lanes;
+      float sum = 0.f;
+      if (row < w_rows) {
+        for (int c = sub; c < w_chunks; c += lanes) {
+          const uint4 wv = *reinterpret_cast<const uint4*>(w_s + (static_cast<std::int64_t>(row) * w_chunks + c) * 16);
+          const auto* wp = reinterpret_cast<const __nv_bfloat162*>(&wv);
+          const float* of = o_s + c * 8;
+#pragma unroll
+          for (int u = 0; u < 4; ++u) {
+            const float2 wf = __bfloat1622float2(wp[u]);
+            sum = fmaf(wf.x, of[2 * u], sum);
+            sum = fmaf(wf.y, of[2 * u + 1], sum);
+          }
+        }
+      }
+      for (int offset = lanes / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
+      if (row < w_rows && sub == 0) products[n_begin + row] = sum;
+    }
+    // The last block of the slice adds the groups' products in group order to the residual.
+    __threadfence();
+    __syncthreads();
+    int* counter = p.slice_counters + b * p.slices + blockIdx.x;
+    if (threadIdx.x == 0) s_last = atomicAdd(counter, 1) == static_cast<int>(gridDim.y) - 1;
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    const float* all = p.products + b * gridDim.y * p.n_out;
+    for (std::int64_t n = n_begin + threadIdx.x; n < n_end; n += kThreads) {
+      float sum = 0.f;
+#pragma unroll 16
+      for (unsigned g = 0; g < gridDim.y; ++g) sum += __ldcg(all + g * p.n_out + n);
+      p.y[b * p.y_stride + n] = p.res[b * p.res_stride + n] + sum;
+    }
+    if (threadIdx.x == 0) *counter = 0;  // ready for the next call (or graph replay)
+    return;
   }
   if (p.splits == 1) return;
 
@@ -377,13 +469,14 @@ bool first_time(const void* kernel, Device device) {
   return seen.insert({kernel, device.index}).second;
 }
 
-// Once per kernel and device: shared memory past the default 48 KB (up to the tiles' most); the chain's
-// carveout (dependent_launch.cuh).
+// Once per kernel and device: shared memory past the default 48 KB (up to the tiles' most, and a slice of W when
+// projecting); the chain's carveout (dependent_launch.cuh).
 template <class Kernel>
-void prepare(Kernel kernel, Device device) {
+void prepare(Kernel kernel, bool project, Device device) {
   if (!first_time(reinterpret_cast<const void*>(kernel), device)) return;
-  constexpr int kMostBytes = 100 * 1024;  // the largest a call asks for: tiles or merge, q and the scores
-  FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMostBytes));
+  // The largest a call asks for: tiles or merge, q and the scores (and the slice).
+  const int most = static_cast<int>(100 * 1024 + (project ? kSliceBytes : 0));
+  FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
   FT_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
                                      cudaFuncAttributePreferredSharedMemoryCarveout, kChainCarveout));
 }
@@ -391,6 +484,18 @@ void prepare(Kernel kernel, Device device) {
 }  // namespace
 
 int multiprocessors(Device device) { return device_attribute(cudaDevAttrMultiProcessorCount, device); }
+
+ProjectionSlices projection_slices(std::int64_t batch, std::int64_t heads_q, std::int64_t heads_kv,
+                                   std::int64_t head_dim, std::int64_t out_features, Device device) {
+  if (out_features <= 0) return {1, 0};
+  const std::int64_t G = heads_q / heads_kv, blocks = std::max<std::int64_t>(1, batch * heads_kv * ceil_div(G, kRows));
+  const std::int64_t width_bytes = std::min<std::int64_t>(G, kRows) * head_dim * 2;  // a block's part of a W row
+  // About two blocks a multiprocessor, and slices within kSliceBytes.
+  std::int64_t count = std::max<std::int64_t>(1, 2 * multiprocessors(device) / blocks);
+  count = std::clamp<std::int64_t>(std::max(count, ceil_div(out_features * width_bytes, kSliceBytes)), 1, out_features);
+  const std::int64_t rows = ceil_div(out_features, count);
+  return {ceil_div(out_features, rows), rows};
+}
 
 bool supports_dependent_launch(Device device) {
   return device_attribute(cudaDevAttrComputeCapabilityMajor, device) >= 9;
@@ -401,8 +506,8 @@ void use_chain_carveout(const void* kernel, Device device) {
   FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, kChainCarveout));
 }
 
-void decode_attention(const DecodeAttentionTensors& t, int splits, double scale, std::int64_t window_left,
-                      std::int64_t sink_tokens, bool overlap, const Stream& stream) {
+void decode_attention(const DecodeAttentionTensors& t, const DecodeProjection* projection, int splits, double scale,
+                      std::int64_t window_left, std::int64_t sink_tokens, bool overlap, const Stream& stream) {
   const std::int64_t B = t.q.size(0), Hq = t.q.size(1), Nq = t.q.size(2), D = t.q.size(3), Hkv = t.k.size(1);
   const std::int64_t groups = ceil_div(Hq / Hkv * Nq, kRows);
   if (B * Hq * Nq * D == 0) return;
@@ -429,8 +534,26 @@ void decode_attention(const DecodeAttentionTensors& t, int splits, double scale,
   p.counters = static_cast<int*>(t.workspace);
   p.partial = reinterpret_cast<float*>(static_cast<char*>(t.workspace) +
                                        static_cast<std::size_t>(B * Hkv * groups) * sizeof(float) * 2);
+  ProjectionSlices slices{1, 0};
+  if (projection) {
+    const std::int64_t N = projection->w.size(0);
+    slices = projection_slices(B, Hq, Hkv, D, N, t.q.device());
+    p.w = static_cast<const __nv_bfloat16*>(projection->w.data());
+    p.n_out = N;
+    p.res = projection->residual.data_as<float>();
+    p.y = projection->y.data_as<float>();
+    p.res_stride = projection->residual.stride(0);
+    p.y_stride = projection->y.stride(0);
+    p.slice_rows = static_cast<int>(slices.rows);
+    p.slices = static_cast<int>(slices.count);
+    // The workspace's layout: decode_projection_workspace_bytes.
+    p.slice_counters = static_cast<int*>(projection->workspace);
+    p.products = reinterpret_cast<float*>(static_cast<char*>(projection->workspace) +
+                                          (B * slices.count * 4 + 15) / 16 * 16);
+  }
   CudaDeviceGuard guard(t.q.device().index);
-  const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(Hkv * groups), static_cast<unsigned>(B));
+  const dim3 grid(static_cast<unsigned>(projection ? slices.count : splits), static_cast<unsigned>(Hkv * groups),
+                  static_cast<unsigned>(B));
   with_cuda_dtype(t.q.dtype(), [&](auto tag) {
     using E = decltype(tag);
     // 16-byte copies and reads where every key and value row starts 16-byte aligned; rows padded so that
@@ -448,25 +571,36 @@ void decode_attention(const DecodeAttentionTensors& t, int splits, double scale,
     const std::int64_t fit = kTileBytes / (2 * p.pitch) / 32 * 32;
     p.tile = static_cast<int>(std::clamp<std::int64_t>(fit, 32, kDecodeKeysPerSplit));
     const std::int64_t tiles = 2 * static_cast<std::int64_t>(p.tile) * p.pitch, merge = kWarps * kRows * D * 4;
-    const auto smem = static_cast<std::size_t>((kRows * D + kRows * p.tile) * 4 + std::max(tiles, merge));
+    const std::int64_t slice = slices.rows * std::min<std::int64_t>(Hq / Hkv, kRows) * D * 2;  // W's bytes a block
+    const auto smem = static_cast<std::size_t>((kRows * D + kRows * p.tile) * 4 + std::max(tiles, merge) + slice);
     const cudaStream_t s = cuda_stream(stream);
     const bool pdl = overlap && supports_dependent_launch(t.q.device());
     const auto run = [&](auto kernel) {
-      prepare(kernel, t.q.device());
+      prepare(kernel, projection != nullptr, t.q.device());
       launch_kernel(kernel, grid, kThreads, smem, s, pdl, p);
     };
-    const auto by_dim = [&](auto vec_tag) {
+    const auto by_dim = [&](auto vec_tag, auto project_tag) {
       constexpr int kVec = decltype(vec_tag)::value;
+      constexpr bool kProject = decltype(project_tag)::value;
       if (D <= 64)
-        run(decode_kernel<E, 1, kVec>);
+        run(decode_kernel<E, 1, kVec, kProject>);
       else if (D <= 128)
-        run(decode_kernel<E, 2, kVec>);
+        run(decode_kernel<E, 2, kVec, kProject>);
       else if (D <= 192)
-        run(decode_kernel<E, 3, kVec>);
+        run(decode_kernel<E, 3, kVec, kProject>);
       else
-        run(decode_kernel<E, 4, kVec>);
+        run(decode_kernel<E, 4, kVec, kProject>);
     };
-    wide ? by_dim(std::integral_constant<int, 16>{}) : by_dim(std::integral_constant<int, 4>{});
+    using Off = std::integral_constant<bool, false>;
+    if (projection) {
+      // Validated: bf16 and 16-byte aligned rows.
+      if constexpr (std::is_same_v<E, __nv_bfloat16>)
+        by_dim(std::integral_constant<int, 16>{}, std::integral_constant<bool, true>{});
+    } else if (wide) {
+      by_dim(std::integral_constant<int, 16>{}, Off{});
+    } else {
+      by_dim(std::integral_constant<int, 4>{}, Off{});
+    }
   });
   FT_CUDA_CHECK_LAUNCH();
 }

@@ -22,9 +22,18 @@ void rope_append(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
 // decode_attention.cu — the streaming multiprocessors of a device (cached per device).
 int multiprocessors(Device device);
 // o <- attention with `splits` key splits per group; workspace: decode_attention_workspace_bytes, zeroed once.
-// overlap: launched to overlap the previous kernel (ops/cuda/dependent_launch.cuh).
-void decode_attention(const DecodeAttentionTensors& t, int splits, double scale, std::int64_t window_left,
-                      std::int64_t sink_tokens, bool overlap, const Stream& stream);
+// With a projection (splits 1): also projection->y <- residual + o' W^T (decode_attention_projected), its
+// workspace decode_projection_workspace_bytes. overlap: launched to overlap the previous kernel
+// (ops/cuda/dependent_launch.cuh).
+void decode_attention(const DecodeAttentionTensors& t, const DecodeProjection* projection, int splits, double scale,
+                      std::int64_t window_left, std::int64_t sink_tokens, bool overlap, const Stream& stream);
+// How decode_attention_projected deals W's rows out to blocks: `count` slices of `rows` rows (the last may have
+// fewer), each taken by one block per row and KV head (Note [Decode attention projection]).
+struct ProjectionSlices {
+  std::int64_t count, rows;
+};
+ProjectionSlices projection_slices(std::int64_t batch, std::int64_t heads_q, std::int64_t heads_kv,
+                                   std::int64_t head_dim, std::int64_t out_features, Device device);
 void advance_position(std::int32_t* position, std::int32_t by, Device device, const Stream& stream);
 
 // skinny_linear.cu — see ops/skinny_linear.h; args validated, skinny_linear_fits(M, K).
