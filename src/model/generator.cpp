@@ -92,6 +92,11 @@ Generator::Generator(const TransformerLM& model, std::int64_t max_batch, std::in
       projection_workspace_bytes_ =
           std::max(projection_workspace_bytes_, decode_projection_workspace_bytes(b, H, H, cfg.head_dim(), d, dev));
   }
+  if (skinny_ok_ && dev.is_cuda()) {
+    ffn_barrier_ = Buffer(kSkinnyBarrierBytes, dev, "generator ffn barrier", stream);
+    fill(Tensor(ffn_barrier_.data(), DType::f32, dev, {static_cast<std::int64_t>(kSkinnyBarrierBytes / 4)}), 0.0,
+         stream);
+  }
   if (projection_workspace_bytes_ > 0) {
     projection_workspace_ = Buffer(projection_workspace_bytes_, dev, "generator decode projection workspace", stream);
     fill(Tensor(projection_workspace_.data(), DType::f32, dev,
@@ -227,12 +232,9 @@ void Generator::decode_layer(std::int64_t l, std::int64_t B, const DecodePlan& p
   }
 
   // x_mid = x + output_proj(o) (in the attention's kernel where it takes the keys in one split, see
-  // decode_attention_projected); x = x_mid + w2(silu(w1 ln2(x_mid)) * w3 ln2(x_mid)): three kernels.
+  // decode_attention_projected); x = x_mid + w2(silu(w1 ln2(x_mid)) * w3 ln2(x_mid)) in one call (skinny_ffn).
   const std::int64_t f = cfg.d_ff;
-  const Tensor x_mid = rows(x_mid_, B, d), h = rows(h_, B, f);
-  SkinnyLinearArgs s;
-  s.stream = stream;
-  s.overlap_launch = overlap;
+  const Tensor x_mid = rows(x_mid_, B, d);
   if (Dh % 8 == 0 && decode_attention_splits(B, H, 1, max_len_, dev) == 1) {
     DecodeProjection p;
     p.w = weight(index(LayerSlot::output_proj));
@@ -243,30 +245,30 @@ void Generator::decode_layer(std::int64_t l, std::int64_t B, const DecodePlan& p
     decode_attention_projected(t, p, attention);
   } else {
     decode_attention(t, attention);
+    SkinnyLinearArgs s;
     s.epilogue = SkinnyEpilogue::residual;
     s.y = x_mid;
     s.residual = x;
     s.x = o;
     s.w = weight(index(LayerSlot::output_proj));
+    s.overlap_launch = overlap;
+    s.stream = stream;
     skinny_linear(s);
   }
-  s.epilogue = SkinnyEpilogue::swiglu;
-  s.y = h;
-  s.residual = Tensor();
-  s.x = x_mid;
-  s.w = weight(index(LayerSlot::w1));
-  s.w3 = weight(index(LayerSlot::w3));
-  s.norm_weight = params[index(LayerSlot::ln2)];
-  s.norm_eps = cfg.norm_eps;
-  skinny_linear(s);
-  s.epilogue = SkinnyEpilogue::residual;
-  s.y = x;
-  s.residual = x_mid;
-  s.x = h;
-  s.w = weight(index(LayerSlot::w2));
-  s.w3 = Tensor();
-  s.norm_weight = Tensor();
-  skinny_linear(s);
+  SkinnyFfnArgs ffn;
+  ffn.y = x;
+  ffn.x = x_mid;
+  ffn.norm_weight = params[index(LayerSlot::ln2)];
+  ffn.norm_eps = cfg.norm_eps;
+  ffn.w1 = weight(index(LayerSlot::w1));
+  ffn.w3 = weight(index(LayerSlot::w3));
+  ffn.h = rows(h_, B, f);
+  ffn.w2 = weight(index(LayerSlot::w2));
+  ffn.residual = x_mid;
+  ffn.barrier = ffn_barrier_.data();
+  ffn.overlap_launch = overlap;
+  ffn.stream = stream;
+  skinny_ffn(ffn);
 }
 
 void Generator::block_rest(std::int64_t l, std::int64_t R) {

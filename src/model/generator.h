@@ -16,9 +16,10 @@
 //   ids buffer (ops/argmax.h: greedy's next ids, the next step's input) -> position += 1.
 // In bf16 with at most kSkinnyMaxRows rows, the GEMMs are the fused few-row kernels of ops/skinny_linear.h,
 // which fold the small ops in, and the output projection is folded into the attention's kernel
-// (decode_attention_projected) where the cache's keys take one split: a layer is four kernels (RMSNorm + QKV GEMM
-// + RoPE + cache append; attention + output projection + residual; RMSNorm + w1 / w3 + SwiGLU; w2 + residual;
-// five with longer caches: the output projection then its own) and the head one (final RMSNorm + LM head).
+// (decode_attention_projected) where the cache's keys take one split, and the FFN's two GEMMs are one kernel
+// (skinny_ffn, its blocks waiting for each other between them): a layer is three kernels (RMSNorm + QKV GEMM +
+// RoPE + cache append; attention + output projection + residual; RMSNorm + w1 / w3 + SwiGLU, then w2 + residual;
+// four with longer caches: the output projection then its own) and the head one (final RMSNorm + LM head).
 // Larger batches and fp32 run the ops above one by one (cuBLASLt GEMMs). On Hopper these kernels and the decode
 // attention are launched to overlap their predecessors (GenerationOptions::overlap_launches):
 // each is scheduled while the previous one finishes, prefetches its weight rows into L2 (the QKV kernel also
@@ -147,6 +148,7 @@ class Generator {
   Buffer position_;         // (1) int32 in the device's memory: the decode step's position
   Buffer attention_workspace_;  // decode_attention's, zeroed once
   std::size_t attention_workspace_bytes_ = 0;
+  Buffer ffn_barrier_;  // skinny_ffn's (bf16 on CUDA), zeroed once
   Buffer projection_workspace_;  // decode_attention_projected's (bf16, batches up to kSkinnyMaxRows), zeroed once
   std::size_t projection_workspace_bytes_ = 0;
   bool skinny_ok_ = false;  // bf16 weights the fused few-row GEMMs take (ops/skinny_linear.h)

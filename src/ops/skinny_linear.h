@@ -15,6 +15,7 @@
 // the GPU tests compare against.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "core/stream.h"
@@ -49,6 +50,32 @@ struct SkinnyLinearArgs {
   bool overlap_launch = false;
   Stream stream;  // CUDA work is ordered on this stream
 };
+
+// A decode step's FFN in one call: h <- the swiglu epilogue's silu(x' W1^T) * x' W3^T (x' RMS-normalised when
+// norm_weight is given), then y <- residual + h W2^T (the residual epilogue) — the bits of those two skinny_linear
+// calls. CUDA: one kernel whose blocks wait for each other between the two on a counter in device memory (see
+// Note [Skinny FFN barrier] in cuda/skinny_linear.cu), so no kernel boundary separates them and the w2 rows are
+// requested before the wait; two kernels where the device cannot hold the whole grid at once.
+struct SkinnyFfnArgs {
+  Tensor y;            // (M, N) fp32 (may be residual itself)
+  Tensor x;            // (M, K) bf16, or fp32 with norm_weight
+  Tensor norm_weight;  // (K) fp32, optional: the fused RMSNorm's weight
+  float norm_eps = 1e-5f;
+  Tensor w1, w3;       // (F, K) bf16, contiguous
+  Tensor h;            // (M, F) bf16: the SwiGLU output, written (and read by the second GEMM)
+  Tensor w2;           // (N, F) bf16, contiguous
+  Tensor residual;     // (M, N) fp32
+  // CUDA: kSkinnyBarrierBytes of device memory, zeroed before the first call (and then left to these calls: an
+  // arrival count each call leaves zero and a generation).
+  void* barrier = nullptr;
+  bool overlap_launch = false;  // as SkinnyLinearArgs::overlap_launch (of the first of the two GEMMs)
+  Stream stream;                // CUDA work is ordered on this stream
+};
+
+inline constexpr std::size_t kSkinnyBarrierBytes = 8;
+
+// Checks both calls as skinny_linear does, and the barrier on CUDA.
+void skinny_ffn(const SkinnyFfnArgs& args);
 
 // Whether a call of M rows and K inputs runs here (M in [1, kSkinnyMaxRows], K a multiple of 8, the staged
 // rows fitting in shared memory); callers fall back to the unfused ops otherwise.

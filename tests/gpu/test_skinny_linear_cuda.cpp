@@ -5,7 +5,9 @@
 // output width, more units than warps; a second run, launched to overlap the first, bit-identical, and so are
 // RoPE angles read from a rope_table (or computed past its positions); the fused RMSNorm bit-identical to
 // rmsnorm_forward followed by the GEMM; K split among warps bit-identical to one warp a unit; rows that do not
-// fit and a misshapen table are clear errors.
+// fit and a misshapen table are clear errors; skinny_ffn (one kernel with a grid barrier) bit-identical to its two
+// calls (1, 3 and 8 rows; the xl shape and small ones; repeated, overlapping and graph-replayed calls, the
+// barrier's arrivals left zero), no barrier a clear error.
 // Run on a GPU machine: ./build/bin/gpu_test_skinny_linear_cuda
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -19,6 +21,8 @@
 #include "core/buffer.h"
 #include "core/error.h"
 #include "core/tensor_io.h"
+#include "model/cuda_graph.h"
+#include "ops/cast.h"
 #include "ops/rmsnorm.h"
 #include "ops/rope.h"
 #include "ops/skinny_linear.h"
@@ -179,6 +183,90 @@ TEST(SkinnyLinearCuda, SplitKIsBitIdenticalToOneWarpAUnit) {
       const std::vector<double> got = read_as_double(one);
       EXPECT_EQ(got, std::vector<double>(rows.begin() + m * N, rows.begin() + (m + 1) * N)) << "row " << m;
     }
+  }
+}
+
+// skinny_ffn against skinny_linear's swiglu call then its residual call: the same bits.
+void check_ffn(std::int64_t M, std::int64_t K, std::int64_t F, std::int64_t N) {
+  SCOPED_TRACE(str("M ", M, " K ", K, " F ", F, " N ", N));
+  const Pair x = device_pair({M, K}, DType::f32, 31), g = device_pair({K}, DType::f32, 32);
+  const Pair w1 = device_pair({F, K}, DType::bf16, 33, 0.05), w3 = device_pair({F, K}, DType::bf16, 34, 0.05);
+  const Pair w2 = device_pair({N, F}, DType::bf16, 35, 0.05), residual = device_pair({M, N}, DType::f32, 36);
+  OwnedTensor h({M, F}, DType::bf16, kGpu, "test h"), want_h({M, F}, DType::bf16, kGpu, "test h");
+  OwnedTensor y({M, N}, DType::f32, kGpu, "test y"), want({M, N}, DType::f32, kGpu, "test y");
+  SkinnyLinearArgs up;
+  up.epilogue = SkinnyEpilogue::swiglu;
+  up.y = want_h;
+  up.x = x.gpu;
+  up.w = w1.gpu;
+  up.w3 = w3.gpu;
+  up.norm_weight = g.gpu;
+  skinny_linear(up);
+  SkinnyLinearArgs down;
+  down.epilogue = SkinnyEpilogue::residual;
+  down.y = want;
+  down.x = want_h;
+  down.w = w2.gpu;
+  down.residual = residual.gpu;
+  skinny_linear(down);
+
+  Buffer barrier(kSkinnyBarrierBytes, kGpu, "test barrier");
+  ASSERT_EQ(cudaMemset(barrier.data(), 0, kSkinnyBarrierBytes), cudaSuccess);
+  SkinnyFfnArgs f;
+  f.y = y;
+  f.x = x.gpu;
+  f.norm_weight = g.gpu;
+  f.w1 = w1.gpu;
+  f.w3 = w3.gpu;
+  f.h = h;
+  f.w2 = w2.gpu;
+  f.residual = residual.gpu;
+  f.barrier = barrier.data();
+  const std::vector<double> want_y = read_as_double(want);
+  for (bool overlap : {false, true}) {
+    f.overlap_launch = overlap;
+    skinny_ffn(f);
+    skinny_ffn(f);  // the barrier's arrivals were left zero
+    EXPECT_EQ(read_as_double(h), read_as_double(want_h)) << "overlap " << overlap;
+    EXPECT_EQ(read_as_double(y), want_y) << "overlap " << overlap;
+  }
+  const Stream stream = Stream::create(kGpu);
+  f.stream = stream;
+  CudaGraph graph;
+  graph.capture(stream, [&] { skinny_ffn(f); });
+  fill(y, 0.0, stream);
+  graph.launch();
+  graph.launch();
+  stream.synchronize();
+  EXPECT_EQ(read_as_double(y), want_y) << "graph replay";
+  std::uint32_t arrivals = 1;
+  ASSERT_EQ(cudaMemcpy(&arrivals, barrier.data(), sizeof(arrivals), cudaMemcpyDeviceToHost), cudaSuccess);
+  EXPECT_EQ(arrivals, 0u) << "the barrier's arrivals left zero";
+}
+
+TEST(SkinnyLinearCuda, FfnIsItsTwoCalls) {
+  for (std::int64_t M : {1, 3, 8}) check_ffn(M, 1600, 6400, 1600);  // xl
+  check_ffn(1, 64, 128, 64);                                        // the tiny model with d_ff 128
+  check_ffn(2, 64, 8192, 40);                                       // more w1 units than warps, few w2 units
+}
+
+TEST(SkinnyLinearCuda, FfnWithoutABarrierIsAnError) {
+  const Pair x = device_pair({1, 64}, DType::bf16, 1), w1 = device_pair({128, 64}, DType::bf16, 2);
+  const Pair w2 = device_pair({64, 128}, DType::bf16, 3), r = device_pair({1, 64}, DType::f32, 4);
+  OwnedTensor h({1, 128}, DType::bf16, kGpu, "test h");
+  SkinnyFfnArgs f;
+  f.y = r.gpu;
+  f.x = x.gpu;
+  f.w1 = w1.gpu;
+  f.w3 = w1.gpu;
+  f.h = h;
+  f.w2 = w2.gpu;
+  f.residual = r.gpu;
+  try {
+    skinny_ffn(f);
+    ADD_FAILURE() << "a call without a barrier ran";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("needs a barrier"), std::string::npos) << e.message();
   }
 }
 

@@ -14,6 +14,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <map>
+#include <mutex>
+#include <tuple>
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/decode_ops.h"
@@ -174,13 +177,56 @@ __device__ __forceinline__ void epilogue(const Args& a, std::int64_t m, std::int
 // reduces and applies the epilogue. A second barrier frees the partials for the group's next unit. Only the
 // residual epilogue (the output projection and w2 of a decode step) splits: the others keep the registers the
 // split's bookkeeping would take.
-template <int kM, int kMode, bool kNorm>
-__global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_kernel(Args a) {
+//
+// Note [Skinny FFN barrier]
+// skinny_ffn runs the swiglu call (w1, w3) and then the residual call (w2) of a decode step's FFN in one kernel:
+// the grid of the larger of the two, each block doing its units of the first call, then requesting its first w2
+// chunks (registers) and the rest of its w2 rows (L2) and waiting for every block on a counter in device memory
+// (GridBarrier) before staging h, where a second kernel would wait for the first to complete. Every block must
+// be resident at once for the barrier to end: the launch checks the occupancy and runs two kernels otherwise.
+// Each call's units are the same as alone (only which warp takes a unit depends on the grid), so are its bits.
+
+// Waits for the previous kernel (launched to overlap it, dependent_launch.cuh) and lets the next one start.
+struct PreviousGrid {
+  __device__ __forceinline__ void operator()() const {
+    wait_for_previous_grid();
+    allow_next_grid();
+  }
+};
+
+// Waits until every block of the grid has arrived, their writes before it visible to all after it (Note [Skinny
+// FFN barrier]). count: (2) the arrivals, zero between barriers, and a generation: the last block to arrive zeroes
+// the arrivals and then advances the generation, which the others wait for (so a block may arrive at a next
+// barrier on the same count at once).
+struct GridBarrier {
+  unsigned* count;
+  __device__ __forceinline__ void operator()() const {
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      volatile unsigned* v = count;
+      const unsigned generation = v[1];
+      __threadfence();  // the block's writes (ordered before by the __syncthreads) before its arrival
+      if (atomicAdd(count, 1u) == gridDim.x - 1) {
+        atomicExch(count, 0u);
+        __threadfence();
+        atomicAdd(count + 1, 1u);
+      } else {
+        while (v[1] == generation) {
+        }
+      }
+      __threadfence();
+    }
+    __syncthreads();
+  }
+};
+
+// One call's work in a block (the kernels below): `wait` stands between what does not depend on the previous
+// work (the weights' first chunks and prefetches, the rope position) and what does (staging x).
+template <int kM, int kMode, bool kNorm, class Wait>
+__device__ __forceinline__ void skinny_call(const Args& a, unsigned char* staged, double* scratch, Wait wait) {
   // 16-byte weight chunks per lane in flight, per row: 8 (a whole 2048-column row per round trip) where the
   // registers allow, 4 with the accumulators of more rows.
   constexpr int kUnroll = kM <= 2 ? 8 : 4;
-  extern __shared__ __align__(16) unsigned char staged[];
-  __shared__ double scratch[32];
   bf16* xs = reinterpret_cast<bf16*>(staged);  // (kM, K)
   const std::int64_t K = a.K;
   const int lane = threadIdx.x % 32;
@@ -253,8 +299,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_kernel(Args a) 
     const std::int64_t unit = first + lane * stride;
     if (unit < units) lane_cs = rope_angle(a, pos, 2 * unit);
   }
-  wait_for_previous_grid();
-  allow_next_grid();
+  wait();
 
   // Stage x' of every row, kStage 16-byte packs per thread loaded before any is used: one memory round trip
   // per kStage x 1024 (fp32) or 8192 (bf16) columns, not one per 256.
@@ -405,7 +450,30 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_kernel(Args a) 
 }
 
 template <int kM, int kMode, bool kNorm>
-void launch(Args a, Device device, int sms, cudaStream_t stream) {
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_kernel(Args a) {
+  extern __shared__ __align__(16) unsigned char staged[];
+  __shared__ double scratch[32];
+  skinny_call<kM, kMode, kNorm>(a, staged, scratch, PreviousGrid{});
+}
+
+// skinny_ffn's kernel (Note [Skinny FFN barrier]): up = the swiglu call, down = the residual call.
+template <int kM, bool kNorm>
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm) ffn_kernel(Args up, Args down, unsigned* barrier) {
+  extern __shared__ __align__(16) unsigned char staged[];
+  __shared__ double scratch[32];
+  skinny_call<kM, kSwiglu, kNorm>(up, staged, scratch, PreviousGrid{});
+  skinny_call<kM, kResidual, false>(down, staged, scratch, GridBarrier{barrier});
+}
+
+// A call's grid (blocks) and the shared memory a block takes.
+struct Plan {
+  unsigned blocks;
+  std::size_t smem;
+};
+
+// Sets a's split (Note [Skinny split K]) and prefetch, for its own grid or (grid > 0) one of `grid` blocks.
+template <int kM, int kMode>
+Plan plan(Args& a, int sms, unsigned grid = 0) {
   const std::int64_t units = kMode == kSwiglu ? a.N : (a.N + 1) / 2;
   const std::int64_t warps = static_cast<std::int64_t>(kBlocksPerSm) * sms * kWarps;  // the grid's most
   const std::int64_t steps = ceil_div(a.K, std::int64_t{256}), staged = kM * a.K * sizeof(bf16);
@@ -425,17 +493,26 @@ void launch(Args a, Device device, int sms, cudaStream_t stream) {
   // same share of the weights, whose bytes the prefetch below requests at the start, and a group takes
   // per_group or per_group - 1 units. (Equal units for every group instead would leave, e.g. for xl's QKV,
   // 150 blocks: 18 multiprocessors with twice the others' weights.)
-  const std::int64_t per_group = ceil_div(units, warps / a.split);  // the most units of a group
-  const auto blocks = static_cast<unsigned>(std::min(warps / kWarps, ceil_div(units, groups)));
+  const auto blocks = grid > 0 ? grid : static_cast<unsigned>(std::min(warps / kWarps, ceil_div(units, groups)));
+  const std::int64_t per_group = ceil_div(units, blocks * groups);  // the most units of a group
   // Units of all groups prefetched per round: as many rounds as kPrefetchBytes holds, at least the first.
   const std::int64_t round_bytes = static_cast<std::int64_t>(blocks) * groups * 2 * a.K * sizeof(bf16);
   a.prefetch_units = static_cast<int>(std::clamp<std::int64_t>(kPrefetchBytes / round_bytes, 1, per_group));
-  const auto smem = static_cast<std::size_t>(staged + (a.split > 1 ? partial_bytes(a.split) : 0));
+  return {blocks, static_cast<std::size_t>(staged + (a.split > 1 ? partial_bytes(a.split) : 0))};
+}
+
+// A kernel's shared memory past the default (when it asks for more) and the chain's carveout.
+void prepare(const void* kernel, std::size_t smem, Device device) {
   if (smem > static_cast<std::size_t>(kDefaultSharedBytes))
-    FT_CUDA_CHECK(cudaFuncSetAttribute(skinny_kernel<kM, kMode, kNorm>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                       static_cast<int>(smem)));
-  use_chain_carveout(reinterpret_cast<const void*>(skinny_kernel<kM, kMode, kNorm>), device);
-  launch_kernel(skinny_kernel<kM, kMode, kNorm>, blocks, kThreads, smem, stream, a.overlap, a);
+    FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  use_chain_carveout(kernel, device);
+}
+
+template <int kM, int kMode, bool kNorm>
+void launch(Args a, Device device, int sms, cudaStream_t stream) {
+  const Plan p = plan<kM, kMode>(a, sms);
+  prepare(reinterpret_cast<const void*>(skinny_kernel<kM, kMode, kNorm>), p.smem, device);
+  launch_kernel(skinny_kernel<kM, kMode, kNorm>, p.blocks, kThreads, p.smem, stream, a.overlap, a);
 }
 
 template <int kMode, bool kNorm>
@@ -450,9 +527,48 @@ void launch_rows(const Args& a, Device device, int sms, cudaStream_t stream) {
     launch<8, kMode, kNorm>(a, device, sms, stream);
 }
 
-}  // namespace
+// How many blocks of the kernel with `smem` bytes of shared memory a device holds at once (cached).
+int resident_blocks(const void* kernel, std::size_t smem, Device device, int sms) {
+  static std::mutex mutex;
+  static std::map<std::tuple<const void*, int, std::size_t>, int> known;
+  std::lock_guard<std::mutex> lock(mutex);
+  const auto key = std::make_tuple(kernel, device.index, smem);
+  const auto found = known.find(key);
+  if (found != known.end()) return found->second;
+  int per_sm = 0;
+  FT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
+  known.emplace(key, per_sm * sms);
+  return per_sm * sms;
+}
 
-void skinny_linear(const SkinnyLinearArgs& s) {
+// skinny_ffn: one kernel where its grid is resident at once (Note [Skinny FFN barrier]), two otherwise.
+template <int kM, bool kNorm>
+void launch_ffn(Args up, Args down, unsigned* barrier, Device device, int sms, cudaStream_t stream) {
+  const unsigned grid = std::max(plan<kM, kSwiglu>(up, sms).blocks, plan<kM, kResidual>(down, sms).blocks);
+  const std::size_t smem = std::max(plan<kM, kSwiglu>(up, sms, grid).smem, plan<kM, kResidual>(down, sms, grid).smem);
+  const auto* kernel = reinterpret_cast<const void*>(ffn_kernel<kM, kNorm>);
+  prepare(kernel, smem, device);
+  if (resident_blocks(kernel, smem, device, sms) >= static_cast<int>(grid))
+    return launch_kernel(ffn_kernel<kM, kNorm>, grid, kThreads, smem, stream, up.overlap, up, down, barrier);
+  launch<kM, kSwiglu, kNorm>(up, device, sms, stream);
+  launch<kM, kResidual, false>(down, device, sms, stream);
+}
+
+template <bool kNorm>
+void launch_ffn_rows(const Args& up, const Args& down, unsigned* barrier, Device device, int sms,
+                     cudaStream_t stream) {
+  if (up.M <= 1)
+    launch_ffn<1, kNorm>(up, down, barrier, device, sms, stream);
+  else if (up.M <= 2)
+    launch_ffn<2, kNorm>(up, down, barrier, device, sms, stream);
+  else if (up.M <= 4)
+    launch_ffn<4, kNorm>(up, down, barrier, device, sms, stream);
+  else
+    launch_ffn<8, kNorm>(up, down, barrier, device, sms, stream);
+}
+
+// The kernel's arguments of a validated call.
+Args args_of(const SkinnyLinearArgs& s) {
   Args a{};
   const bool norm = s.norm_weight.defined();
   a.x = s.x.data();
@@ -490,12 +606,20 @@ void skinny_linear(const SkinnyLinearArgs& s) {
       a.table_rows = s.rope_table.size(0);
     }
   }
+  a.overlap = s.overlap_launch && supports_dependent_launch(s.x.device());
+  return a;
+}
+
+}  // namespace
+
+void skinny_linear(const SkinnyLinearArgs& s) {
+  const Args a = args_of(s);
+  const bool norm = s.norm_weight.defined();
   if (a.M * a.N == 0) return;
   CudaDeviceGuard guard(s.x.device().index);
   const cudaStream_t stream = cuda_stream(s.stream);
   const Device device = s.x.device();
   const int sms = multiprocessors(device);
-  a.overlap = s.overlap_launch && supports_dependent_launch(device);
   switch (s.epilogue) {
     case SkinnyEpilogue::store:
       norm ? launch_rows<kStore, true>(a, device, sms, stream) : launch_rows<kStore, false>(a, device, sms, stream);
@@ -508,6 +632,19 @@ void skinny_linear(const SkinnyLinearArgs& s) {
       norm ? launch_rows<kRope, true>(a, device, sms, stream) : launch_rows<kRope, false>(a, device, sms, stream);
       break;
   }
+  FT_CUDA_CHECK_LAUNCH();
+}
+
+void skinny_ffn(const SkinnyLinearArgs& up, const SkinnyLinearArgs& down, void* barrier) {
+  const Args a = args_of(up), b = args_of(down);
+  if (a.M * a.N == 0) return;
+  CudaDeviceGuard guard(up.x.device().index);
+  const cudaStream_t stream = cuda_stream(up.stream);
+  const Device device = up.x.device();
+  const int sms = multiprocessors(device);
+  auto* count = static_cast<unsigned*>(barrier);
+  up.norm_weight.defined() ? launch_ffn_rows<true>(a, b, count, device, sms, stream)
+                           : launch_ffn_rows<false>(a, b, count, device, sms, stream);
   FT_CUDA_CHECK_LAUNCH();
 }
 
