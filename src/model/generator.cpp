@@ -164,6 +164,55 @@ void Generator::prefill_layer(std::int64_t l, std::int64_t B, std::int64_t T) {
   block_rest(l, R);
 }
 
+Tensor Generator::k_cache(std::int64_t l, std::int64_t B) const {
+  const std::int64_t d = model_.config().d_model, Dh = model_.config().head_dim();
+  return Tensor(layer_cache(l), compute_dtype(), model_.options().device, {B, model_.config().num_heads, max_len_, Dh},
+                {2 * d, Dh, B * 2 * d, 1});
+}
+
+Tensor Generator::v_cache(std::int64_t l, std::int64_t B) const {
+  const Tensor k = k_cache(l, B);
+  return Tensor(static_cast<char*>(k.data()) + static_cast<std::size_t>(model_.config().d_model) * k.element_size(),
+                k.dtype(), k.device(), k.shape(), k.strides());
+}
+
+SkinnyLinearArgs Generator::qkv_call(std::int64_t l, std::int64_t B, bool overlap) const {
+  const ModelConfig& cfg = model_.config();
+  const std::int64_t d = cfg.d_model;
+  const Device dev = model_.options().device;
+  const Tensor w_q = weight(model_.layout().layer_index(l, LayerSlot::q_proj));
+  SkinnyLinearArgs s;
+  s.epilogue = SkinnyEpilogue::rope_append;
+  s.y = Tensor(qkv_.tensor().data(), DType::bf16, dev, {B, d}, {3 * d, 1});  // q of the (B, 3d) rows
+  s.x = rows(x_, B, d);
+  s.w = Tensor(w_q.data(), DType::bf16, dev, {3 * d, d});  // q_proj, k_proj and v_proj are adjacent
+  s.norm_weight = model_.parameters()[model_.layout().layer_index(l, LayerSlot::ln1)];
+  s.norm_eps = cfg.norm_eps;
+  s.k_cache = k_cache(l, B);
+  s.v_cache = v_cache(l, B);
+  s.position = position();
+  s.rope_theta = cfg.rope_theta;
+  s.rope_table = rope_table_;
+  s.overlap_launch = overlap;
+  s.stream = stream_;
+  return s;
+}
+
+SkinnyLinearArgs Generator::lm_head_call(std::int64_t first, std::int64_t B, bool overlap) const {
+  const ModelConfig& cfg = model_.config();
+  const std::int64_t d = cfg.d_model;
+  const Device dev = model_.options().device;
+  SkinnyLinearArgs s;
+  s.y = rows(logits_, B, cfg.vocab_size);
+  s.x = Tensor(static_cast<float*>(x_.tensor().data()) + first * d, DType::f32, dev, {B, d});
+  s.w = weight(model_.layout().lm_head_index());
+  s.norm_weight = model_.parameters()[model_.layout().ln_final_index()];
+  s.norm_eps = cfg.norm_eps;
+  s.overlap_launch = overlap;
+  s.stream = stream_;
+  return s;
+}
+
 void Generator::decode_layer(std::int64_t l, std::int64_t B, const DecodePlan& plan) {
   NvtxRange range(str("generate decode layer ", l));
   const bool skinny = plan.fused, overlap = plan.overlap;
@@ -182,37 +231,21 @@ void Generator::decode_layer(std::int64_t l, std::int64_t B, const DecodePlan& p
 
   // Attention sub-block: q, k, v of the B new tokens in one GEMM (q_proj, k_proj, v_proj are adjacent), RoPE
   // at the device position, k and v into the cache.
+  // Fused: RMSNorm, GEMM, RoPE and append in one call, layer 0's alone and each later layer's in the previous
+  // layer's FFN kernel (skinny_ffn's next call).
   const Tensor x = rows(x_, B, d), ln = rows(ln_, B, d), qkv = rows(qkv_, B, 3 * d);
-  const Tensor w_q = weight(index(LayerSlot::q_proj));
-  const Tensor w_qkv(w_q.data(), c, dev, {3 * d, d});
   const auto part = [&](int which) {  // (B, H, 1, Dh) view of q, k or v in the qkv rows
     return Tensor(static_cast<char*>(qkv.data()) + static_cast<std::size_t>(which * d) * size_of(c), c, dev,
                   {B, H, 1, Dh}, {3 * d, Dh, 3 * d, 1});
   };
-  char* cache = layer_cache(l);
-  const Shape cache_strides{2 * d, Dh, B * 2 * d, 1};  // (B, H, max_len, Dh) views of the cache
-  const Tensor k_cache(cache, c, dev, {B, H, max_len_, Dh}, cache_strides);
-  const Tensor v_cache(cache + static_cast<std::size_t>(d) * size_of(c), c, dev, {B, H, max_len_, Dh}, cache_strides);
-  if (skinny) {  // RMSNorm, GEMM, RoPE and append in one kernel
-    SkinnyLinearArgs s;
-    s.epilogue = SkinnyEpilogue::rope_append;
-    s.y = Tensor(qkv.data(), c, dev, {B, d}, {3 * d, 1});
-    s.x = x;
-    s.w = w_qkv;
-    s.norm_weight = params[index(LayerSlot::ln1)];
-    s.norm_eps = cfg.norm_eps;
-    s.k_cache = k_cache;
-    s.v_cache = v_cache;
-    s.position = position();
-    s.rope_theta = cfg.rope_theta;
-    s.rope_table = rope_table_;
-    s.overlap_launch = overlap;
-    s.stream = stream;
-    skinny_linear(s);
-  } else {
+  const Tensor k_cache = this->k_cache(l, B), v_cache = this->v_cache(l, B);
+  if (!skinny) {
+    const Tensor w_q = weight(index(LayerSlot::q_proj));
     rmsnorm_forward(ln, rstd, x, params[index(LayerSlot::ln1)], norm);
-    linear_forward(qkv, ln, w_qkv, lin);
+    linear_forward(qkv, ln, Tensor(w_q.data(), c, dev, {3 * d, d}), lin);
     rope_append(part(0), part(1), part(2), k_cache, v_cache, position(), {cfg.rope_theta, 0, stream});
+  } else if (l == 0) {
+    skinny_linear(qkv_call(0, B, overlap));
   }
   const Tensor o = rows(o_, B, d);
   DecodeAttentionTensors t;
@@ -266,6 +299,9 @@ void Generator::decode_layer(std::int64_t l, std::int64_t B, const DecodePlan& p
   ffn.w2 = weight(index(LayerSlot::w2));
   ffn.residual = x_mid;
   ffn.barrier = ffn_barrier_.data();
+  // The next layer's QKV call, or after the last layer the final norm and the LM head.
+  const SkinnyLinearArgs next = l + 1 < cfg.num_layers ? qkv_call(l + 1, B, overlap) : lm_head_call(0, B, overlap);
+  ffn.next = &next;
   ffn.overlap_launch = overlap;
   ffn.stream = stream;
   skinny_ffn(ffn);
@@ -293,24 +329,14 @@ void Generator::block_rest(std::int64_t l, std::int64_t R) {
   residual_add(x, x_mid, stream_);
 }
 
-void Generator::lm_head(std::int64_t first, std::int64_t B, bool overlap, bool fused) {
+void Generator::lm_head(std::int64_t first, std::int64_t B, bool fused) {
   const ModelConfig& cfg = model_.config();
   const Device dev = model_.options().device;
   const std::int64_t d = cfg.d_model, V = cfg.vocab_size;
   const Tensor x_last(static_cast<float*>(x_.tensor().data()) + first * d, DType::f32, dev, {B, d});
   const Tensor& norm_weight = model_.parameters()[model_.layout().ln_final_index()];
   const Tensor logits = rows(logits_, B, V), w = weight(model_.layout().lm_head_index());
-  if (fused && skinny_linear_fits(B, d)) {  // the final norm fused into the LM head's GEMM
-    SkinnyLinearArgs s;
-    s.y = logits;
-    s.x = x_last;
-    s.w = w;
-    s.norm_weight = norm_weight;
-    s.norm_eps = cfg.norm_eps;
-    s.overlap_launch = overlap;
-    s.stream = stream_;
-    return skinny_linear(s);
-  }
+  if (fused && skinny_linear_fits(B, d)) return skinny_linear(lm_head_call(first, B, false));  // the final norm fused
   const Tensor ln = rows(ln_, B, d);
   rmsnorm_forward(ln, Tensor(rstd_.tensor().data(), DType::f32, dev, {B}), x_last, norm_weight,
                   {cfg.norm_eps, stream_});
@@ -328,7 +354,7 @@ void Generator::prefill(const std::vector<std::int32_t>& ids, std::int64_t B, st
   embedding_forward(rows(x_, T * B, d).reshape({T, B, d}), TokenIds{device_ids(), {T, B}, dev},
                     model_.parameters()[ParameterLayout::embedding_index()], stream_);
   for (std::int64_t l = 0; l < cfg.num_layers; ++l) prefill_layer(l, B, T);
-  lm_head((T - 1) * B, B, false, fused);  // the logits of the last position only
+  lm_head((T - 1) * B, B, fused);  // the logits of the last position only
   host_logits_.resize(static_cast<std::size_t>(B * V));
   if (dev.is_cuda()) {
     download(host_logits_.data(), logits_.tensor().data(), host_logits_.size() * sizeof(float), stream_);
@@ -344,7 +370,7 @@ void Generator::enqueue_decode(std::int64_t B, const DecodePlan& plan) {
   embedding_forward(rows(x_, B, d).reshape({1, B, d}), TokenIds{device_ids(), {1, B}, dev},
                     model_.parameters()[ParameterLayout::embedding_index()], stream_);
   for (std::int64_t l = 0; l < cfg.num_layers; ++l) decode_layer(l, B, plan);
-  lm_head(0, B, plan.overlap, plan.fused);
+  if (!plan.fused) lm_head(0, B, false);  // fused: in the last layer's FFN kernel
   // Greedy's next ids: the next step's input, and kept by position in ids_ (rows (position + 1) * B ..) so that
   // generate() reads a greedy generation back once.
   argmax_rows(device_ids(), rows(logits_, B, V), plan.id_limit, stream_, device_ids() + B, position());

@@ -16,10 +16,11 @@
 //   ids buffer (ops/argmax.h: greedy's next ids, the next step's input) -> position += 1.
 // In bf16 with at most kSkinnyMaxRows rows, the GEMMs are the fused few-row kernels of ops/skinny_linear.h,
 // which fold the small ops in, and the output projection is folded into the attention's kernel
-// (decode_attention_projected) where the cache's keys take one split, and the FFN's two GEMMs are one kernel
-// (skinny_ffn, its blocks waiting for each other between them): a layer is three kernels (RMSNorm + QKV GEMM +
-// RoPE + cache append; attention + output projection + residual; RMSNorm + w1 / w3 + SwiGLU, then w2 + residual;
-// four with longer caches: the output projection then its own) and the head one (final RMSNorm + LM head).
+// (decode_attention_projected) where the cache's keys take one split, and the FFN's two GEMMs and the next
+// layer's QKV call are one kernel (skinny_ffn, its blocks waiting for each other between them): a layer is two
+// kernels (attention + output projection + residual; RMSNorm + w1 / w3 + SwiGLU, then w2 + residual, then the
+// next layer's RMSNorm + QKV GEMM + RoPE + cache append, or after the last layer the final RMSNorm + LM head;
+// three with longer caches: the output projection then its own), and layer 0's QKV call one.
 // Larger batches and fp32 run the ops above one by one (cuBLASLt GEMMs). On Hopper these kernels and the decode
 // attention are launched to overlap their predecessors (GenerationOptions::overlap_launches):
 // each is scheduled while the previous one finishes, prefetches its weight rows into L2 (the QKV kernel also
@@ -58,6 +59,7 @@
 #include "model/cuda_graph.h"
 #include "model/sampling.h"
 #include "model/transformer.h"
+#include "ops/skinny_linear.h"
 
 namespace ft {
 
@@ -120,8 +122,15 @@ class Generator {
   // Block l after its attention over R rows: x_mid = x + output_proj(o), then x = x_mid + FFN(ln2(x_mid)).
   void block_rest(std::int64_t l, std::int64_t R);
   // The final norm and LM head over the B rows of the residual stream starting at row `first`: logits_.
-  // fused: the fused few-row GEMM where it fits; overlap: launched to overlap its predecessor.
-  void lm_head(std::int64_t first, std::int64_t B, bool overlap, bool fused);
+  // fused: the fused few-row GEMM where it fits (the prefill's; the fused decode runs it in the last layer's FFN
+  // kernel).
+  void lm_head(std::int64_t first, std::int64_t B, bool fused);
+  // Fused decode (bf16): layer l's RMSNorm + QKV GEMM + RoPE + cache append as a skinny_linear call, and the final
+  // norm + LM head over B rows of the residual stream from row `first`.
+  SkinnyLinearArgs qkv_call(std::int64_t l, std::int64_t B, bool overlap) const;
+  SkinnyLinearArgs lm_head_call(std::int64_t first, std::int64_t B, bool overlap) const;
+  Tensor k_cache(std::int64_t l, std::int64_t B) const;  // (B, H, max_len, Dh) view of layer l's cache
+  Tensor v_cache(std::int64_t l, std::int64_t B) const;
   Tensor weight(std::size_t index) const;  // a GEMM weight (the bf16 cast in bf16 mode)
   Tensor rows(const OwnedTensor& t, std::int64_t count, std::int64_t cols) const;  // (count, cols) view of t
   char* layer_cache(std::int64_t l) const;  // layer l's (max_len, B, 2, H, Dh) cache

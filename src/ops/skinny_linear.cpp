@@ -188,17 +188,27 @@ void skinny_ffn(const SkinnyFfnArgs& args) {
   down.overlap_launch = args.overlap_launch;
   down.stream = args.stream;
   validate(down);
+  if (args.next) {
+    const SkinnyLinearArgs& next = *args.next;
+    validate(next);
+    FT_CHECK(next.norm_weight.defined() &&
+                 (next.epilogue == SkinnyEpilogue::rope_append || next.epilogue == SkinnyEpilogue::store),
+             "skinny_ffn: the next call must fuse the RMSNorm and have the rope_append or store epilogue");
+    FT_CHECK(next.x.data() == args.y.data() && next.x.shape() == args.y.shape() && next.x.strides() == args.y.strides(),
+             "skinny_ffn: the next call's x must be y (", args.y.describe(), "), given ", next.x.describe());
+  }
   if (args.x.device().is_cuda()) {
 #if FT_HAS_CUDA
     FT_CHECK(args.barrier != nullptr, "skinny_ffn: CUDA needs a barrier of ", kSkinnyBarrierBytes,
              " zeroed bytes of device memory, given none");
-    return gpu::skinny_ffn(up, down, args.barrier);
+    return gpu::skinny_ffn(up, down, args.next, args.barrier);
 #else
     ops::no_cuda_build("skinny_ffn", args.x.device());
 #endif
   }
   compose(up);
   compose(down);
+  if (args.next) compose(*args.next);
 }
 
 void skinny_linear(const SkinnyLinearArgs& args) {

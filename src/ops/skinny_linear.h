@@ -52,10 +52,12 @@ struct SkinnyLinearArgs {
 };
 
 // A decode step's FFN in one call: h <- the swiglu epilogue's silu(x' W1^T) * x' W3^T (x' RMS-normalised when
-// norm_weight is given), then y <- residual + h W2^T (the residual epilogue) — the bits of those two skinny_linear
-// calls. CUDA: one kernel whose blocks wait for each other between the two on a counter in device memory (see
-// Note [Skinny FFN barrier] in cuda/skinny_linear.cu), so no kernel boundary separates them and the w2 rows are
-// requested before the wait; two kernels where the device cannot hold the whole grid at once.
+// norm_weight is given), then y <- residual + h W2^T (the residual epilogue), then optionally the call `next` on
+// y (the next layer's QKV, or the LM head) — the bits of those skinny_linear calls. CUDA: one kernel whose blocks
+// wait for each other between the calls on a counter in device memory (see Note [Skinny FFN barrier] in
+// cuda/skinny_linear.cu), so no kernel boundary separates them and each call's first weight rows are requested
+// before the wait; one kernel a call where the device cannot hold the whole grid at once (or, for `next`, without
+// the fused norm).
 struct SkinnyFfnArgs {
   Tensor y;            // (M, N) fp32 (may be residual itself)
   Tensor x;            // (M, K) bf16, or fp32 with norm_weight
@@ -68,13 +70,16 @@ struct SkinnyFfnArgs {
   // CUDA: kSkinnyBarrierBytes of device memory, zeroed before the first call (and then left to these calls: an
   // arrival count each call leaves zero and a generation).
   void* barrier = nullptr;
-  bool overlap_launch = false;  // as SkinnyLinearArgs::overlap_launch (of the first of the two GEMMs)
+  // Optional: a call with the fused norm whose x is y (the whole (M, N) tensor), epilogue rope_append or store;
+  // its own overlap_launch and stream are ignored. On CUDA, rope_append reads its position before the wait.
+  const SkinnyLinearArgs* next = nullptr;
+  bool overlap_launch = false;  // as SkinnyLinearArgs::overlap_launch (of the first of the GEMMs)
   Stream stream;                // CUDA work is ordered on this stream
 };
 
 inline constexpr std::size_t kSkinnyBarrierBytes = 8;
 
-// Checks both calls as skinny_linear does, and the barrier on CUDA.
+// Checks the calls as skinny_linear does, that next takes y, and the barrier on CUDA.
 void skinny_ffn(const SkinnyFfnArgs& args);
 
 // Whether a call of M rows and K inputs runs here (M in [1, kSkinnyMaxRows], K a multiple of 8, the staged

@@ -5,9 +5,10 @@
 // output width, more units than warps; a second run, launched to overlap the first, bit-identical, and so are
 // RoPE angles read from a rope_table (or computed past its positions); the fused RMSNorm bit-identical to
 // rmsnorm_forward followed by the GEMM; K split among warps bit-identical to one warp a unit; rows that do not
-// fit and a misshapen table are clear errors; skinny_ffn (one kernel with a grid barrier) bit-identical to its two
-// calls (1, 3 and 8 rows; the xl shape and small ones; repeated, overlapping and graph-replayed calls, the
-// barrier's arrivals left zero), no barrier a clear error.
+// fit and a misshapen table are clear errors; skinny_ffn (one kernel with grid barriers) bit-identical to its
+// calls, with and without a next call (QKV with RoPE + cache append, or an LM head) on its output (1, 3 and 8
+// rows; the xl shape and small ones; repeated, overlapping and graph-replayed calls, the barrier's arrivals left
+// zero); no barrier, and a next call not on y, clear errors.
 // Run on a GPU machine: ./build/bin/gpu_test_skinny_linear_cuda
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -186,9 +187,12 @@ TEST(SkinnyLinearCuda, SplitKIsBitIdenticalToOneWarpAUnit) {
   }
 }
 
-// skinny_ffn against skinny_linear's swiglu call then its residual call: the same bits.
-void check_ffn(std::int64_t M, std::int64_t K, std::int64_t F, std::int64_t N) {
-  SCOPED_TRACE(str("M ", M, " K ", K, " F ", F, " N ", N));
+// skinny_ffn's optional next call on y: none, a QKV call (rope_append) or an LM head (store to fp32).
+enum class Next { none, rope, store };
+
+// skinny_ffn against skinny_linear's swiglu call, then its residual call, then the next call: the same bits.
+void check_ffn(std::int64_t M, std::int64_t K, std::int64_t F, std::int64_t N, Next next = Next::none) {
+  SCOPED_TRACE(str("M ", M, " K ", K, " F ", F, " N ", N, " next ", static_cast<int>(next)));
   const Pair x = device_pair({M, K}, DType::f32, 31), g = device_pair({K}, DType::f32, 32);
   const Pair w1 = device_pair({F, K}, DType::bf16, 33, 0.05), w3 = device_pair({F, K}, DType::bf16, 34, 0.05);
   const Pair w2 = device_pair({N, F}, DType::bf16, 35, 0.05), residual = device_pair({M, N}, DType::f32, 36);
@@ -209,6 +213,31 @@ void check_ffn(std::int64_t M, std::int64_t K, std::int64_t F, std::int64_t N) {
   down.w = w2.gpu;
   down.residual = residual.gpu;
   skinny_linear(down);
+  // The next call: 2 heads of 32 (q width 64) over a cache of 12 at position 9, or 300 fp32 logits.
+  const bool rope = next == Next::rope;
+  const std::int64_t width = rope ? 64 : 300;
+  const Pair wn = device_pair({rope ? 3 * width : width, N}, DType::bf16, 37, 0.05);
+  const Pair gn = device_pair({N}, DType::f32, 38);
+  const DType out_dtype = rope ? DType::bf16 : DType::f32;
+  OwnedTensor out({M, width}, out_dtype, kGpu, "test out"), want_out({M, width}, out_dtype, kGpu, "test out");
+  // The caches twice with the same contents: the reference's and the fused call's.
+  const Pair kc = device_pair({M, 2, 12, 32}, DType::bf16, 39), want_kc = device_pair({M, 2, 12, 32}, DType::bf16, 39);
+  const Pair vc = device_pair({M, 2, 12, 32}, DType::bf16, 40), want_vc = device_pair({M, 2, 12, 32}, DType::bf16, 40);
+  const std::int32_t at = 9;
+  Buffer position(sizeof(at), kGpu, "test position");
+  ASSERT_EQ(cudaMemcpy(position.data(), &at, sizeof(at), cudaMemcpyHostToDevice), cudaSuccess);
+  SkinnyLinearArgs nx;
+  nx.epilogue = rope ? SkinnyEpilogue::rope_append : SkinnyEpilogue::store;
+  nx.y = want_out;
+  nx.x = want;
+  nx.w = wn.gpu;
+  nx.norm_weight = gn.gpu;
+  if (rope) {
+    nx.k_cache = want_kc.gpu;
+    nx.v_cache = want_vc.gpu;
+    nx.position = static_cast<const std::int32_t*>(position.data());
+  }
+  if (next != Next::none) skinny_linear(nx);
 
   Buffer barrier(kSkinnyBarrierBytes, kGpu, "test barrier");
   ASSERT_EQ(cudaMemset(barrier.data(), 0, kSkinnyBarrierBytes), cudaSuccess);
@@ -222,13 +251,28 @@ void check_ffn(std::int64_t M, std::int64_t K, std::int64_t F, std::int64_t N) {
   f.w2 = w2.gpu;
   f.residual = residual.gpu;
   f.barrier = barrier.data();
+  SkinnyLinearArgs nf = nx;
+  nf.y = out;
+  nf.x = y;
+  if (rope) {
+    nf.k_cache = kc.gpu;
+    nf.v_cache = vc.gpu;
+  }
+  if (next != Next::none) f.next = &nf;
   const std::vector<double> want_y = read_as_double(want);
+  const auto expect_next = [&](const std::string& what) {
+    if (next == Next::none) return;
+    EXPECT_EQ(read_as_double(out), read_as_double(want_out)) << what;
+    EXPECT_EQ(read_as_double(kc.gpu), read_as_double(want_kc.gpu)) << what;
+    EXPECT_EQ(read_as_double(vc.gpu), read_as_double(want_vc.gpu)) << what;
+  };
   for (bool overlap : {false, true}) {
     f.overlap_launch = overlap;
     skinny_ffn(f);
     skinny_ffn(f);  // the barrier's arrivals were left zero
     EXPECT_EQ(read_as_double(h), read_as_double(want_h)) << "overlap " << overlap;
     EXPECT_EQ(read_as_double(y), want_y) << "overlap " << overlap;
+    expect_next(str("overlap ", overlap));
   }
   const Stream stream = Stream::create(kGpu);
   f.stream = stream;
@@ -239,6 +283,7 @@ void check_ffn(std::int64_t M, std::int64_t K, std::int64_t F, std::int64_t N) {
   graph.launch();
   stream.synchronize();
   EXPECT_EQ(read_as_double(y), want_y) << "graph replay";
+  expect_next("graph replay");
   std::uint32_t arrivals = 1;
   ASSERT_EQ(cudaMemcpy(&arrivals, barrier.data(), sizeof(arrivals), cudaMemcpyDeviceToHost), cudaSuccess);
   EXPECT_EQ(arrivals, 0u) << "the barrier's arrivals left zero";
@@ -248,9 +293,15 @@ TEST(SkinnyLinearCuda, FfnIsItsTwoCalls) {
   for (std::int64_t M : {1, 3, 8}) check_ffn(M, 1600, 6400, 1600);  // xl
   check_ffn(1, 64, 128, 64);                                        // the tiny model with d_ff 128
   check_ffn(2, 64, 8192, 40);                                       // more w1 units than warps, few w2 units
+  for (std::int64_t M : {1, 3}) {  // with the next layer's QKV call or an LM head on y
+    check_ffn(M, 1600, 6400, 1600, Next::rope);
+    check_ffn(M, 1600, 6400, 1600, Next::store);
+  }
+  check_ffn(1, 64, 128, 64, Next::rope);
+  check_ffn(8, 64, 128, 64, Next::store);
 }
 
-TEST(SkinnyLinearCuda, FfnWithoutABarrierIsAnError) {
+TEST(SkinnyLinearCuda, FfnBadCallsAreClearErrors) {
   const Pair x = device_pair({1, 64}, DType::bf16, 1), w1 = device_pair({128, 64}, DType::bf16, 2);
   const Pair w2 = device_pair({64, 128}, DType::bf16, 3), r = device_pair({1, 64}, DType::f32, 4);
   OwnedTensor h({1, 128}, DType::bf16, kGpu, "test h");
@@ -267,6 +318,22 @@ TEST(SkinnyLinearCuda, FfnWithoutABarrierIsAnError) {
     ADD_FAILURE() << "a call without a barrier ran";
   } catch (const Error& e) {
     EXPECT_NE(e.message().find("needs a barrier"), std::string::npos) << e.message();
+  }
+  Buffer barrier(kSkinnyBarrierBytes, kGpu, "test barrier");
+  f.barrier = barrier.data();
+  const Pair g = device_pair({64}, DType::f32, 5), other = device_pair({1, 64}, DType::f32, 6);
+  OwnedTensor logits({1, 128}, DType::f32, kGpu, "test logits");
+  SkinnyLinearArgs next;
+  next.y = logits;
+  next.x = other.gpu;  // not f.y
+  next.w = w1.gpu;     // (128, 64): any (N, 64) weight
+  next.norm_weight = g.gpu;
+  f.next = &next;
+  try {
+    skinny_ffn(f);
+    ADD_FAILURE() << "a next call on another tensor ran";
+  } catch (const Error& e) {
+    EXPECT_NE(e.message().find("next call's x must be y"), std::string::npos) << e.message();
   }
 }
 

@@ -38,9 +38,11 @@ void advance_position(std::int32_t* position, std::int32_t by, Device device, co
 
 // skinny_linear.cu — see ops/skinny_linear.h; args validated, skinny_linear_fits(M, K).
 void skinny_linear(const SkinnyLinearArgs& args);
-// skinny_ffn (ops/skinny_linear.h) as its two validated calls: up (swiglu epilogue), then down (residual epilogue,
-// x = up's y); barrier: kSkinnyBarrierBytes, zero.
-void skinny_ffn(const SkinnyLinearArgs& up, const SkinnyLinearArgs& down, void* barrier);
+// skinny_ffn (ops/skinny_linear.h) as its validated calls: up (swiglu epilogue), then down (residual epilogue,
+// x = up's y), then next when given (rope_append or store with the fused norm, x = down's y); barrier:
+// kSkinnyBarrierBytes (see SkinnyFfnArgs::barrier).
+void skinny_ffn(const SkinnyLinearArgs& up, const SkinnyLinearArgs& down, const SkinnyLinearArgs* next,
+                void* barrier);
 
 // argmax.cu — out (rows) int32 <- the first index of the largest of logits (rows, cols) fp32, row_stride apart;
 // also to history[*position * rows + r] when history is not null.

@@ -185,6 +185,7 @@ __device__ __forceinline__ void epilogue(const Args& a, std::int64_t m, std::int
 // (GridBarrier) before staging h, where a second kernel would wait for the first to complete. Every block must
 // be resident at once for the barrier to end: the launch checks the occupancy and runs two kernels otherwise.
 // Each call's units are the same as alone (only which warp takes a unit depends on the grid), so are its bits.
+// A next call on w2's output (the next layer's QKV call, or the LM head) follows a second barrier the same way.
 
 // Waits for the previous kernel (launched to overlap it, dependent_launch.cuh) and lets the next one start.
 struct PreviousGrid {
@@ -302,7 +303,9 @@ __device__ __forceinline__ void skinny_call(const Args& a, unsigned char* staged
   wait();
 
   // Stage x' of every row, kStage 16-byte packs per thread loaded before any is used: one memory round trip
-  // per kStage x 1024 (fp32) or 8192 (bf16) columns, not one per 256.
+  // per kStage x 1024 (fp32) or 8192 (bf16) columns, not one per 256. Loads from L2 (ld.global.cg): in skinny_ffn
+  // x may have been written by other blocks of this kernel, where this multiprocessor's L1 could hold lines of it
+  // read before (a residual call's y in place of its residual).
 #pragma unroll
   for (int m = 0; m < kM; ++m) {
     bf16* row = xs + m * K;
@@ -314,7 +317,7 @@ __device__ __forceinline__ void skinny_call(const Args& a, unsigned char* staged
     if constexpr (kNorm) {
       const float* xr = static_cast<const float*>(a.x) + m * a.x_stride;
       const auto load4 = [K](const float* p, std::int64_t k) {
-        return k < K ? *reinterpret_cast<const float4*>(p + k) : make_float4(0.f, 0.f, 0.f, 0.f);
+        return k < K ? __ldcg(reinterpret_cast<const float4*>(p + k)) : make_float4(0.f, 0.f, 0.f, 0.f);
       };
       // kStage packs of x (and of the norm weights) per thread and pass (4096 columns): the first pass's stay in
       // registers for the normalisation, so that for K <= kPass (xl: 1600) x is read once, with no second
@@ -372,7 +375,7 @@ __device__ __forceinline__ void skinny_call(const Args& a, unsigned char* staged
 #pragma unroll
         for (int u = 0; u < kStage; ++u) {
           const std::int64_t k = k0 + u * kThreads * 8;
-          if (k < K) v[u] = *reinterpret_cast<const uint4*>(xr + k);
+          if (k < K) v[u] = __ldcg(reinterpret_cast<const uint4*>(xr + k));
         }
 #pragma unroll
         for (int u = 0; u < kStage; ++u) {
@@ -456,13 +459,18 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_kernel(Args a) 
   skinny_call<kM, kMode, kNorm>(a, staged, scratch, PreviousGrid{});
 }
 
-// skinny_ffn's kernel (Note [Skinny FFN barrier]): up = the swiglu call, down = the residual call.
-template <int kM, bool kNorm>
-__global__ void __launch_bounds__(kThreads, kBlocksPerSm) ffn_kernel(Args up, Args down, unsigned* barrier) {
+constexpr int kNoCall = -1;  // ffn_kernel's kNext without a next call
+
+// skinny_ffn's kernel (Note [Skinny FFN barrier]): up = the swiglu call, down = the residual call, then (kNext:
+// its mode, with the fused norm) the next call on down's output.
+template <int kM, bool kNorm, int kNext>
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
+    ffn_kernel(Args up, Args down, Args next, unsigned* barrier) {
   extern __shared__ __align__(16) unsigned char staged[];
   __shared__ double scratch[32];
   skinny_call<kM, kSwiglu, kNorm>(up, staged, scratch, PreviousGrid{});
   skinny_call<kM, kResidual, false>(down, staged, scratch, GridBarrier{barrier});
+  if constexpr (kNext != kNoCall) skinny_call<kM, kNext, true>(next, staged, scratch, GridBarrier{barrier});
 }
 
 // A call's grid (blocks) and the shared memory a block takes.
@@ -541,30 +549,34 @@ int resident_blocks(const void* kernel, std::size_t smem, Device device, int sms
   return per_sm * sms;
 }
 
-// skinny_ffn: one kernel where its grid is resident at once (Note [Skinny FFN barrier]), two otherwise.
-template <int kM, bool kNorm>
-void launch_ffn(Args up, Args down, unsigned* barrier, Device device, int sms, cudaStream_t stream) {
-  const unsigned grid = std::max(plan<kM, kSwiglu>(up, sms).blocks, plan<kM, kResidual>(down, sms).blocks);
-  const std::size_t smem = std::max(plan<kM, kSwiglu>(up, sms, grid).smem, plan<kM, kResidual>(down, sms, grid).smem);
-  const auto* kernel = reinterpret_cast<const void*>(ffn_kernel<kM, kNorm>);
+// skinny_ffn: one kernel where its grid is resident at once (Note [Skinny FFN barrier]), one a call otherwise.
+template <int kM, bool kNorm, int kNext>
+void launch_ffn(Args up, Args down, Args next, unsigned* barrier, Device device, int sms, cudaStream_t stream) {
+  unsigned grid = std::max(plan<kM, kSwiglu>(up, sms).blocks, plan<kM, kResidual>(down, sms).blocks);
+  if constexpr (kNext != kNoCall) grid = std::max(grid, plan<kM, kNext>(next, sms).blocks);
+  std::size_t smem = std::max(plan<kM, kSwiglu>(up, sms, grid).smem, plan<kM, kResidual>(down, sms, grid).smem);
+  if constexpr (kNext != kNoCall) smem = std::max(smem, plan<kM, kNext>(next, sms, grid).smem);
+  const auto* kernel = reinterpret_cast<const void*>(ffn_kernel<kM, kNorm, kNext>);
   prepare(kernel, smem, device);
   if (resident_blocks(kernel, smem, device, sms) >= static_cast<int>(grid))
-    return launch_kernel(ffn_kernel<kM, kNorm>, grid, kThreads, smem, stream, up.overlap, up, down, barrier);
+    return launch_kernel(ffn_kernel<kM, kNorm, kNext>, grid, kThreads, smem, stream, up.overlap, up, down, next,
+                         barrier);
   launch<kM, kSwiglu, kNorm>(up, device, sms, stream);
   launch<kM, kResidual, false>(down, device, sms, stream);
+  if constexpr (kNext != kNoCall) launch<kM, kNext, true>(next, device, sms, stream);
 }
 
-template <bool kNorm>
-void launch_ffn_rows(const Args& up, const Args& down, unsigned* barrier, Device device, int sms,
+template <bool kNorm, int kNext>
+void launch_ffn_rows(const Args& up, const Args& down, const Args& next, unsigned* barrier, Device device, int sms,
                      cudaStream_t stream) {
   if (up.M <= 1)
-    launch_ffn<1, kNorm>(up, down, barrier, device, sms, stream);
+    launch_ffn<1, kNorm, kNext>(up, down, next, barrier, device, sms, stream);
   else if (up.M <= 2)
-    launch_ffn<2, kNorm>(up, down, barrier, device, sms, stream);
+    launch_ffn<2, kNorm, kNext>(up, down, next, barrier, device, sms, stream);
   else if (up.M <= 4)
-    launch_ffn<4, kNorm>(up, down, barrier, device, sms, stream);
+    launch_ffn<4, kNorm, kNext>(up, down, next, barrier, device, sms, stream);
   else
-    launch_ffn<8, kNorm>(up, down, barrier, device, sms, stream);
+    launch_ffn<8, kNorm, kNext>(up, down, next, barrier, device, sms, stream);
 }
 
 // The kernel's arguments of a validated call.
@@ -635,16 +647,31 @@ void skinny_linear(const SkinnyLinearArgs& s) {
   FT_CUDA_CHECK_LAUNCH();
 }
 
-void skinny_ffn(const SkinnyLinearArgs& up, const SkinnyLinearArgs& down, void* barrier) {
+void skinny_ffn(const SkinnyLinearArgs& up, const SkinnyLinearArgs& down, const SkinnyLinearArgs* next,
+                void* barrier) {
   const Args a = args_of(up), b = args_of(down);
-  if (a.M * a.N == 0) return;
+  if (a.M * a.N == 0) {
+    if (next) gpu::skinny_linear(*next);
+    return;
+  }
   CudaDeviceGuard guard(up.x.device().index);
   const cudaStream_t stream = cuda_stream(up.stream);
   const Device device = up.x.device();
   const int sms = multiprocessors(device);
   auto* count = static_cast<unsigned*>(barrier);
-  up.norm_weight.defined() ? launch_ffn_rows<true>(a, b, count, device, sms, stream)
-                           : launch_ffn_rows<false>(a, b, count, device, sms, stream);
+  if (!up.norm_weight.defined()) {  // the decode step's FFN has its norm: no kernel chains a next call here
+    launch_ffn_rows<false, kNoCall>(a, b, a, count, device, sms, stream);
+    FT_CUDA_CHECK_LAUNCH();
+    if (next) gpu::skinny_linear(*next);
+    return;
+  }
+  if (!next) {
+    launch_ffn_rows<true, kNoCall>(a, b, a, count, device, sms, stream);
+  } else if (next->epilogue == SkinnyEpilogue::rope_append) {
+    launch_ffn_rows<true, kRope>(a, b, args_of(*next), count, device, sms, stream);
+  } else {
+    launch_ffn_rows<true, kStore>(a, b, args_of(*next), count, device, sms, stream);
+  }
   FT_CUDA_CHECK_LAUNCH();
 }
 
