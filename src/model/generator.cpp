@@ -213,81 +213,76 @@ SkinnyLinearArgs Generator::lm_head_call(std::int64_t first, std::int64_t B, boo
   return s;
 }
 
-void Generator::decode_layer(std::int64_t l, std::int64_t B, const DecodePlan& plan) {
-  NvtxRange range(str("generate decode layer ", l));
-  const bool skinny = plan.fused, overlap = plan.overlap;
+DecodeAttentionTensors Generator::attention_tensors(std::int64_t l, std::int64_t B) const {
   const ModelConfig& cfg = model_.config();
-  const ModelOptions& mo = model_.options();
-  const ParameterLayout& layout = model_.layout();
-  const ParameterBuffer& params = model_.parameters();
-  const Stream& stream = stream_;
   const std::int64_t d = cfg.d_model, H = cfg.num_heads, Dh = cfg.head_dim();
   const DType c = compute_dtype();
-  const Device dev = mo.device;
-  const LinearOptions lin{mo.allow_tf32, stream};
-  const RmsNormOptions norm{cfg.norm_eps, stream};
-  const auto index = [&](LayerSlot slot) { return layout.layer_index(l, slot); };
-  const Tensor rstd(rstd_.tensor().data(), DType::f32, dev, {B});
-
-  // Attention sub-block: q, k, v of the B new tokens in one GEMM (q_proj, k_proj, v_proj are adjacent), RoPE
-  // at the device position, k and v into the cache.
-  // Fused: RMSNorm, GEMM, RoPE and append in one call, layer 0's alone and each later layer's in the previous
-  // layer's FFN kernel (skinny_ffn's next call).
-  const Tensor x = rows(x_, B, d), ln = rows(ln_, B, d), qkv = rows(qkv_, B, 3 * d);
-  const auto part = [&](int which) {  // (B, H, 1, Dh) view of q, k or v in the qkv rows
-    return Tensor(static_cast<char*>(qkv.data()) + static_cast<std::size_t>(which * d) * size_of(c), c, dev,
-                  {B, H, 1, Dh}, {3 * d, Dh, 3 * d, 1});
-  };
-  const Tensor k_cache = this->k_cache(l, B), v_cache = this->v_cache(l, B);
-  if (!skinny) {
-    const Tensor w_q = weight(index(LayerSlot::q_proj));
-    rmsnorm_forward(ln, rstd, x, params[index(LayerSlot::ln1)], norm);
-    linear_forward(qkv, ln, Tensor(w_q.data(), c, dev, {3 * d, d}), lin);
-    rope_append(part(0), part(1), part(2), k_cache, v_cache, position(), {cfg.rope_theta, 0, stream});
-  } else if (l == 0) {
-    skinny_linear(qkv_call(0, B, overlap));
-  }
-  const Tensor o = rows(o_, B, d);
+  const Device dev = model_.options().device;
   DecodeAttentionTensors t;
-  t.q = part(0);
-  t.k = k_cache;
-  t.v = v_cache;
-  t.o = Tensor(o.data(), c, dev, {B, H, 1, Dh}, {d, Dh, d, 1});
+  t.q = Tensor(qkv_.tensor().data(), c, dev, {B, H, 1, Dh}, {3 * d, Dh, 3 * d, 1});  // q of the (B, 3d) rows
+  t.k = k_cache(l, B);
+  t.v = v_cache(l, B);
+  t.o = Tensor(o_.tensor().data(), c, dev, {B, H, 1, Dh}, {d, Dh, d, 1});
   t.past = position();
   t.workspace = attention_workspace_.data();
   t.workspace_bytes = attention_workspace_bytes_;
-  DecodeAttentionOptions attention;
-  attention.overlap_launch = overlap;
-  attention.stream = stream;
-  if (!skinny) {
-    decode_attention(t, attention);
-    return block_rest(l, B);
-  }
+  return t;
+}
 
-  // x_mid = x + output_proj(o) (in the attention's kernel where it takes the keys in one split, see
-  // decode_attention_projected); x = x_mid + w2(silu(w1 ln2(x_mid)) * w3 ln2(x_mid)) in one call (skinny_ffn).
-  const std::int64_t f = cfg.d_ff;
-  const Tensor x_mid = rows(x_mid_, B, d);
-  if (Dh % 8 == 0 && decode_attention_splits(B, H, 1, max_len_, dev) == 1) {
-    DecodeProjection p;
-    p.w = weight(index(LayerSlot::output_proj));
-    p.residual = x;
-    p.y = x_mid;
-    p.workspace = projection_workspace_.data();
-    p.workspace_bytes = projection_workspace_bytes_;
-    decode_attention_projected(t, p, attention);
-  } else {
-    decode_attention(t, attention);
-    SkinnyLinearArgs s;
-    s.epilogue = SkinnyEpilogue::residual;
-    s.y = x_mid;
-    s.residual = x;
-    s.x = o;
-    s.w = weight(index(LayerSlot::output_proj));
-    s.overlap_launch = overlap;
-    s.stream = stream;
-    skinny_linear(s);
+bool Generator::projects(std::int64_t B) const {
+  const ModelConfig& cfg = model_.config();
+  return cfg.head_dim() % 8 == 0 &&
+         decode_attention_splits(B, cfg.num_heads, 1, max_len_, model_.options().device) == 1;
+}
+
+DecodeProjection Generator::projection(std::int64_t l, std::int64_t B) const {
+  const std::int64_t d = model_.config().d_model;
+  DecodeProjection p;
+  p.w = weight(model_.layout().layer_index(l, LayerSlot::output_proj));
+  p.residual = rows(x_, B, d);
+  p.y = rows(x_mid_, B, d);
+  p.workspace = projection_workspace_.data();
+  p.workspace_bytes = projection_workspace_bytes_;
+  return p;
+}
+
+void Generator::fused_attention(std::int64_t l, std::int64_t B, bool overlap) {
+  DecodeAttentionOptions options;
+  options.overlap_launch = overlap;
+  options.stream = stream_;
+  const DecodeAttentionTensors t = attention_tensors(l, B);
+  if (projects(B)) return decode_attention_projected(t, projection(l, B), options);
+  decode_attention(t, options);
+  const std::int64_t d = model_.config().d_model;
+  SkinnyLinearArgs s;
+  s.epilogue = SkinnyEpilogue::residual;
+  s.y = rows(x_mid_, B, d);
+  s.residual = rows(x_, B, d);
+  s.x = rows(o_, B, d);
+  s.w = weight(model_.layout().layer_index(l, LayerSlot::output_proj));
+  s.overlap_launch = overlap;
+  s.stream = stream_;
+  skinny_linear(s);
+}
+
+void Generator::decode_layer(std::int64_t l, std::int64_t B, const DecodePlan& plan) {
+  NvtxRange range(str("generate decode layer ", l));
+  const ModelConfig& cfg = model_.config();
+  const ParameterBuffer& params = model_.parameters();
+  const std::int64_t d = cfg.d_model;
+  const auto index = [&](LayerSlot slot) { return model_.layout().layer_index(l, slot); };
+  if (!plan.fused) return unfused_decode_layer(l, B, plan.overlap);
+
+  // Fused (see Note [Graphed decode step]): layer 0's QKV call and attention (with x_mid = x + output_proj(o))
+  // alone; then x = x_mid + w2(silu(w1 ln2(x_mid)) * w3 ln2(x_mid)) in one kernel with the next layer's QKV call
+  // and attention, or after the last layer the final norm and the LM head (skinny_ffn).
+  const bool overlap = plan.overlap;
+  if (l == 0) {
+    skinny_linear(qkv_call(0, B, overlap));
+    fused_attention(0, B, overlap);
   }
+  const Tensor x = rows(x_, B, d), x_mid = rows(x_mid_, B, d);
+  const bool last = l + 1 == cfg.num_layers, chain_attention = !last && projects(B);
   SkinnyFfnArgs ffn;
   ffn.y = x;
   ffn.x = x_mid;
@@ -295,16 +290,52 @@ void Generator::decode_layer(std::int64_t l, std::int64_t B, const DecodePlan& p
   ffn.norm_eps = cfg.norm_eps;
   ffn.w1 = weight(index(LayerSlot::w1));
   ffn.w3 = weight(index(LayerSlot::w3));
-  ffn.h = rows(h_, B, f);
+  ffn.h = rows(h_, B, cfg.d_ff);
   ffn.w2 = weight(index(LayerSlot::w2));
   ffn.residual = x_mid;
   ffn.barrier = ffn_barrier_.data();
-  // The next layer's QKV call, or after the last layer the final norm and the LM head.
-  const SkinnyLinearArgs next = l + 1 < cfg.num_layers ? qkv_call(l + 1, B, overlap) : lm_head_call(0, B, overlap);
+  const SkinnyLinearArgs next = last ? lm_head_call(0, B, overlap) : qkv_call(l + 1, B, overlap);
   ffn.next = &next;
+  DecodeAttentionTensors t;
+  DecodeProjection p;
+  DecodeAttentionOptions options;
+  if (chain_attention) {
+    t = attention_tensors(l + 1, B);
+    p = projection(l + 1, B);
+    ffn.attention = &t;
+    ffn.projection = &p;
+    ffn.attention_options = &options;
+  }
   ffn.overlap_launch = overlap;
-  ffn.stream = stream;
+  ffn.stream = stream_;
   skinny_ffn(ffn);
+  if (!last && !chain_attention) fused_attention(l + 1, B, overlap);
+}
+
+void Generator::unfused_decode_layer(std::int64_t l, std::int64_t B, bool overlap) {
+  const ModelConfig& cfg = model_.config();
+  const ModelOptions& mo = model_.options();
+  const std::int64_t d = cfg.d_model, H = cfg.num_heads, Dh = cfg.head_dim();
+  const DType c = compute_dtype();
+  const Device dev = mo.device;
+  const auto index = [&](LayerSlot slot) { return model_.layout().layer_index(l, slot); };
+  // q, k, v of the B new tokens in one GEMM (q_proj, k_proj, v_proj are adjacent), RoPE at the device position,
+  // k and v into the cache.
+  const Tensor x = rows(x_, B, d), ln = rows(ln_, B, d), qkv = rows(qkv_, B, 3 * d);
+  const auto part = [&](int which) {  // (B, H, 1, Dh) view of q, k or v in the qkv rows
+    return Tensor(static_cast<char*>(qkv.data()) + static_cast<std::size_t>(which * d) * size_of(c), c, dev,
+                  {B, H, 1, Dh}, {3 * d, Dh, 3 * d, 1});
+  };
+  const Tensor w_q = weight(index(LayerSlot::q_proj));
+  rmsnorm_forward(ln, Tensor(rstd_.tensor().data(), DType::f32, dev, {B}), x,
+                  model_.parameters()[index(LayerSlot::ln1)], {cfg.norm_eps, stream_});
+  linear_forward(qkv, ln, Tensor(w_q.data(), c, dev, {3 * d, d}), {mo.allow_tf32, stream_});
+  rope_append(part(0), part(1), part(2), k_cache(l, B), v_cache(l, B), position(), {cfg.rope_theta, 0, stream_});
+  DecodeAttentionOptions options;
+  options.overlap_launch = overlap;
+  options.stream = stream_;
+  decode_attention(attention_tensors(l, B), options);
+  block_rest(l, B);
 }
 
 void Generator::block_rest(std::int64_t l, std::int64_t R) {

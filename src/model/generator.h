@@ -16,11 +16,12 @@
 //   ids buffer (ops/argmax.h: greedy's next ids, the next step's input) -> position += 1.
 // In bf16 with at most kSkinnyMaxRows rows, the GEMMs are the fused few-row kernels of ops/skinny_linear.h,
 // which fold the small ops in, and the output projection is folded into the attention's kernel
-// (decode_attention_projected) where the cache's keys take one split, and the FFN's two GEMMs and the next
-// layer's QKV call are one kernel (skinny_ffn, its blocks waiting for each other between them): a layer is two
-// kernels (attention + output projection + residual; RMSNorm + w1 / w3 + SwiGLU, then w2 + residual, then the
-// next layer's RMSNorm + QKV GEMM + RoPE + cache append, or after the last layer the final RMSNorm + LM head;
-// three with longer caches: the output projection then its own), and layer 0's QKV call one.
+// (decode_attention_projected) where the cache's keys take one split, and the FFN's two GEMMs, the next layer's
+// QKV call and that layer's attention are one kernel (skinny_ffn, its blocks waiting for each other between
+// them): RMSNorm + w1 / w3 + SwiGLU, then w2 + residual, then the next layer's RMSNorm + QKV GEMM + RoPE + cache
+// append and attention + output projection + residual (after the last layer: the final RMSNorm + LM head) — one
+// kernel a layer, plus layer 0's QKV and attention calls (with longer caches or head dims past 64 the attention
+// and, past one split, the output projection run their own kernels).
 // Larger batches and fp32 run the ops above one by one (cuBLASLt GEMMs). On Hopper these kernels and the decode
 // attention are launched to overlap their predecessors (GenerationOptions::overlap_launches):
 // each is scheduled while the previous one finishes, prefetches its weight rows into L2 (the QKV kernel also
@@ -119,6 +120,14 @@ class Generator {
   // Enqueues one decode step of B rows (see Note [Graphed decode step]).
   void enqueue_decode(std::int64_t B, const DecodePlan& plan);
   void decode_layer(std::int64_t l, std::int64_t B, const DecodePlan& plan);
+  // Layer l of a decode step with the unfused ops (fp32, or more rows than the fused kernels take).
+  void unfused_decode_layer(std::int64_t l, std::int64_t B, bool overlap);
+  // Fused decode: layer l's attention with x_mid = x + output_proj(o), in one kernel where projects(B).
+  void fused_attention(std::int64_t l, std::int64_t B, bool overlap);
+  // Whether the decode attention of B rows takes the output projection (decode_attention_projected): one split.
+  bool projects(std::int64_t B) const;
+  DecodeAttentionTensors attention_tensors(std::int64_t l, std::int64_t B) const;  // layer l's decode attention
+  DecodeProjection projection(std::int64_t l, std::int64_t B) const;  // its output projection into x_mid
   // Block l after its attention over R rows: x_mid = x + output_proj(o), then x = x_mid + FFN(ln2(x_mid)).
   void block_rest(std::int64_t l, std::int64_t R);
   // The final norm and LM head over the B rows of the residual stream starting at row `first`: logits_.

@@ -218,24 +218,33 @@ std::size_t decode_projection_workspace_bytes(std::int64_t batch, std::int64_t h
 #endif
 }
 
-void decode_attention_projected(const DecodeAttentionTensors& t, const DecodeProjection& p,
-                                const DecodeAttentionOptions& options) {
-  NvtxRange range("decode_attention_projected");
+double check_decode_attention_projected(const DecodeAttentionTensors& t, const DecodeProjection& p,
+                                        const DecodeAttentionOptions& options) {
   const DecodeShape s = validate(t, options);
   validate_projection(t, p, s);
-  const std::int64_t N = p.w.size(0);
   if (t.q.device().is_cuda()) {
-#if FT_HAS_CUDA
-    const std::size_t need = decode_projection_workspace_bytes(s.B, s.Hq, s.Hkv, s.D, N, t.q.device());
+    const std::size_t need = decode_projection_workspace_bytes(s.B, s.Hq, s.Hkv, s.D, p.w.size(0), t.q.device());
     FT_CHECK(p.workspace != nullptr && p.workspace_bytes >= need,
              "decode_attention_projected: CUDA needs a workspace of ", need,
              " bytes (decode_projection_workspace_bytes), given ", p.workspace ? p.workspace_bytes : 0);
-    return gpu::decode_attention(t, &p, 1, s.scale, options.window_left, options.sink_tokens, options.overlap_launch,
+  }
+  return s.scale;
+}
+
+void decode_attention_projected(const DecodeAttentionTensors& t, const DecodeProjection& p,
+                                const DecodeAttentionOptions& options) {
+  NvtxRange range("decode_attention_projected");
+  [[maybe_unused]] const double scale = check_decode_attention_projected(t, p, options);
+  if (t.q.device().is_cuda()) {
+#if FT_HAS_CUDA
+    return gpu::decode_attention(t, &p, 1, scale, options.window_left, options.sink_tokens, options.overlap_launch,
                                  options.stream);
 #else
     ops::no_cuda_build("decode_attention_projected", t.q.device());
 #endif
   }
+  const DecodeShape s = validate(t, options);
+  const std::int64_t N = p.w.size(0);
   decode_attention_cpu(t, options, s);
   // y = residual + o W^T: o (B, Hq * D) bf16 through linear_forward into fp32, as skinny_linear's residual
   // epilogue composes it on the CPU.

@@ -91,6 +91,10 @@ std::size_t decode_projection_workspace_bytes(std::int64_t batch, std::int64_t h
 // generator uses it where decode_attention_splits is 1). ft::Error for anything outside the contract above.
 void decode_attention_projected(const DecodeAttentionTensors& t, const DecodeProjection& p,
                                 const DecodeAttentionOptions& options);
+// Checks a decode_attention_projected call as that function does (ft::Error), without running it; returns the
+// scale it takes.
+double check_decode_attention_projected(const DecodeAttentionTensors& t, const DecodeProjection& p,
+                                        const DecodeAttentionOptions& options);
 
 // o <- attention(q, k[:Nk], v[:Nk]). Checks shapes, dtypes, devices and strides (ft::Error naming what was
 // expected and what was given); *past is read when the work runs and must keep Nk within the capacity (the

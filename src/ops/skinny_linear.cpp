@@ -197,11 +197,23 @@ void skinny_ffn(const SkinnyFfnArgs& args) {
     FT_CHECK(next.x.data() == args.y.data() && next.x.shape() == args.y.shape() && next.x.strides() == args.y.strides(),
              "skinny_ffn: the next call's x must be y (", args.y.describe(), "), given ", next.x.describe());
   }
+  const bool attend = args.attention || args.projection || args.attention_options;
+  [[maybe_unused]] double scale = 0;
+  if (attend) {
+    FT_CHECK(args.attention && args.projection && args.attention_options, "skinny_ffn: the attention needs its ",
+             "tensors, projection and options together, given only some");
+    FT_CHECK(args.next && args.next->epilogue == SkinnyEpilogue::rope_append,
+             "skinny_ffn: the attention must follow a rope_append next call");
+    scale = check_decode_attention_projected(*args.attention, *args.projection, *args.attention_options);
+  }
   if (args.x.device().is_cuda()) {
 #if FT_HAS_CUDA
     FT_CHECK(args.barrier != nullptr, "skinny_ffn: CUDA needs a barrier of ", kSkinnyBarrierBytes,
              " zeroed bytes of device memory, given none");
-    return gpu::skinny_ffn(up, down, args.next, args.barrier);
+    const gpu::ChainedAttention chained{args.attention, args.projection, scale,
+                                        attend ? args.attention_options->window_left : -1,
+                                        attend ? args.attention_options->sink_tokens : 0};
+    return gpu::skinny_ffn(up, down, args.next, attend ? &chained : nullptr, args.barrier);
 #else
     ops::no_cuda_build("skinny_ffn", args.x.device());
 #endif
@@ -209,6 +221,7 @@ void skinny_ffn(const SkinnyFfnArgs& args) {
   compose(up);
   compose(down);
   if (args.next) compose(*args.next);
+  if (attend) decode_attention_projected(*args.attention, *args.projection, *args.attention_options);
 }
 
 void skinny_linear(const SkinnyLinearArgs& args) {

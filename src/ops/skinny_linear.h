@@ -20,6 +20,7 @@
 
 #include "core/stream.h"
 #include "core/tensor.h"
+#include "ops/decode_attention.h"
 
 namespace ft {
 
@@ -53,7 +54,8 @@ struct SkinnyLinearArgs {
 
 // A decode step's FFN in one call: h <- the swiglu epilogue's silu(x' W1^T) * x' W3^T (x' RMS-normalised when
 // norm_weight is given), then y <- residual + h W2^T (the residual epilogue), then optionally the call `next` on
-// y (the next layer's QKV, or the LM head) — the bits of those skinny_linear calls. CUDA: one kernel whose blocks
+// y (the next layer's QKV, or the LM head) and then the next layer's attention with its output projection
+// (decode_attention_projected) — the bits of those calls. CUDA: one kernel whose blocks
 // wait for each other between the calls on a counter in device memory (see Note [Skinny FFN barrier] in
 // cuda/skinny_linear.cu), so no kernel boundary separates them and each call's first weight rows are requested
 // before the wait; one kernel a call where the device cannot hold the whole grid at once (or, for `next`, without
@@ -73,13 +75,21 @@ struct SkinnyFfnArgs {
   // Optional: a call with the fused norm whose x is y (the whole (M, N) tensor), epilogue rope_append or store;
   // its own overlap_launch and stream are ignored. On CUDA, rope_append reads its position before the wait.
   const SkinnyLinearArgs* next = nullptr;
+  // Optional, after a rope_append next call: decode_attention_projected(*attention, *projection,
+  // *attention_options) over the caches that call appends to (its overlap_launch and stream ignored). CUDA: in the
+  // same kernel after a third barrier for head dims up to 64 (reading the position, the keys cached before it and
+  // W_o's slices before the barrier, so the calls before must not write those), its own kernel otherwise.
+  const DecodeAttentionTensors* attention = nullptr;
+  const DecodeProjection* projection = nullptr;
+  const DecodeAttentionOptions* attention_options = nullptr;
   bool overlap_launch = false;  // as SkinnyLinearArgs::overlap_launch (of the first of the GEMMs)
   Stream stream;                // CUDA work is ordered on this stream
 };
 
 inline constexpr std::size_t kSkinnyBarrierBytes = 8;
 
-// Checks the calls as skinny_linear does, that next takes y, and the barrier on CUDA.
+// Checks the calls as skinny_linear (and decode_attention_projected) do, that next takes y, that the attention
+// follows a rope_append next call, and the barrier on CUDA.
 void skinny_ffn(const SkinnyFfnArgs& args);
 
 // Whether a call of M rows and K inputs runs here (M in [1, kSkinnyMaxRows], K a multiple of 8, the staged

@@ -6,9 +6,10 @@
 // RoPE angles read from a rope_table (or computed past its positions); the fused RMSNorm bit-identical to
 // rmsnorm_forward followed by the GEMM; K split among warps bit-identical to one warp a unit; rows that do not
 // fit and a misshapen table are clear errors; skinny_ffn (one kernel with grid barriers) bit-identical to its
-// calls, with and without a next call (QKV with RoPE + cache append, or an LM head) on its output (1, 3 and 8
-// rows; the xl shape and small ones; repeated, overlapping and graph-replayed calls, the barrier's arrivals left
-// zero); no barrier, and a next call not on y, clear errors.
+// calls, with and without a next call (QKV with RoPE + cache append, or an LM head) on its output and then the
+// decode attention with its output projection (decode_attention_projected) over that call's caches (1, 3 and 8
+// rows; the xl shape and small ones; head dims 16 to 128; repeated, overlapping and graph-replayed calls, the
+// barrier's arrivals left zero); no barrier, and a next call not on y, clear errors.
 // Run on a GPU machine: ./build/bin/gpu_test_skinny_linear_cuda
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -24,6 +25,7 @@
 #include "core/tensor_io.h"
 #include "model/cuda_graph.h"
 #include "ops/cast.h"
+#include "ops/decode_attention.h"
 #include "ops/rmsnorm.h"
 #include "ops/rope.h"
 #include "ops/skinny_linear.h"
@@ -190,9 +192,20 @@ TEST(SkinnyLinearCuda, SplitKIsBitIdenticalToOneWarpAUnit) {
 // skinny_ffn's optional next call on y: none, a QKV call (rope_append) or an LM head (store to fp32).
 enum class Next { none, rope, store };
 
-// skinny_ffn against skinny_linear's swiglu call, then its residual call, then the next call: the same bits.
-void check_ffn(std::int64_t M, std::int64_t K, std::int64_t F, std::int64_t N, Next next = Next::none) {
-  SCOPED_TRACE(str("M ", M, " K ", K, " F ", F, " N ", N, " next ", static_cast<int>(next)));
+struct FfnCase {
+  std::int64_t M, K, F, N;
+  Next next = Next::none;
+  std::int64_t heads = 2, head_dim = 32;  // the rope call's
+  bool attend = false;                    // then decode_attention_projected over its caches (N outputs)
+};
+
+// skinny_ffn against skinny_linear's swiglu call, then its residual call, then the next call, then the attention:
+// the same bits.
+void check_ffn(const FfnCase& c) {
+  const std::int64_t M = c.M, K = c.K, F = c.F, N = c.N;
+  const Next next = c.next;
+  SCOPED_TRACE(str("M ", M, " K ", K, " F ", F, " N ", N, " next ", static_cast<int>(next), " heads ", c.heads,
+                   " x ", c.head_dim, c.attend ? " attend" : ""));
   const Pair x = device_pair({M, K}, DType::f32, 31), g = device_pair({K}, DType::f32, 32);
   const Pair w1 = device_pair({F, K}, DType::bf16, 33, 0.05), w3 = device_pair({F, K}, DType::bf16, 34, 0.05);
   const Pair w2 = device_pair({N, F}, DType::bf16, 35, 0.05), residual = device_pair({M, N}, DType::f32, 36);
@@ -213,16 +226,17 @@ void check_ffn(std::int64_t M, std::int64_t K, std::int64_t F, std::int64_t N, N
   down.w = w2.gpu;
   down.residual = residual.gpu;
   skinny_linear(down);
-  // The next call: 2 heads of 32 (q width 64) over a cache of 12 at position 9, or 300 fp32 logits.
+  // The next call: heads x head_dim of q over a cache of 12 at position 9, or 300 fp32 logits.
   const bool rope = next == Next::rope;
-  const std::int64_t width = rope ? 64 : 300;
+  const std::int64_t width = rope ? c.heads * c.head_dim : 300;
   const Pair wn = device_pair({rope ? 3 * width : width, N}, DType::bf16, 37, 0.05);
   const Pair gn = device_pair({N}, DType::f32, 38);
   const DType out_dtype = rope ? DType::bf16 : DType::f32;
   OwnedTensor out({M, width}, out_dtype, kGpu, "test out"), want_out({M, width}, out_dtype, kGpu, "test out");
   // The caches twice with the same contents: the reference's and the fused call's.
-  const Pair kc = device_pair({M, 2, 12, 32}, DType::bf16, 39), want_kc = device_pair({M, 2, 12, 32}, DType::bf16, 39);
-  const Pair vc = device_pair({M, 2, 12, 32}, DType::bf16, 40), want_vc = device_pair({M, 2, 12, 32}, DType::bf16, 40);
+  const Shape cache{M, c.heads, 12, c.head_dim};
+  const Pair kc = device_pair(cache, DType::bf16, 39), want_kc = device_pair(cache, DType::bf16, 39);
+  const Pair vc = device_pair(cache, DType::bf16, 40), want_vc = device_pair(cache, DType::bf16, 40);
   const std::int32_t at = 9;
   Buffer position(sizeof(at), kGpu, "test position");
   ASSERT_EQ(cudaMemcpy(position.data(), &at, sizeof(at), cudaMemcpyHostToDevice), cudaSuccess);
@@ -238,6 +252,23 @@ void check_ffn(std::int64_t M, std::int64_t K, std::int64_t F, std::int64_t N, N
     nx.position = static_cast<const std::int32_t*>(position.data());
   }
   if (next != Next::none) skinny_linear(nx);
+  // The attention over the caches with q from the rope call's output, projected by wo onto y.
+  const Shape heads{M, c.heads, 1, c.head_dim};
+  const Pair wo = device_pair({N, width}, DType::bf16, 41, 0.05);
+  OwnedTensor o(heads, DType::bf16, kGpu, "test o"), want_o(heads, DType::bf16, kGpu, "test o");
+  OwnedTensor mid({M, N}, DType::f32, kGpu, "test mid"), want_mid({M, N}, DType::f32, kGpu, "test mid");
+  const std::size_t bytes = decode_projection_workspace_bytes(M, c.heads, c.heads, c.head_dim, N, kGpu);
+  Buffer workspace(bytes, kGpu, "test workspace");
+  ASSERT_EQ(cudaMemset(workspace.data(), 0, bytes), cudaSuccess);
+  const auto q_of = [&](const OwnedTensor& t) {  // (M, heads, 1, head_dim) view of the rope call's q rows
+    return Tensor(t->data(), DType::bf16, kGpu, heads, {width, c.head_dim, width, 1});
+  };
+  const auto* past = static_cast<const std::int32_t*>(position.data());
+  const DecodeAttentionOptions attention_options;
+  if (c.attend) {
+    decode_attention_projected({q_of(want_out), want_kc.gpu, want_vc.gpu, Tensor(), want_o, past},
+                               {wo.gpu, want, want_mid, workspace.data(), bytes}, attention_options);
+  }
 
   Buffer barrier(kSkinnyBarrierBytes, kGpu, "test barrier");
   ASSERT_EQ(cudaMemset(barrier.data(), 0, kSkinnyBarrierBytes), cudaSuccess);
@@ -259,12 +290,22 @@ void check_ffn(std::int64_t M, std::int64_t K, std::int64_t F, std::int64_t N, N
     nf.v_cache = vc.gpu;
   }
   if (next != Next::none) f.next = &nf;
+  const DecodeAttentionTensors t{q_of(out), kc.gpu, vc.gpu, Tensor(), o, past};
+  const DecodeProjection p{wo.gpu, y, mid, workspace.data(), bytes};
+  if (c.attend) {
+    f.attention = &t;
+    f.projection = &p;
+    f.attention_options = &attention_options;
+  }
   const std::vector<double> want_y = read_as_double(want);
   const auto expect_next = [&](const std::string& what) {
     if (next == Next::none) return;
     EXPECT_EQ(read_as_double(out), read_as_double(want_out)) << what;
     EXPECT_EQ(read_as_double(kc.gpu), read_as_double(want_kc.gpu)) << what;
     EXPECT_EQ(read_as_double(vc.gpu), read_as_double(want_vc.gpu)) << what;
+    if (!c.attend) return;
+    EXPECT_EQ(read_as_double(o), read_as_double(want_o)) << what;
+    EXPECT_EQ(read_as_double(mid), read_as_double(want_mid)) << what;
   };
   for (bool overlap : {false, true}) {
     f.overlap_launch = overlap;
@@ -289,16 +330,22 @@ void check_ffn(std::int64_t M, std::int64_t K, std::int64_t F, std::int64_t N, N
   EXPECT_EQ(arrivals, 0u) << "the barrier's arrivals left zero";
 }
 
-TEST(SkinnyLinearCuda, FfnIsItsTwoCalls) {
-  for (std::int64_t M : {1, 3, 8}) check_ffn(M, 1600, 6400, 1600);  // xl
-  check_ffn(1, 64, 128, 64);                                        // the tiny model with d_ff 128
-  check_ffn(2, 64, 8192, 40);                                       // more w1 units than warps, few w2 units
+TEST(SkinnyLinearCuda, FfnIsItsCalls) {
+  for (std::int64_t M : {1, 3, 8}) check_ffn({M, 1600, 6400, 1600});  // xl
+  check_ffn({1, 64, 128, 64});                                        // the tiny model with d_ff 128
+  check_ffn({2, 64, 8192, 40});                                       // more w1 units than warps, few w2 units
   for (std::int64_t M : {1, 3}) {  // with the next layer's QKV call or an LM head on y
-    check_ffn(M, 1600, 6400, 1600, Next::rope);
-    check_ffn(M, 1600, 6400, 1600, Next::store);
+    check_ffn({M, 1600, 6400, 1600, Next::rope});
+    check_ffn({M, 1600, 6400, 1600, Next::store});
   }
-  check_ffn(1, 64, 128, 64, Next::rope);
-  check_ffn(8, 64, 128, 64, Next::store);
+  check_ffn({1, 64, 128, 64, Next::rope});
+  check_ffn({8, 64, 128, 64, Next::store});
+  // And the next layer's attention with its output projection: xl (25 heads of 64), the tiny model (4 of 16),
+  // 8 rows; head dim 128 (its own kernel after the FFN's).
+  for (std::int64_t M : {1, 3}) check_ffn({M, 1600, 6400, 1600, Next::rope, 25, 64, true});
+  check_ffn({3, 64, 128, 64, Next::rope, 4, 16, true});
+  check_ffn({8, 64, 128, 64, Next::rope, 2, 32, true});
+  check_ffn({1, 256, 512, 256, Next::rope, 2, 128, true});
 }
 
 TEST(SkinnyLinearCuda, FfnBadCallsAreClearErrors) {

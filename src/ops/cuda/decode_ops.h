@@ -38,11 +38,18 @@ void advance_position(std::int32_t* position, std::int32_t by, Device device, co
 
 // skinny_linear.cu — see ops/skinny_linear.h; args validated, skinny_linear_fits(M, K).
 void skinny_linear(const SkinnyLinearArgs& args);
+// skinny_ffn's attention after its next call (SkinnyFfnArgs::attention), validated.
+struct ChainedAttention {
+  const DecodeAttentionTensors* t;
+  const DecodeProjection* projection;
+  double scale;
+  std::int64_t window_left, sink_tokens;
+};
 // skinny_ffn (ops/skinny_linear.h) as its validated calls: up (swiglu epilogue), then down (residual epilogue,
-// x = up's y), then next when given (rope_append or store with the fused norm, x = down's y); barrier:
-// kSkinnyBarrierBytes (see SkinnyFfnArgs::barrier).
+// x = up's y), then next when given (rope_append or store with the fused norm, x = down's y), then the attention
+// when given (after a rope_append next); barrier: kSkinnyBarrierBytes (see SkinnyFfnArgs::barrier).
 void skinny_ffn(const SkinnyLinearArgs& up, const SkinnyLinearArgs& down, const SkinnyLinearArgs* next,
-                void* barrier);
+                const ChainedAttention* attention, void* barrier);
 
 // argmax.cu — out (rows) int32 <- the first index of the largest of logits (rows, cols) fp32, row_stride apart;
 // also to history[*position * rows + r] when history is not null.

@@ -16,9 +16,11 @@
 #include <cstdint>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <tuple>
 
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/decode_attention_block.cuh"
 #include "ops/cuda/decode_ops.h"
 #include "ops/cuda/dependent_launch.cuh"
 
@@ -185,7 +187,10 @@ __device__ __forceinline__ void epilogue(const Args& a, std::int64_t m, std::int
 // (GridBarrier) before staging h, where a second kernel would wait for the first to complete. Every block must
 // be resident at once for the barrier to end: the launch checks the occupancy and runs two kernels otherwise.
 // Each call's units are the same as alone (only which warp takes a unit depends on the grid), so are its bits.
-// A next call on w2's output (the next layer's QKV call, or the LM head) follows a second barrier the same way.
+// A next call on w2's output (the next layer's QKV call, or the LM head) follows a second barrier the same way,
+// and after a QKV call the next layer's attention with its output projection a third (decode::attend of
+// decode_attention_block.cuh, its blocks dealt out over the grid's first ones; the copies of the cached keys and
+// of W_o's slices before the barrier): a decode layer is then one kernel, its shared memory the attention's.
 
 // Waits for the previous kernel (launched to overlap it, dependent_launch.cuh) and lets the next one start.
 struct PreviousGrid {
@@ -462,15 +467,27 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_kernel(Args a) 
 constexpr int kNoCall = -1;  // ffn_kernel's kNext without a next call
 
 // skinny_ffn's kernel (Note [Skinny FFN barrier]): up = the swiglu call, down = the residual call, then (kNext:
-// its mode, with the fused norm) the next call on down's output.
-template <int kM, bool kNorm, int kNext>
+// its mode, with the fused norm) the next call on down's output, then (kAttend, after a rope next call) the decode
+// attention with its projection (bf16, head dims up to 64), its grid `attend_grid` dealt out over the blocks.
+template <int kM, bool kNorm, int kNext, bool kAttend>
 __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
-    ffn_kernel(Args up, Args down, Args next, unsigned* barrier) {
+    ffn_kernel(Args up, Args down, Args next, decode::Params attention, uint3 attend_grid, unsigned* barrier) {
   extern __shared__ __align__(16) unsigned char staged[];
   __shared__ double scratch[32];
   skinny_call<kM, kSwiglu, kNorm>(up, staged, scratch, PreviousGrid{});
   skinny_call<kM, kResidual, false>(down, staged, scratch, GridBarrier{barrier});
   if constexpr (kNext != kNoCall) skinny_call<kM, kNext, true>(next, staged, scratch, GridBarrier{barrier});
+  if constexpr (kAttend) {
+    __syncthreads();  // the next call's reads of shared memory are done: the attention's copies may land there
+    const unsigned blocks = attend_grid.x * attend_grid.y * attend_grid.z;
+    if (blockIdx.x < blocks) {
+      const uint3 block{blockIdx.x % attend_grid.x, blockIdx.x / attend_grid.x % attend_grid.y,
+                        blockIdx.x / (attend_grid.x * attend_grid.y)};
+      decode::attend<__nv_bfloat16, 1, 16, true>(attention, block, attend_grid, staged, GridBarrier{barrier});
+    } else {
+      GridBarrier{barrier}();  // every block arrives
+    }
+  }
 }
 
 // A call's grid (blocks) and the shared memory a block takes.
@@ -550,33 +567,37 @@ int resident_blocks(const void* kernel, std::size_t smem, Device device, int sms
 }
 
 // skinny_ffn: one kernel where its grid is resident at once (Note [Skinny FFN barrier]), one a call otherwise.
-template <int kM, bool kNorm, int kNext>
-void launch_ffn(Args up, Args down, Args next, unsigned* barrier, Device device, int sms, cudaStream_t stream) {
+// Returns whether the kernel ran the attention (kAttend; attention: its plan).
+template <int kM, bool kNorm, int kNext, bool kAttend>
+bool launch_ffn(Args up, Args down, Args next, const decode::Plan* attention, unsigned* barrier, Device device,
+                int sms, cudaStream_t stream) {
   unsigned grid = std::max(plan<kM, kSwiglu>(up, sms).blocks, plan<kM, kResidual>(down, sms).blocks);
   if constexpr (kNext != kNoCall) grid = std::max(grid, plan<kM, kNext>(next, sms).blocks);
+  const uint3 attend_grid = kAttend ? uint3{attention->grid.x, attention->grid.y, attention->grid.z} : uint3{0, 0, 0};
+  if constexpr (kAttend) grid = std::max(grid, attend_grid.x * attend_grid.y * attend_grid.z);
   std::size_t smem = std::max(plan<kM, kSwiglu>(up, sms, grid).smem, plan<kM, kResidual>(down, sms, grid).smem);
   if constexpr (kNext != kNoCall) smem = std::max(smem, plan<kM, kNext>(next, sms, grid).smem);
-  const auto* kernel = reinterpret_cast<const void*>(ffn_kernel<kM, kNorm, kNext>);
+  if constexpr (kAttend) smem = std::max(smem, attention->smem);
+  const auto* kernel = reinterpret_cast<const void*>(ffn_kernel<kM, kNorm, kNext, kAttend>);
   prepare(kernel, smem, device);
-  if (resident_blocks(kernel, smem, device, sms) >= static_cast<int>(grid))
-    return launch_kernel(ffn_kernel<kM, kNorm, kNext>, grid, kThreads, smem, stream, up.overlap, up, down, next,
-                         barrier);
+  if (resident_blocks(kernel, smem, device, sms) >= static_cast<int>(grid)) {
+    launch_kernel(ffn_kernel<kM, kNorm, kNext, kAttend>, grid, kThreads, smem, stream, up.overlap, up, down, next,
+                  kAttend ? attention->params : decode::Params{}, attend_grid, barrier);
+    return kAttend;
+  }
   launch<kM, kSwiglu, kNorm>(up, device, sms, stream);
   launch<kM, kResidual, false>(down, device, sms, stream);
   if constexpr (kNext != kNoCall) launch<kM, kNext, true>(next, device, sms, stream);
+  return false;
 }
 
-template <bool kNorm, int kNext>
-void launch_ffn_rows(const Args& up, const Args& down, const Args& next, unsigned* barrier, Device device, int sms,
-                     cudaStream_t stream) {
-  if (up.M <= 1)
-    launch_ffn<1, kNorm, kNext>(up, down, next, barrier, device, sms, stream);
-  else if (up.M <= 2)
-    launch_ffn<2, kNorm, kNext>(up, down, next, barrier, device, sms, stream);
-  else if (up.M <= 4)
-    launch_ffn<4, kNorm, kNext>(up, down, next, barrier, device, sms, stream);
-  else
-    launch_ffn<8, kNorm, kNext>(up, down, next, barrier, device, sms, stream);
+template <bool kNorm, int kNext, bool kAttend>
+bool launch_ffn_rows(const Args& up, const Args& down, const Args& next, const decode::Plan* attention,
+                     unsigned* barrier, Device device, int sms, cudaStream_t stream) {
+  if (up.M <= 1) return launch_ffn<1, kNorm, kNext, kAttend>(up, down, next, attention, barrier, device, sms, stream);
+  if (up.M <= 2) return launch_ffn<2, kNorm, kNext, kAttend>(up, down, next, attention, barrier, device, sms, stream);
+  if (up.M <= 4) return launch_ffn<4, kNorm, kNext, kAttend>(up, down, next, attention, barrier, device, sms, stream);
+  return launch_ffn<8, kNorm, kNext, kAttend>(up, down, next, attention, barrier, device, sms, stream);
 }
 
 // The kernel's arguments of a validated call.
@@ -648,31 +669,42 @@ void skinny_linear(const SkinnyLinearArgs& s) {
 }
 
 void skinny_ffn(const SkinnyLinearArgs& up, const SkinnyLinearArgs& down, const SkinnyLinearArgs* next,
-                void* barrier) {
+                const ChainedAttention* attention, void* barrier) {
   const Args a = args_of(up), b = args_of(down);
+  // The attention in the kernel: after the QKV call, with the fused norm, bf16 head dims up to 64 (one pair a lane).
+  std::optional<decode::Plan> attend;
+  if (attention && up.norm_weight.defined() && a.M * a.N > 0) {
+    attend = decode::plan(*attention->t, attention->projection, 1, attention->scale, attention->window_left,
+                          attention->sink_tokens);
+    if (attend->pairs != 1) attend.reset();
+  }
+  bool attended = false;
   if (a.M * a.N == 0) {
     if (next) gpu::skinny_linear(*next);
-    return;
-  }
-  CudaDeviceGuard guard(up.x.device().index);
-  const cudaStream_t stream = cuda_stream(up.stream);
-  const Device device = up.x.device();
-  const int sms = multiprocessors(device);
-  auto* count = static_cast<unsigned*>(barrier);
-  if (!up.norm_weight.defined()) {  // the decode step's FFN has its norm: no kernel chains a next call here
-    launch_ffn_rows<false, kNoCall>(a, b, a, count, device, sms, stream);
-    FT_CUDA_CHECK_LAUNCH();
-    if (next) gpu::skinny_linear(*next);
-    return;
-  }
-  if (!next) {
-    launch_ffn_rows<true, kNoCall>(a, b, a, count, device, sms, stream);
-  } else if (next->epilogue == SkinnyEpilogue::rope_append) {
-    launch_ffn_rows<true, kRope>(a, b, args_of(*next), count, device, sms, stream);
   } else {
-    launch_ffn_rows<true, kStore>(a, b, args_of(*next), count, device, sms, stream);
+    CudaDeviceGuard guard(up.x.device().index);
+    const cudaStream_t stream = cuda_stream(up.stream);
+    const Device device = up.x.device();
+    const int sms = multiprocessors(device);
+    auto* count = static_cast<unsigned*>(barrier);
+    if (!up.norm_weight.defined()) {  // the decode step's FFN has its norm: no kernel chains a next call here
+      launch_ffn_rows<false, kNoCall, false>(a, b, a, nullptr, count, device, sms, stream);
+      FT_CUDA_CHECK_LAUNCH();
+      if (next) gpu::skinny_linear(*next);
+    } else if (!next) {
+      launch_ffn_rows<true, kNoCall, false>(a, b, a, nullptr, count, device, sms, stream);
+    } else if (next->epilogue == SkinnyEpilogue::rope_append && attend) {
+      attended = launch_ffn_rows<true, kRope, true>(a, b, args_of(*next), &*attend, count, device, sms, stream);
+    } else if (next->epilogue == SkinnyEpilogue::rope_append) {
+      launch_ffn_rows<true, kRope, false>(a, b, args_of(*next), nullptr, count, device, sms, stream);
+    } else {
+      launch_ffn_rows<true, kStore, false>(a, b, args_of(*next), nullptr, count, device, sms, stream);
+    }
+    FT_CUDA_CHECK_LAUNCH();
   }
-  FT_CUDA_CHECK_LAUNCH();
+  if (attention && !attended)
+    decode_attention(*attention->t, attention->projection, 1, attention->scale, attention->window_left,
+                     attention->sink_tokens, up.overlap_launch, up.stream);
 }
 
 }  // namespace ft::gpu
