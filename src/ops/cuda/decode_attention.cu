@@ -4,7 +4,9 @@
 // the keys, in tiles of up to kDecodeKeysPerSplit keys staged in shared memory (see Note [Decode attention
 // tiles]). With one split the block writes o; with several, each writes its (max, sum, accumulator) partial to
 // the workspace, and the last block of the group to arrive (an atomic counter it resets) merges the splits in
-// split order and writes o — the same order whichever block is last, so the result is deterministic.
+// split order and writes o — the same order whichever block is last, so the result is deterministic. The
+// block's work is decode::attend (decode_attention_block.cuh), which skinny_ffn's chained kernel also runs, its
+// wait for the previous kernel there a grid barrier (Note [Skinny FFN barrier] in skinny_linear.cu).
 //
 // Note [Decode attention tiles]
 // A decode step's attention reads a short cache (a few hundred keys) once: its cost is memory round trips, not
