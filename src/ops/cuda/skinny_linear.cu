@@ -200,27 +200,48 @@ struct PreviousGrid {
   }
 };
 
+// Device-scope atomics and loads with the memory orders the grid barrier needs (PTX memory model).
+__device__ __forceinline__ unsigned add_acq_rel(unsigned* p, unsigned v) {
+  unsigned old;
+  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
+  return old;
+}
+__device__ __forceinline__ void add_release(unsigned* p, unsigned v) {
+  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ unsigned load_relaxed(const unsigned* p) {
+  unsigned v;
+  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+}
+__device__ __forceinline__ void store_relaxed(unsigned* p, unsigned v) {
+  asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+
 // Waits until every block of the grid has arrived, their writes before it visible to all after it (Note [Skinny
 // FFN barrier]). count: (2) the arrivals, zero between barriers, and a generation: the last block to arrive zeroes
 // the arrivals and then advances the generation, which the others wait for (so a block may arrive at a next
-// barrier on the same count at once).
+// barrier on the same count at once). Thread 0 arrives with a release (the block's writes, ordered before it by
+// the __syncthreads, go with it), the last arrival acquires them all and releases them with the generation, and
+// the others acquire the generation: no full fences.
 struct GridBarrier {
   unsigned* count;
   __device__ __forceinline__ void operator()() const {
     __syncthreads();
     if (threadIdx.x == 0) {
-      volatile unsigned* v = count;
-      const unsigned generation = v[1];
-      __threadfence();  // the block's writes (ordered before by the __syncthreads) before its arrival
-      if (atomicAdd(count, 1u) == gridDim.x - 1) {
-        atomicExch(count, 0u);
-        __threadfence();
-        atomicAdd(count + 1, 1u);
+      const unsigned generation = load_relaxed(count + 1);  // before the arrival (the release orders it)
+      if (add_acq_rel(count, 1u) == gridDim.x - 1) {
+        store_relaxed(count, 0u);
+        add_release(count + 1, 1u);
       } else {
-        while (v[1] == generation) {
+        while (load_acquire(count + 1) == generation) {
         }
       }
-      __threadfence();
     }
     __syncthreads();
   }
