@@ -189,8 +189,9 @@ __device__ __forceinline__ void epilogue(const Args& a, std::int64_t m, std::int
 // Each call's units are the same as alone (only which warp takes a unit depends on the grid), so are its bits.
 // A next call on w2's output (the next layer's QKV call, or the LM head) follows a second barrier the same way,
 // and after a QKV call the next layer's attention with its output projection a third (decode::attend of
-// decode_attention_block.cuh, its blocks dealt out over the grid's first ones; the copies of the cached keys and
-// of W_o's slices before the barrier): a decode layer is then one kernel, its shared memory the attention's.
+// decode_attention_block.cuh, its blocks dealt out over the grid, a block taking every grid-th beyond it; the
+// first one's copies of the cached keys and of W_o's slice before the barrier): a decode layer is then one kernel,
+// its shared memory the attention's.
 
 // Waits for the previous kernel (launched to overlap it, dependent_launch.cuh) and lets the next one start.
 struct PreviousGrid {
@@ -501,12 +502,16 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
   if constexpr (kAttend) {
     __syncthreads();  // the next call's reads of shared memory are done: the attention's copies may land there
     const unsigned blocks = attend_grid.x * attend_grid.y * attend_grid.z;
-    if (blockIdx.x < blocks) {
-      const uint3 block{blockIdx.x % attend_grid.x, blockIdx.x / attend_grid.x % attend_grid.y,
-                        blockIdx.x / (attend_grid.x * attend_grid.y)};
-      decode::attend<__nv_bfloat16, 1, 16, true>(attention, block, attend_grid, staged, GridBarrier{barrier});
-    } else {
-      GridBarrier{barrier}();  // every block arrives
+    const auto block_of = [&](unsigned i) {
+      return uint3{i % attend_grid.x, i / attend_grid.x % attend_grid.y, i / (attend_grid.x * attend_grid.y)};
+    };
+    if (blockIdx.x >= blocks) return GridBarrier{barrier}();  // every block arrives
+    // The attention's blocks blockIdx.x, + gridDim.x, ...: the first one's copies before the barrier.
+    decode::attend<__nv_bfloat16, 1, 16, true>(attention, block_of(blockIdx.x), attend_grid, staged,
+                                                GridBarrier{barrier});
+    for (unsigned i = blockIdx.x + gridDim.x; i < blocks; i += gridDim.x) {
+      __syncthreads();  // the previous one's shared memory is free
+      decode::attend<__nv_bfloat16, 1, 16, true>(attention, block_of(i), attend_grid, staged, [] {});
     }
   }
 }
@@ -587,15 +592,18 @@ int resident_blocks(const void* kernel, std::size_t smem, Device device, int sms
   return per_sm * sms;
 }
 
-// skinny_ffn: one kernel where its grid is resident at once (Note [Skinny FFN barrier]), one a call otherwise.
-// Returns whether the kernel ran the attention (kAttend; attention: its plan).
+// skinny_ffn: one kernel where its grid is resident at once (Note [Skinny FFN barrier]); where it is not, without
+// the attention (whose shared memory is the larger), else one a call. Returns whether the kernel ran the attention
+// (kAttend; attention: its plan).
 template <int kM, bool kNorm, int kNext, bool kAttend>
 bool launch_ffn(Args up, Args down, Args next, const decode::Plan* attention, unsigned* barrier, Device device,
                 int sms, cudaStream_t stream) {
   unsigned grid = std::max(plan<kM, kSwiglu>(up, sms).blocks, plan<kM, kResidual>(down, sms).blocks);
   if constexpr (kNext != kNoCall) grid = std::max(grid, plan<kM, kNext>(next, sms).blocks);
+  // The attention's blocks: up to the grid's most, each taking every grid-th beyond (the ffn kernel).
   const uint3 attend_grid = kAttend ? uint3{attention->grid.x, attention->grid.y, attention->grid.z} : uint3{0, 0, 0};
-  if constexpr (kAttend) grid = std::max(grid, attend_grid.x * attend_grid.y * attend_grid.z);
+  const auto most = static_cast<unsigned>(kBlocksPerSm * sms);
+  if constexpr (kAttend) grid = std::max(grid, std::min(most, attend_grid.x * attend_grid.y * attend_grid.z));
   std::size_t smem = std::max(plan<kM, kSwiglu>(up, sms, grid).smem, plan<kM, kResidual>(down, sms, grid).smem);
   if constexpr (kNext != kNoCall) smem = std::max(smem, plan<kM, kNext>(next, sms, grid).smem);
   if constexpr (kAttend) smem = std::max(smem, attention->smem);
@@ -606,6 +614,8 @@ bool launch_ffn(Args up, Args down, Args next, const decode::Plan* attention, un
                   kAttend ? attention->params : decode::Params{}, attend_grid, barrier);
     return kAttend;
   }
+  if constexpr (kAttend) return launch_ffn<kM, kNorm, kNext, false>(up, down, next, nullptr, barrier, device, sms,
+                                                                    stream);
   launch<kM, kSwiglu, kNorm>(up, device, sms, stream);
   launch<kM, kResidual, false>(down, device, sms, stream);
   if constexpr (kNext != kNoCall) launch<kM, kNext, true>(next, device, sms, stream);
