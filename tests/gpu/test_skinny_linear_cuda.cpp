@@ -9,12 +9,14 @@
 // calls, with and without a next call (QKV with RoPE + cache append, or an LM head) on its output and then the
 // decode attention with its output projection (decode_attention_projected) over that call's caches (1, 3 and 8
 // rows; the xl shape and small ones; head dims 16 to 128; repeated, overlapping and graph-replayed calls, the
-// barrier's arrivals left zero); no barrier, and a next call not on y, clear errors.
+// barrier's arrivals left zero; one kernel, the attention past head dim 64 a second); no barrier, and a next call
+// not on y, clear errors.
 // Run on a GPU machine: ./build/bin/gpu_test_skinny_linear_cuda
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -189,6 +191,19 @@ TEST(SkinnyLinearCuda, SplitKIsBitIdenticalToOneWarpAUnit) {
   }
 }
 
+// The nodes of the graph that fn's work on stream makes (captured, not run): its kernels.
+std::size_t kernels_of(const Stream& stream, const std::function<void()>& fn) {
+  const auto s = static_cast<cudaStream_t>(stream.handle());
+  EXPECT_EQ(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), cudaSuccess);
+  fn();
+  cudaGraph_t graph = nullptr;
+  EXPECT_EQ(cudaStreamEndCapture(s, &graph), cudaSuccess);
+  std::size_t nodes = 0;
+  EXPECT_EQ(cudaGraphGetNodes(graph, nullptr, &nodes), cudaSuccess);
+  EXPECT_EQ(cudaGraphDestroy(graph), cudaSuccess);
+  return nodes;
+}
+
 // skinny_ffn's optional next call on y: none, a QKV call (rope_append) or an LM head (store to fp32).
 enum class Next { none, rope, store };
 
@@ -325,6 +340,8 @@ void check_ffn(const FfnCase& c) {
   stream.synchronize();
   EXPECT_EQ(read_as_double(y), want_y) << "graph replay";
   expect_next("graph replay");
+  // One kernel for all the calls (the device holds the grid at once), the attention past head dim 64 its own.
+  EXPECT_EQ(kernels_of(stream, [&] { skinny_ffn(f); }), c.attend && c.head_dim > 64 ? 2u : 1u);
   std::uint32_t arrivals = 1;
   ASSERT_EQ(cudaMemcpy(&arrivals, barrier.data(), sizeof(arrivals), cudaMemcpyDeviceToHost), cudaSuccess);
   EXPECT_EQ(arrivals, 0u) << "the barrier's arrivals left zero";
