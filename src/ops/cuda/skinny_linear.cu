@@ -18,6 +18,7 @@
 #include <mutex>
 #include <optional>
 #include <tuple>
+#include <utility>
 
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/decode_attention_block.cuh"
@@ -553,9 +554,19 @@ Plan plan(Args& a, int sms, unsigned grid = 0) {
 }
 
 // A kernel's shared memory past the default (when it asks for more) and the chain's carveout.
+// The attribute is set once per kernel, device and larger size (an ungraphed decode step launches the chained
+// kernel, which asks for more than the default, once a layer).
 void prepare(const void* kernel, std::size_t smem, Device device) {
-  if (smem > static_cast<std::size_t>(kDefaultSharedBytes))
-    FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  if (smem > static_cast<std::size_t>(kDefaultSharedBytes)) {
+    static std::mutex mutex;
+    static std::map<std::pair<const void*, int>, std::size_t> allowed;  // the largest set so far
+    std::lock_guard<std::mutex> lock(mutex);
+    std::size_t& most = allowed[{kernel, device.index}];
+    if (smem > most) {
+      FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      most = smem;
+    }
+  }
   use_chain_carveout(kernel, device);
 }
 
