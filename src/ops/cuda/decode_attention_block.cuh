@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "ops/cuda/common.cuh"
+#include "ops/cuda/dependent_launch.cuh"
 #include "ops/decode_attention.h"
 
 namespace ft::gpu::decode {
@@ -359,14 +360,15 @@ __device__ __forceinline__ void attend(const Params& p, uint3 block, uint3 grid,
       for (int offset = lanes / 2; offset > 0; offset /= 2) sum += __shfl_xor_sync(0xffffffffu, sum, offset);
       if (row < w_rows && sub == 0) products[n_begin + row] = sum;
     }
-    // The last block of the slice adds the groups' products in group order to the residual.
-    __threadfence();
+    // The last block of the slice adds the groups' products in group order to the residual. Thread 0's arrival
+    // releases the block's products (ordered before it by the __syncthreads) and, for the last, acquires the
+    // others'.
     __syncthreads();
     int* counter = p.slice_counters + b * p.slices + block.x;
-    if (threadIdx.x == 0) s_last = atomicAdd(counter, 1) == static_cast<int>(grid.y) - 1;
+    if (threadIdx.x == 0)
+      s_last = add_acq_rel(reinterpret_cast<unsigned*>(counter), 1u) == grid.y - 1;
     __syncthreads();
     if (!s_last) return;
-    __threadfence();
     const float* all = p.products + b * grid.y * p.n_out;
     for (std::int64_t n = n_begin + threadIdx.x; n < n_end; n += kThreads) {
       float sum = 0.f;
