@@ -30,6 +30,22 @@ double ms_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
+const char* name_of(DecodeKernels kernels) {
+  switch (kernels) {
+    case DecodeKernels::separate: return "separate";
+    case DecodeKernels::projected: return "projected";
+    case DecodeKernels::ffn: return "ffn";
+    case DecodeKernels::chained: return "chained";
+  }
+  return "?";
+}
+
+DecodeKernels parse_decode_kernels(const std::string& name) {
+  for (DecodeKernels k : kDecodeKernelSplits)
+    if (name == name_of(k)) return k;
+  FT_THROW(invalid_argument, "decode kernels: expected separate, projected, ffn or chained, given '", name, "'");
+}
+
 DType Generator::compute_dtype() const {
   return model_.options().precision == Precision::bf16 ? DType::bf16 : DType::f32;
 }
@@ -246,12 +262,12 @@ DecodeProjection Generator::projection(std::int64_t l, std::int64_t B) const {
   return p;
 }
 
-void Generator::fused_attention(std::int64_t l, std::int64_t B, bool overlap) {
+void Generator::fused_attention(std::int64_t l, std::int64_t B, bool overlap, bool project) {
   DecodeAttentionOptions options;
   options.overlap_launch = overlap;
   options.stream = stream_;
   const DecodeAttentionTensors t = attention_tensors(l, B);
-  if (projects(B)) return decode_attention_projected(t, projection(l, B), options);
+  if (project && projects(B)) return decode_attention_projected(t, projection(l, B), options);
   decode_attention(t, options);
   const std::int64_t d = model_.config().d_model;
   SkinnyLinearArgs s;
@@ -273,16 +289,40 @@ void Generator::decode_layer(std::int64_t l, std::int64_t B, const DecodePlan& p
   const auto index = [&](LayerSlot slot) { return model_.layout().layer_index(l, slot); };
   if (!plan.fused) return unfused_decode_layer(l, B, plan.overlap);
 
-  // Fused (see Note [Graphed decode step]): layer 0's QKV call and attention (with x_mid = x + output_proj(o))
-  // alone; then x = x_mid + w2(silu(w1 ln2(x_mid)) * w3 ln2(x_mid)) in one kernel with the next layer's QKV call
-  // and attention, or after the last layer the final norm and the LM head (skinny_ffn).
+  // Fused (see Note [Graphed decode step] and DecodeKernels): the QKV call and the attention (with x_mid = x +
+  // output_proj(o)) — chained: layer 0's alone, the others' in the previous layer's FFN kernel —; then x = x_mid +
+  // w2(silu(w1 ln2(x_mid)) * w3 ln2(x_mid)), chained in one kernel with the next layer's QKV call and attention,
+  // or after the last layer the final norm and the LM head (skinny_ffn).
   const bool overlap = plan.overlap;
-  if (l == 0) {
-    skinny_linear(qkv_call(0, B, overlap));
-    fused_attention(0, B, overlap);
+  const DecodeKernels kernels = plan.kernels;
+  const bool chained = kernels == DecodeKernels::chained;
+  if (l == 0 || !chained) {
+    skinny_linear(qkv_call(l, B, overlap));
+    fused_attention(l, B, overlap, kernels != DecodeKernels::separate);
   }
   const Tensor x = rows(x_, B, d), x_mid = rows(x_mid_, B, d);
-  const bool last = l + 1 == cfg.num_layers, chain_attention = !last && projects(B);
+  if (kernels == DecodeKernels::separate || kernels == DecodeKernels::projected) {
+    SkinnyLinearArgs s;
+    s.epilogue = SkinnyEpilogue::swiglu;
+    s.y = rows(h_, B, cfg.d_ff);
+    s.x = x_mid;
+    s.w = weight(index(LayerSlot::w1));
+    s.w3 = weight(index(LayerSlot::w3));
+    s.norm_weight = params[index(LayerSlot::ln2)];
+    s.norm_eps = cfg.norm_eps;
+    s.overlap_launch = overlap;
+    s.stream = stream_;
+    skinny_linear(s);
+    s.epilogue = SkinnyEpilogue::residual;
+    s.y = x;
+    s.residual = x_mid;
+    s.x = rows(h_, B, cfg.d_ff);
+    s.w = weight(index(LayerSlot::w2));
+    s.w3 = Tensor();
+    s.norm_weight = Tensor();
+    return skinny_linear(s);
+  }
+  const bool last = l + 1 == cfg.num_layers, chain_attention = chained && !last && projects(B);
   SkinnyFfnArgs ffn;
   ffn.y = x;
   ffn.x = x_mid;
@@ -295,7 +335,7 @@ void Generator::decode_layer(std::int64_t l, std::int64_t B, const DecodePlan& p
   ffn.residual = x_mid;
   ffn.barrier = ffn_barrier_.data();
   const SkinnyLinearArgs next = last ? lm_head_call(0, B, overlap) : qkv_call(l + 1, B, overlap);
-  ffn.next = &next;
+  if (chained) ffn.next = &next;
   DecodeAttentionTensors t;
   DecodeProjection p;
   DecodeAttentionOptions options;
@@ -309,7 +349,7 @@ void Generator::decode_layer(std::int64_t l, std::int64_t B, const DecodePlan& p
   ffn.overlap_launch = overlap;
   ffn.stream = stream_;
   skinny_ffn(ffn);
-  if (!last && !chain_attention) fused_attention(l + 1, B, overlap);
+  if (chained && !last && !chain_attention) fused_attention(l + 1, B, overlap, true);
 }
 
 void Generator::unfused_decode_layer(std::int64_t l, std::int64_t B, bool overlap) {
@@ -360,14 +400,14 @@ void Generator::block_rest(std::int64_t l, std::int64_t R) {
   residual_add(x, x_mid, stream_);
 }
 
-void Generator::lm_head(std::int64_t first, std::int64_t B, bool fused) {
+void Generator::lm_head(std::int64_t first, std::int64_t B, bool fused, bool overlap) {
   const ModelConfig& cfg = model_.config();
   const Device dev = model_.options().device;
   const std::int64_t d = cfg.d_model, V = cfg.vocab_size;
   const Tensor x_last(static_cast<float*>(x_.tensor().data()) + first * d, DType::f32, dev, {B, d});
   const Tensor& norm_weight = model_.parameters()[model_.layout().ln_final_index()];
   const Tensor logits = rows(logits_, B, V), w = weight(model_.layout().lm_head_index());
-  if (fused && skinny_linear_fits(B, d)) return skinny_linear(lm_head_call(first, B, false));  // the final norm fused
+  if (fused && skinny_linear_fits(B, d)) return skinny_linear(lm_head_call(first, B, overlap));  // the final norm fused
   const Tensor ln = rows(ln_, B, d);
   rmsnorm_forward(ln, Tensor(rstd_.tensor().data(), DType::f32, dev, {B}), x_last, norm_weight,
                   {cfg.norm_eps, stream_});
@@ -401,7 +441,8 @@ void Generator::enqueue_decode(std::int64_t B, const DecodePlan& plan) {
   embedding_forward(rows(x_, B, d).reshape({1, B, d}), TokenIds{device_ids(), {1, B}, dev},
                     model_.parameters()[ParameterLayout::embedding_index()], stream_);
   for (std::int64_t l = 0; l < cfg.num_layers; ++l) decode_layer(l, B, plan);
-  if (!plan.fused) lm_head(0, B, false);  // fused: in the last layer's FFN kernel
+  // Chained: in the last layer's FFN kernel.
+  if (!plan.fused || plan.kernels != DecodeKernels::chained) lm_head(0, B, plan.fused, plan.overlap);
   // Greedy's next ids: the next step's input, and kept by position in ids_ (rows (position + 1) * B ..) so that
   // generate() reads a greedy generation back once.
   argmax_rows(device_ids(), rows(logits_, B, V), plan.id_limit, stream_, device_ids() + B, position());
@@ -452,7 +493,8 @@ std::vector<std::vector<std::int32_t>> Generator::generate(const std::vector<std
   const std::int64_t id_limit = options.sampling.id_limit;
   const DecodePlan plan{id_limit, options.overlap_launches,
                         options.fused_gemms && skinny_ok_ && skinny_linear_fits(B, cfg.d_model) &&
-                            skinny_linear_fits(B, cfg.d_ff)};
+                            skinny_linear_fits(B, cfg.d_ff),
+                        options.decode_kernels};
   stats_.fused_gemms = plan.fused;
 
   auto start = std::chrono::steady_clock::now();
@@ -483,7 +525,7 @@ std::vector<std::vector<std::int32_t>> Generator::generate(const std::vector<std
   write_device(position(), &position0, sizeof(position0));
   CudaGraph* graph = nullptr;
   if (dev.is_cuda() && options.cuda_graph && options.max_new_tokens > 1) {
-    std::unique_ptr<CudaGraph>& slot = graphs_[{B, plan.id_limit, plan.overlap, plan.fused}];
+    std::unique_ptr<CudaGraph>& slot = graphs_[{B, plan.id_limit, plan.overlap, plan.fused, plan.kernels}];
     if (!slot) {
       auto captured = std::make_unique<CudaGraph>();
       captured->capture(stream_, [&] { enqueue_decode(B, plan); });
