@@ -47,6 +47,7 @@ struct BwdKvTraits {
   static constexpr int kConsumerThreads = 128 * kConsumers;
   static constexpr int kThreads = 128 + kConsumerThreads;  // producer warpgroup first
   static constexpr int kProducerRegs = kTiles.producer_regs;
+  static constexpr bool kCounterBackoff = kTiles.counter_backoff;  // See counter_wait_eq
   static constexpr int kConsumerRegs = consumer_registers(kThreads, kProducerRegs);
   // Columns of the shared tiles and of the dK, dV and dQ accumulators: See Note [Padded head dims]
   // (flash_traits.h).
@@ -230,7 +231,7 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
           int* counter = p.dq_order + seq.counter0() + h * p.pre_blocks + m0 / kPreRows;
           for (int w = 0; w < Tr::kConsumers; ++w) named_barrier_sync(full_barrier(w, parity), kWriterThreads);
           if (lane == 0) {
-            counter_wait_eq(counter, before);
+            counter_wait_eq<Tr::kCounterBackoff>(counter, before);
             for (int w = 0; w < Tr::kConsumers; ++w) reduce_piece(w, it, before == 0);
             bulk_wait_read<0>();
           }
