@@ -229,9 +229,11 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
           const int before =
               key_tiles_before<kHasMask, BN, BM>(n_block, seq.n_tiles(), ascending, m0 / BM, seq.shape(s), lane);
           int* counter = p.dq_order + seq.counter0() + h * p.pre_blocks + m0 / kPreRows;
+          // The turn is awaited while the consumers still compute the piece, so that a counter already
+          // there costs no read after the piece is staged (See Note [Ordered dQ additions]).
+          if (lane == 0) counter_wait_eq<Tr::kCounterBackoff>(counter, before);
           for (int w = 0; w < Tr::kConsumers; ++w) named_barrier_sync(full_barrier(w, parity), kWriterThreads);
           if (lane == 0) {
-            counter_wait_eq<Tr::kCounterBackoff>(counter, before);
             for (int w = 0; w < Tr::kConsumers; ++w) reduce_piece(w, it, before == 0);
             bulk_wait_read<0>();
           }

@@ -56,7 +56,10 @@ static_assert(section_heads_for(100, 12) == 12 && section_heads_for(0, 12) == 1 
 // and a key tile adds once every key tile before it in its head's order has (key_tiles_before); the
 // first one stores its boxes instead, so the pre-pass zeroes only the rows that see no key. Two writer
 // warps of the producer warpgroup (even and odd steps) wait on the counter, issue the reductions (or
-// stores) the consumers staged and, once they have landed, advance the counter.
+// stores) the consumers staged and, once they have landed, advance the counter. A writer awaits its turn
+// before its piece is staged, so the read of a counter already there overlaps the consumers' products
+// instead of following them: what is left between one key tile's additions landing and the next one's
+// being issued is the increment's trip to L2 and the next writer's read of it.
 // A block waits only on blocks launched before it (which run or have run: the hardware starts a grid's
 // blocks in order), so a head's order is its launch order. For most heads it is descending: last key
 // tile launched first, each block taking its query tiles first first, so a key tile reaches every causal
