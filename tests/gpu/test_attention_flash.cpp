@@ -687,35 +687,42 @@ TEST(FlashAttention, HopperPersistentForwardGivesTheSameOutputs) {
 // those of the others last key tile first (ascending_heads_for in flash_sm90_scheduler.cuh: none at these sizes).
 // Forced to take either order, and with query rows that see no key, each gives the gradients of the
 // all-descending run up to the order of its fp32 sums (within a unit in the last place of bf16 at the
-// largest magnitude), O and dsinks bit for bit, and the same bits from run to run.
+// largest magnitude), O and dsinks bit for bit, and the same bits from run to run. Groups of 2 and 4 query
+// heads a kv head: the blocks take their steps tile by tile over the group's heads, each head with its own
+// counters (Note [Ordered dQ additions]).
 TEST(FlashAttention, HopperAscendingHeadsGiveTheSameGradients) {
   if (!cuda_available() || !hopper_gpu()) GTEST_SKIP() << "needs a Hopper GPU";
-  for (std::int64_t d : {64, 96, 128}) {
-    const FlashCase c{.name = "ascending", .batch = 2, .heads_q = 4, .heads_kv = 2, .len_q = 300, .len_k = 170,
-                      .head_dim = d, .causal = true, .sinks = true};
-    SCOPED_TRACE(str("d ", d));
-    const Inputs in = make_inputs(c, 7);
-    Outputs descending;
-    {
-      const ForcedFlashHook forced(attention_impl::force_flash_ascending_heads, 0, -1);
-      RunToRun repeat;
-      descending = run_flash(c, in, &repeat);
-      EXPECT_TRUE(repeat.dq_identical && repeat.rest_identical);
+  const FlashCase cases[] = {
+      {.name = "ascending_gqa2", .batch = 2, .heads_q = 4, .heads_kv = 2, .len_q = 300, .len_k = 170,
+       .causal = true, .sinks = true},
+      {.name = "ascending_gqa4", .heads_q = 8, .heads_kv = 2, .len_q = 700, .len_k = 700, .causal = true},
+  };
+  for (std::int64_t d : {64, 96, 128})
+    for (FlashCase c : cases) {
+      c.head_dim = d;
+      SCOPED_TRACE(str(c.name, " d ", d));
+      const Inputs in = make_inputs(c, 7);
+      Outputs descending;
+      {
+        const ForcedFlashHook forced(attention_impl::force_flash_ascending_heads, 0, -1);
+        RunToRun repeat;
+        descending = run_flash(c, in, &repeat);
+        EXPECT_TRUE(repeat.dq_identical && repeat.rest_identical);
+      }
+      for (int heads : {1, 3, 4}) {
+        SCOPED_TRACE(str(heads, " ascending heads"));
+        const ForcedFlashHook forced(attention_impl::force_flash_ascending_heads, heads, -1);
+        RunToRun repeat;
+        const Outputs got = run_flash(c, in, &repeat);
+        EXPECT_TRUE(repeat.dq_identical && repeat.rest_identical);
+        EXPECT_TRUE(same_bits(descending.o, got.o));
+        EXPECT_TRUE(same_bits(descending.dsinks, got.dsinks));
+        const std::pair<const char*, std::pair<const std::vector<double>*, const std::vector<double>*>> grads[] = {
+            {"dq", {&got.dq, &descending.dq}}, {"dk", {&got.dk, &descending.dk}}, {"dv", {&got.dv, &descending.dv}}};
+        for (const auto& [name, pair] : grads)
+          EXPECT_LE(max_abs_diff(*pair.first, *pair.second), max_abs(*pair.second) / 128) << name;
+      }
     }
-    for (int heads : {1, 3, 4}) {
-      SCOPED_TRACE(str(heads, " ascending heads"));
-      const ForcedFlashHook forced(attention_impl::force_flash_ascending_heads, heads, -1);
-      RunToRun repeat;
-      const Outputs got = run_flash(c, in, &repeat);
-      EXPECT_TRUE(repeat.dq_identical && repeat.rest_identical);
-      EXPECT_TRUE(same_bits(descending.o, got.o));
-      EXPECT_TRUE(same_bits(descending.dsinks, got.dsinks));
-      const std::pair<const char*, std::pair<const std::vector<double>*, const std::vector<double>*>> grads[] = {
-          {"dq", {&got.dq, &descending.dq}}, {"dk", {&got.dk, &descending.dk}}, {"dv", {&got.dv, &descending.dv}}};
-      for (const auto& [name, pair] : grads)
-        EXPECT_LE(max_abs_diff(*pair.first, *pair.second), max_abs(*pair.second) / 128) << name;
-    }
-  }
 }
 
 TEST(FlashAttention, UnsupportedHeadDimNamesTheSupportedSet) {

@@ -171,12 +171,14 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
   const TileSpan span = key_tile_queries<kHasMask, BN, BM>(n0, narrowed);
   const int m_first = span.first, m_count = span.count;
   const int n_iters = m_count * s.group;
-  // Step it's query head and first query row: the steps run over the group's heads, each over the tiles
-  // (the last tile first when additions are ordered and ascending).
-  auto step_head = [&](int it) { return hk * s.group + it / m_count; };
+  // Step it's query head and first query row. The steps run over the query tiles (the last tile first when
+  // additions are ordered and ascending) and the group's query heads: head by head, each over the tiles, or
+  // with ordered additions tile by tile, each over the heads (See Note [Ordered dQ additions]).
+  auto step_tile = [&](int it) { return kOrderedDq ? it / s.group : it % m_count; };
+  auto step_head = [&](int it) { return hk * s.group + (kOrderedDq ? it % s.group : it / m_count); };
   const bool last_tile_first = kOrderedDq && ascending;
   auto step_row0 = [&](int it) {
-    const int i = it % m_count;
+    const int i = step_tile(it);
     return (m_first + (last_tile_first ? m_count - 1 - i : i)) * BM;
   };
   // Warpgroup w stages its piece of a step's dQ tile (queries 64 (w / kColPanels).., columns kPanel
