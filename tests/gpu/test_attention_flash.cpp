@@ -725,6 +725,45 @@ TEST(FlashAttention, HopperAscendingHeadsGiveTheSameGradients) {
     }
 }
 
+// Before each addition the deterministic Hopper backward counts the key tiles that add into the step's query
+// tile ahead of its own (key_tiles_before in flash_sm90_scheduler.cuh): without a left window bound by a
+// search over the prefix of key tiles that visit it, else by a scan. These heads have 36 key tiles, so the
+// search narrows ranges of more than 32 tiles, in the descending order and, with every head forced to it,
+// the ascending one. A wrong count hangs the kernel, loses pieces or adds them out of turn: each run gives
+// the atomic run's gradients up to the order of the fp32 sums (the steps' order differs too with ascending
+// heads and groups) and the same bits from run to run.
+TEST(FlashAttention, HopperOrderedDqOverManyKeyTilesMatchesAtomic) {
+  if (!cuda_available() || !hopper_gpu()) GTEST_SKIP() << "needs a Hopper GPU";
+  const FlashCase cases[] = {
+      {.name = "causal_gqa2", .heads_q = 4, .heads_kv = 2, .len_q = 4500, .len_k = 4500, .causal = true},
+      {.name = "causal_q3000_k4500", .heads_q = 2, .heads_kv = 2, .len_q = 3000, .len_k = 4500, .causal = true},
+      {.name = "full_q3000_k4500", .heads_q = 2, .heads_kv = 1, .len_q = 3000, .len_k = 4500},
+      {.name = "window_1000_sink_tokens_200", .heads_q = 2, .heads_kv = 2, .len_q = 4500, .len_k = 4500,
+       .causal = true, .window_left = 1000, .sink_tokens = 200},
+  };
+  for (std::int64_t d : {64, 128})
+    for (FlashCase c : cases) {
+      c.head_dim = d;
+      SCOPED_TRACE(str(c.name, " d ", d));
+      const Inputs in = make_inputs(c, 13);
+      FlashCase atomic_case = c;
+      atomic_case.deterministic = false;
+      RunToRun atomic_repeat;
+      const Outputs atomic = run_flash(atomic_case, in, &atomic_repeat);
+      for (int ascending : {0, 64}) {
+        SCOPED_TRACE(str(ascending, " ascending heads (at most every grid head)"));
+        const ForcedFlashHook forced(attention_impl::force_flash_ascending_heads, ascending, -1);
+        RunToRun repeat;
+        const Outputs got = run_flash(c, in, &repeat);
+        EXPECT_TRUE(repeat.dq_identical && repeat.rest_identical);
+        const std::pair<const char*, std::pair<const std::vector<double>*, const std::vector<double>*>> grads[] = {
+            {"dq", {&got.dq, &atomic.dq}}, {"dk", {&got.dk, &atomic.dk}}, {"dv", {&got.dv, &atomic.dv}}};
+        for (const auto& [name, pair] : grads)
+          EXPECT_LE(max_abs_diff(*pair.first, *pair.second), max_abs(*pair.second) / 128) << name;
+      }
+    }
+}
+
 TEST(FlashAttention, UnsupportedHeadDimNamesTheSupportedSet) {
   if (!cuda_available()) GTEST_SKIP() << "no CUDA device";
   const FlashCase c{.name = "d48", .dtype = DType::bf16, .len_q = 8, .len_k = 8, .head_dim = 48};
