@@ -177,9 +177,23 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
   auto step_tile = [&](int it) { return kOrderedDq ? it / s.group : it % m_count; };
   auto step_head = [&](int it) { return hk * s.group + (kOrderedDq ? it % s.group : it / m_count); };
   const bool last_tile_first = kOrderedDq && ascending;
-  auto step_row0 = [&](int it) {
-    const int i = step_tile(it);
-    return (m_first + (last_tile_first ? m_count - 1 - i : i)) * BM;
+  auto tile_row0 = [&](int i) { return (m_first + (last_tile_first ? m_count - 1 - i : i)) * BM; };
+  auto step_row0 = [&](int it) { return tile_row0(step_tile(it)); };
+  // step_tile and the head's index in the group, step after step without a division a step (the
+  // consumers' loop).
+  struct StepCursor {
+    int tile = 0, head = 0;
+  };
+  auto advance_step = [&](StepCursor& c) {
+    if (kOrderedDq ? ++c.head == s.group : ++c.tile == m_count) {
+      if (kOrderedDq) {
+        c.head = 0;
+        ++c.tile;
+      } else {
+        c.tile = 0;
+        ++c.head;
+      }
+    }
   };
   // Warpgroup w stages its piece of a step's dQ tile (queries 64 (w / kColPanels).., columns kPanel
   // (w % kColPanels).., over all BN keys) in its sdQ boxes; one thread adds them into dq_accum.
@@ -327,11 +341,12 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
 
   mbar_wait(kv_full, 0);
   RingPosition<kStages> pos;
-  for (int it = 0; it < n_iters; ++it, pos.advance()) {
+  StepCursor step;
+  for (int it = 0; it < n_iters; ++it, pos.advance(), advance_step(step)) {
     const int slot = pos.slot;
     const T* sQt = sQ + slot * BM * DS;
     const T* sdOt = sdO + slot * BM * DS;
-    const int m0 = step_row0(it);
+    const int m0 = tile_row0(step.tile);
     mbar_wait(&step_full[slot], pos.phase);
 
     float acc_s[kNtS][4], acc_dp[kNtS][4];  // S^T = K Q^T, dP^T = V dO^T (the first k step overwrites)
