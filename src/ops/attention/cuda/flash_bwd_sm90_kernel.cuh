@@ -292,7 +292,9 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
   setmaxnreg_inc<Tr::kConsumerRegs>();
   const int ctid = tid - 128, cwarp = warp - 4;
   const int g = lane >> 2, t = lane & 3;
-  const int wg_row = (cwarp / 4) * 64, warp_row = cwarp * 16;  // first key row of this warpgroup / warp
+  // Known warp-uniform, so that the wgmma descriptors derived from wg_row stay in uniform registers.
+  const int wg = warp_uniform(cwarp / 4);
+  const int wg_row = wg * 64, warp_row = cwarp * 16;  // first key row of this warpgroup / warp
   const FlashShape ss = seq_shape();
   const KeyQueries queries[2] = {KeyQueries(key_queries<kHasMask>(n0 + warp_row + g, ss)),
                                  KeyQueries(key_queries<kHasMask>(n0 + warp_row + g + 8, ss))};
@@ -308,7 +310,6 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
   // step's piece follows the loop. The leader's wait for its previous reductions to have read sdQ
   // precedes a barrier that every thread of the warpgroup passes before writing sdQ. With ordered
   // additions the writer warp issues the reductions instead, and frees sdQ through a barrier.
-  const int wg = warp_uniform(cwarp / 4);
   const bool wg_leader = ctid % 128 == 0;
   const int qp = wg / kColPanels, cp = wg % kColPanels;  // this warpgroup's dQ piece
   auto sds_of = [&](int it) { return sdS + (it & 1) * BN * BM; };  // step it's dS^T buffer
