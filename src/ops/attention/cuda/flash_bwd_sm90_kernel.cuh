@@ -248,6 +248,7 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
           // The turn is awaited while the consumers still compute the piece, so that a counter already
           // there costs no read after the piece is staged (See Note [Ordered dQ additions]).
           if (lane == 0) counter_wait_eq<Tr::kCounterBackoff>(counter, before);
+          __syncwarp();  // bar.sync is .aligned: the warp reaches it converged
           for (int w = 0; w < Tr::kConsumers; ++w) named_barrier_sync(full_barrier(w, parity), kWriterThreads);
           if (lane == 0) {
             for (int w = 0; w < Tr::kConsumers; ++w) reduce_piece(w, it, before == 0);
