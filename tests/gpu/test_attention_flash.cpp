@@ -479,6 +479,16 @@ std::vector<FlashCase> head_dim_cases() {
   return cases;
 }
 
+// Key tiles seen by more than 32 query tiles of 64 rows, so that the Hopper backward's search for the
+// query tiles that need no mask (full_query_tiles in flash_mask.cuh) narrows its range: a window with a key
+// tile of sink tokens (whose unmasked tiles run to the last one), and a causal diagonal moved by
+// len_k - len_q. bf16 at d=128, on the default kernels only: the CPU reference takes seconds here.
+std::vector<FlashCase> long_span_cases() {
+  return {{.name = "bf16_d128_window_600_sink_tokens_130_q2112", .len_q = 2112, .len_k = 2112, .head_dim = 128,
+           .causal = true, .window_left = 600, .sink_tokens = 130},
+          {.name = "bf16_d128_causal_q2112_k2400", .len_q = 2112, .len_k = 2400, .head_dim = 128, .causal = true}};
+}
+
 // The variant cases, then the head-dim cases.
 std::vector<FlashCase> variant_and_head_dim_cases() {
   std::vector<FlashCase> cases = variant_cases();
@@ -516,6 +526,7 @@ INSTANTIATE_TEST_SUITE_P(Variants, FlashVsNaive, ::testing::ValuesIn(variant_cas
 INSTANTIATE_TEST_SUITE_P(HeadDims, FlashVsNaive, ::testing::ValuesIn(head_dim_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Sm80, FlashVsNaive, ::testing::ValuesIn(sm80_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(AtomicDq, FlashVsNaive, ::testing::ValuesIn(atomic_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(LongSpans, FlashVsNaive, ::testing::ValuesIn(long_span_cases()), case_name);
 
 // True on a GPU of compute capability 9.0 (H100, H200), read from the device description.
 bool hopper_gpu() { return describe_device(Device::cuda(0)).find("sm_90") != std::string::npos; }

@@ -299,6 +299,8 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
   const FlashShape ss = seq_shape();
   const KeyQueries queries[2] = {KeyQueries(key_queries<kHasMask>(n0 + warp_row + g, ss)),
                                  KeyQueries(key_queries<kHasMask>(n0 + warp_row + g + 8, ss))};
+  // The steps' query tiles that need no per-element mask, found once rather than tested every step.
+  const TileSpan full_tiles = full_query_tiles<kHasMask, BN, BM>(n0, ss, span, lane);
 
   // dQ runs one step behind. Step it waits (bar.sync) for the other warpgroup to announce
   // its dS^T rows of step it - 1 in sdS buffer (it - 1) % 2, then issues this warpgroup's piece of that
@@ -360,11 +362,7 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
     wgmma_wait<1>();  // P^T is computed while dP^T runs
     fence_accumulators(acc_s);
 
-    const FlashShape step_shape = seq_shape();
-    const bool full = tile_full(row_keys<kHasMask>(m0, step_shape),
-                                row_keys<kHasMask>(min(m0 + BM, step_shape.len_q) - 1, step_shape), n0, BN,
-                                step_shape.len_k);
-    probs_t(acc_s, sL + slot * BM, queries, full, m0, t, s.scale_log2);
+    probs_t(acc_s, sL + slot * BM, queries, full_tiles.contains(m0 / BM), m0, t, s.scale_log2);
     // dS^T before dV is issued: P^T's A fragments need not live beside both fp32 tiles (else they spill
     // at D=64). Why not dV before dP^T lands: docs/perf-notes.md#backward-step-order.
     wgmma_wait<0>();  // dP^T

@@ -294,27 +294,19 @@ inline constexpr int kBwdSeqWords = 4;  // BwdSeqSlot's 8 ints in 8-byte words
 // Without a left window bound (causal, no mask, sink tokens) the key tiles that visit a query tile are a
 // prefix of the key tiles: every key tile's query span ends at the last query tile and starts no earlier
 // than the one before it (key_tile_queries). The count is then where that prefix ends in [first, end),
-// found by testing 32 evenly spaced tiles at a time, which narrows the range 32-fold a round, instead of
-// testing every tile of the range, a few hundred at long context, for every step. See Note [Ordered dQ
-// additions].
+// found by a search (warp_first_true) instead of testing every key tile of the range, a few hundred at long
+// context, for every step. See Note [Ordered dQ additions].
 template <bool kHasMask, int BN, int BM, class Shape>
 __device__ __forceinline__ int key_tiles_before(int n_block, int n_tiles, bool ascending, int tile, const Shape& s,
                                                 int lane) {
-  int first = ascending ? 0 : n_block + 1, end = ascending ? n_block : n_tiles;
-  auto visits = [&](int n) { return n < end && key_tile_queries<kHasMask, BN, BM>(n * BN, s).contains(tile); };
+  const int first = ascending ? 0 : n_block + 1, end = ascending ? n_block : n_tiles;
+  auto visits = [&](int n) { return key_tile_queries<kHasMask, BN, BM>(n * BN, s).contains(tile); };
+  if (!kHasMask || s.window_left < 0) return warp_first_true(first, end, lane, [&](int n) { return !visits(n); }) - first;
   int count = 0;
-  if (!kHasMask || s.window_left < 0) {
-    while (end - first > 32) {
-      const int step = (end - first + 31) / 32;
-      const int hits = __popc(__ballot_sync(0xffffffffu, visits(first + step * lane)));  // lanes [0, hits)
-      if (hits == 0) return count;  // not even `first` visits
-      // Tiles first .. first + step (hits - 1) visit; first + step hits, if below end, does not.
-      count += step * (hits - 1) + 1;
-      first += step * (hits - 1) + 1;
-      end = min(end, first - 1 + step);
-    }
+  for (int base = first; base < end; base += 32) {
+    const int n = base + lane;
+    count += __popc(__ballot_sync(0xffffffffu, n < end && visits(n)));
   }
-  for (int base = first; base < end; base += 32) count += __popc(__ballot_sync(0xffffffffu, visits(base + lane)));
   return count;
 }
 
