@@ -301,7 +301,8 @@ __device__ __forceinline__ int key_tiles_before(int n_block, int n_tiles, bool a
                                                 int lane) {
   const int first = ascending ? 0 : n_block + 1, end = ascending ? n_block : n_tiles;
   auto visits = [&](int n) { return key_tile_queries<kHasMask, BN, BM>(n * BN, s).contains(tile); };
-  if (!kHasMask || s.window_left < 0) return warp_first_true(first, end, lane, [&](int n) { return !visits(n); }) - first;
+  if (!kHasMask || s.window_left < 0)
+    return warp_first_true(first, end, lane, [&](int n) { return !visits(n); }) - first;
   int count = 0;
   for (int base = first; base < end; base += 32) {
     const int n = base + lane;
