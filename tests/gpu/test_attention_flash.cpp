@@ -699,8 +699,7 @@ TEST(FlashAttention, HopperPersistentForwardGivesTheSameOutputs) {
 // Forced to take either order, and with query rows that see no key, each gives the gradients of the
 // all-descending run up to the order of its fp32 sums (within a unit in the last place of bf16 at the
 // largest magnitude), O and dsinks bit for bit, and the same bits from run to run. Groups of 2 and 4 query
-// heads a kv head: the blocks take their steps tile by tile over the group's heads, each head with its own
-// counters (Note [Ordered dQ additions]).
+// heads a kv head, each query head with its own counters.
 TEST(FlashAttention, HopperAscendingHeadsGiveTheSameGradients) {
   if (!cuda_available() || !hopper_gpu()) GTEST_SKIP() << "needs a Hopper GPU";
   const FlashCase cases[] = {

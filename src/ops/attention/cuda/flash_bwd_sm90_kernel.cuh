@@ -171,30 +171,13 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
   const TileSpan span = key_tile_queries<kHasMask, BN, BM>(n0, narrowed);
   const int m_first = span.first, m_count = span.count;
   const int n_iters = m_count * s.group;
-  // Step it's query head and first query row. The steps run over the query tiles (the last tile first when
-  // additions are ordered and ascending) and the group's query heads: head by head, each over the tiles, or
-  // with ordered additions tile by tile, each over the heads (See Note [Ordered dQ additions]).
-  auto step_tile = [&](int it) { return kOrderedDq ? it / s.group : it % m_count; };
-  auto step_head = [&](int it) { return hk * s.group + (kOrderedDq ? it % s.group : it / m_count); };
+  // Step it's query head and first query row: the steps run over the group's heads, each over the tiles
+  // (the last tile first when additions are ordered and ascending). Why head by head and not tile by tile:
+  // docs/perf-notes.md#ordered-dq-additions.
+  auto step_head = [&](int it) { return hk * s.group + it / m_count; };
   const bool last_tile_first = kOrderedDq && ascending;
   auto tile_row0 = [&](int i) { return (m_first + (last_tile_first ? m_count - 1 - i : i)) * BM; };
-  auto step_row0 = [&](int it) { return tile_row0(step_tile(it)); };
-  // step_tile and the head's index in the group, step after step without a division a step (the
-  // consumers' loop).
-  struct StepCursor {
-    int tile = 0, head = 0;
-  };
-  auto advance_step = [&](StepCursor& c) {
-    if (kOrderedDq ? ++c.head == s.group : ++c.tile == m_count) {
-      if (kOrderedDq) {
-        c.head = 0;
-        ++c.tile;
-      } else {
-        c.tile = 0;
-        ++c.head;
-      }
-    }
-  };
+  auto step_row0 = [&](int it) { return tile_row0(it % m_count); };
   // Warpgroup w stages its piece of a step's dQ tile (queries 64 (w / kColPanels).., columns kPanel
   // (w % kColPanels).., over all BN keys) in its sdQ boxes; one thread adds them into dq_accum.
   constexpr int kColPanels = DS / kPanel;
@@ -345,12 +328,12 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
 
   mbar_wait(kv_full, 0);
   RingPosition<kStages> pos;
-  StepCursor step;
-  for (int it = 0; it < n_iters; ++it, pos.advance(), advance_step(step)) {
+  int tile = 0;  // it % m_count, carried from step to step instead of divided out every step
+  for (int it = 0; it < n_iters; ++it, pos.advance(), tile = tile + 1 == m_count ? 0 : tile + 1) {
     const int slot = pos.slot;
     const T* sQt = sQ + slot * BM * DS;
     const T* sdOt = sdO + slot * BM * DS;
-    const int m0 = tile_row0(step.tile);
+    const int m0 = tile_row0(tile);
     mbar_wait(&step_full[slot], pos.phase);
 
     float acc_s[kNtS][4], acc_dp[kNtS][4];  // S^T = K Q^T, dP^T = V dO^T (the first k step overwrites)

@@ -69,13 +69,7 @@ static_assert(section_heads_for(100, 12) == 12 && section_heads_for(0, 12) == 1 
 // first, ascending, each block taking its query tiles last first; blocks launched together then wait on
 // each other about a step each, which costs less than the tail. The count depends on the shape alone,
 // not on the device or the launch sections, so the gradients do not either; force_flash_ascending_heads
-// (tests) forces one. With grouped-query heads (each query head its own counters) a block's steps go tile
-// by tile, each query tile over the group's heads: with r = BN / BM (the query tiles a key tile's causal
-// start moves by) a key tile then reaches each (head, tile) the same step as the key tile before it in an
-// ascending order, and group x r steps after it in a descending one. Head by head, an ascending block
-// would reach the j-th head's tiles j r steps before the block before it (which has r more tiles a head)
-// and wait there; a descending one would follow it by r (j + 1) steps only.
-// Measurements: docs/perf-notes.md#ordered-dq-additions.
+// (tests) forces one. Measurements: docs/perf-notes.md#ordered-dq-additions.
 
 // How many of the last grid heads launch and add first key tile first, given the heads and their key
 // tiles: a quarter of them, none in a grid of fewer than 1024 blocks whose heads have fewer than 64 key
