@@ -1,7 +1,7 @@
 // test_ops_cuda.cpp — every model op's CUDA implementation against its CPU implementation on the same
 // inputs: linear (fp32 with TF32 off, bf16 operands with fp32 / bf16 outputs, strided rows, accumulation),
 // embedding (bit-identical forward and backward, repeated ids), RMSNorm, RoPE (both memory layouts, offset),
-// SwiGLU (in place), cross-entropy (vocab 97 to 50257, in-place / bf16 / no dlogits), residual add,
+// SwiGLU (in place), cross-entropy (vocab 97 to 151936, in-place / bf16 / no dlogits), residual add,
 // AdamW (clipping folded in too), SGD, casts and fills, gradient clipping; vectorised and scalar paths (aligned and unaligned
 // shapes); determinism (two runs bit-identical); ids out of range raise before anything is written.
 // Run on a GPU machine: ./build/bin/gpu_test_ops_cuda
@@ -349,9 +349,28 @@ TEST_P(CrossEntropyCuda, LossAndDlogitsMatchCpu) {
 
 INSTANTIATE_TEST_SUITE_P(Vocabularies, CrossEntropyCuda,
                          ::testing::Combine(::testing::Values(std::int64_t{97}, std::int64_t{1024},
-                                                              std::int64_t{50257}),
+                                                              std::int64_t{50257}, std::int64_t{151936}),
                                             ::testing::Values(Dlogits::none, Dlogits::separate, Dlogits::in_place,
                                                               Dlogits::bf16)));
+
+// Logits of -inf (masked columns) add nothing to a row's sum, also where all of a thread's columns are -inf
+// (columns [0, 2500) of 3000: most of a row's 512 threads of 4-element packs hold only those).
+TEST(CrossEntropyCuda, NegativeInfinityLogitsAddNothing) {
+  const std::int64_t V = 3000;
+  std::vector<double> values = normals(2 * V, 54, DType::f32, 3.0);
+  for (std::int64_t r = 0; r < 2; ++r)
+    for (std::int64_t j = 0; j < 2500; ++j) values[static_cast<std::size_t>(r * V + j)] = -INFINITY;
+  Pair logits = pair({2, V}, DType::f32, 54);
+  write_from_double(logits.cpu, values);
+  copy(logits.gpu, logits.cpu);
+  const Ids targets({2999, 2600}, {2});
+  const Pair dl = pair({2, V}, DType::f32, 55);
+  const double loss_cpu = cross_entropy(logits.cpu, targets.cpu(), dl.cpu);
+  const double loss_gpu = cross_entropy(logits.gpu, targets.gpu(), dl.gpu);
+  ASSERT_TRUE(std::isfinite(loss_gpu)) << loss_gpu;
+  EXPECT_NEAR(loss_gpu, loss_cpu, 1e-6 * loss_cpu);
+  expect_close_to_largest(dl.gpu, dl.cpu, 1e-5, "dlogits");
+}
 
 TEST(CrossEntropyCuda, TargetsOutOfRangeRaise) {
   const Pair logits = pair({2, 10}, DType::f32, 53);
