@@ -189,7 +189,7 @@ TEST(EmbeddingCuda, IdsOutOfRangeRaiseBeforeAnythingIsWritten) {
 
 // rows, d, pad (x is a column slice of wider rows: the scalar path when d + pad is not a multiple of 4), y / dy
 // dtype. Enough rows for row groups of several rows, one shorter, and d past the columns a block holds in
-// registers (8192; see Note [RMSNorm backward in one pass]) on both paths.
+// registers (8192; see Note [RMSNorm rows in registers]) on both paths.
 class RmsNormCuda : public ::testing::TestWithParam<std::tuple<std::int64_t, std::int64_t, std::int64_t, DType>> {};
 
 TEST_P(RmsNormCuda, MatchesCpu) {

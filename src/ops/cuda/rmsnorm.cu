@@ -1,9 +1,10 @@
-// rmsnorm.cu — CUDA RMSNorm forward and backward in fp32, row sums in double as on the CPU.
-//   forward   one warp per row: sum of squares, rstd, y = x * rstd * w (fp32 or bf16 out).
-//   backward  one block per fixed group of rows, one pass over x and dy: per row dot = sum dy w xhat (a block
-//             reduction), dx (+)= rstd (dy w - xhat mean(dot)) and its 16-bit cast when wanted, from the same
-//             fp32 value; each thread sums its columns' dw terms over the group's rows into a partial
-//             (groups, d) buffer, then one pass adds the groups in a fixed order — deterministic, no atomics.
+// rmsnorm.cu — CUDA RMSNorm forward and backward in fp32, row sums in double as on the CPU; a block per row at a
+// time, the row held in registers, so x (and dy) are read once.
+//   forward   sum of squares (a block reduction), rstd, y = x * rstd * w (fp32 or bf16 out).
+//   backward  one block per fixed group of rows: per row dot = sum dy w xhat (a block reduction),
+//             dx (+)= rstd (dy w - xhat mean(dot)) and its 16-bit cast when wanted, from the same fp32 value;
+//             each thread sums its columns' dw terms over the group's rows into a partial (groups, d) buffer,
+//             then one pass adds the groups in a fixed order — deterministic, no atomics.
 #include <cstdint>
 
 #include "core/buffer.h"
@@ -14,62 +15,85 @@ namespace ft::gpu {
 
 namespace {
 
-constexpr int kWarpsPerBlock = 8;
-constexpr int kRowThreads = kWarpsPerBlock * 32;
 // dw's finishing pass: columns and group slices of a block (see dw_finish_kernel).
 constexpr int kFinishColumns = 32, kFinishSlices = 32;
-// Backward (see Note [RMSNorm backward in one pass]): at most this many row groups (fixed: one summation
-// order), elements of each row a thread holds in registers, threads per block.
-constexpr std::int64_t kRowGroups = 512;
+// A block works on one row at a time, each thread holding kHeldElements of it in registers (see Note [RMSNorm
+// rows in registers]), with at most kMaxRowThreads threads. The backward's dw partials: at most kRowGroups row
+// groups (fixed: one summation order; see Note [RMSNorm backward in one pass]).
 constexpr int kHeldElements = 8;
-constexpr int kMaxBackwardThreads = 1024;
+constexpr int kMaxRowThreads = 1024;
+constexpr std::int64_t kRowGroups = 512;
 
-__device__ __forceinline__ std::int64_t warp_row() {
-  return static_cast<std::int64_t>(blockIdx.x) * kWarpsPerBlock + threadIdx.x / 32;
-}
+// Note [RMSNorm rows in registers]
+// A block takes a row at a time. Thread t owns the columns of packs t, t + blockDim, ... of the row; the first
+// kHeldElements of them stay in registers between the row's reduction (a block reduction in double: the sum
+// of squares, or the backward's dot product) and the pass that uses it (y, or dx), so x (and dy) are read once.
+// Columns past those (d above kHeldElements * kMaxRowThreads) are read again in the second pass.
 
-// y (rows, d) T, rstd (rows) <- rmsnorm of x (rows, d) with w (d); N-element packs.
+// y (rows, d) T, rstd (rows) <- rmsnorm of x (rows, d) with w (d): a block per row at a time (see Note [RMSNorm
+// rows in registers]); N-element packs.
 template <class T, int N>
-__global__ void __launch_bounds__(kRowThreads)
+__global__ void __launch_bounds__(kMaxRowThreads)
     forward_kernel(T* __restrict__ y, std::int64_t y_stride, float* __restrict__ rstd, const float* __restrict__ x,
                    std::int64_t x_stride, const float* __restrict__ w, std::int64_t rows, std::int64_t d, float eps) {
-  const std::int64_t r = warp_row();
-  if (r >= rows) return;
-  const int lane = threadIdx.x % 32;
-  const float* xr = x + r * x_stride;  // (d)
-  T* yr = y + r * y_stride;            // (d)
-  double ss = 0;
-  for (std::int64_t c = lane * N; c < d; c += 32 * N) {
-    const Pack<float, N> xv = load_pack<N>(xr + c);
+  constexpr int P = kHeldElements / N;  // packs held in registers
+  __shared__ double scratch[32];
+  const std::int64_t first = static_cast<std::int64_t>(threadIdx.x) * N;
+  const std::int64_t step = static_cast<std::int64_t>(blockDim.x) * N;  // columns between a thread's packs
+  const std::int64_t spill = first + P * step;  // this thread's first column not held in registers
+  for (std::int64_t r = blockIdx.x; r < rows; r += gridDim.x) {
+    const float* xr = x + r * x_stride;  // (d)
+    T* yr = y + r * y_stride;            // (d)
+    Pack<float, N> xv[P];
+    double ss = 0;
 #pragma unroll
-    for (int i = 0; i < N; ++i) ss += static_cast<double>(xv.v[i]) * xv.v[i];
-  }
-  ss = warp_reduce(ss, SumOp{});
-  const float s = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(d) + eps));
-  if (lane == 0) rstd[r] = s;
-  for (std::int64_t c = lane * N; c < d; c += 32 * N) {
-    const Pack<float, N> xv = load_pack<N>(xr + c), wv = load_pack<N>(w + c);
-    Pack<T, N> out;
+    for (int k = 0; k < P; ++k) {
+      const std::int64_t c = first + k * step;
+      xv[k] = Pack<float, N>{};
+      if (c < d) {
+        xv[k] = load_pack<N>(xr + c);
 #pragma unroll
-    for (int i = 0; i < N; ++i) out.v[i] = from_f32<T>(__fmul_rn(__fmul_rn(xv.v[i], s), wv.v[i]));
-    store_pack<N>(yr + c, out);
+        for (int i = 0; i < N; ++i) ss += static_cast<double>(xv[k].v[i]) * xv[k].v[i];
+      }
+    }
+    for (std::int64_t c = spill; c < d; c += step) {
+      const Pack<float, N> xs = load_pack<N>(xr + c);
+#pragma unroll
+      for (int i = 0; i < N; ++i) ss += static_cast<double>(xs.v[i]) * xs.v[i];
+    }
+    ss = block_reduce(ss, SumOp{}, scratch);
+    const float s = static_cast<float>(1.0 / sqrt(ss / static_cast<double>(d) + eps));
+    if (threadIdx.x == 0) rstd[r] = s;
+    // y at columns [c, c + N) from their x.
+    const auto store_y = [&](std::int64_t c, const Pack<float, N>& xs) {
+      const Pack<float, N> wv = load_pack<N>(w + c);
+      Pack<T, N> out;
+#pragma unroll
+      for (int i = 0; i < N; ++i) out.v[i] = from_f32<T>(__fmul_rn(__fmul_rn(xs.v[i], s), wv.v[i]));
+      store_pack<N>(yr + c, out);
+    };
+#pragma unroll
+    for (int k = 0; k < P; ++k) {
+      const std::int64_t c = first + k * step;
+      if (c < d) store_y(c, xv[k]);
+    }
+    for (std::int64_t c = spill; c < d; c += step) store_y(c, load_pack<N>(xr + c));
   }
 }
 
 // Note [RMSNorm backward in one pass]
 // One block per fixed group of rows (kRowGroups at most, whatever the GPU: one summation order) walks its
-// rows in order. Thread t owns the columns of packs t, t + blockDim, ... of every row; the first
-// kHeldElements of them stay in registers between the row's dot product (a block reduction in double) and its
-// dx, and their dw terms dy * x * rstd are summed over the group's rows in registers. Columns past those (d
-// above kHeldElements * kMaxBackwardThreads) are read again for dx and summed in the group's partial row in
-// global memory, which only that thread touches: the same order, so the same bits. So x and dy are read once
-// for dx and dw together. A second kernel adds the groups' partials in a fixed order.
+// rows in order, each as Note [RMSNorm rows in registers] says: the row's dot product, then its dx. The
+// held columns' dw terms dy * x * rstd are summed over the group's rows in registers; the re-read columns'
+// in the group's partial row in global memory, which only their thread touches: the same order, so the same
+// bits. So x and dy are read once for dx and dw together. A second kernel adds the groups' partials in a
+// fixed order.
 
 // dx (rows, d) fp32 (+)= rstd (dy w - xhat mean(dy w xhat)) (dx null: not wanted), dx_cast (rows, d) C (null:
 // not wanted) <- the new dx rounded; partial (groups, d) (null: not wanted) <- per row group, the sum over its
 // rows in order of dy * x * rstd. dy (rows, d) T; N-element packs. See Note [RMSNorm backward in one pass].
 template <class T, class C, int N>
-__global__ void __launch_bounds__(kMaxBackwardThreads)
+__global__ void __launch_bounds__(kMaxRowThreads)
     backward_kernel(float* __restrict__ dx, std::int64_t dx_stride, bool accumulate, C* __restrict__ dx_cast,
                     std::int64_t cast_stride, float* __restrict__ partial, const T* __restrict__ dy,
                     std::int64_t dy_stride, const float* __restrict__ x, std::int64_t x_stride,
@@ -220,12 +244,10 @@ bool packs_fit(std::int64_t d, std::initializer_list<ops::RowView> views, const 
   return true;
 }
 
-unsigned row_blocks(std::int64_t rows) { return static_cast<unsigned>(ceil_div(rows, kWarpsPerBlock)); }
-
-// Threads of a backward block: enough to hold d, whole warps, at most kMaxBackwardThreads.
-int backward_threads(std::int64_t d) {
+// Threads of a block over rows of d columns: enough to hold a row, whole warps, at most kMaxRowThreads.
+int row_threads(std::int64_t d) {
   const std::int64_t wanted = ceil_div(ceil_div(d, std::int64_t{kHeldElements}), 32) * 32;
-  return static_cast<int>(wanted < kMaxBackwardThreads ? wanted : kMaxBackwardThreads);
+  return static_cast<int>(wanted < kMaxRowThreads ? wanted : kMaxRowThreads);
 }
 
 // backward_kernel<T, C, N> for dx_cast's dtype C (bf16 when there is no dx_cast: the kernel skips it).
@@ -235,7 +257,7 @@ void launch_backward(const ops::RowView& dx, bool accumulate, const ops::RowView
                      const ops::RowView& x, const float* w, const float* rstd, cudaStream_t s) {
   const auto launch = [&](auto cast_tag) {
     using C = decltype(cast_tag);
-    backward_kernel<T, C, N><<<static_cast<unsigned>(groups), backward_threads(x.cols), 0, s>>>(
+    backward_kernel<T, C, N><<<static_cast<unsigned>(groups), row_threads(x.cols), 0, s>>>(
         static_cast<float*>(dx.data), dx.row_stride, accumulate, static_cast<C*>(dx_cast.data), dx_cast.row_stride,
         partial, dy, dy_stride, static_cast<const float*>(x.data), x.row_stride, w, rstd, x.rows, per_group,
         x.cols);
@@ -258,12 +280,12 @@ void rmsnorm_forward(const ops::RowView& y, float* rstd, const ops::RowView& x, 
     using T = decltype(tag);
     auto* yp = static_cast<T*>(y.data);
     const auto* xp = static_cast<const float*>(x.data);
+    const unsigned blocks = grid_for(x.rows, 1);  // a row per block at a time
+    const int threads = row_threads(x.cols);
     if (packs)
-      forward_kernel<T, 4><<<row_blocks(x.rows), kRowThreads, 0, s>>>(yp, y.row_stride, rstd, xp, x.row_stride, w,
-                                                                       x.rows, x.cols, eps);
+      forward_kernel<T, 4><<<blocks, threads, 0, s>>>(yp, y.row_stride, rstd, xp, x.row_stride, w, x.rows, x.cols, eps);
     else
-      forward_kernel<T, 1><<<row_blocks(x.rows), kRowThreads, 0, s>>>(yp, y.row_stride, rstd, xp, x.row_stride, w,
-                                                                       x.rows, x.cols, eps);
+      forward_kernel<T, 1><<<blocks, threads, 0, s>>>(yp, y.row_stride, rstd, xp, x.row_stride, w, x.rows, x.cols, eps);
   });
   FT_CUDA_CHECK_LAUNCH();
 }
