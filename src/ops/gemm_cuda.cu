@@ -1,7 +1,8 @@
 // gemm_cuda.cu — strided-batched row-major GEMMs over cuBLASLt: per-device handles, layouts, alignment
-// preferences, heuristic algorithm choice and a workspace per device and stream. A problem's descriptors and
-// algorithm are made once and cached (the heuristic query costs more than the launch, and remaking the
-// descriptors per call would cost a dozen cuBLASLt calls).
+// preferences, heuristic algorithm choice (no split K on large fp32 outputs: Note [Split K on large outputs])
+// and a workspace per device and stream. A problem's descriptors and algorithm are made once and cached (the
+// heuristic query costs more than the launch, and remaking the descriptors per call would cost a dozen
+// cuBLASLt calls).
 //
 // cuBLASLt is column-major. A row-major (r, c) matrix with leading dimension ld is the column-major
 // (c, r) matrix with the same ld, so row-major D = op(A) op(B) runs as column-major
@@ -150,8 +151,35 @@ ProblemKey problem_key(int device, const Args& args) {
           args.c.ld, args.c.batch_stride, alignment_of(args.c, args.batch)};
 }
 
-// A new plan of the problem: its descriptors and the heuristic's first algorithm.
-std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const Args& args) {
+// Note [Split K on large outputs]
+// cuBLASLt's heuristic may pick an algorithm that splits K even for an fp32 output large enough to fill the
+// GPU many times over without it. A GEMM that splits K cannot take an epilogue addend (Note [GEMM epilogue
+// addend] in ops/linear.cpp) and then runs unfused, with a pass of its own for the add. So for an fp32 output
+// of at least kFullWaves waves of 128 x 256 tiles, the plan takes the best of the heuristic's first
+// kCandidates algorithms that does not split K, if one does not. Every call of the problem runs the plan's
+// choice, whatever its beta, so a fused result keeps the bits of the unfused GEMM and add.
+constexpr int kCandidates = 8;
+constexpr std::int64_t kFullWaves = 8;
+
+bool algo_splits_k(const cublasLtMatmulAlgo_t& algo) {
+  std::uint32_t splits = 1;
+  std::size_t written = 0;
+  FT_CUBLAS_CHECK(
+      cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof(splits), &written));
+  return splits > 1;
+}
+
+// Whether args' output fills the device's SMs kFullWaves times in 128 x 256 tiles (see Note [Split K on large
+// outputs]).
+bool large_output(int device, const Args& args) {
+  int sms = 0;
+  FT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return args.m * args.n * args.batch >= kFullWaves * sms * 128 * 256;
+}
+
+// A new plan of the problem: its descriptors and the heuristic's algorithm (see Note [Split K on large
+// outputs]).
+std::unique_ptr<Plan> make_plan(int device, cublasLtHandle_t handle, const Args& args) {
   const cublasComputeType_t compute = compute_type(args);
   cublasLtMatmulDesc_t raw_desc = nullptr;
   FT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&raw_desc, compute, CUDA_R_32F));
@@ -185,10 +213,11 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const Args& args) {
   FT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                        &align_d, sizeof(align_d)));
 
-  cublasLtMatmulHeuristicResult_t heuristic{};
+  std::array<cublasLtMatmulHeuristicResult_t, kCandidates> heuristic{};  // best first
   int found = 0;
-  const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle, raw_desc, p->b.get(), p->a.get(), p->c.get(),
-                                                               p->d.get(), raw_pref, 1, &heuristic, &found);
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoGetHeuristic(handle, raw_desc, p->b.get(), p->a.get(), p->c.get(), p->d.get(), raw_pref,
+                                     kCandidates, heuristic.data(), &found);
   if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)) {
     FT_THROW(unsupported, "gemm: cuBLASLt has no algorithm for ", name_of(args.a.dtype), " (", args.m, " x ",
              args.k, ")", args.a.transpose ? "^T" : "", " @ (", args.k, " x ", args.n, ")",
@@ -197,12 +226,17 @@ std::unique_ptr<Plan> make_plan(cublasLtHandle_t handle, const Args& args) {
              align_d, " bytes");
   }
   FT_CUBLAS_CHECK(status);
-  p->algo = heuristic.algo;
-  std::uint32_t splits = 1;
-  std::size_t written = 0;
-  FT_CUBLAS_CHECK(cublasLtMatmulAlgoConfigGetAttribute(&p->algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits,
-                                                       sizeof(splits), &written));
-  p->splits_k = splits > 1;
+  int pick = 0;
+  if (args.d.dtype == DType::f32 && algo_splits_k(heuristic[0].algo) && large_output(device, args)) {
+    for (int i = 1; i < found; ++i) {
+      if (!algo_splits_k(heuristic[i].algo)) {
+        pick = i;
+        break;
+      }
+    }
+  }
+  p->algo = heuristic[static_cast<std::size_t>(pick)].algo;
+  p->splits_k = algo_splits_k(p->algo);
   return p;
 }
 
@@ -216,7 +250,7 @@ const Plan& plan(int device, cublasLtHandle_t handle, const Args& args) {
     auto it = cache->find(key);
     if (it != cache->end()) return *it->second;  // entries are never erased: the reference stays valid
   }
-  std::unique_ptr<Plan> made = make_plan(handle, args);
+  std::unique_ptr<Plan> made = make_plan(device, handle, args);
   std::lock_guard lock(mutex);
   return *cache->emplace(key, std::move(made)).first->second;  // another thread's plan, if it came first
 }
