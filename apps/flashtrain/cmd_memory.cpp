@@ -24,7 +24,8 @@ constexpr const char* kFooter = R"(
 Predicted bytes per rank (the rank holding the most), by purpose: parameters (fp32 masters, whole or this
 rank's shard; ZeRO-2 adds its replica of the parameters in the compute dtype), gradients (fp32, whole or
 sharded), optimizer_state (AdamW m and v, whole or sharded), activations (the model's arena for --batch x
---context), workspace (the model's temporaries) and communication (DDP's bf16 staging, ZeRO-2/3's gather
+--context), workspace (the model's temporaries, and the largest op temporary beside them: a (batch x context,
+d_model) fp32 accumulator or GEMM product) and communication (DDP's bf16 staging, ZeRO-2/3's gather
 and gradient slots); total is their sum, device memory. offloaded_host_gib: the pinned host memory per rank
 that --offload-activations moves the blocks' saved activations to (activations then counts the device's
 ring of two blocks). --world defaults to the job's number of ranks; a prediction needs no GPU and

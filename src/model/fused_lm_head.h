@@ -8,8 +8,12 @@
 //   dlogits (c, V) = (softmax - onehot) * grad_scale / rows, written by the same call: fp32 in place over the
 //                   logits, or bf16 into its own tile in bf16 mode (the operand the backward GEMMs take)
 //   dhidden_c (c, d) fp32 = dlogits @ W;  dW (V, d) fp32 += dlogits^T @ hidden_c   linear_backward
+// In bf16 the dlogits tile may hold several chunks' rows (a group): the chunks of a group write their rows of
+// it, and the two backward GEMMs run once per group, over all its rows. dW's GEMM reads and writes the whole
+// (V, d) fp32 gradient per call whatever its K (the group's rows), so fewer, deeper calls move less memory
+// per FLOP; the model sizes the group to the workspace the tiles already overlay (model/transformer.h).
 // The ops are the ones the materialised path runs, on the same values, so the loss equals it up to the order
-// of the mean's sum and the gradients up to the order of dW's chunk sums (model/transformer.h).
+// of the mean's sum and the gradients up to the order of dW's group sums (model/transformer.h).
 #pragma once
 
 #include "core/stream.h"
@@ -23,7 +27,8 @@ struct FusedLmHeadLoss {
   TokenIds targets;   // (rows) int32 ids on hidden's device
   Tensor weight;      // (V, d) hidden's dtype
   Tensor logits;      // (chunk, V) fp32 workspace; its rows are the chunk size
-  Tensor dlogits;     // (chunk, V) bf16 workspace: needed when hidden is bf16 and dhidden is defined
+  Tensor dlogits;     // (k chunk, V) bf16 workspace, k >= 1 chunks a group: needed when hidden is bf16 and
+                      // dhidden is defined
   Tensor dhidden;     // (rows, d) fp32, or undefined: the loss only
   Tensor dweight;     // (V, d) fp32: written (or added to) when dhidden is defined
   bool accumulate_dweight = false;

@@ -163,8 +163,16 @@ void TransformerLM::plan_memory() {
     if (!fused) return;
     w.rewind_to(tiles);
     ws_.loss_logits = w.add("lm_head.logits tile", chunk * vocab, DType::f32);  // (chunk, V)
-    if (bf16 && options_.training)
-      ws_.loss_dlogits = w.add("lm_head.dlogits tile", chunk * vocab, DType::bf16);  // (chunk, V)
+    if (bf16 && options_.training) {
+      // A group of chunks, as many as the room up to the arena's end holds (at least one, at most what the rows
+      // need): fewer, deeper dW GEMMs in the same memory (see Note [Fused LM head loss]).
+      const std::size_t tile = chunk * vocab * size_of(DType::bf16);
+      const std::size_t start = (w.end() + kArenaAlignment - 1) / kArenaAlignment * kArenaAlignment;
+      const std::size_t room = w.bytes() > start ? (w.bytes() - start) / tile : 0;
+      loss_group_ = static_cast<std::int64_t>(std::clamp<std::size_t>(room, 1, (rows + chunk - 1) / chunk));
+      ws_.loss_dlogits = w.add("lm_head.dlogits tile", static_cast<std::size_t>(loss_group_) * chunk * vocab,
+                               DType::bf16);  // (group chunk, V)
+    }
     w.skip_to_end();
   };
   if (!options_.training) {

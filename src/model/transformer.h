@@ -26,9 +26,10 @@
 //                  follows with nothing cast in between; the head's slot overlays the block slots. Every
 //                  cast and GEMM is ordered on the model's one stream, so no slot is overwritten while read.
 //                  With the fused loss (loss_chunk > 0, see Note [Fused LM head loss] in fused_lm_head.h):
-//                  the loss (one double) and the (chunk, V) fp32 logits tile (and in bf16 training its bf16
-//                  gradient tile), which overlay the per-layer temporaries below (the loss runs between the
-//                  last block's forward and the first block's backward).
+//                  the loss (one double) and the (chunk, V) fp32 logits tile (and in bf16 training the bf16
+//                  gradient tile of a group of chunks: as many as fit the room the temporaries leave, at least
+//                  one), which overlay the per-layer temporaries below (the loss runs between the last block's
+//                  forward and the first block's backward).
 //                  Then the temporaries of one layer at a time (gradient of the residual stream, its bf16
 //                  copy, the norm output gradient; h and dh; d_o and dqkv — the FFN and attention groups
 //                  overlay).
@@ -206,7 +207,7 @@ class TransformerLM {
     std::size_t block_weights[2];  // bf16 mode: (block_numel()) bf16 each; block l uses slot l % 2
     std::size_t lm_head_weight;    // bf16 mode: (V, d) bf16, overlaying the block slots
     std::size_t loss;                         // fused loss: (1) double
-    std::size_t loss_logits, loss_dlogits;    // fused loss: (chunk, V) fp32; bf16 training: (chunk, V) bf16
+    std::size_t loss_logits, loss_dlogits;    // fused loss: (chunk, V) fp32; bf16 training: (group chunk, V) bf16
     std::size_t dres, dres_c, dnorm, ffn_h, ffn_dh, attn_do, attn_dqkv;
   };
   // What block_forward runs: the whole block, or its recomputation before the block's backward (see Note
@@ -295,6 +296,7 @@ class TransformerLM {
   std::size_t offload_unit_bytes_ = 0;       // offloading: bytes of one block's unit (a ring slot)
   std::size_t lnf_y_ = 0, lnf_rstd_ = 0, logits_ = 0, dlogits_ = 0;
   WorkspaceSlots ws_{};
+  std::int64_t loss_group_ = 1;  // fused loss, bf16 training: chunks the dlogits tile holds (a group)
   Buffer activations_;
   Buffer workspace_;
   ActivationOffload offload_;  // off unless options_.offload_activations in training

@@ -85,7 +85,8 @@ double TransformerLM::lm_head_loss(const Batch& b, const TokenIds& targets, cons
     f.weight = cast_lm_head();
     f.logits = work(ws_.loss_logits, DType::f32, {chunk, V});  // (chunk, V)
     if (backward) {
-      if (options_.precision == Precision::bf16) f.dlogits = work(ws_.loss_dlogits, DType::bf16, {chunk, V});
+      if (options_.precision == Precision::bf16)
+        f.dlogits = work(ws_.loss_dlogits, DType::bf16, {loss_group_ * chunk, V});  // (group chunk, V)
       f.dhidden = work(ws_.dnorm, DType::f32, {rows, d});  // (B T, d)
       bind_gradients(config_.num_layers + 1);  // a source: the head's gradient views, written here
       f.dweight = grads_[layout_.lm_head_index()];

@@ -1,6 +1,8 @@
 // gemm_cuda.cu — strided-batched row-major GEMMs over cuBLASLt: per-device handles, layouts, alignment
-// preferences, heuristic algorithm choice (cached per problem: the heuristic query costs more than the
-// launch) and a workspace per device and stream.
+// preferences, heuristic algorithm choice (no split K on large fp32 outputs: Note [Split K on large outputs])
+// and a workspace per device and stream. A problem's descriptors and algorithm are made once and cached (the
+// heuristic query costs more than the launch, and remaking the descriptors per call would cost a dozen
+// cuBLASLt calls).
 //
 // cuBLASLt is column-major. A row-major (r, c) matrix with leading dimension ld is the column-major
 // (c, r) matrix with the same ld, so row-major D = op(A) op(B) runs as column-major
@@ -117,47 +119,80 @@ void check_operand(const Matrix& x, const char* name, std::int64_t rows, std::in
            " must be >= ", cols, ": given ", x.ld);
 }
 
-// Everything the heuristic's answer depends on: device, compute type, ops, dtypes, sizes, leading
-// dimensions, batch strides and alignments (not alpha and beta, which it is not given).
+// Everything the descriptors and the heuristic's answer depend on: device, compute type, ops, dtypes, sizes,
+// leading dimensions, batch strides and alignments (not alpha and beta, which it is not given).
 using ProblemKey = std::array<std::int64_t, 22>;
 
-// The cached algorithm of a problem, or nullptr.
-const cublasLtMatmulAlgo_t* cached_algo(const ProblemKey& key, std::mutex& mutex,
-                                        const std::map<ProblemKey, cublasLtMatmulAlgo_t>& cache) {
-  std::lock_guard lock(mutex);
-  auto it = cache.find(key);
-  return it == cache.end() ? nullptr : &it->second;  // entries are never erased: the pointer stays valid
-}
-
-// The descriptors of one GEMM (at most kMaxBatch matrices, C given) and the algorithm cuBLASLt's heuristic
-// picked for them.
+// The descriptors of one GEMM (at most kMaxBatch matrices, C given), the algorithm cuBLASLt's heuristic
+// picked for them, and whether that algorithm splits K. Made once per problem and kept for the process (the
+// descriptors hold nothing but the problem, so every call of it shares them).
 struct Plan {
   DescPtr desc{nullptr, &cublasLtMatmulDescDestroy};
   LayoutPtr a{nullptr, &cublasLtMatrixLayoutDestroy}, b{nullptr, &cublasLtMatrixLayoutDestroy};
   LayoutPtr c{nullptr, &cublasLtMatrixLayoutDestroy}, d{nullptr, &cublasLtMatrixLayoutDestroy};
-  const cublasLtMatmulAlgo_t* algo = nullptr;  // cached for the process
+  cublasLtMatmulAlgo_t algo{};
+  bool splits_k = false;
 };
 
-Plan plan(int device, cublasLtHandle_t handle, const Args& args) {
-  static std::mutex cache_mutex;
-  static auto* cache = new std::map<ProblemKey, cublasLtMatmulAlgo_t>();
-  const cublasComputeType_t compute =
-      args.a.dtype == DType::f32 && args.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+cublasComputeType_t compute_type(const Args& args) {
+  return args.a.dtype == DType::f32 && args.allow_tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+}
+
+// cuBLASLt's first operand is our B, its second our A (see the top of this file).
+cublasOperation_t op_first(const Args& args) { return args.b.transpose ? CUBLAS_OP_T : CUBLAS_OP_N; }
+cublasOperation_t op_second(const Args& args) { return args.a.transpose ? CUBLAS_OP_T : CUBLAS_OP_N; }
+
+ProblemKey problem_key(int device, const Args& args) {
+  return {device, static_cast<std::int64_t>(compute_type(args)), static_cast<std::int64_t>(op_first(args)),
+          static_cast<std::int64_t>(op_second(args)), static_cast<std::int64_t>(args.a.dtype),
+          static_cast<std::int64_t>(args.d.dtype), args.m, args.n, args.k, args.batch, args.a.ld, args.b.ld,
+          args.d.ld, args.a.batch_stride, args.b.batch_stride, args.d.batch_stride,
+          alignment_of(args.b, args.batch), alignment_of(args.a, args.batch), alignment_of(args.d, args.batch),
+          args.c.ld, args.c.batch_stride, alignment_of(args.c, args.batch)};
+}
+
+// Note [Split K on large outputs]
+// cuBLASLt's heuristic may pick an algorithm that splits K even for an fp32 output large enough to fill the
+// GPU many times over without it. A GEMM that splits K cannot take an epilogue addend (Note [GEMM epilogue
+// addend] in ops/linear.cpp) and then runs unfused, with a pass of its own for the add. So for an fp32 output
+// of at least kFullWaves waves of 128 x 256 tiles, the plan takes the best of the heuristic's first
+// kCandidates algorithms that does not split K, if one does not. Every call of the problem runs the plan's
+// choice, whatever its beta, so a fused result keeps the bits of the unfused GEMM and add.
+constexpr int kCandidates = 8;
+constexpr std::int64_t kFullWaves = 8;
+
+bool algo_splits_k(const cublasLtMatmulAlgo_t& algo) {
+  std::uint32_t splits = 1;
+  std::size_t written = 0;
+  FT_CUBLAS_CHECK(
+      cublasLtMatmulAlgoConfigGetAttribute(&algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof(splits), &written));
+  return splits > 1;
+}
+
+// Whether args' output fills the device's SMs kFullWaves times in 128 x 256 tiles (see Note [Split K on large
+// outputs]).
+bool large_output(int device, const Args& args) {
+  int sms = 0;
+  FT_CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device));
+  return args.m * args.n * args.batch >= kFullWaves * sms * 128 * 256;
+}
+
+// A new plan of the problem: its descriptors and the heuristic's algorithm (see Note [Split K on large
+// outputs]).
+std::unique_ptr<Plan> make_plan(int device, cublasLtHandle_t handle, const Args& args) {
+  const cublasComputeType_t compute = compute_type(args);
   cublasLtMatmulDesc_t raw_desc = nullptr;
   FT_CUBLAS_CHECK(cublasLtMatmulDescCreate(&raw_desc, compute, CUDA_R_32F));
-  Plan p;
-  p.desc.reset(raw_desc);
-  // cuBLASLt's first operand is our B, its second our A (see the top of this file).
-  const cublasOperation_t op_first = args.b.transpose ? CUBLAS_OP_T : CUBLAS_OP_N;
-  const cublasOperation_t op_second = args.a.transpose ? CUBLAS_OP_T : CUBLAS_OP_N;
-  FT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(raw_desc, CUBLASLT_MATMUL_DESC_TRANSA, &op_first, sizeof(op_first)));
-  FT_CUBLAS_CHECK(
-      cublasLtMatmulDescSetAttribute(raw_desc, CUBLASLT_MATMUL_DESC_TRANSB, &op_second, sizeof(op_second)));
+  auto p = std::make_unique<Plan>();
+  p->desc.reset(raw_desc);
+  const cublasOperation_t first = op_first(args), second = op_second(args);
+  FT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(raw_desc, CUBLASLT_MATMUL_DESC_TRANSA, &first, sizeof(first)));
+  FT_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(raw_desc, CUBLASLT_MATMUL_DESC_TRANSB, &second, sizeof(second)));
 
-  p.b = args.b.transpose ? layout(args.b, args.n, args.k, args.batch) : layout(args.b, args.k, args.n, args.batch);
-  p.a = args.a.transpose ? layout(args.a, args.k, args.m, args.batch) : layout(args.a, args.m, args.k, args.batch);
-  p.c = layout(args.c, args.m, args.n, args.batch);
-  p.d = layout(args.d, args.m, args.n, args.batch);
+  p->b = args.b.transpose ? layout(args.b, args.n, args.k, args.batch) : layout(args.b, args.k, args.n, args.batch);
+  p->a = args.a.transpose ? layout(args.a, args.k, args.m, args.batch) : layout(args.a, args.m, args.k, args.batch);
+  p->c = layout(args.c, args.m, args.n, args.batch);
+  p->d = layout(args.d, args.m, args.n, args.batch);
 
   cublasLtMatmulPreference_t raw_pref = nullptr;
   FT_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&raw_pref));
@@ -178,36 +213,53 @@ Plan plan(int device, cublasLtHandle_t handle, const Args& args) {
   FT_CUBLAS_CHECK(cublasLtMatmulPreferenceSetAttribute(raw_pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES,
                                                        &align_d, sizeof(align_d)));
 
-  const ProblemKey key = {device, static_cast<std::int64_t>(compute), static_cast<std::int64_t>(op_first),
-                          static_cast<std::int64_t>(op_second), static_cast<std::int64_t>(args.a.dtype),
-                          static_cast<std::int64_t>(args.d.dtype), args.m, args.n, args.k, args.batch, args.a.ld,
-                          args.b.ld, args.d.ld, args.a.batch_stride, args.b.batch_stride, args.d.batch_stride,
-                          align_first, align_second, align_d, args.c.ld, args.c.batch_stride, align_c};
-  p.algo = cached_algo(key, cache_mutex, *cache);
-  if (!p.algo) {
-    cublasLtMatmulHeuristicResult_t heuristic{};
-    int found = 0;
-    const cublasStatus_t status = cublasLtMatmulAlgoGetHeuristic(handle, raw_desc, p.b.get(), p.a.get(), p.c.get(),
-                                                                 p.d.get(), raw_pref, 1, &heuristic, &found);
-    if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)) {
-      FT_THROW(unsupported, "gemm: cuBLASLt has no algorithm for ", name_of(args.a.dtype), " (", args.m, " x ",
-               args.k, ")", args.a.transpose ? "^T" : "", " @ (", args.k, " x ", args.n, ")",
-               args.b.transpose ? "^T" : "", " -> ", name_of(args.d.dtype), ", batch ", args.batch, ", ld ",
-               args.a.ld, "/", args.b.ld, "/", args.d.ld, ", alignment ", align_second, "/", align_first, "/",
-               align_d, " bytes");
-    }
-    FT_CUBLAS_CHECK(status);
-    std::lock_guard lock(cache_mutex);
-    p.algo = &cache->emplace(key, heuristic.algo).first->second;
+  std::array<cublasLtMatmulHeuristicResult_t, kCandidates> heuristic{};  // best first
+  int found = 0;
+  const cublasStatus_t status =
+      cublasLtMatmulAlgoGetHeuristic(handle, raw_desc, p->b.get(), p->a.get(), p->c.get(), p->d.get(), raw_pref,
+                                     kCandidates, heuristic.data(), &found);
+  if (status == CUBLAS_STATUS_NOT_SUPPORTED || (status == CUBLAS_STATUS_SUCCESS && found == 0)) {
+    FT_THROW(unsupported, "gemm: cuBLASLt has no algorithm for ", name_of(args.a.dtype), " (", args.m, " x ",
+             args.k, ")", args.a.transpose ? "^T" : "", " @ (", args.k, " x ", args.n, ")",
+             args.b.transpose ? "^T" : "", " -> ", name_of(args.d.dtype), ", batch ", args.batch, ", ld ",
+             args.a.ld, "/", args.b.ld, "/", args.d.ld, ", alignment ", align_second, "/", align_first, "/",
+             align_d, " bytes");
   }
+  FT_CUBLAS_CHECK(status);
+  int pick = 0;
+  if (args.d.dtype == DType::f32 && algo_splits_k(heuristic[0].algo) && large_output(device, args)) {
+    for (int i = 1; i < found; ++i) {
+      if (!algo_splits_k(heuristic[i].algo)) {
+        pick = i;
+        break;
+      }
+    }
+  }
+  p->algo = heuristic[static_cast<std::size_t>(pick)].algo;
+  p->splits_k = algo_splits_k(p->algo);
   return p;
 }
 
+// The plan of the problem args states: made (a heuristic query) on its first use, then looked up.
+const Plan& plan(int device, cublasLtHandle_t handle, const Args& args) {
+  static std::mutex mutex;
+  static auto* cache = new std::map<ProblemKey, std::unique_ptr<Plan>>();
+  const ProblemKey key = problem_key(device, args);
+  {
+    std::lock_guard lock(mutex);
+    auto it = cache->find(key);
+    if (it != cache->end()) return *it->second;  // entries are never erased: the reference stays valid
+  }
+  std::unique_ptr<Plan> made = make_plan(device, handle, args);
+  std::lock_guard lock(mutex);
+  return *cache->emplace(key, std::move(made)).first->second;  // another thread's plan, if it came first
+}
+
 void run_chunk(int device, cublasLtHandle_t handle, const Args& args, void* workspace, cudaStream_t stream) {
-  const Plan p = plan(device, handle, args);
+  const Plan& p = plan(device, handle, args);
   FT_CUBLAS_CHECK(cublasLtMatmul(handle, p.desc.get(), &args.alpha, args.b.data, p.b.get(), args.a.data, p.a.get(),
-                                 &args.beta, args.c.data, p.c.get(), const_cast<void*>(args.d.data), p.d.get(), p.algo,
-                                 workspace, kWorkspaceBytes, stream));
+                                 &args.beta, args.c.data, p.c.get(), const_cast<void*>(args.d.data), p.d.get(),
+                                 &p.algo, workspace, kWorkspaceBytes, stream));
 }
 
 // args checked, with C = D when no C is given.
@@ -258,12 +310,7 @@ bool splits_k(const Args& args, Device device) {
   Args chunk = checked(args, device);
   chunk.batch = std::min(kMaxBatch, chunk.batch);  // every chunk but a last, smaller one: the same problem
   CudaDeviceGuard guard(device.index);
-  const Plan p = plan(device.index, handle_for(device.index), chunk);
-  std::uint32_t splits = 1;
-  std::size_t written = 0;
-  FT_CUBLAS_CHECK(
-      cublasLtMatmulAlgoConfigGetAttribute(p.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM, &splits, sizeof(splits), &written));
-  return splits > 1;
+  return plan(device.index, handle_for(device.index), chunk).splits_k;
 }
 
 }  // namespace ft::gemm

@@ -18,6 +18,15 @@ class PlanningSource final : public ParameterSource {
   std::vector<Tensor> gradients(std::int64_t) override { FT_THROW(runtime, "memory planning writes no gradients"); }
 };
 
+// The largest temporary the step's ops allocate on the stream beside the model's arenas, (rows, d) fp32: the
+// flash attention backward's dQ accumulator, or the product of the in-place accumulating GEMM (the w1 input
+// gradient added to w3's) when its algorithm splits K (see Note [GEMM epilogue addend] in ops/linear.cpp).
+// They are never live at once, and whether a GEMM splits K is cuBLASLt's choice on the GPU: counted always.
+std::size_t largest_op_temporary(const MemoryPlanInput& in) {
+  const std::int64_t T = in.options.max_seq_len > 0 ? in.options.max_seq_len : in.model.context_length;
+  return static_cast<std::size_t>(in.options.max_batch * T * in.model.d_model) * sizeof(float);
+}
+
 }  // namespace
 
 MemoryPlan plan_training_memory(const MemoryPlanInput& in) {
@@ -31,7 +40,7 @@ MemoryPlan plan_training_memory(const MemoryPlanInput& in) {
   const MemoryReport model = TransformerLM::planned_memory(in.model, options);
   MemoryPlan m;
   m.activations = model.activations;
-  m.workspace = model.workspace;
+  m.workspace = model.workspace + largest_op_temporary(in);
   m.offloaded = model.offloaded;
   if (in.stage <= 1) {
     m.parameters = 4 * P;

@@ -8,7 +8,8 @@
 //                    with bf16 gradient reduction)
 //   optimizer_state  AdamW m and v: whole (0) or this rank's shard (1-3; ZeRO-1's last rank holds the tail)
 //   activations      the model's arena (TransformerLM::planned_memory)
-//   workspace        the model's workspace arena
+//   workspace        the model's workspace arena, and the largest temporary the step's ops allocate beside it:
+//                    (rows, d) fp32 (the attention backward's dQ accumulator, or a split-K GEMM's product)
 //   communication    DDP's bf16 staging copy (stage 0, bf16 gradients, several ranks); ZeRO-2/3's gather and
 //                    gradient slots (dist/fsdp.h)
 //   offloaded        pinned host memory (not device bytes, not in total()): the blocks' saved activations

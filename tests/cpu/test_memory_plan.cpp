@@ -1,8 +1,8 @@
 // test_memory_plan.cpp — train/memory_plan.h on the 8B shape (planned without allocating anything): every
 // ZeRO stage's parameters, gradients and optimizer state per rank from the shard arithmetic (ZeRO-3's
 // shard is the per-unit padded pieces, ZeRO-1's last rank holds the tail), sharding saves what it should,
-// recomputation shrinks the activations, offloading moves the blocks' saved activations to the host, and bad
-// stages, worlds and oversized worlds are refused.
+// recomputation shrinks the activations, offloading moves the blocks' saved activations to the host, the
+// workspace counts the step's largest op temporary, and bad stages, worlds and oversized worlds are refused.
 #include <gtest/gtest.h>
 
 #include "core/error.h"
@@ -79,6 +79,20 @@ TEST(MemoryPlan, OffloadingMovesTheBlocksUnitsToTheHost) {
   const MemoryPlan qkv_kept = plan_training_memory(in);
   EXPECT_EQ(qkv_kept.offloaded, (L - 1) * (x + qkv + o + lse));
   EXPECT_EQ(qkv_kept.activations, offloaded.activations + 2 * qkv - qkv);
+}
+
+// The workspace: the model's arena and the step's largest op temporary, (rows, d) fp32 (the attention
+// backward's dQ accumulator, or the product of an accumulating GEMM that splits K), whatever the stage.
+TEST(MemoryPlan, WorkspaceCountsTheLargestOpTemporary) {
+  const MemoryPlanInput in = input_8b(0);
+  const std::size_t temporary = std::size_t{32768} * 4096 * 4;
+  EXPECT_EQ(plan_training_memory(in).workspace,
+            TransformerLM::planned_memory(in.model, in.options).workspace + temporary);
+  MemoryPlanInput shorter = in;
+  shorter.options.max_seq_len = 1024;
+  shorter.options.max_batch = 3;
+  EXPECT_EQ(plan_training_memory(shorter).workspace,
+            TransformerLM::planned_memory(shorter.model, shorter.options).workspace + std::size_t{3 * 1024} * 4096 * 4);
 }
 
 TEST(MemoryPlan, RefusesBadInputs) {

@@ -1,8 +1,9 @@
 // test_model_fused_loss.cpp — the fused LM head loss (model/fused_lm_head.h) against the materialised one,
 // with a vocabulary (97) and a row count (32) that the chunk (5) divides neither: the op on its own (loss,
 // d hidden and d weight, accumulation into d weight) and the whole tiny model (loss and every gradient, with a
-// loss scale and gradient accumulation). fp32: within 1e-6 relative; bf16: the fused result is as close to the
-// materialised bf16 result as that is to fp32 (the bf16 error of the materialised path bounds it).
+// loss scale and gradient accumulation), and in bf16 dlogits tiles of several chunks. fp32: within 1e-6
+// relative; bf16: the fused result is as close to the materialised bf16 result as that is to fp32 (the bf16
+// error of the materialised path bounds it).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -38,9 +39,10 @@ struct HeadResult {
 };
 
 // The LM head loss of hidden (rows, d) and weight (V, d) in `dtype` operands: fused in chunks of `chunk` rows
-// (chunk 0: materialised), d weight added to `start` (accumulation) with grad_scale 0.5.
+// (chunk 0: materialised), in bf16 with a dlogits tile of `group` chunks; d weight added to `start`
+// (accumulation) with grad_scale 0.5.
 HeadResult head_loss(const Tensor& hidden32, const Tensor& weight32, const test::TokenBatch& t, DType dtype,
-                     std::int64_t chunk, const std::vector<double>& start) {
+                     std::int64_t chunk, const std::vector<double>& start, std::int64_t group = 1) {
   const std::int64_t rows = hidden32.size(0), d = hidden32.size(1), V = weight32.size(0);
   const Device cpu = Device::cpu();
   OwnedTensor hidden({rows, d}, dtype, cpu, "hidden"), weight({V, d}, dtype, cpu, "weight");
@@ -57,7 +59,8 @@ HeadResult head_loss(const Tensor& hidden32, const Tensor& weight32, const test:
     r.loss = cross_entropy(logits, targets, dl, {.grad_scale = 0.5});
     linear_backward({dhidden, dweight, true}, dl, hidden, weight);
   } else {
-    OwnedTensor logits({chunk, V}, DType::f32, cpu, "logits tile"), dlogits({chunk, V}, dtype, cpu, "dlogits tile");
+    OwnedTensor logits({chunk, V}, DType::f32, cpu, "logits tile");
+    OwnedTensor dlogits({group * chunk, V}, dtype, cpu, "dlogits tile");
     FusedLmHeadLoss f;
     f.hidden = hidden;
     f.targets = targets;
@@ -96,6 +99,14 @@ TEST(FusedLmHeadLoss, EqualsTheMaterialisedLossAndGradients) {
     EXPECT_LE(std::fabs(fused16.loss - bf16.loss), std::max(1e-6 * ref.loss, std::fabs(bf16.loss - ref.loss)));
     EXPECT_LE(relative_error(fused16.dhidden, bf16.dhidden), relative_error(bf16.dhidden, ref.dhidden));
     EXPECT_LE(relative_error(fused16.dweight, bf16.dweight), relative_error(bf16.dweight, ref.dweight));
+    // Groups of 2 and 3 chunks (32 rows: a last group of whole chunks and one of a partial chunk at chunk 5).
+    for (std::int64_t group : {2, 3}) {
+      SCOPED_TRACE(str("group ", group));
+      const HeadResult grouped = head_loss(hidden, weight, t, DType::bf16, chunk, start, group);
+      EXPECT_EQ(grouped.loss, fused16.loss);  // the same row losses summed in the same order
+      EXPECT_LE(relative_error(grouped.dhidden, bf16.dhidden), relative_error(bf16.dhidden, ref.dhidden));
+      EXPECT_LE(relative_error(grouped.dweight, bf16.dweight), relative_error(bf16.dweight, ref.dweight));
+    }
   }
 }
 
@@ -117,6 +128,12 @@ TEST(FusedLmHeadLoss, BadArgumentsGiveClearErrors) {
   f.targets = {ids.data(), {3}, Device::cpu()};
   test::expect_error([&] { fused_lm_head_loss(&loss, f); }, ErrorKind::invalid_argument,
                      {"one target per row", "4"});
+  // A dlogits tile whose rows are not a whole number of chunks.
+  f.targets = {ids.data(), {4}, Device::cpu()};
+  OwnedTensor ragged({5, 10}, DType::bf16, Device::cpu(), "ragged tile");
+  f.dlogits = ragged;
+  test::expect_error([&] { fused_lm_head_loss(&loss, f); }, ErrorKind::invalid_argument,
+                     {"dlogits tile", "[3, 10]", "whole number", "[5, 10]"});
   // A target out of range in the last chunk is found before any chunk runs.
   OwnedTensor dlogits({3, 10}, DType::bf16, Device::cpu(), "dtile");
   f.dlogits = dlogits;
@@ -166,9 +183,16 @@ TEST(FusedLmHeadLoss, KeepsNoLogitsInTheArena) {
   EXPECT_GE(materialised.memory().activations - fused.memory().activations, rows * V * 6);
   for (const ArenaEntry& e : fused.activation_layout().entries()) EXPECT_EQ(e.name.find("logits"), std::string::npos);
   bool tile = false;
-  for (const ArenaEntry& e : fused.workspace_layout().entries())
+  std::size_t group_bytes = 0;
+  for (const ArenaEntry& e : fused.workspace_layout().entries()) {
     if (e.name == "lm_head.logits tile") tile = e.bytes == 5 * V * 4;
+    if (e.name == "lm_head.dlogits tile") group_bytes = e.bytes;
+  }
   EXPECT_TRUE(tile);
+  // The room the FFN temporaries (2 x 64 x 172 bf16) leave after the logits tile holds the dlogits of all 13
+  // chunks of the 64 rows: one group, and the workspace no larger than with one chunk's dlogits.
+  EXPECT_EQ(group_bytes, 13 * 5 * V * 2);
+  EXPECT_LE(fused.workspace_layout().bytes(), materialised.workspace_layout().bytes() + 5 * V * 6 + 2 * 256);
 }
 
 }  // namespace

@@ -479,6 +479,16 @@ std::vector<FlashCase> head_dim_cases() {
   return cases;
 }
 
+// Key tiles seen by more than 32 query tiles of 64 rows, so that the Hopper backward's search for the
+// query tiles that need no mask (full_query_tiles in flash_mask.cuh) narrows its range: a window with a key
+// tile of sink tokens (whose unmasked tiles run to the last one), and a causal diagonal moved by
+// len_k - len_q. bf16 at d=128, on the default kernels only: the CPU reference takes seconds here.
+std::vector<FlashCase> long_span_cases() {
+  return {{.name = "bf16_d128_window_600_sink_tokens_130_q2112", .len_q = 2112, .len_k = 2112, .head_dim = 128,
+           .causal = true, .window_left = 600, .sink_tokens = 130},
+          {.name = "bf16_d128_causal_q2112_k2400", .len_q = 2112, .len_k = 2400, .head_dim = 128, .causal = true}};
+}
+
 // The variant cases, then the head-dim cases.
 std::vector<FlashCase> variant_and_head_dim_cases() {
   std::vector<FlashCase> cases = variant_cases();
@@ -516,6 +526,7 @@ INSTANTIATE_TEST_SUITE_P(Variants, FlashVsNaive, ::testing::ValuesIn(variant_cas
 INSTANTIATE_TEST_SUITE_P(HeadDims, FlashVsNaive, ::testing::ValuesIn(head_dim_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(Sm80, FlashVsNaive, ::testing::ValuesIn(sm80_cases()), case_name);
 INSTANTIATE_TEST_SUITE_P(AtomicDq, FlashVsNaive, ::testing::ValuesIn(atomic_cases()), case_name);
+INSTANTIATE_TEST_SUITE_P(LongSpans, FlashVsNaive, ::testing::ValuesIn(long_span_cases()), case_name);
 
 // True on a GPU of compute capability 9.0 (H100, H200), read from the device description.
 bool hopper_gpu() { return describe_device(Device::cuda(0)).find("sm_90") != std::string::npos; }
@@ -687,35 +698,80 @@ TEST(FlashAttention, HopperPersistentForwardGivesTheSameOutputs) {
 // those of the others last key tile first (ascending_heads_for in flash_sm90_scheduler.cuh: none at these sizes).
 // Forced to take either order, and with query rows that see no key, each gives the gradients of the
 // all-descending run up to the order of its fp32 sums (within a unit in the last place of bf16 at the
-// largest magnitude), O and dsinks bit for bit, and the same bits from run to run.
+// largest magnitude), O and dsinks bit for bit, and the same bits from run to run. Groups of 2 and 4 query
+// heads a kv head, each query head with its own counters.
 TEST(FlashAttention, HopperAscendingHeadsGiveTheSameGradients) {
   if (!cuda_available() || !hopper_gpu()) GTEST_SKIP() << "needs a Hopper GPU";
-  for (std::int64_t d : {64, 96, 128}) {
-    const FlashCase c{.name = "ascending", .batch = 2, .heads_q = 4, .heads_kv = 2, .len_q = 300, .len_k = 170,
-                      .head_dim = d, .causal = true, .sinks = true};
-    SCOPED_TRACE(str("d ", d));
-    const Inputs in = make_inputs(c, 7);
-    Outputs descending;
-    {
-      const ForcedFlashHook forced(attention_impl::force_flash_ascending_heads, 0, -1);
-      RunToRun repeat;
-      descending = run_flash(c, in, &repeat);
-      EXPECT_TRUE(repeat.dq_identical && repeat.rest_identical);
+  const FlashCase cases[] = {
+      {.name = "ascending_gqa2", .batch = 2, .heads_q = 4, .heads_kv = 2, .len_q = 300, .len_k = 170,
+       .causal = true, .sinks = true},
+      {.name = "ascending_gqa4", .heads_q = 8, .heads_kv = 2, .len_q = 700, .len_k = 700, .causal = true},
+  };
+  for (std::int64_t d : {64, 96, 128})
+    for (FlashCase c : cases) {
+      c.head_dim = d;
+      SCOPED_TRACE(str(c.name, " d ", d));
+      const Inputs in = make_inputs(c, 7);
+      Outputs descending;
+      {
+        const ForcedFlashHook forced(attention_impl::force_flash_ascending_heads, 0, -1);
+        RunToRun repeat;
+        descending = run_flash(c, in, &repeat);
+        EXPECT_TRUE(repeat.dq_identical && repeat.rest_identical);
+      }
+      for (int heads : {1, 3, 4}) {
+        SCOPED_TRACE(str(heads, " ascending heads"));
+        const ForcedFlashHook forced(attention_impl::force_flash_ascending_heads, heads, -1);
+        RunToRun repeat;
+        const Outputs got = run_flash(c, in, &repeat);
+        EXPECT_TRUE(repeat.dq_identical && repeat.rest_identical);
+        EXPECT_TRUE(same_bits(descending.o, got.o));
+        EXPECT_TRUE(same_bits(descending.dsinks, got.dsinks));
+        const std::pair<const char*, std::pair<const std::vector<double>*, const std::vector<double>*>> grads[] = {
+            {"dq", {&got.dq, &descending.dq}}, {"dk", {&got.dk, &descending.dk}}, {"dv", {&got.dv, &descending.dv}}};
+        for (const auto& [name, pair] : grads)
+          EXPECT_LE(max_abs_diff(*pair.first, *pair.second), max_abs(*pair.second) / 128) << name;
+      }
     }
-    for (int heads : {1, 3, 4}) {
-      SCOPED_TRACE(str(heads, " ascending heads"));
-      const ForcedFlashHook forced(attention_impl::force_flash_ascending_heads, heads, -1);
-      RunToRun repeat;
-      const Outputs got = run_flash(c, in, &repeat);
-      EXPECT_TRUE(repeat.dq_identical && repeat.rest_identical);
-      EXPECT_TRUE(same_bits(descending.o, got.o));
-      EXPECT_TRUE(same_bits(descending.dsinks, got.dsinks));
-      const std::pair<const char*, std::pair<const std::vector<double>*, const std::vector<double>*>> grads[] = {
-          {"dq", {&got.dq, &descending.dq}}, {"dk", {&got.dk, &descending.dk}}, {"dv", {&got.dv, &descending.dv}}};
-      for (const auto& [name, pair] : grads)
-        EXPECT_LE(max_abs_diff(*pair.first, *pair.second), max_abs(*pair.second) / 128) << name;
+}
+
+// Before each addition the deterministic Hopper backward counts the key tiles that add into the step's query
+// tile ahead of its own (key_tiles_before in flash_sm90_scheduler.cuh): without a left window bound by a
+// search over the prefix of key tiles that visit it, else by a scan. These heads have 36 key tiles, so the
+// search narrows ranges of more than 32 tiles, in the descending order and, with every head forced to it,
+// the ascending one. A wrong count hangs the kernel, loses pieces or adds them out of turn: each run gives
+// the atomic run's gradients up to the order of the fp32 sums (the steps' order differs too with ascending
+// heads and groups) and the same bits from run to run.
+TEST(FlashAttention, HopperOrderedDqOverManyKeyTilesMatchesAtomic) {
+  if (!cuda_available() || !hopper_gpu()) GTEST_SKIP() << "needs a Hopper GPU";
+  const FlashCase cases[] = {
+      {.name = "causal_gqa2", .heads_q = 4, .heads_kv = 2, .len_q = 4500, .len_k = 4500, .causal = true},
+      {.name = "causal_q3000_k4500", .heads_q = 2, .heads_kv = 2, .len_q = 3000, .len_k = 4500, .causal = true},
+      {.name = "full_q3000_k4500", .heads_q = 2, .heads_kv = 1, .len_q = 3000, .len_k = 4500},
+      {.name = "window_1000_sink_tokens_200", .heads_q = 2, .heads_kv = 2, .len_q = 4500, .len_k = 4500,
+       .causal = true, .window_left = 1000, .sink_tokens = 200},
+  };
+  for (std::int64_t d : {64, 128})
+    for (FlashCase c : cases) {
+      c.head_dim = d;
+      SCOPED_TRACE(str(c.name, " d ", d));
+      const Inputs in = make_inputs(c, 13);
+      FlashCase atomic_case = c;
+      atomic_case.deterministic = false;
+      RunToRun atomic_repeat;
+      const Outputs atomic = run_flash(atomic_case, in, &atomic_repeat);
+      for (int ascending : {0, 64}) {
+        SCOPED_TRACE(str(ascending, " ascending heads (at most every grid head)"));
+        const ForcedFlashHook forced(attention_impl::force_flash_ascending_heads, ascending, -1);
+        RunToRun repeat;
+        const Outputs got = run_flash(c, in, &repeat);
+        EXPECT_TRUE(repeat.dq_identical && repeat.rest_identical);
+        const std::pair<const char*, std::pair<const std::vector<double>*, const std::vector<double>*>> grads[] = {
+            {"dq", {&got.dq, &atomic.dq}}, {"dk", {&got.dk, &atomic.dk}}, {"dv", {&got.dv, &atomic.dv}}};
+        for (const auto& [name, pair] : grads)
+          EXPECT_LE(max_abs_diff(*pair.first, *pair.second), max_abs(*pair.second) / 128) << name;
+      }
     }
-  }
 }
 
 TEST(FlashAttention, UnsupportedHeadDimNamesTheSupportedSet) {

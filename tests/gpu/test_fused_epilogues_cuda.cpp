@@ -1,9 +1,10 @@
 // test_fused_epilogues_cuda.cpp — the elementwise passes the Transformer block's step folds into its other
 // kernels, on CUDA: the residual add in the GEMM's epilogue (linear_forward_residual, r apart from y and r = y)
 // and the dx accumulation (LinearGrads::accumulate_dx), each bit for bit the separate GEMM and add on the GPU
-// (see Note [GEMM epilogue addend] in ops/linear.cpp) at the model's shapes scaled down and at the 8B width,
-// and close to the CPU's fused ops; RMSNorm's backward writing dx's 16-bit copy (RmsNormGrads::dx_cast), bit
-// for bit dx rounded, with dx unchanged, packed and scalar paths, strided rows.
+// (see Note [GEMM epilogue addend] in ops/linear.cpp) at the model's shapes scaled down, at the 8B width and
+// at outputs large enough to be planned without split K, and close to the CPU's fused ops; the 8B block's
+// GEMMs with an addend planned without split K; RMSNorm's backward writing dx's 16-bit copy
+// (RmsNormGrads::dx_cast), bit for bit dx rounded, with dx unchanged, packed and scalar paths, strided rows.
 // Run on a GPU machine: ./build/bin/gpu_test_fused_epilogues_cuda
 #include <gtest/gtest.h>
 
@@ -16,6 +17,7 @@
 #include "core/buffer.h"
 #include "core/half.h"
 #include "core/tensor_io.h"
+#include "ops/gemm_cuda.h"
 #include "ops/linear.h"
 #include "ops/residual.h"
 #include "ops/rmsnorm.h"
@@ -103,7 +105,38 @@ INSTANTIATE_TEST_SUITE_P(
                       EpilogueCase{DType::bf16, 512, 688, 256, true}, EpilogueCase{DType::bf16, 512, 256, 688, true},
                       EpilogueCase{DType::bf16, 2048, 4096, 4096, false},
                       EpilogueCase{DType::bf16, 2048, 11008, 4096, false},
-                      EpilogueCase{DType::bf16, 2048, 4096, 11008, false}));
+                      EpilogueCase{DType::bf16, 2048, 4096, 11008, false},
+                      EpilogueCase{DType::bf16, 16384, 4096, 4096, false},
+                      EpilogueCase{DType::bf16, 16384, 11008, 4096, false},
+                      EpilogueCase{DType::bf16, 16384, 4096, 11008, false}));
+
+// Large fp32 outputs are planned without split K (see Note [Split K on large outputs] in ops/gemm_cuda.cu), so
+// their epilogue takes the addend: the 8B block's output projection and w2 forward and w1 input gradient at
+// 32768 rows, in bf16 with fp32 outputs.
+TEST(GemmPlanCuda, LargeFp32OutputsDoNotSplitK) {
+  const std::int64_t rows = 32768, d = 4096, f = 11008;
+  OwnedTensor a({rows, f}, DType::bf16, kGpu, "test"), w({d, f}, DType::bf16, kGpu, "test");
+  OwnedTensor out({rows, d}, DType::f32, kGpu, "test");
+  for (const std::int64_t k : {d, f}) {
+    SCOPED_TRACE("k = " + std::to_string(k));
+    gemm::Args forward;  // out (rows, d) = a (rows, k) w^T, w (d, k)
+    forward.m = rows, forward.n = d, forward.k = k;
+    forward.a = {a->data(), DType::bf16, k, 0, false};
+    forward.b = {w->data(), DType::bf16, k, 0, true};
+    forward.d = {out->data(), DType::f32, d, 0, false};
+    forward.c = forward.d;
+    forward.beta = 1.0f;
+    EXPECT_FALSE(gemm::splits_k(forward, kGpu));
+  }
+  gemm::Args backward;  // out (rows, d) += dy (rows, f) w1, w1 (f, d)
+  backward.m = rows, backward.n = d, backward.k = f;
+  backward.a = {a->data(), DType::bf16, f, 0, false};
+  backward.b = {w->data(), DType::bf16, d, 0, false};
+  backward.d = {out->data(), DType::f32, d, 0, false};
+  backward.c = backward.d;
+  backward.beta = 1.0f;
+  EXPECT_FALSE(gemm::splits_k(backward, kGpu));
+}
 
 // ---- RMSNorm backward writing dx's 16-bit copy ---------------------------------------------------
 

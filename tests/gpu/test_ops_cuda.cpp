@@ -1,7 +1,7 @@
 // test_ops_cuda.cpp — every model op's CUDA implementation against its CPU implementation on the same
 // inputs: linear (fp32 with TF32 off, bf16 operands with fp32 / bf16 outputs, strided rows, accumulation),
 // embedding (bit-identical forward and backward, repeated ids), RMSNorm, RoPE (both memory layouts, offset),
-// SwiGLU (in place), cross-entropy (vocab 97 to 50257, in-place / bf16 / no dlogits), residual add,
+// SwiGLU (in place), cross-entropy (vocab 97 to 151936, in-place / bf16 / no dlogits), residual add,
 // AdamW (clipping folded in too), SGD, casts and fills, gradient clipping; vectorised and scalar paths (aligned and unaligned
 // shapes); determinism (two runs bit-identical); ids out of range raise before anything is written.
 // Run on a GPU machine: ./build/bin/gpu_test_ops_cuda
@@ -187,21 +187,24 @@ TEST(EmbeddingCuda, IdsOutOfRangeRaiseBeforeAnythingIsWritten) {
 
 // ---- RMSNorm -----------------------------------------------------------------------------------
 
-class RmsNormCuda : public ::testing::TestWithParam<std::tuple<std::int64_t, std::int64_t, DType>> {};
+// rows, d, pad (x is a column slice of wider rows: the scalar path when d + pad is not a multiple of 4), y / dy
+// dtype. Enough rows for row groups of several rows, one shorter, and d past the columns a block holds in
+// registers (8192; see Note [RMSNorm rows in registers]) on both paths.
+class RmsNormCuda : public ::testing::TestWithParam<std::tuple<std::int64_t, std::int64_t, std::int64_t, DType>> {};
 
 TEST_P(RmsNormCuda, MatchesCpu) {
-  const auto [d, pad, ydtype] = GetParam();
-  const Pair x_store = pair({3, 7, d + pad}, DType::f32, 20);
+  const auto [rows, d, pad, ydtype] = GetParam();
+  const Pair x_store = pair({rows, d + pad}, DType::f32, 20);
   const Tensor x_cpu = first_cols(x_store.cpu, d), x_gpu = first_cols(x_store.gpu, d);
   const Pair w = pair({d}, DType::f32, 21);
-  const Pair y = pair({3, 7, d}, ydtype, 22), rstd = pair({3, 7}, DType::f32, 23);
+  const Pair y = pair({rows, d}, ydtype, 22), rstd = pair({rows}, DType::f32, 23);
   rmsnorm_forward(y.cpu, rstd.cpu, x_cpu, w.cpu);
   rmsnorm_forward(y.gpu, rstd.gpu, x_gpu, w.gpu);
   expect_close_to_largest(rstd.gpu, rstd.cpu, 1e-6, "rstd");
   expect_close_to_largest(y.gpu, y.cpu, ydtype == DType::f32 ? 1e-6 : 1e-2, "y");
 
-  const Pair dy = pair({3, 7, d}, ydtype, 24);
-  const Pair dx = pair({3, 7, d}, DType::f32, 25), dw = pair({d}, DType::f32, 26);
+  const Pair dy = pair({rows, d}, ydtype, 24);
+  const Pair dx = pair({rows, d}, DType::f32, 25), dw = pair({d}, DType::f32, 26);
   for (bool accumulate : {true, false}) {
     rmsnorm_backward({dx.cpu, dw.cpu, accumulate, accumulate}, dy.cpu, x_cpu, w.cpu, rstd.cpu);
     rmsnorm_backward({dx.gpu, dw.gpu, accumulate, accumulate}, dy.gpu, x_gpu, w.gpu, rstd.gpu);
@@ -209,16 +212,24 @@ TEST_P(RmsNormCuda, MatchesCpu) {
     expect_close_to_largest(dx.gpu, dx.cpu, 1e-5, "dx" + tag);
     expect_close_to_largest(dw.gpu, dw.cpu, 1e-5, "dw" + tag);
   }
-  const auto first = read_as_double(dw.gpu);
+  // dx alone and dw alone: the same bits as together (one pass computes both).
+  const auto first_dx = read_as_double(dx.gpu), first_dw = read_as_double(dw.gpu);
   rmsnorm_backward({Tensor(), dw.gpu, false, false}, dy.gpu, x_gpu, w.gpu, rstd.gpu);
-  EXPECT_EQ(read_as_double(dw.gpu), first) << "dw differs between two runs";
+  EXPECT_EQ(read_as_double(dw.gpu), first_dw) << "dw differs between two runs";
+  rmsnorm_backward({dx.gpu, Tensor(), false, false}, dy.gpu, x_gpu, w.gpu, rstd.gpu);
+  EXPECT_EQ(read_as_double(dx.gpu), first_dx) << "dx alone differs from dx beside dw";
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, RmsNormCuda,
-                         ::testing::Values(std::make_tuple(std::int64_t{64}, std::int64_t{0}, DType::f32),
-                                           std::make_tuple(std::int64_t{768}, std::int64_t{256}, DType::bf16),
-                                           std::make_tuple(std::int64_t{50}, std::int64_t{3}, DType::f32),
-                                           std::make_tuple(std::int64_t{2600}, std::int64_t{0}, DType::f32)));
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, RmsNormCuda,
+    ::testing::Values(std::make_tuple(std::int64_t{21}, std::int64_t{64}, std::int64_t{0}, DType::f32),
+                      std::make_tuple(std::int64_t{21}, std::int64_t{768}, std::int64_t{256}, DType::bf16),
+                      std::make_tuple(std::int64_t{21}, std::int64_t{50}, std::int64_t{3}, DType::f32),
+                      std::make_tuple(std::int64_t{21}, std::int64_t{2600}, std::int64_t{0}, DType::f32),
+                      std::make_tuple(std::int64_t{1030}, std::int64_t{4096}, std::int64_t{0}, DType::f32),
+                      std::make_tuple(std::int64_t{1030}, std::int64_t{4096}, std::int64_t{0}, DType::bf16),
+                      std::make_tuple(std::int64_t{600}, std::int64_t{10000}, std::int64_t{0}, DType::bf16),
+                      std::make_tuple(std::int64_t{37}, std::int64_t{8195}, std::int64_t{1}, DType::f32)));
 
 // ---- RoPE ----------------------------------------------------------------------------------------
 
@@ -338,9 +349,28 @@ TEST_P(CrossEntropyCuda, LossAndDlogitsMatchCpu) {
 
 INSTANTIATE_TEST_SUITE_P(Vocabularies, CrossEntropyCuda,
                          ::testing::Combine(::testing::Values(std::int64_t{97}, std::int64_t{1024},
-                                                              std::int64_t{50257}),
+                                                              std::int64_t{50257}, std::int64_t{151936}),
                                             ::testing::Values(Dlogits::none, Dlogits::separate, Dlogits::in_place,
                                                               Dlogits::bf16)));
+
+// Logits of -inf (masked columns) add nothing to a row's sum, also where all of a thread's columns are -inf
+// (columns [0, 2500) of 3000: most of a row's 512 threads of 4-element packs hold only those).
+TEST(CrossEntropyCuda, NegativeInfinityLogitsAddNothing) {
+  const std::int64_t V = 3000;
+  std::vector<double> values = normals(2 * V, 54, DType::f32, 3.0);
+  for (std::int64_t r = 0; r < 2; ++r)
+    for (std::int64_t j = 0; j < 2500; ++j) values[static_cast<std::size_t>(r * V + j)] = -INFINITY;
+  Pair logits = pair({2, V}, DType::f32, 54);
+  write_from_double(logits.cpu, values);
+  copy(logits.gpu, logits.cpu);
+  const Ids targets({2999, 2600}, {2});
+  const Pair dl = pair({2, V}, DType::f32, 55);
+  const double loss_cpu = cross_entropy(logits.cpu, targets.cpu(), dl.cpu);
+  const double loss_gpu = cross_entropy(logits.gpu, targets.gpu(), dl.gpu);
+  ASSERT_TRUE(std::isfinite(loss_gpu)) << loss_gpu;
+  EXPECT_NEAR(loss_gpu, loss_cpu, 1e-6 * loss_cpu);
+  expect_close_to_largest(dl.gpu, dl.cpu, 1e-5, "dlogits");
+}
 
 TEST(CrossEntropyCuda, TargetsOutOfRangeRaise) {
   const Pair logits = pair({2, 10}, DType::f32, 53);

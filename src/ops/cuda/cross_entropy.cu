@@ -1,8 +1,10 @@
 // cross_entropy.cu — CUDA mean cross-entropy with the fused softmax backward, as on the CPU: one block per
-// row makes three passes (max; sum of exp(x - max) in double; dlogits = (exp(x - max) / sum - onehot) *
-// scale, in place over the logits when asked), writing the row's loss (double); one block then sums the
-// row losses in a fixed order into the mean, which the host reads back (this synchronises the stream) or
-// which stays in device memory (cross_entropy_to: nothing synchronises).
+// row reads it twice (the max and the sum of exp(x - max) in double together, see Note [Cross-entropy in two
+// reads]; then dlogits = (exp(x - max) / sum - onehot) * scale, in place over the logits when asked), writing
+// the row's loss (double); one block then sums the row losses in a fixed order into the mean, which the host
+// reads back (this synchronises the stream) or which stays in device memory (cross_entropy_to: nothing
+// synchronises).
+#include <cfloat>
 #include <cmath>
 #include <cstdint>
 
@@ -16,7 +18,45 @@ namespace {
 
 constexpr int kMeanThreads = 1024;
 
-// loss (rows) double; dl (rows, V) T or null (may alias x, fp32); N-element packs of a row.
+// Note [Cross-entropy in two reads]
+// A logits row (fp32, V of them: 600 KB at V = 151936) is too large to keep on chip, so the row kernel reads
+// it twice, not three times: the first read keeps, per thread, a running maximum m and the sum in double of
+// exp(x - m) over its elements, rescaled by exp(m_old - m_new) when a group of kUnroll packs raises m (in
+// double; rare after the first packs); the block then takes the row's maximum M and sums the threads'
+// sums, each times exp(m - M), in a fixed order. The second read writes dlogits = (exp(x - M) / sum - onehot)
+// * scale as before. The terms exp(x - m) are those of a different m than the CPU's single maximum, so the
+// sum may differ from the CPU's in its last bits (the loss within 1e-6 relative); dlogits use the same M.
+// Each pass loads kUnroll packs before using them, so that each thread has several loads in flight.
+constexpr int kUnroll = 4;
+
+// Running (m, sum of exp(x - m)) of one thread: see Note [Cross-entropy in two reads]. m starts at the
+// lowest finite float, so that -inf logits add exp(-inf) = 0 rather than NaN.
+struct RowSum {
+  float m = -FLT_MAX;
+  double sum = 0;
+
+  template <int N, int U>
+  __device__ __forceinline__ void add(const Pack<float, N> (&v)[U]) {
+    float group_max = m;
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+#pragma unroll
+      for (int i = 0; i < N; ++i) group_max = fmaxf(group_max, v[u].v[i]);
+    }
+    if (group_max > m) {
+      sum *= exp(static_cast<double>(m) - static_cast<double>(group_max));
+      m = group_max;
+    }
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+#pragma unroll
+      for (int i = 0; i < N; ++i) sum += expf(v[u].v[i] - m);
+    }
+  }
+};
+
+// loss (rows) double; dl (rows, V) T or null (may alias x, fp32: each element is read before it is written);
+// N-element packs of a row. See Note [Cross-entropy in two reads].
 template <class T, int N>
 __global__ void row_kernel(const float* x_base, std::int64_t x_stride, const std::int32_t* __restrict__ targets,
                            T* dl_base, std::int64_t dl_stride, std::int64_t V, float scale,
@@ -27,35 +67,47 @@ __global__ void row_kernel(const float* x_base, std::int64_t x_stride, const std
   const float* x = x_base + r * x_stride;  // (V)
   const std::int32_t target = targets[r];
   const float x_target = x[target];  // read before any thread overwrites the row (two reductions below sync)
+  const std::int64_t step = static_cast<std::int64_t>(blockDim.x) * N;  // columns between a thread's packs
+  const std::int64_t first = static_cast<std::int64_t>(threadIdx.x) * N;
 
-  float m = -INFINITY;
-  for (std::int64_t c = threadIdx.x * N; c < V; c += blockDim.x * N) {
-    const Pack<float, N> v = load_pack<N>(x + c);
+  RowSum own;
+  std::int64_t c = first;
+  for (; c + (kUnroll - 1) * step < V; c += kUnroll * step) {
+    Pack<float, N> v[kUnroll];
 #pragma unroll
-    for (int i = 0; i < N; ++i) m = fmaxf(m, v.v[i]);
+    for (int u = 0; u < kUnroll; ++u) v[u] = load_pack<N>(x + c + u * step);
+    own.add(v);
   }
-  m = block_reduce(m, MaxOp{}, max_scratch);
-  double sum = 0;
-  for (std::int64_t c = threadIdx.x * N; c < V; c += blockDim.x * N) {
-    const Pack<float, N> v = load_pack<N>(x + c);
-#pragma unroll
-    for (int i = 0; i < N; ++i) sum += expf(v.v[i] - m);
+  for (; c < V; c += step) {
+    const Pack<float, N> v[1] = {load_pack<N>(x + c)};
+    own.add(v);
   }
-  sum = block_reduce(sum, SumOp{}, sum_scratch);
+  const float m = block_reduce(own.m, MaxOp{}, max_scratch);
+  const double sum = block_reduce(own.sum * exp(static_cast<double>(own.m) - static_cast<double>(m)), SumOp{},
+                                  sum_scratch);
   if (threadIdx.x == 0) loss[r] = (static_cast<double>(m) + log(sum)) - x_target;
   if (!dl_base) return;
   T* dl = dl_base + r * dl_stride;  // (V)
   const float inv_sum = static_cast<float>(1.0 / sum);
-  for (std::int64_t c = threadIdx.x * N; c < V; c += blockDim.x * N) {
-    const Pack<float, N> v = load_pack<N>(x + c);
+  // dl at columns [col, col + N) from their logits v.
+  const auto write = [&](std::int64_t col, const Pack<float, N>& v) {
     Pack<T, N> out;
 #pragma unroll
     for (int i = 0; i < N; ++i) {
       const float p = expf(v.v[i] - m) * inv_sum;
-      out.v[i] = from_f32<T>((p - (c + i == target ? 1.0f : 0.0f)) * scale);
+      out.v[i] = from_f32<T>((p - (col + i == target ? 1.0f : 0.0f)) * scale);
     }
-    store_pack<N>(dl + c, out);
+    store_pack<N>(dl + col, out);
+  };
+  c = first;
+  for (; c + (kUnroll - 1) * step < V; c += kUnroll * step) {
+    Pack<float, N> v[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) v[u] = load_pack<N>(x + c + u * step);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) write(c + u * step, v[u]);
   }
+  for (; c < V; c += step) write(c, load_pack<N>(x + c));
 }
 
 // mean (1) (+)= sum of loss (rows) / divisor, summed in a fixed order.
@@ -69,7 +121,9 @@ __global__ void __launch_bounds__(kMeanThreads) mean_kernel(const double* __rest
   if (threadIdx.x == 0) *mean = accumulate ? *mean + sum / divisor : sum / divisor;
 }
 
-int row_threads(std::int64_t V) { return V >= 16384 ? 1024 : V >= 2048 ? 512 : V >= 256 ? 128 : 32; }
+// Threads of a row's block: at most 512, so that two rows share an SM and one's reductions overlap the
+// other's loads.
+int row_threads(std::int64_t V) { return V >= 2048 ? 512 : V >= 256 ? 128 : 32; }
 
 // row_loss (rows) <- each row's loss, *mean (+)= their sum / divisor; dlogits written when it has data.
 void enqueue(const ops::RowView& logits, const std::int32_t* targets, const ops::RowView& dlogits, double grad_scale,

@@ -41,7 +41,7 @@ void embedding_backward(const ops::RowView& dweight, const std::int32_t* ids, co
 
 // rmsnorm.cu — x (rows, d) fp32, w (d) fp32, rstd (rows) fp32, y / dy fp32 or bf16, dx (rows, d) fp32 or
 // no data, dx_cast (rows, d) bf16 / fp16 or no data (dx rounded), dw (d) fp32 or null. dw is reduced over
-// fixed row groups, then the groups in order.
+// fixed row groups, then the groups in a fixed order.
 void rmsnorm_forward(const ops::RowView& y, float* rstd, const ops::RowView& x, const float* w, float eps,
                      Device device, const Stream& stream);
 void rmsnorm_backward(const ops::RowView& dx, bool accumulate_dx, const ops::RowView& dx_cast, float* dw,

@@ -47,6 +47,7 @@ struct BwdKvTraits {
   static constexpr int kConsumerThreads = 128 * kConsumers;
   static constexpr int kThreads = 128 + kConsumerThreads;  // producer warpgroup first
   static constexpr int kProducerRegs = kTiles.producer_regs;
+  static constexpr bool kCounterBackoff = kTiles.counter_backoff;  // See counter_wait_eq
   static constexpr int kConsumerRegs = consumer_registers(kThreads, kProducerRegs);
   // Columns of the shared tiles and of the dK, dV and dQ accumulators: See Note [Padded head dims]
   // (flash_traits.h).
@@ -171,13 +172,12 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
   const int m_first = span.first, m_count = span.count;
   const int n_iters = m_count * s.group;
   // Step it's query head and first query row: the steps run over the group's heads, each over the tiles
-  // (the last tile first when additions are ordered and ascending).
+  // (the last tile first when additions are ordered and ascending). Why head by head and not tile by tile:
+  // docs/perf-notes.md#ordered-dq-additions.
   auto step_head = [&](int it) { return hk * s.group + it / m_count; };
   const bool last_tile_first = kOrderedDq && ascending;
-  auto step_row0 = [&](int it) {
-    const int i = it % m_count;
-    return (m_first + (last_tile_first ? m_count - 1 - i : i)) * BM;
-  };
+  auto tile_row0 = [&](int i) { return (m_first + (last_tile_first ? m_count - 1 - i : i)) * BM; };
+  auto step_row0 = [&](int it) { return tile_row0(it % m_count); };
   // Warpgroup w stages its piece of a step's dQ tile (queries 64 (w / kColPanels).., columns kPanel
   // (w % kColPanels).., over all BN keys) in its sdQ boxes; one thread adds them into dq_accum.
   constexpr int kColPanels = DS / kPanel;
@@ -228,9 +228,12 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
           const int before =
               key_tiles_before<kHasMask, BN, BM>(n_block, seq.n_tiles(), ascending, m0 / BM, seq.shape(s), lane);
           int* counter = p.dq_order + seq.counter0() + h * p.pre_blocks + m0 / kPreRows;
+          // The turn is awaited while the consumers still compute the piece, so that a counter already
+          // there costs no read after the piece is staged (See Note [Ordered dQ additions]).
+          if (lane == 0) counter_wait_eq<Tr::kCounterBackoff>(counter, before);
+          __syncwarp();  // bar.sync is .aligned: the warp reaches it converged
           for (int w = 0; w < Tr::kConsumers; ++w) named_barrier_sync(full_barrier(w, parity), kWriterThreads);
           if (lane == 0) {
-            counter_wait_eq(counter, before);
             for (int w = 0; w < Tr::kConsumers; ++w) reduce_piece(w, it, before == 0);
             bulk_wait_read<0>();
           }
@@ -273,10 +276,14 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
   setmaxnreg_inc<Tr::kConsumerRegs>();
   const int ctid = tid - 128, cwarp = warp - 4;
   const int g = lane >> 2, t = lane & 3;
-  const int wg_row = (cwarp / 4) * 64, warp_row = cwarp * 16;  // first key row of this warpgroup / warp
+  // Known warp-uniform, so that the wgmma descriptors derived from wg_row stay in uniform registers.
+  const int wg = warp_uniform(cwarp / 4);
+  const int wg_row = wg * 64, warp_row = cwarp * 16;  // first key row of this warpgroup / warp
   const FlashShape ss = seq_shape();
   const KeyQueries queries[2] = {KeyQueries(key_queries<kHasMask>(n0 + warp_row + g, ss)),
                                  KeyQueries(key_queries<kHasMask>(n0 + warp_row + g + 8, ss))};
+  // The steps' query tiles that need no per-element mask, found once rather than tested every step.
+  const TileSpan full_tiles = full_query_tiles<kHasMask, BN, BM>(n0, ss, span, lane);
 
   // dQ runs one step behind. Step it waits (bar.sync) for the other warpgroup to announce
   // its dS^T rows of step it - 1 in sdS buffer (it - 1) % 2, then issues this warpgroup's piece of that
@@ -289,7 +296,6 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
   // step's piece follows the loop. The leader's wait for its previous reductions to have read sdQ
   // precedes a barrier that every thread of the warpgroup passes before writing sdQ. With ordered
   // additions the writer warp issues the reductions instead, and frees sdQ through a barrier.
-  const int wg = warp_uniform(cwarp / 4);
   const bool wg_leader = ctid % 128 == 0;
   const int qp = wg / kColPanels, cp = wg % kColPanels;  // this warpgroup's dQ piece
   auto sds_of = [&](int it) { return sdS + (it & 1) * BN * BM; };  // step it's dS^T buffer
@@ -322,11 +328,12 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
 
   mbar_wait(kv_full, 0);
   RingPosition<kStages> pos;
-  for (int it = 0; it < n_iters; ++it, pos.advance()) {
+  int tile = 0;  // it % m_count, carried from step to step instead of divided out every step
+  for (int it = 0; it < n_iters; ++it, pos.advance(), tile = tile + 1 == m_count ? 0 : tile + 1) {
     const int slot = pos.slot;
     const T* sQt = sQ + slot * BM * DS;
     const T* sdOt = sdO + slot * BM * DS;
-    const int m0 = step_row0(it);
+    const int m0 = tile_row0(tile);
     mbar_wait(&step_full[slot], pos.phase);
 
     float acc_s[kNtS][4], acc_dp[kNtS][4];  // S^T = K Q^T, dP^T = V dO^T (the first k step overwrites)
@@ -338,11 +345,7 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
     wgmma_wait<1>();  // P^T is computed while dP^T runs
     fence_accumulators(acc_s);
 
-    const FlashShape step_shape = seq_shape();
-    const bool full = tile_full(row_keys<kHasMask>(m0, step_shape),
-                                row_keys<kHasMask>(min(m0 + BM, step_shape.len_q) - 1, step_shape), n0, BN,
-                                step_shape.len_k);
-    probs_t(acc_s, sL + slot * BM, queries, full, m0, t, s.scale_log2);
+    probs_t(acc_s, sL + slot * BM, queries, full_tiles.contains(m0 / BM), m0, t, s.scale_log2);
     // dS^T before dV is issued: P^T's A fragments need not live beside both fp32 tiles (else they spill
     // at D=64). Why not dV before dP^T lands: docs/perf-notes.md#backward-step-order.
     wgmma_wait<0>();  // dP^T

@@ -84,6 +84,42 @@ __device__ __forceinline__ TileSpan key_tile_queries(int n0, const Shape& s) {
   return span;
 }
 
+// The first index of [lo, hi) at which pred, false and then true over the range, is true (hi if it never
+// is), found by the warp testing 32 evenly spaced indices a round, each round narrowing the range
+// 32-fold (two rounds for 1024 indices). Every lane of the warp calls it with the same range and gets
+// the index.
+template <class Pred>
+__device__ __forceinline__ int warp_first_true(int lo, int hi, int lane, Pred pred) {
+  while (hi - lo > 32) {
+    const int step = (hi - lo + 31) / 32, n = lo + step * lane;
+    const int falses = __popc(~__ballot_sync(0xffffffffu, n >= hi || pred(n)));  // lanes [0, falses)
+    if (falses == 0) return lo;
+    hi = min(hi, lo + step * falses);  // the first candidate found true, or the range's end
+    lo += step * (falses - 1) + 1;     // past the last candidate found false
+  }
+  return lo + __popc(~__ballot_sync(0xffffffffu, lo + lane >= hi || pred(lo + lane)));
+}
+
+// The query tiles of `span` (those of the key tile at n0, BN keys: key_tile_queries) that are full
+// (tile_full: every row of the tile sees every key of the key tile). They form an interval, because every
+// bound of visible_keys is non-decreasing in the row: "the first row's keys end at or past the key tile's
+// end" holds from some tile on, "the last row's keys begin at or before its start" up to some tile, and a
+// key tile of sink keys needs only the first. Every lane of the warp calls it and gets the interval.
+template <bool kHasMask, int BN, int BM>
+__device__ __forceinline__ TileSpan full_query_tiles(int n0, const FlashShape& s, const TileSpan& span, int lane) {
+  const int n1 = n0 + BN, end = span.first + span.count;
+  if (n1 > s.len_k) return TileSpan{span.first, 0};
+  const int lo = warp_first_true(span.first, end, lane, [&](int m) {
+    return n1 <= row_keys<kHasMask>(static_cast<std::int64_t>(m) * BM, s).end;
+  });
+  const bool sink_tile = kHasMask && n1 <= ft_min64(s.sink_tokens, s.len_k);
+  const int hi = sink_tile ? end : warp_first_true(span.first, end, lane, [&](int m) {
+    const std::int64_t last_row = ft_min64(static_cast<std::int64_t>(m) * BM + BM, s.len_q) - 1;
+    return n0 < row_keys<kHasMask>(last_row, s).begin;
+  });
+  return TileSpan{lo, hi > lo ? hi - lo : 0};
+}
+
 // A row's KeyRange in 32-bit registers (lengths are < 2^30), for the per-element masks.
 struct RowKeys {
   int sink_end = 0, begin = 0, end = 0;

@@ -177,19 +177,27 @@ __device__ __forceinline__ void tma_store_wait_all() {
 // ---- counters between blocks (See Note [Ordered dQ additions] in flash_sm90_scheduler.cuh) ----
 
 // Spins until *counter (global) reads `value` with acquire semantics at GPU scope; bulk copies this
-// thread issues afterwards are ordered after the read. Between reads that miss it sleeps, 32 ns and
-// doubling up to kCounterMaxSleepNs, so that a long wait does not send the L2 a 4-byte load per
-// round trip.
+// thread issues afterwards are ordered after the read. With kBackoff, between reads that miss it sleeps,
+// 32 ns and doubling up to kCounterMaxSleepNs, so that a long wait does not send the L2 a 4-byte load per
+// round trip; without, it reads again at once (Sm90BwdTiles::counter_backoff says which a head dim takes).
 inline constexpr unsigned kCounterMaxSleepNs = 256;
+template <bool kBackoff>
 __device__ __forceinline__ void counter_wait_eq(const int* counter, int value) {
 #if FT_SM90_DEVICE
-  unsigned sleep_ns = 32;
-  for (;;) {
+  if constexpr (kBackoff) {
+    unsigned sleep_ns = 32;
+    for (;;) {
+      int seen;
+      asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
+      if (seen == value) break;
+      __nanosleep(sleep_ns);
+      sleep_ns = sleep_ns < kCounterMaxSleepNs ? 2 * sleep_ns : kCounterMaxSleepNs;
+    }
+  } else {
     int seen;
-    asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
-    if (seen == value) break;
-    __nanosleep(sleep_ns);
-    sleep_ns = sleep_ns < kCounterMaxSleepNs ? 2 * sleep_ns : kCounterMaxSleepNs;
+    do {
+      asm volatile("ld.acquire.gpu.global.s32 %0, [%1];\n" : "=r"(seen) : "l"(counter) : "memory");
+    } while (seen != value);
   }
   asm volatile("fence.proxy.async.global;\n" ::: "memory");
 #endif

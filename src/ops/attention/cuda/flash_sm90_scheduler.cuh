@@ -56,7 +56,10 @@ static_assert(section_heads_for(100, 12) == 12 && section_heads_for(0, 12) == 1 
 // and a key tile adds once every key tile before it in its head's order has (key_tiles_before); the
 // first one stores its boxes instead, so the pre-pass zeroes only the rows that see no key. Two writer
 // warps of the producer warpgroup (even and odd steps) wait on the counter, issue the reductions (or
-// stores) the consumers staged and, once they have landed, advance the counter.
+// stores) the consumers staged and, once they have landed, advance the counter. A writer awaits its turn
+// before its piece is staged, so the read of a counter already there overlaps the consumers' products
+// instead of following them: what is left between one key tile's additions landing and the next one's
+// being issued is the increment's trip to L2 and the next writer's read of it.
 // A block waits only on blocks launched before it (which run or have run: the hardware starts a grid's
 // blocks in order), so a head's order is its launch order. For most heads it is descending: last key
 // tile launched first, each block taking its query tiles first first, so a key tile reaches every causal
@@ -282,16 +285,22 @@ inline constexpr int kBwdSeqWords = 4;  // BwdSeqSlot's 8 ints in 8-byte words
 // How many key tiles add into query tile `tile` before key tile n_block (of n_tiles) does, i.e. visit it
 // and come earlier in the head's order: lower key tiles when `ascending`, else higher ones. A count of 0
 // makes n_block the first, which stores its piece. Every lane of the warp calls it and gets the count.
-// See Note [Ordered dQ additions].
+// Without a left window bound (causal, no mask, sink tokens) the key tiles that visit a query tile are a
+// prefix of the key tiles: every key tile's query span ends at the last query tile and starts no earlier
+// than the one before it (key_tile_queries). The count is then where that prefix ends in [first, end),
+// found by a search (warp_first_true) instead of testing every key tile of the range, a few hundred at long
+// context, for every step. See Note [Ordered dQ additions].
 template <bool kHasMask, int BN, int BM, class Shape>
 __device__ __forceinline__ int key_tiles_before(int n_block, int n_tiles, bool ascending, int tile, const Shape& s,
                                                 int lane) {
   const int first = ascending ? 0 : n_block + 1, end = ascending ? n_block : n_tiles;
+  auto visits = [&](int n) { return key_tile_queries<kHasMask, BN, BM>(n * BN, s).contains(tile); };
+  if (!kHasMask || s.window_left < 0)
+    return warp_first_true(first, end, lane, [&](int n) { return !visits(n); }) - first;
   int count = 0;
   for (int base = first; base < end; base += 32) {
     const int n = base + lane;
-    const bool visits = n < end && key_tile_queries<kHasMask, BN, BM>(n * BN, s).contains(tile);
-    count += __popc(__ballot_sync(0xffffffffu, visits));
+    count += __popc(__ballot_sync(0xffffffffu, n < end && visits(n)));
   }
   return count;
 }

@@ -174,6 +174,10 @@ struct Sm90BwdTiles {
   // Registers the producer warpgroup (the copies and, with ordered additions, the dQ writers) keeps after
   // setmaxnreg (a multiple of 8); the consumers take the rest (consumer_registers, flash_sm90_pipeline.cuh).
   int producer_regs = 24;
+  // Ordered additions: the dQ writers back off (a growing nanosleep) between polls of a counter that
+  // has not reached their turn, instead of polling again at once (counter_wait_eq,
+  // flash_sm90_pipeline.cuh). Measurements: docs/perf-notes.md#ordered-dq-additions.
+  bool counter_backoff = false;
 };
 struct FlashSm90Tiles {
   Sm90FwdTiles fwd;
@@ -186,10 +190,11 @@ inline constexpr FlashSm90Tiles kSm90Tiles[] = {
     {.fwd = {.consumers = 3, .block_n = 128, .stages = 2,
              .overlap = false, .ping_pong = false, .tensor_row_sums = true},
      .bwd = {.consumers = 2, .block_m = 128, .stages = 2}},
-    // d=128 (and 80, 96); a backward producer of 40 registers (consumers 232) is the least that spills none
+    // d=128 (and 80, 96); a backward producer of 40 registers (consumers 232) is the least that spills none;
+    // its dQ writers back off between counter polls (at d=64 that was slower)
     {.fwd = {.consumers = 2, .block_n = 128, .stages = 3,
              .overlap = true, .ping_pong = true, .tensor_row_sums = false},
-     .bwd = {.consumers = 2, .block_m = 64, .stages = 2, .producer_regs = 40}},
+     .bwd = {.consumers = 2, .block_m = 64, .stages = 2, .producer_regs = 40, .counter_backoff = true}},
 };
 constexpr FlashSm90Tiles flash_sm90_tiles(int d) { return d == 64 ? kSm90Tiles[0] : kSm90Tiles[1]; }
 // d=256, the forward only (its backward runs on sm80: dK and dV of a warpgroup's 64 keys would take 256
