@@ -196,6 +196,7 @@ __device__ __forceinline__ void epilogue(const Args& a, std::int64_t m, std::int
 
 // Waits for the previous kernel (launched to overlap it, dependent_launch.cuh) and lets the next one start.
 struct PreviousGrid {
+  __device__ __forceinline__ void arrive() const {}
   __device__ __forceinline__ void operator()() const {
     wait_for_previous_grid();
     allow_next_grid();
@@ -207,19 +208,27 @@ struct PreviousGrid {
 // the arrivals and then advances the generation, which the others wait for (so a block may arrive at a next
 // barrier on the same count at once). Thread 0 arrives with a release (the block's writes, ordered before it by
 // the __syncthreads, go with it), the last arrival acquires them all and releases them with the generation, and
-// the others acquire the generation: no full fences.
+// the others acquire the generation: no full fences. Split in two: arrive() as soon as the block's part of the
+// previous call is written, before it requests the next call's weights (a release waits for the thread's
+// outstanding memory operations: those loads would hold the arrival back), and the wait (operator()) after.
 struct GridBarrier {
   unsigned* count;
-  __device__ __forceinline__ void operator()() const {
+  unsigned* seen;  // (2) in shared memory, thread 0's: the generation at its arrival, and whether it was the last
+  __device__ __forceinline__ void arrive() const {
     __syncthreads();
     if (threadIdx.x == 0) {
       const unsigned generation = load_relaxed(count + 1);  // before the arrival (the release orders it)
-      if (add_acq_rel(count, 1u) == gridDim.x - 1) {
+      seen[0] = generation;
+      seen[1] = add_acq_rel(count, 1u) == gridDim.x - 1;
+      if (seen[1]) {
         store_relaxed(count, 0u);
         add_release(count + 1, 1u);
-      } else {
-        while (load_acquire(count + 1) == generation) {
-        }
+      }
+    }
+  }
+  __device__ __forceinline__ void operator()() const {
+    if (threadIdx.x == 0 && !seen[1]) {
+      while (load_acquire(count + 1) == seen[0]) {
       }
     }
     __syncthreads();
@@ -230,6 +239,7 @@ struct GridBarrier {
 // work (the weights' first chunks and prefetches, the rope position) and what does (staging x).
 template <int kM, int kMode, bool kNorm, class Wait>
 __device__ __forceinline__ void skinny_call(const Args& a, unsigned char* staged, double* scratch, Wait wait) {
+  wait.arrive();
   // 16-byte weight chunks per lane in flight, per row: 8 (a whole 2048-column row per round trip) where the
   // registers allow, 4 with the accumulators of more rows.
   constexpr int kUnroll = kM <= 2 ? 8 : 4;
@@ -474,19 +484,23 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm)
     ffn_kernel(Args up, Args down, Args next, decode::Params attention, uint3 attend_grid, unsigned* barrier) {
   extern __shared__ __align__(16) unsigned char staged[];
   __shared__ double scratch[32];
+  __shared__ unsigned seen[2];
+  const GridBarrier grid_barrier{barrier, seen};
   skinny_call<kM, kSwiglu, kNorm>(up, staged, scratch, PreviousGrid{});
-  skinny_call<kM, kResidual, false>(down, staged, scratch, GridBarrier{barrier});
-  if constexpr (kNext != kNoCall) skinny_call<kM, kNext, true>(next, staged, scratch, GridBarrier{barrier});
+  skinny_call<kM, kResidual, false>(down, staged, scratch, grid_barrier);
+  if constexpr (kNext != kNoCall) skinny_call<kM, kNext, true>(next, staged, scratch, grid_barrier);
   if constexpr (kAttend) {
-    __syncthreads();  // the next call's reads of shared memory are done: the attention's copies may land there
+    // After the __syncthreads of the arrival, the next call's reads of shared memory are done: the attention's
+    // copies may land there.
+    grid_barrier.arrive();
     const unsigned blocks = attend_grid.x * attend_grid.y * attend_grid.z;
     const auto block_of = [&](unsigned i) {
       return uint3{i % attend_grid.x, i / attend_grid.x % attend_grid.y, i / (attend_grid.x * attend_grid.y)};
     };
-    if (blockIdx.x >= blocks) return GridBarrier{barrier}();  // every block arrives
-    // The attention's blocks blockIdx.x, + gridDim.x, ...: the first one's copies before the barrier.
+    if (blockIdx.x >= blocks) return grid_barrier();  // every block arrives and waits
+    // The attention's blocks blockIdx.x, + gridDim.x, ...: the first one's copies before the barrier's wait.
     decode::attend<__nv_bfloat16, 1, 16, true>(attention, block_of(blockIdx.x), attend_grid, staged,
-                                                GridBarrier{barrier});
+                                                [&] { grid_barrier(); });
     for (unsigned i = blockIdx.x + gridDim.x; i < blocks; i += gridDim.x) {
       __syncthreads();  // the previous one's shared memory is free
       decode::attend<__nv_bfloat16, 1, 16, true>(attention, block_of(i), attend_grid, staged, [] {});
