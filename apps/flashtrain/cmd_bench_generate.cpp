@@ -2,12 +2,10 @@
 // randomly initialised model per size and batch: a prefill of --prompt-len tokens, then --new-tokens greedy
 // decode steps, timed after a short warm-up generation (which captures the decode step's CUDA graph). Rows
 // (benchmark "generate"): size, batch, precision, prompt_len, new_tokens, cuda_graph, overlap_launches,
-// fused_gemms, decode_kernels, prefill_ms, ms_per_token (one decode step for the whole batch), tokens_per_s. One
-// model and generator per size and batch serve every variant (--cuda-graph, --overlap-launches, --fused-gemms,
-// --decode-kernels).
+// fused_gemms, prefill_ms, ms_per_token (one decode step for the whole batch), tokens_per_s. One model and
+// generator per size and batch serve every variant (--cuda-graph, --overlap-launches, --fused-gemms).
 //   flashtrain bench generate --size xl --precision bf16 --batch 1,64 --json bench/results/generate-xl-h100.json
 //   flashtrain bench generate --size xl --precision bf16 --batch 1 --cuda-graph on,off --overlap-launches on,off
-//   flashtrain bench generate --size xl --precision bf16 --batch 1 --decode-kernels separate,projected,ffn,chained
 //   flashtrain bench generate --size xl --precision bf16 --batch 1 --kernels-json /tmp/decode-kernels.json
 //   flashtrain bench generate --size tiny --device cpu --batch 1,4
 #include <cstdio>
@@ -38,7 +36,6 @@ struct BenchGenerateOptions {
   std::string cuda_graph = "on";
   std::string overlap = "on";
   std::string fused = "on";
-  std::string decode_kernels = "separate";
   std::uint64_t seed = 0;
   std::string json_path;
   std::string kernels_json;
@@ -47,7 +44,6 @@ struct BenchGenerateOptions {
 // One way of running the decode step (GenerationOptions' switches).
 struct Variant {
   bool graph, overlap, fused;
-  DecodeKernels kernels;
 };
 
 // The kernel profile of one more timed generation: an overview of its decode steps (kernel time against the
@@ -95,7 +91,6 @@ std::vector<nlohmann::json> bench_one(const std::string& size, std::int64_t batc
                     {"cuda_graph", v.graph},
                     {"overlap_launches", v.overlap},
                     {"fused_gemms", v.fused},
-                    {"decode_kernels", name_of(v.kernels)},
                     {"impl", "kv_cache"}});
   try {
     TransformerLM model(config, options);
@@ -110,7 +105,6 @@ std::vector<nlohmann::json> bench_one(const std::string& size, std::int64_t batc
       g.cuda_graph = variants[i].graph;
       g.overlap_launches = variants[i].overlap;
       g.fused_gemms = variants[i].fused;
-      g.decode_kernels = variants[i].kernels;
       g.max_new_tokens = std::min<std::int64_t>(8, o.new_tokens);
       generator.generate(prompts, g);  // warm-up: kernels, algorithm choices, caches, the graph's capture
       g.max_new_tokens = o.new_tokens;
@@ -146,36 +140,30 @@ int run_bench_generate(const BenchGenerateOptions& o) {
   std::vector<bool> graphs = parse_list<bool>("--cuda-graph", o.cuda_graph, on_off);
   std::vector<bool> overlaps = parse_list<bool>("--overlap-launches", o.overlap, on_off);
   std::vector<bool> fused = parse_list<bool>("--fused-gemms", o.fused, on_off);
-  const std::vector<DecodeKernels> kernels =
-      parse_list<DecodeKernels>("--decode-kernels", o.decode_kernels, parse_decode_kernels);
   const Device device = device_or_auto(parse_device_option(o.device));
   if (!device.is_cuda()) graphs = overlaps = {false};  // CUDA only: the CPU has neither
   std::vector<Variant> variants;
   for (bool graph : graphs)
     for (bool overlap : overlaps)
-      for (bool f : fused)
-        for (DecodeKernels k : kernels) variants.push_back({graph, overlap, f, k});
+      for (bool f : fused) variants.push_back({graph, overlap, f});
   if (!o.kernels_json.empty()) {
     FT_CHECK_KIND(unsupported, kernel_profiler_available(), "--kernels-json: ", kernel_profiler_missing());
     FT_CHECK_KIND(unsupported, device.is_cuda(), "--kernels-json records CUDA kernels and needs a CUDA device, given ",
                   device.to_string());
     FT_CHECK(sizes.size() * batches.size() * variants.size() == 1, "--kernels-json profiles one case: give one --size, ",
-             "--batch and one value of --cuda-graph, --overlap-launches, --fused-gemms and --decode-kernels");
+             "--batch and one value of --cuda-graph, --overlap-launches and --fused-gemms");
   }
   const Stream stream = device.is_cuda() ? Stream::create(device) : Stream();
   nlohmann::json rows = nlohmann::json::array();
-  std::printf("| size | batch | precision | graph | overlap | fused | kernels | prompt | new | prefill ms | ms/token | "
-              "tokens/s |\n");
-  std::printf("|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+  std::printf("| size | batch | precision | graph | overlap | fused | prompt | new | prefill ms | ms/token | tokens/s |\n");
+  std::printf("|---|---|---|---|---|---|---|---|---|---|---|\n");
   const auto on = [](const nlohmann::json& row, const char* key) { return row[key].get<bool>() ? "on" : "off"; };
   for (const std::string& size : sizes)
     for (std::int64_t batch : batches)
       for (const nlohmann::json& row : bench_one(size, batch, variants, o, device, stream)) {
-        std::printf("| %s | %lld | %s | %s | %s | %s | %s | %lld | %lld |", size.c_str(),
-                    static_cast<long long>(batch), o.precision.c_str(), on(row, "cuda_graph"),
-                    on(row, "overlap_launches"), on(row, "fused_gemms"),
-                    row["decode_kernels"].get<std::string>().c_str(), static_cast<long long>(o.prompt_len),
-                    static_cast<long long>(o.new_tokens));
+        std::printf("| %s | %lld | %s | %s | %s | %s | %lld | %lld |", size.c_str(), static_cast<long long>(batch),
+                    o.precision.c_str(), on(row, "cuda_graph"), on(row, "overlap_launches"), on(row, "fused_gemms"),
+                    static_cast<long long>(o.prompt_len), static_cast<long long>(o.new_tokens));
         if (row.contains("oom"))
           std::printf(" OOM | OOM | OOM |\n");
         else
@@ -217,10 +205,6 @@ void register_bench_generate(CLI::App& bench, Action& action) {
                       "(programmatic dependent launch, Hopper)");
   command->add_option("--fused-gemms", o->fused,
                       "on, off or on,off: the fused few-row bf16 GEMMs (batch <= 8) or the unfused ops (cuBLASLt)");
-  command->add_option("--decode-kernels", o->decode_kernels,
-                      "separate, projected, ffn, chained or a comma-separated list: how the fused decode splits a "
-                      "layer into kernels (five, four with the output projection in the attention, three with the "
-                      "FFN in one kernel, one with the next layer's QKV and attention chained in)");
   command->add_option("--seed", o->seed, "Seed of the parameters and prompts");
   command->add_option("--json", o->json_path, "Write the results document (benchmark generate)");
   command->add_option("--kernels-json", o->kernels_json,

@@ -30,22 +30,6 @@ double ms_since(std::chrono::steady_clock::time_point start) {
 
 }  // namespace
 
-const char* name_of(DecodeKernels kernels) {
-  switch (kernels) {
-    case DecodeKernels::separate: return "separate";
-    case DecodeKernels::projected: return "projected";
-    case DecodeKernels::ffn: return "ffn";
-    case DecodeKernels::chained: return "chained";
-  }
-  return "?";
-}
-
-DecodeKernels parse_decode_kernels(const std::string& name) {
-  for (DecodeKernels k : kDecodeKernelSplits)
-    if (name == name_of(k)) return k;
-  FT_THROW(invalid_argument, "decode kernels: expected separate, projected, ffn or chained, given '", name, "'");
-}
-
 DType Generator::compute_dtype() const {
   return model_.options().precision == Precision::bf16 ? DType::bf16 : DType::f32;
 }
@@ -100,23 +84,6 @@ Generator::Generator(const TransformerLM& model, std::int64_t max_batch, std::in
     attention_workspace_ = Buffer(attention_workspace_bytes_, dev, "generator decode attention workspace", stream);
     fill(Tensor(attention_workspace_.data(), DType::f32, dev,
                 {static_cast<std::int64_t>(attention_workspace_bytes_ / sizeof(float))}),
-         0.0, stream);
-  }
-  // The fused decode's attention with the output projection folded in (every batch size the fused GEMMs take).
-  if (skinny_ok_ && cfg.head_dim() % 8 == 0) {
-    for (std::int64_t b = 1; b <= std::min(max_batch, kSkinnyMaxRows); ++b)
-      projection_workspace_bytes_ =
-          std::max(projection_workspace_bytes_, decode_projection_workspace_bytes(b, H, H, cfg.head_dim(), d, dev));
-  }
-  if (skinny_ok_ && dev.is_cuda()) {
-    ffn_barrier_ = Buffer(kSkinnyBarrierBytes, dev, "generator ffn barrier", stream);
-    fill(Tensor(ffn_barrier_.data(), DType::f32, dev, {static_cast<std::int64_t>(kSkinnyBarrierBytes / 4)}), 0.0,
-         stream);
-  }
-  if (projection_workspace_bytes_ > 0) {
-    projection_workspace_ = Buffer(projection_workspace_bytes_, dev, "generator decode projection workspace", stream);
-    fill(Tensor(projection_workspace_.data(), DType::f32, dev,
-                {static_cast<std::int64_t>(projection_workspace_bytes_ / sizeof(float))}),
          0.0, stream);
   }
 }
@@ -180,202 +147,100 @@ void Generator::prefill_layer(std::int64_t l, std::int64_t B, std::int64_t T) {
   block_rest(l, R);
 }
 
-Tensor Generator::k_cache(std::int64_t l, std::int64_t B) const {
-  const std::int64_t d = model_.config().d_model, Dh = model_.config().head_dim();
-  return Tensor(layer_cache(l), compute_dtype(), model_.options().device, {B, model_.config().num_heads, max_len_, Dh},
-                {2 * d, Dh, B * 2 * d, 1});
-}
-
-Tensor Generator::v_cache(std::int64_t l, std::int64_t B) const {
-  const Tensor k = k_cache(l, B);
-  return Tensor(static_cast<char*>(k.data()) + static_cast<std::size_t>(model_.config().d_model) * k.element_size(),
-                k.dtype(), k.device(), k.shape(), k.strides());
-}
-
-SkinnyLinearArgs Generator::qkv_call(std::int64_t l, std::int64_t B, bool overlap) const {
-  const ModelConfig& cfg = model_.config();
-  const std::int64_t d = cfg.d_model;
-  const Device dev = model_.options().device;
-  const Tensor w_q = weight(model_.layout().layer_index(l, LayerSlot::q_proj));
-  SkinnyLinearArgs s;
-  s.epilogue = SkinnyEpilogue::rope_append;
-  s.y = Tensor(qkv_.tensor().data(), DType::bf16, dev, {B, d}, {3 * d, 1});  // q of the (B, 3d) rows
-  s.x = rows(x_, B, d);
-  s.w = Tensor(w_q.data(), DType::bf16, dev, {3 * d, d});  // q_proj, k_proj and v_proj are adjacent
-  s.norm_weight = model_.parameters()[model_.layout().layer_index(l, LayerSlot::ln1)];
-  s.norm_eps = cfg.norm_eps;
-  s.k_cache = k_cache(l, B);
-  s.v_cache = v_cache(l, B);
-  s.position = position();
-  s.rope_theta = cfg.rope_theta;
-  s.rope_table = rope_table_;
-  s.overlap_launch = overlap;
-  s.stream = stream_;
-  return s;
-}
-
-SkinnyLinearArgs Generator::lm_head_call(std::int64_t first, std::int64_t B, bool overlap) const {
-  const ModelConfig& cfg = model_.config();
-  const std::int64_t d = cfg.d_model;
-  const Device dev = model_.options().device;
-  SkinnyLinearArgs s;
-  s.y = rows(logits_, B, cfg.vocab_size);
-  s.x = Tensor(static_cast<float*>(x_.tensor().data()) + first * d, DType::f32, dev, {B, d});
-  s.w = weight(model_.layout().lm_head_index());
-  s.norm_weight = model_.parameters()[model_.layout().ln_final_index()];
-  s.norm_eps = cfg.norm_eps;
-  s.overlap_launch = overlap;
-  s.stream = stream_;
-  return s;
-}
-
-DecodeAttentionTensors Generator::attention_tensors(std::int64_t l, std::int64_t B) const {
-  const ModelConfig& cfg = model_.config();
-  const std::int64_t d = cfg.d_model, H = cfg.num_heads, Dh = cfg.head_dim();
-  const DType c = compute_dtype();
-  const Device dev = model_.options().device;
-  DecodeAttentionTensors t;
-  t.q = Tensor(qkv_.tensor().data(), c, dev, {B, H, 1, Dh}, {3 * d, Dh, 3 * d, 1});  // q of the (B, 3d) rows
-  t.k = k_cache(l, B);
-  t.v = v_cache(l, B);
-  t.o = Tensor(o_.tensor().data(), c, dev, {B, H, 1, Dh}, {d, Dh, d, 1});
-  t.past = position();
-  t.workspace = attention_workspace_.data();
-  t.workspace_bytes = attention_workspace_bytes_;
-  return t;
-}
-
-bool Generator::projects(std::int64_t B) const {
-  const ModelConfig& cfg = model_.config();
-  return cfg.head_dim() % 8 == 0 &&
-         decode_attention_splits(B, cfg.num_heads, 1, max_len_, model_.options().device) == 1;
-}
-
-DecodeProjection Generator::projection(std::int64_t l, std::int64_t B) const {
-  const std::int64_t d = model_.config().d_model;
-  DecodeProjection p;
-  p.w = weight(model_.layout().layer_index(l, LayerSlot::output_proj));
-  p.residual = rows(x_, B, d);
-  p.y = rows(x_mid_, B, d);
-  p.workspace = projection_workspace_.data();
-  p.workspace_bytes = projection_workspace_bytes_;
-  return p;
-}
-
-void Generator::fused_attention(std::int64_t l, std::int64_t B, bool overlap, bool project) {
-  DecodeAttentionOptions options;
-  options.overlap_launch = overlap;
-  options.stream = stream_;
-  const DecodeAttentionTensors t = attention_tensors(l, B);
-  if (project && projects(B)) return decode_attention_projected(t, projection(l, B), options);
-  decode_attention(t, options);
-  const std::int64_t d = model_.config().d_model;
-  SkinnyLinearArgs s;
-  s.epilogue = SkinnyEpilogue::residual;
-  s.y = rows(x_mid_, B, d);
-  s.residual = rows(x_, B, d);
-  s.x = rows(o_, B, d);
-  s.w = weight(model_.layout().layer_index(l, LayerSlot::output_proj));
-  s.overlap_launch = overlap;
-  s.stream = stream_;
-  skinny_linear(s);
-}
-
 void Generator::decode_layer(std::int64_t l, std::int64_t B, const DecodePlan& plan) {
   NvtxRange range(str("generate decode layer ", l));
-  const ModelConfig& cfg = model_.config();
-  const ParameterBuffer& params = model_.parameters();
-  const std::int64_t d = cfg.d_model;
-  const auto index = [&](LayerSlot slot) { return model_.layout().layer_index(l, slot); };
-  if (!plan.fused) return unfused_decode_layer(l, B, plan.overlap);
-
-  // Fused (see Note [Graphed decode step] and DecodeKernels): the QKV call and the attention (with x_mid = x +
-  // output_proj(o)) — chained: layer 0's alone, the others' in the previous layer's FFN kernel —; then x = x_mid +
-  // w2(silu(w1 ln2(x_mid)) * w3 ln2(x_mid)), chained in one kernel with the next layer's QKV call and attention,
-  // or after the last layer the final norm and the LM head (skinny_ffn).
-  const bool overlap = plan.overlap;
-  const DecodeKernels kernels = plan.kernels;
-  const bool chained = kernels == DecodeKernels::chained;
-  if (l == 0 || !chained) {
-    skinny_linear(qkv_call(l, B, overlap));
-    fused_attention(l, B, overlap, kernels != DecodeKernels::separate);
-  }
-  const Tensor x = rows(x_, B, d), x_mid = rows(x_mid_, B, d);
-  if (kernels == DecodeKernels::separate || kernels == DecodeKernels::projected) {
-    SkinnyLinearArgs s;
-    s.epilogue = SkinnyEpilogue::swiglu;
-    s.y = rows(h_, B, cfg.d_ff);
-    s.x = x_mid;
-    s.w = weight(index(LayerSlot::w1));
-    s.w3 = weight(index(LayerSlot::w3));
-    s.norm_weight = params[index(LayerSlot::ln2)];
-    s.norm_eps = cfg.norm_eps;
-    s.overlap_launch = overlap;
-    s.stream = stream_;
-    skinny_linear(s);
-    s.epilogue = SkinnyEpilogue::residual;
-    s.y = x;
-    s.residual = x_mid;
-    s.x = rows(h_, B, cfg.d_ff);
-    s.w = weight(index(LayerSlot::w2));
-    s.w3 = Tensor();
-    s.norm_weight = Tensor();
-    return skinny_linear(s);
-  }
-  const bool last = l + 1 == cfg.num_layers, chain_attention = chained && !last && projects(B);
-  SkinnyFfnArgs ffn;
-  ffn.y = x;
-  ffn.x = x_mid;
-  ffn.norm_weight = params[index(LayerSlot::ln2)];
-  ffn.norm_eps = cfg.norm_eps;
-  ffn.w1 = weight(index(LayerSlot::w1));
-  ffn.w3 = weight(index(LayerSlot::w3));
-  ffn.h = rows(h_, B, cfg.d_ff);
-  ffn.w2 = weight(index(LayerSlot::w2));
-  ffn.residual = x_mid;
-  ffn.barrier = ffn_barrier_.data();
-  const SkinnyLinearArgs next = last ? lm_head_call(0, B, overlap) : qkv_call(l + 1, B, overlap);
-  if (chained) ffn.next = &next;
-  DecodeAttentionTensors t;
-  DecodeProjection p;
-  DecodeAttentionOptions options;
-  if (chain_attention) {
-    t = attention_tensors(l + 1, B);
-    p = projection(l + 1, B);
-    ffn.attention = &t;
-    ffn.projection = &p;
-    ffn.attention_options = &options;
-  }
-  ffn.overlap_launch = overlap;
-  ffn.stream = stream_;
-  skinny_ffn(ffn);
-  if (chained && !last && !chain_attention) fused_attention(l + 1, B, overlap, true);
-}
-
-void Generator::unfused_decode_layer(std::int64_t l, std::int64_t B, bool overlap) {
+  const bool skinny = plan.fused, overlap = plan.overlap;
   const ModelConfig& cfg = model_.config();
   const ModelOptions& mo = model_.options();
+  const ParameterLayout& layout = model_.layout();
+  const ParameterBuffer& params = model_.parameters();
+  const Stream& stream = stream_;
   const std::int64_t d = cfg.d_model, H = cfg.num_heads, Dh = cfg.head_dim();
   const DType c = compute_dtype();
   const Device dev = mo.device;
-  const auto index = [&](LayerSlot slot) { return model_.layout().layer_index(l, slot); };
-  // q, k, v of the B new tokens in one GEMM (q_proj, k_proj, v_proj are adjacent), RoPE at the device position,
-  // k and v into the cache.
+  const LinearOptions lin{mo.allow_tf32, stream};
+  const RmsNormOptions norm{cfg.norm_eps, stream};
+  const auto index = [&](LayerSlot slot) { return layout.layer_index(l, slot); };
+  const Tensor rstd(rstd_.tensor().data(), DType::f32, dev, {B});
+
+  // Attention sub-block: q, k, v of the B new tokens in one GEMM (q_proj, k_proj, v_proj are adjacent), RoPE
+  // at the device position, k and v into the cache.
   const Tensor x = rows(x_, B, d), ln = rows(ln_, B, d), qkv = rows(qkv_, B, 3 * d);
+  const Tensor w_q = weight(index(LayerSlot::q_proj));
+  const Tensor w_qkv(w_q.data(), c, dev, {3 * d, d});
   const auto part = [&](int which) {  // (B, H, 1, Dh) view of q, k or v in the qkv rows
     return Tensor(static_cast<char*>(qkv.data()) + static_cast<std::size_t>(which * d) * size_of(c), c, dev,
                   {B, H, 1, Dh}, {3 * d, Dh, 3 * d, 1});
   };
-  const Tensor w_q = weight(index(LayerSlot::q_proj));
-  rmsnorm_forward(ln, Tensor(rstd_.tensor().data(), DType::f32, dev, {B}), x,
-                  model_.parameters()[index(LayerSlot::ln1)], {cfg.norm_eps, stream_});
-  linear_forward(qkv, ln, Tensor(w_q.data(), c, dev, {3 * d, d}), {mo.allow_tf32, stream_});
-  rope_append(part(0), part(1), part(2), k_cache(l, B), v_cache(l, B), position(), {cfg.rope_theta, 0, stream_});
-  DecodeAttentionOptions options;
-  options.overlap_launch = overlap;
-  options.stream = stream_;
-  decode_attention(attention_tensors(l, B), options);
-  block_rest(l, B);
+  char* cache = layer_cache(l);
+  const Shape cache_strides{2 * d, Dh, B * 2 * d, 1};  // (B, H, max_len, Dh) views of the cache
+  const Tensor k_cache(cache, c, dev, {B, H, max_len_, Dh}, cache_strides);
+  const Tensor v_cache(cache + static_cast<std::size_t>(d) * size_of(c), c, dev, {B, H, max_len_, Dh}, cache_strides);
+  if (skinny) {  // RMSNorm, GEMM, RoPE and append in one kernel
+    SkinnyLinearArgs s;
+    s.epilogue = SkinnyEpilogue::rope_append;
+    s.y = Tensor(qkv.data(), c, dev, {B, d}, {3 * d, 1});
+    s.x = x;
+    s.w = w_qkv;
+    s.norm_weight = params[index(LayerSlot::ln1)];
+    s.norm_eps = cfg.norm_eps;
+    s.k_cache = k_cache;
+    s.v_cache = v_cache;
+    s.position = position();
+    s.rope_theta = cfg.rope_theta;
+    s.rope_table = rope_table_;
+    s.overlap_launch = overlap;
+    s.stream = stream;
+    skinny_linear(s);
+  } else {
+    rmsnorm_forward(ln, rstd, x, params[index(LayerSlot::ln1)], norm);
+    linear_forward(qkv, ln, w_qkv, lin);
+    rope_append(part(0), part(1), part(2), k_cache, v_cache, position(), {cfg.rope_theta, 0, stream});
+  }
+  const Tensor o = rows(o_, B, d);
+  DecodeAttentionTensors t;
+  t.q = part(0);
+  t.k = k_cache;
+  t.v = v_cache;
+  t.o = Tensor(o.data(), c, dev, {B, H, 1, Dh}, {d, Dh, d, 1});
+  t.past = position();
+  t.workspace = attention_workspace_.data();
+  t.workspace_bytes = attention_workspace_bytes_;
+  DecodeAttentionOptions attention;
+  attention.overlap_launch = overlap;
+  attention.stream = stream;
+  decode_attention(t, attention);
+  if (!skinny) return block_rest(l, B);
+
+  // x_mid = x + output_proj(o); x = x_mid + w2(silu(w1 ln2(x_mid)) * w3 ln2(x_mid)): three kernels.
+  const std::int64_t f = cfg.d_ff;
+  const Tensor x_mid = rows(x_mid_, B, d), h = rows(h_, B, f);
+  SkinnyLinearArgs s;
+  s.stream = stream;
+  s.overlap_launch = overlap;
+  s.epilogue = SkinnyEpilogue::residual;
+  s.y = x_mid;
+  s.residual = x;
+  s.x = o;
+  s.w = weight(index(LayerSlot::output_proj));
+  skinny_linear(s);
+  s.epilogue = SkinnyEpilogue::swiglu;
+  s.y = h;
+  s.residual = Tensor();
+  s.x = x_mid;
+  s.w = weight(index(LayerSlot::w1));
+  s.w3 = weight(index(LayerSlot::w3));
+  s.norm_weight = params[index(LayerSlot::ln2)];
+  s.norm_eps = cfg.norm_eps;
+  skinny_linear(s);
+  s.epilogue = SkinnyEpilogue::residual;
+  s.y = x;
+  s.residual = x_mid;
+  s.x = h;
+  s.w = weight(index(LayerSlot::w2));
+  s.w3 = Tensor();
+  s.norm_weight = Tensor();
+  skinny_linear(s);
 }
 
 void Generator::block_rest(std::int64_t l, std::int64_t R) {
@@ -400,14 +265,24 @@ void Generator::block_rest(std::int64_t l, std::int64_t R) {
   residual_add(x, x_mid, stream_);
 }
 
-void Generator::lm_head(std::int64_t first, std::int64_t B, bool fused, bool overlap) {
+void Generator::lm_head(std::int64_t first, std::int64_t B, bool overlap, bool fused) {
   const ModelConfig& cfg = model_.config();
   const Device dev = model_.options().device;
   const std::int64_t d = cfg.d_model, V = cfg.vocab_size;
   const Tensor x_last(static_cast<float*>(x_.tensor().data()) + first * d, DType::f32, dev, {B, d});
   const Tensor& norm_weight = model_.parameters()[model_.layout().ln_final_index()];
   const Tensor logits = rows(logits_, B, V), w = weight(model_.layout().lm_head_index());
-  if (fused && skinny_linear_fits(B, d)) return skinny_linear(lm_head_call(first, B, overlap));  // the final norm fused
+  if (fused && skinny_linear_fits(B, d)) {  // the final norm fused into the LM head's GEMM
+    SkinnyLinearArgs s;
+    s.y = logits;
+    s.x = x_last;
+    s.w = w;
+    s.norm_weight = norm_weight;
+    s.norm_eps = cfg.norm_eps;
+    s.overlap_launch = overlap;
+    s.stream = stream_;
+    return skinny_linear(s);
+  }
   const Tensor ln = rows(ln_, B, d);
   rmsnorm_forward(ln, Tensor(rstd_.tensor().data(), DType::f32, dev, {B}), x_last, norm_weight,
                   {cfg.norm_eps, stream_});
@@ -425,7 +300,7 @@ void Generator::prefill(const std::vector<std::int32_t>& ids, std::int64_t B, st
   embedding_forward(rows(x_, T * B, d).reshape({T, B, d}), TokenIds{device_ids(), {T, B}, dev},
                     model_.parameters()[ParameterLayout::embedding_index()], stream_);
   for (std::int64_t l = 0; l < cfg.num_layers; ++l) prefill_layer(l, B, T);
-  lm_head((T - 1) * B, B, fused);  // the logits of the last position only
+  lm_head((T - 1) * B, B, false, fused);  // the logits of the last position only
   host_logits_.resize(static_cast<std::size_t>(B * V));
   if (dev.is_cuda()) {
     download(host_logits_.data(), logits_.tensor().data(), host_logits_.size() * sizeof(float), stream_);
@@ -441,8 +316,7 @@ void Generator::enqueue_decode(std::int64_t B, const DecodePlan& plan) {
   embedding_forward(rows(x_, B, d).reshape({1, B, d}), TokenIds{device_ids(), {1, B}, dev},
                     model_.parameters()[ParameterLayout::embedding_index()], stream_);
   for (std::int64_t l = 0; l < cfg.num_layers; ++l) decode_layer(l, B, plan);
-  // Chained: in the last layer's FFN kernel.
-  if (!plan.fused || plan.kernels != DecodeKernels::chained) lm_head(0, B, plan.fused, plan.overlap);
+  lm_head(0, B, plan.overlap, plan.fused);
   // Greedy's next ids: the next step's input, and kept by position in ids_ (rows (position + 1) * B ..) so that
   // generate() reads a greedy generation back once.
   argmax_rows(device_ids(), rows(logits_, B, V), plan.id_limit, stream_, device_ids() + B, position());
@@ -493,8 +367,7 @@ std::vector<std::vector<std::int32_t>> Generator::generate(const std::vector<std
   const std::int64_t id_limit = options.sampling.id_limit;
   const DecodePlan plan{id_limit, options.overlap_launches,
                         options.fused_gemms && skinny_ok_ && skinny_linear_fits(B, cfg.d_model) &&
-                            skinny_linear_fits(B, cfg.d_ff),
-                        options.decode_kernels};
+                            skinny_linear_fits(B, cfg.d_ff)};
   stats_.fused_gemms = plan.fused;
 
   auto start = std::chrono::steady_clock::now();
@@ -525,7 +398,7 @@ std::vector<std::vector<std::int32_t>> Generator::generate(const std::vector<std
   write_device(position(), &position0, sizeof(position0));
   CudaGraph* graph = nullptr;
   if (dev.is_cuda() && options.cuda_graph && options.max_new_tokens > 1) {
-    std::unique_ptr<CudaGraph>& slot = graphs_[{B, plan.id_limit, plan.overlap, plan.fused, plan.kernels}];
+    std::unique_ptr<CudaGraph>& slot = graphs_[{B, plan.id_limit, plan.overlap, plan.fused}];
     if (!slot) {
       auto captured = std::make_unique<CudaGraph>();
       captured->capture(stream_, [&] { enqueue_decode(B, plan); });

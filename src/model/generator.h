@@ -15,15 +15,10 @@
 //   RMSNorm, w1 / w3, SwiGLU, w2, residual -> final RMSNorm, LM head -> argmax_rows of the logits into the
 //   ids buffer (ops/argmax.h: greedy's next ids, the next step's input) -> position += 1.
 // In bf16 with at most kSkinnyMaxRows rows, the GEMMs are the fused few-row kernels of ops/skinny_linear.h,
-// which fold the small ops in: by default (DecodeKernels::separate) a layer is five kernels (RMSNorm + QKV GEMM +
-// RoPE + cache append; attention; output projection + residual; RMSNorm + w1 / w3 + SwiGLU; w2 + residual) and
-// the head one (final RMSNorm + LM head). GenerationOptions::decode_kernels folds more into fewer kernels: the
-// output projection into the attention's (decode_attention_projected, where the cache's keys take one split),
-// the FFN's two GEMMs into one kernel whose blocks wait for each other between them (skinny_ffn), and that
-// kernel followed by the next layer's QKV call and attention (one kernel a layer; after the last layer the final
-// RMSNorm + LM head).
-// Larger batches and fp32 run the ops above one by one (cuBLASLt GEMMs). On Hopper these kernels and the decode
-// attention are launched to overlap their predecessors (GenerationOptions::overlap_launches):
+// which fold the small ops in: a layer is five kernels (RMSNorm + QKV GEMM + RoPE + cache append; attention;
+// output projection + residual; RMSNorm + w1 / w3 + SwiGLU; w2 + residual) and the head one (final RMSNorm +
+// LM head). Larger batches and fp32 run the ops above one by one (cuBLASLt GEMMs). On Hopper these kernels
+// and the decode attention are launched to overlap their predecessors (GenerationOptions::overlap_launches):
 // each is scheduled while the previous one finishes, prefetches its weight rows into L2 (the QKV kernel also
 // reads the position and its RoPE angles; the attention copies the keys cached before the step into shared
 // memory) and then waits for it, which hides most of a launch between consecutive kernels.
@@ -53,7 +48,6 @@
 #include <cstdint>
 #include <map>
 #include <memory>
-#include <string>
 #include <tuple>
 #include <vector>
 
@@ -61,24 +55,8 @@
 #include "model/cuda_graph.h"
 #include "model/sampling.h"
 #include "model/transformer.h"
-#include "ops/skinny_linear.h"
 
 namespace ft {
-
-// CUDA, with the fused few-row kernels: how a decode layer's work is split into kernels (see Note [Graphed decode
-// step]); the same function, each step of the ladder folding more in:
-//   separate   QKV; attention; output projection; w1 / w3 + SwiGLU; w2 (five kernels a layer)
-//   projected  the output projection in the attention's kernel (decode_attention_projected): four
-//   ffn        and w1 / w3 + SwiGLU and w2 in one kernel with a grid barrier (skinny_ffn): three
-//   chained    and the next layer's QKV and attention in the FFN's kernel (skinny_ffn's next call and attention):
-//              one kernel a layer
-// The attention takes the output projection only where its keys take one split (otherwise as separate).
-enum class DecodeKernels { separate, projected, ffn, chained };
-inline constexpr DecodeKernels kDecodeKernelSplits[] = {DecodeKernels::separate, DecodeKernels::projected,
-                                                        DecodeKernels::ffn, DecodeKernels::chained};
-const char* name_of(DecodeKernels kernels);
-// "separate", "projected", "ffn" or "chained"; ft::Error otherwise.
-DecodeKernels parse_decode_kernels(const std::string& name);
 
 struct GenerationOptions {
   std::int64_t max_new_tokens = 32;
@@ -94,7 +72,6 @@ struct GenerationOptions {
   // bf16, at most kSkinnyMaxRows rows: the decode step's GEMMs are the fused few-row kernels of
   // ops/skinny_linear.h; false runs the unfused ops (cuBLASLt GEMMs) instead, for comparison.
   bool fused_gemms = true;
-  DecodeKernels decode_kernels = DecodeKernels::separate;  // with the fused GEMMs (see DecodeKernels)
 };
 
 // Wall-clock times of the last generate() (the device waited for at the end of each part).
@@ -133,31 +110,15 @@ class Generator {
     std::int64_t id_limit = 0;  // argmax over ids below it (0 = all)
     bool overlap = false;       // GenerationOptions::overlap_launches
     bool fused = false;         // the fused few-row GEMMs (GenerationOptions::fused_gemms, bf16, and they fit)
-    DecodeKernels kernels = DecodeKernels::separate;  // with fused: GenerationOptions::decode_kernels
   };
   // Enqueues one decode step of B rows (see Note [Graphed decode step]).
   void enqueue_decode(std::int64_t B, const DecodePlan& plan);
   void decode_layer(std::int64_t l, std::int64_t B, const DecodePlan& plan);
-  // Layer l of a decode step with the unfused ops (fp32, or more rows than the fused kernels take).
-  void unfused_decode_layer(std::int64_t l, std::int64_t B, bool overlap);
-  // Fused decode: layer l's attention with x_mid = x + output_proj(o), in one kernel where project and projects(B).
-  void fused_attention(std::int64_t l, std::int64_t B, bool overlap, bool project);
-  // Whether the decode attention of B rows takes the output projection (decode_attention_projected): one split.
-  bool projects(std::int64_t B) const;
-  DecodeAttentionTensors attention_tensors(std::int64_t l, std::int64_t B) const;  // layer l's decode attention
-  DecodeProjection projection(std::int64_t l, std::int64_t B) const;  // its output projection into x_mid
   // Block l after its attention over R rows: x_mid = x + output_proj(o), then x = x_mid + FFN(ln2(x_mid)).
   void block_rest(std::int64_t l, std::int64_t R);
   // The final norm and LM head over the B rows of the residual stream starting at row `first`: logits_.
-  // fused: the fused few-row GEMM where it fits (the prefill's; the fused decode runs it in the last layer's FFN
-  // kernel).
-  void lm_head(std::int64_t first, std::int64_t B, bool fused, bool overlap = false);
-  // Fused decode (bf16): layer l's RMSNorm + QKV GEMM + RoPE + cache append as a skinny_linear call, and the final
-  // norm + LM head over B rows of the residual stream from row `first`.
-  SkinnyLinearArgs qkv_call(std::int64_t l, std::int64_t B, bool overlap) const;
-  SkinnyLinearArgs lm_head_call(std::int64_t first, std::int64_t B, bool overlap) const;
-  Tensor k_cache(std::int64_t l, std::int64_t B) const;  // (B, H, max_len, Dh) view of layer l's cache
-  Tensor v_cache(std::int64_t l, std::int64_t B) const;
+  // fused: the fused few-row GEMM where it fits; overlap: launched to overlap its predecessor.
+  void lm_head(std::int64_t first, std::int64_t B, bool overlap, bool fused);
   Tensor weight(std::size_t index) const;  // a GEMM weight (the bf16 cast in bf16 mode)
   Tensor rows(const OwnedTensor& t, std::int64_t count, std::int64_t cols) const;  // (count, cols) view of t
   char* layer_cache(std::int64_t l) const;  // layer l's (max_len, B, 2, H, Dh) cache
@@ -184,12 +145,9 @@ class Generator {
   Buffer position_;         // (1) int32 in the device's memory: the decode step's position
   Buffer attention_workspace_;  // decode_attention's, zeroed once
   std::size_t attention_workspace_bytes_ = 0;
-  Buffer ffn_barrier_;  // skinny_ffn's (bf16 on CUDA), zeroed once
-  Buffer projection_workspace_;  // decode_attention_projected's (bf16, batches up to kSkinnyMaxRows), zeroed once
-  std::size_t projection_workspace_bytes_ = 0;
   bool skinny_ok_ = false;  // bf16 weights the fused few-row GEMMs take (ops/skinny_linear.h)
-  // By batch size and plan (id limit, overlap, fused, kernels).
-  std::map<std::tuple<std::int64_t, std::int64_t, bool, bool, DecodeKernels>, std::unique_ptr<CudaGraph>> graphs_;
+  // By batch size and plan (id limit, overlap, fused).
+  std::map<std::tuple<std::int64_t, std::int64_t, bool, bool>, std::unique_ptr<CudaGraph>> graphs_;
   std::vector<float> host_logits_;
   GenerationStats stats_;
 };

@@ -1,6 +1,5 @@
-// decode_attention.cpp — validation of decode attention calls (with and without the folded output projection),
-// the CPU path (the naive oracle over the cache's first Nk keys; then the projection as linear_forward and
-// residual_add) and dispatch to the CUDA kernel (cuda/decode_attention.cu); the position counter's advance.
+// decode_attention.cpp — validation of decode attention calls, the CPU path (the naive oracle over the cache's
+// first Nk keys) and dispatch to the CUDA kernel (cuda/decode_attention.cu); the position counter's advance.
 #include "ops/decode_attention.h"
 
 #include <algorithm>
@@ -11,12 +10,9 @@
 #include "core/buffer.h"
 #include "core/error.h"
 #include "core/nvtx.h"
-#include "core/tensor_io.h"
 #include "ops/attention.h"
 #include "ops/cuda/decode_ops.h"
-#include "ops/linear.h"
 #include "ops/op_common.h"
-#include "ops/residual.h"
 
 namespace ft {
 
@@ -89,67 +85,6 @@ std::int64_t groups_of(std::int64_t heads_q, std::int64_t heads_kv, std::int64_t
   return (heads_q / heads_kv * nq + kDecodeRowsPerBlock - 1) / kDecodeRowsPerBlock;
 }
 
-// The projected call's contract beyond decode attention's (DecodeProjection).
-void validate_projection(const DecodeAttentionTensors& t, const DecodeProjection& p, const DecodeShape& s) {
-  constexpr const char* op = "decode_attention_projected";
-  FT_CHECK(t.q.dtype() == DType::bf16, op, ": q, k, v and o must be bf16, given q ", t.q.describe());
-  FT_CHECK(s.Nq == 1, op, ": expected one new query per row, given ", s.Nq);
-  FT_CHECK(s.D % 8 == 0, op, ": the head dim must be a multiple of 8, given ", s.D);
-  FT_CHECK(s.Hq <= 1 || t.o.stride(1) == s.D, op, ": o's heads of a row must be contiguous (stride ", s.D,
-           "), given ", t.o.describe());
-  const Device dev = t.q.device();
-  ops::check_defined(op, p.w, "w");
-  ops::check_dtype(op, p.w, "w", {DType::bf16});
-  ops::check_device(op, p.w, "w", dev);
-  FT_CHECK(p.w.dim() == 2 && p.w.size(1) == s.Hq * s.D, op, ": w must be (N, Hq * D = ", s.Hq * s.D, "), given ",
-           p.w.describe());
-  ops::check_contiguous(op, p.w, "w");
-  const std::int64_t N = p.w.size(0);
-  for (const auto& [x, name] : {std::pair{&p.residual, "residual"}, std::pair{&p.y, "y"}}) {
-    ops::check_defined(op, *x, name);
-    ops::check_dtype(op, *x, name, {DType::f32});
-    ops::check_device(op, *x, name, dev);
-    ops::check_shape(op, *x, name, {s.B, N});
-    FT_CHECK(x->stride(1) == 1, op, ": ", name, " must have a contiguous last dim, given ", x->describe());
-  }
-  if (dev.is_cuda()) {
-    const auto aligned16 = [](const Tensor& x) {
-      return reinterpret_cast<std::uintptr_t>(x.data()) % 16 == 0 && x.stride(0) % 8 == 0 && x.stride(1) % 8 == 0 &&
-             x.stride(2) % 8 == 0;
-    };
-    FT_CHECK(aligned16(t.k) && aligned16(t.v), op,
-             ": on CUDA every key and value row must start 16-byte aligned, given k ", t.k.describe(), ", v ",
-             t.v.describe());
-    FT_CHECK(reinterpret_cast<std::uintptr_t>(p.w.data()) % 16 == 0, op, ": w on CUDA must start 16-byte aligned");
-  }
-}
-
-// The CPU's decode attention: the naive oracle over the first *past + Nq keys of the cache.
-void decode_attention_cpu(const DecodeAttentionTensors& t, const DecodeAttentionOptions& options,
-                          const DecodeShape& s) {
-  const std::int64_t nk = static_cast<std::int64_t>(*t.past) + s.Nq;
-  FT_CHECK(*t.past >= 0 && nk <= s.capacity, kOp, ": ", *t.past, " cached keys and ", s.Nq,
-           " new ones exceed the cache's capacity of ", s.capacity);
-  const auto first = [&](const Tensor& x) {
-    return Tensor(x.data(), x.dtype(), x.device(), {s.B, s.Hkv, nk, s.D}, x.strides());
-  };
-  OwnedTensor lse({s.B, s.Hq, s.Nq}, DType::f32, Device::cpu(), "decode attention lse");
-  AttentionTensors a;
-  a.q = t.q;
-  a.k = first(t.k);
-  a.v = first(t.v);
-  a.sinks = t.sinks;
-  a.o = t.o;
-  a.lse = lse;
-  AttentionOptions ao;
-  ao.causal = true;
-  ao.window_left = options.window_left;
-  ao.sink_tokens = options.sink_tokens;
-  ao.scale = s.scale;
-  ao.impl = AttentionImpl::naive;
-  attention_forward(a, ao);
-}
-
 }  // namespace
 
 int decode_attention_splits(std::int64_t batch, std::int64_t heads_kv, std::int64_t rows_per_kv_head,
@@ -191,68 +126,31 @@ void decode_attention(const DecodeAttentionTensors& t, const DecodeAttentionOpti
     FT_CHECK(t.workspace != nullptr && t.workspace_bytes >= need, kOp, ": CUDA needs a workspace of ", need,
              " bytes (decode_attention_workspace_bytes), given ", t.workspace ? t.workspace_bytes : 0);
     const int splits = decode_attention_splits(s.B, s.Hkv, s.Hq / s.Hkv * s.Nq, s.capacity, t.q.device());
-    return gpu::decode_attention(t, nullptr, splits, s.scale, options.window_left, options.sink_tokens,
+    return gpu::decode_attention(t, splits, s.scale, options.window_left, options.sink_tokens,
                                  options.overlap_launch, options.stream);
 #else
     ops::no_cuda_build(kOp, t.q.device());
 #endif
   }
-  decode_attention_cpu(t, options, s);
-}
-
-std::size_t decode_projection_workspace_bytes(std::int64_t batch, std::int64_t heads_q, std::int64_t heads_kv,
-                                              std::int64_t head_dim, std::int64_t out_features, Device device) {
-  if (!device.is_cuda()) return 0;
-  FT_CHECK(batch >= 0 && heads_kv >= 1 && heads_q % heads_kv == 0 && head_dim >= 0 && out_features >= 0,
-           "decode_projection_workspace_bytes: expected a batch >= 0, query heads a multiple of the key/value heads "
-           "and sizes >= 0, given batch ", batch, ", heads ", heads_q, " / ", heads_kv, ", head dim ", head_dim,
-           ", out features ", out_features);
-#if FT_HAS_CUDA
-  const std::int64_t slots = heads_kv * groups_of(heads_q, heads_kv, 1);
-  const gpu::ProjectionSlices slices = gpu::projection_slices(batch, heads_q, heads_kv, head_dim, out_features, device);
-  // Counters (one per row and slice, padded to 16 bytes), then the partial products (B, slots, N) fp32.
-  const std::int64_t counters = (batch * slices.count * 4 + 15) / 16 * 16;
-  return static_cast<std::size_t>(counters + batch * slots * out_features * 4);
-#else
-  ops::no_cuda_build("decode_projection_workspace_bytes", device);
-#endif
-}
-
-double check_decode_attention_projected(const DecodeAttentionTensors& t, const DecodeProjection& p,
-                                        const DecodeAttentionOptions& options) {
-  const DecodeShape s = validate(t, options);
-  validate_projection(t, p, s);
-  if (t.q.device().is_cuda()) {
-    const std::size_t need = decode_projection_workspace_bytes(s.B, s.Hq, s.Hkv, s.D, p.w.size(0), t.q.device());
-    FT_CHECK(p.workspace != nullptr && p.workspace_bytes >= need,
-             "decode_attention_projected: CUDA needs a workspace of ", need,
-             " bytes (decode_projection_workspace_bytes), given ", p.workspace ? p.workspace_bytes : 0);
-  }
-  return s.scale;
-}
-
-void decode_attention_projected(const DecodeAttentionTensors& t, const DecodeProjection& p,
-                                const DecodeAttentionOptions& options) {
-  NvtxRange range("decode_attention_projected");
-  [[maybe_unused]] const double scale = check_decode_attention_projected(t, p, options);
-  if (t.q.device().is_cuda()) {
-#if FT_HAS_CUDA
-    return gpu::decode_attention(t, &p, 1, scale, options.window_left, options.sink_tokens, options.overlap_launch,
-                                 options.stream);
-#else
-    ops::no_cuda_build("decode_attention_projected", t.q.device());
-#endif
-  }
-  const DecodeShape s = validate(t, options);
-  const std::int64_t N = p.w.size(0);
-  decode_attention_cpu(t, options, s);
-  // y = residual + o W^T: o (B, Hq * D) bf16 through linear_forward into fp32, as skinny_linear's residual
-  // epilogue composes it on the CPU.
-  const Tensor o(t.o.data(), DType::bf16, Device::cpu(), {s.B, s.Hq * s.D}, {t.o.stride(0), 1});
-  OwnedTensor product({s.B, N}, DType::f32, Device::cpu(), "decode attention projection");
-  linear_forward(product, o, p.w, {false, options.stream});
-  residual_add(product, p.residual, options.stream);
-  copy(p.y, product);
+  const std::int64_t nk = static_cast<std::int64_t>(*t.past) + s.Nq;
+  FT_CHECK(*t.past >= 0 && nk <= s.capacity, kOp, ": ", *t.past, " cached keys and ", s.Nq,
+           " new ones exceed the cache's capacity of ", s.capacity);
+  const auto first = [&](const Tensor& x) { return Tensor(x.data(), x.dtype(), x.device(), {s.B, s.Hkv, nk, s.D}, x.strides()); };
+  OwnedTensor lse({s.B, s.Hq, s.Nq}, DType::f32, Device::cpu(), "decode attention lse");
+  AttentionTensors a;
+  a.q = t.q;
+  a.k = first(t.k);
+  a.v = first(t.v);
+  a.sinks = t.sinks;
+  a.o = t.o;
+  a.lse = lse;
+  AttentionOptions ao;
+  ao.causal = true;
+  ao.window_left = options.window_left;
+  ao.sink_tokens = options.sink_tokens;
+  ao.scale = s.scale;
+  ao.impl = AttentionImpl::naive;
+  attention_forward(a, ao);
 }
 
 void advance_position(std::int32_t* position, std::int32_t by, Device device,

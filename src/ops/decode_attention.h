@@ -66,36 +66,6 @@ std::size_t decode_attention_workspace_bytes(std::int64_t batch, std::int64_t he
                                              std::int64_t queries, std::int64_t head_dim, std::int64_t capacity,
                                              Device device);
 
-// The output projection folded into a decode step's attention: y <- residual + o' W^T, o' = o (B, Hq * D) as
-// written in bf16 — what decode_attention followed by skinny_linear's residual epilogue (ops/skinny_linear.h)
-// computes, in one CUDA kernel (the products in fp32; the sum's order is its own, see Note [Decode attention
-// projection] in cuda/decode_attention.cu). Takes one new query per row (Nq = 1), bf16 q, k, v and o, D a
-// multiple of 8, o's heads of a row contiguous (o.stride(1) == D); on CUDA every key and value row and w start
-// 16-byte aligned.
-struct DecodeProjection {
-  Tensor w;         // (N, Hq * D) bf16, contiguous: the output projection's weight
-  Tensor residual;  // (B, N) fp32, contiguous rows
-  Tensor y;         // (B, N) fp32, contiguous rows (may be residual itself)
-  // CUDA: at least decode_projection_workspace_bytes of device memory, zeroed before its first use (the kernel
-  // leaves its counters zero again); unused on the CPU. The attention's own workspace (t.workspace) is unused.
-  void* workspace = nullptr;
-  std::size_t workspace_bytes = 0;
-};
-
-// Bytes of workspace decode_attention_projected needs for these sizes (0 on the CPU).
-std::size_t decode_projection_workspace_bytes(std::int64_t batch, std::int64_t heads_q, std::int64_t heads_kv,
-                                              std::int64_t head_dim, std::int64_t out_features, Device device);
-
-// o <- attention(q, k[:Nk], v[:Nk]) as decode_attention, and p.y <- p.residual + o' p.w^T (see DecodeProjection).
-// CUDA: one block per KV head, row and slice of W's rows, each attending over all the keys (no key splits; the
-// generator uses it where decode_attention_splits is 1). ft::Error for anything outside the contract above.
-void decode_attention_projected(const DecodeAttentionTensors& t, const DecodeProjection& p,
-                                const DecodeAttentionOptions& options);
-// Checks a decode_attention_projected call as that function does (ft::Error), without running it; returns the
-// scale it takes.
-double check_decode_attention_projected(const DecodeAttentionTensors& t, const DecodeProjection& p,
-                                        const DecodeAttentionOptions& options);
-
 // o <- attention(q, k[:Nk], v[:Nk]). Checks shapes, dtypes, devices and strides (ft::Error naming what was
 // expected and what was given); *past is read when the work runs and must keep Nk within the capacity (the
 // kernel clamps Nk to it).

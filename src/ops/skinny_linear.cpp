@@ -1,5 +1,5 @@
-// skinny_linear.cpp — validation of skinny_linear and skinny_ffn calls, the CPU path composed of the unfused ops
-// (the reference), and dispatch to the CUDA kernels (cuda/skinny_linear.cu).
+// skinny_linear.cpp — validation of skinny_linear calls, the CPU path composed of the unfused ops (the
+// reference), and dispatch to the CUDA kernel (cuda/skinny_linear.cu).
 #include "ops/skinny_linear.h"
 
 #include <cstdint>
@@ -164,64 +164,6 @@ void compose(const SkinnyLinearArgs& a) {
 
 bool skinny_linear_fits(std::int64_t rows, std::int64_t k) {
   return rows >= 1 && rows <= kSkinnyMaxRows && k >= 8 && k % 8 == 0 && padded_rows(rows) * k * 2 <= kMaxStagedBytes;
-}
-
-void skinny_ffn(const SkinnyFfnArgs& args) {
-  NvtxRange range("skinny_ffn");
-  SkinnyLinearArgs up;
-  up.epilogue = SkinnyEpilogue::swiglu;
-  up.y = args.h;
-  up.x = args.x;
-  up.w = args.w1;
-  up.w3 = args.w3;
-  up.norm_weight = args.norm_weight;
-  up.norm_eps = args.norm_eps;
-  up.overlap_launch = args.overlap_launch;
-  up.stream = args.stream;
-  validate(up);
-  SkinnyLinearArgs down;
-  down.epilogue = SkinnyEpilogue::residual;
-  down.y = args.y;
-  down.x = args.h;
-  down.w = args.w2;
-  down.residual = args.residual;
-  down.overlap_launch = args.overlap_launch;
-  down.stream = args.stream;
-  validate(down);
-  if (args.next) {
-    const SkinnyLinearArgs& next = *args.next;
-    validate(next);
-    FT_CHECK(next.norm_weight.defined() &&
-                 (next.epilogue == SkinnyEpilogue::rope_append || next.epilogue == SkinnyEpilogue::store),
-             "skinny_ffn: the next call must fuse the RMSNorm and have the rope_append or store epilogue");
-    FT_CHECK(next.x.data() == args.y.data() && next.x.shape() == args.y.shape() && next.x.strides() == args.y.strides(),
-             "skinny_ffn: the next call's x must be y (", args.y.describe(), "), given ", next.x.describe());
-  }
-  const bool attend = args.attention || args.projection || args.attention_options;
-  [[maybe_unused]] double scale = 0;
-  if (attend) {
-    FT_CHECK(args.attention && args.projection && args.attention_options, "skinny_ffn: the attention needs its ",
-             "tensors, projection and options together, given only some");
-    FT_CHECK(args.next && args.next->epilogue == SkinnyEpilogue::rope_append,
-             "skinny_ffn: the attention must follow a rope_append next call");
-    scale = check_decode_attention_projected(*args.attention, *args.projection, *args.attention_options);
-  }
-  if (args.x.device().is_cuda()) {
-#if FT_HAS_CUDA
-    FT_CHECK(args.barrier != nullptr, "skinny_ffn: CUDA needs a barrier of ", kSkinnyBarrierBytes,
-             " zeroed bytes of device memory, given none");
-    const gpu::ChainedAttention chained{args.attention, args.projection, scale,
-                                        attend ? args.attention_options->window_left : -1,
-                                        attend ? args.attention_options->sink_tokens : 0};
-    return gpu::skinny_ffn(up, down, args.next, attend ? &chained : nullptr, args.barrier);
-#else
-    ops::no_cuda_build("skinny_ffn", args.x.device());
-#endif
-  }
-  compose(up);
-  compose(down);
-  if (args.next) compose(*args.next);
-  if (attend) decode_attention_projected(*args.attention, *args.projection, *args.attention_options);
 }
 
 void skinny_linear(const SkinnyLinearArgs& args) {

@@ -15,12 +15,10 @@
 // the GPU tests compare against.
 #pragma once
 
-#include <cstddef>
 #include <cstdint>
 
 #include "core/stream.h"
 #include "core/tensor.h"
-#include "ops/decode_attention.h"
 
 namespace ft {
 
@@ -51,46 +49,6 @@ struct SkinnyLinearArgs {
   bool overlap_launch = false;
   Stream stream;  // CUDA work is ordered on this stream
 };
-
-// A decode step's FFN in one call: h <- the swiglu epilogue's silu(x' W1^T) * x' W3^T (x' RMS-normalised when
-// norm_weight is given), then y <- residual + h W2^T (the residual epilogue), then optionally the call `next` on
-// y (the next layer's QKV, or the LM head) and then the next layer's attention with its output projection
-// (decode_attention_projected) — the bits of those calls. CUDA: one kernel whose blocks
-// wait for each other between the calls on a counter in device memory (see Note [Skinny FFN barrier] in
-// cuda/skinny_linear.cu), so no kernel boundary separates them and each call's first weight rows are requested
-// before the wait; one kernel a call where the device cannot hold the whole grid at once (or, for `next`, without
-// the fused norm).
-struct SkinnyFfnArgs {
-  Tensor y;            // (M, N) fp32 (may be residual itself)
-  Tensor x;            // (M, K) bf16, or fp32 with norm_weight
-  Tensor norm_weight;  // (K) fp32, optional: the fused RMSNorm's weight
-  float norm_eps = 1e-5f;
-  Tensor w1, w3;       // (F, K) bf16, contiguous
-  Tensor h;            // (M, F) bf16: the SwiGLU output, written (and read by the second GEMM)
-  Tensor w2;           // (N, F) bf16, contiguous
-  Tensor residual;     // (M, N) fp32
-  // CUDA: kSkinnyBarrierBytes of device memory, zeroed before the first call (and then left to these calls: an
-  // arrival count each call leaves zero and a generation).
-  void* barrier = nullptr;
-  // Optional: a call with the fused norm whose x is y (the whole (M, N) tensor), epilogue rope_append or store;
-  // its own overlap_launch and stream are ignored. On CUDA, rope_append reads its position before the wait.
-  const SkinnyLinearArgs* next = nullptr;
-  // Optional, after a rope_append next call: decode_attention_projected(*attention, *projection,
-  // *attention_options) over the caches that call appends to (its overlap_launch and stream ignored). CUDA: in the
-  // same kernel after a third barrier for head dims up to 64 (reading the position, the keys cached before it and
-  // W_o's slices before the barrier, so the calls before must not write those), its own kernel otherwise.
-  const DecodeAttentionTensors* attention = nullptr;
-  const DecodeProjection* projection = nullptr;
-  const DecodeAttentionOptions* attention_options = nullptr;
-  bool overlap_launch = false;  // as SkinnyLinearArgs::overlap_launch (of the first of the GEMMs)
-  Stream stream;                // CUDA work is ordered on this stream
-};
-
-inline constexpr std::size_t kSkinnyBarrierBytes = 8;
-
-// Checks the calls as skinny_linear (and decode_attention_projected) do, that next takes y, that the attention
-// follows a rope_append next call, and the barrier on CUDA.
-void skinny_ffn(const SkinnyFfnArgs& args);
 
 // Whether a call of M rows and K inputs runs here (M in [1, kSkinnyMaxRows], K a multiple of 8, the staged
 // rows fitting in shared memory); callers fall back to the unfused ops otherwise.

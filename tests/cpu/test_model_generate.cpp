@@ -1,7 +1,6 @@
 // test_model_generate.cpp — KV-cache generation (model/generator.h) on the tiny model on the CPU: greedy
 // tokens equal the argmax of repeated full forwards without a cache (fp32 and bf16, flash and naive
-// attention, batch of 2; and bf16 with d_ff 128, where the decode step runs the fused few-row GEMMs, in every
-// DecodeKernels split; the splits' names parse), seeded
+// attention, batch of 2; and bf16 with d_ff 128, where the decode step runs the fused few-row GEMMs), seeded
 // sampling is reproducible, top-k 1 / a tiny top-p fall back to greedy, top-k, top-p and an id limit keep to
 // their ids, plain temperature sampling follows the softmax, and bad requests (prompt longer than the context,
 // too many new tokens, ragged prompts, ids outside the vocabulary, top-p outside (0, 1], negative
@@ -51,15 +50,14 @@ std::vector<std::int32_t> full_forward_argmax(TransformerLM& model, const Rows& 
 
 // Greedy generation of config's model against repeated full forwards, token for token.
 void expect_greedy_equals_full_forwards(const ModelConfig& config, Precision precision, AttentionImpl impl,
-                                        bool fused_gemms, DecodeKernels kernels = DecodeKernels::separate) {
-  SCOPED_TRACE(str(config.name, " ", name_of(precision), " ", name_of(impl), " ", name_of(kernels)));
+                                        bool fused_gemms) {
+  SCOPED_TRACE(str(config.name, " ", name_of(precision), " ", name_of(impl)));
   const Rows prompts{{5, 17, 3, 60, 2}, {90, 1, 44, 44, 7}};
   TransformerLM model(config, options(precision, impl));
   Generator generator(model, 2, config.context_length);
   GenerationOptions g;
   g.max_new_tokens = config.context_length - 5;  // to the end of the context
   g.sampling.temperature = 0;
-  g.decode_kernels = kernels;
   const Rows out = generator.generate(prompts, g);
   ASSERT_EQ(out.size(), 2u);
   EXPECT_EQ(generator.stats().fused_gemms, fused_gemms);
@@ -83,15 +81,7 @@ TEST(Generate, GreedyEqualsRepeatedFullForwards) {
   // d_ff a multiple of 8: bf16 decode steps run the fused few-row GEMMs (composed of the same ops on the CPU).
   ModelShapeOverrides d_ff;
   d_ff.d_ff = 128;
-  // Every split of the fused decode into kernels (the CPU composes the same ops for each).
-  for (DecodeKernels k : kDecodeKernelSplits)
-    expect_greedy_equals_full_forwards(with_overrides(kTiny, d_ff), Precision::bf16, AttentionImpl::flash, true, k);
-}
-
-TEST(Generate, DecodeKernelNamesParse) {
-  for (DecodeKernels k : kDecodeKernelSplits)
-    EXPECT_EQ(parse_decode_kernels(name_of(k)), k);
-  EXPECT_THROW(parse_decode_kernels("fused"), Error);
+  expect_greedy_equals_full_forwards(with_overrides(kTiny, d_ff), Precision::bf16, AttentionImpl::flash, true);
 }
 
 TEST(Generate, SeededSamplingIsReproducible) {

@@ -1,11 +1,8 @@
 // test_ops_decode.cpp — the decode step's ops on the CPU: rope_append equals rope_forward on q and on a copy
 // of k written at the position (bit for bit) and leaves the rest of the cache alone; decode_attention equals
 // attention_forward (naive) over the cache's first past + Nq keys, GQA and window included; advance_position;
-// argmax_rows (ties to the lower index, the id limit, the history by position); skinny_linear's composition
-// against the ops it stands for, and skinny_ffn's as its two calls; decode_attention_projected equals
-// decode_attention then skinny_linear's residual epilogue (bit for bit, y in place of the residual too);
-// malformed calls (heads, capacity, rows, dtypes, a residual with a norm, a projection's query count, dtype and
-// weight shape, an FFN's w2 shape) are clear errors.
+// argmax_rows (ties to the lower index, the id limit, the history by position); skinny_linear's composition against the ops it stands
+// for; malformed calls (heads, capacity, rows, dtypes, a residual with a norm) are clear errors.
 #include <gtest/gtest.h>
 
 #include <cstdint>
@@ -103,90 +100,6 @@ TEST(DecodeAttention, EqualsNaiveAttentionOverTheCachedKeys) {
   EXPECT_TRUE(has(error_of([&] { decode_attention({q, k5, k5, Tensor(), o, &full}, {}); }),
                   "must be a multiple of the key/value heads"));
   EXPECT_TRUE(has(error_of([&] { decode_attention({q, k, v, Tensor(), o, nullptr}, {}); }), "past"));
-}
-
-TEST(SkinnyLinear, FfnIsItsTwoCalls) {
-  const std::int64_t M = 2, K = 16, F = 24, N = 16;
-  const OwnedTensor x = normal_tensor({M, K}, 1), g = normal_tensor({K}, 2);
-  const OwnedTensor w1 = normal_tensor({F, K}, 3, DType::bf16, 0.1), w3 = normal_tensor({F, K}, 4, DType::bf16, 0.1);
-  const OwnedTensor w2 = normal_tensor({N, F}, 5, DType::bf16, 0.1), residual = normal_tensor({M, N}, 6);
-  OwnedTensor h({M, F}, DType::bf16, Device::cpu(), "test h"), want_h({M, F}, DType::bf16, Device::cpu(), "test h");
-  OwnedTensor y({M, N}, DType::f32, Device::cpu(), "test y"), want({M, N}, DType::f32, Device::cpu(), "test y");
-  SkinnyLinearArgs up;
-  up.epilogue = SkinnyEpilogue::swiglu;
-  up.y = want_h;
-  up.x = x;
-  up.w = w1;
-  up.w3 = w3;
-  up.norm_weight = g;
-  skinny_linear(up);
-  SkinnyLinearArgs down;
-  down.epilogue = SkinnyEpilogue::residual;
-  down.y = want;
-  down.x = want_h;
-  down.w = w2;
-  down.residual = residual;
-  skinny_linear(down);
-  SkinnyFfnArgs f;
-  f.y = y;
-  f.x = x;
-  f.norm_weight = g;
-  f.w1 = w1;
-  f.w3 = w3;
-  f.h = h;
-  f.w2 = w2;
-  f.residual = residual;
-  skinny_ffn(f);
-  EXPECT_EQ(read_as_double(h), read_as_double(want_h));
-  EXPECT_EQ(read_as_double(y), read_as_double(want));
-  f.w2 = w1;  // (F, K): not (N, F)
-  EXPECT_TRUE(has(error_of([&] { skinny_ffn(f); }), "w"));
-}
-
-TEST(DecodeAttention, ProjectedEqualsAttentionThenTheResidualGemm) {
-  const std::int64_t B = 2, Hq = 4, Hkv = 2, D = 16, capacity = 12, N = 24;
-  const OwnedTensor q = normal_tensor({B, Hq, 1, D}, 1, DType::bf16);
-  const OwnedTensor k = normal_tensor({B, Hkv, capacity, D}, 2, DType::bf16);
-  const OwnedTensor v = normal_tensor({B, Hkv, capacity, D}, 3, DType::bf16);
-  const OwnedTensor w = normal_tensor({N, Hq * D}, 4, DType::bf16, 0.1), residual = normal_tensor({B, N}, 5);
-  const std::int32_t past = 7;
-  OwnedTensor o({B, Hq, 1, D}, DType::bf16, Device::cpu(), "test o");
-  OwnedTensor want_o({B, Hq, 1, D}, DType::bf16, Device::cpu(), "test o");
-  OwnedTensor y({B, N}, DType::f32, Device::cpu(), "test y"), want({B, N}, DType::f32, Device::cpu(), "test want");
-  decode_attention({q, k, v, Tensor(), want_o, &past}, {});
-  SkinnyLinearArgs s;
-  s.epilogue = SkinnyEpilogue::residual;
-  s.y = want;
-  s.x = Tensor(want_o->data(), DType::bf16, Device::cpu(), {B, Hq * D});
-  s.w = w;
-  s.residual = residual;
-  skinny_linear(s);
-
-  DecodeProjection p{w, residual, y};
-  decode_attention_projected({q, k, v, Tensor(), o, &past}, p, {});
-  EXPECT_EQ(read_as_double(o), read_as_double(want_o));
-  EXPECT_EQ(read_as_double(y), read_as_double(want));
-  OwnedTensor in_place({B, N}, DType::f32, Device::cpu(), "test in place");
-  copy(in_place, residual);
-  decode_attention_projected({q, k, v, Tensor(), o, &past}, {w, in_place, in_place}, {});
-  EXPECT_EQ(read_as_double(in_place), read_as_double(want)) << "y the residual itself";
-
-  const OwnedTensor q2 = normal_tensor({B, Hq, 2, D}, 1, DType::bf16);
-  OwnedTensor o2({B, Hq, 2, D}, DType::bf16, Device::cpu(), "test o");
-  EXPECT_TRUE(has(error_of([&] { decode_attention_projected({q2, k, v, Tensor(), o2, &past}, p, {}); }),
-                  "one new query per row"));
-  const OwnedTensor q32 = normal_tensor({B, Hq, 1, D}, 1), k32 = normal_tensor({B, Hkv, capacity, D}, 2);
-  OwnedTensor o32({B, Hq, 1, D}, DType::f32, Device::cpu(), "test o");
-  EXPECT_TRUE(has(error_of([&] { decode_attention_projected({q32, k32, k32, Tensor(), o32, &past}, p, {}); }),
-                  "must be bf16"));
-  const OwnedTensor w_bad = normal_tensor({N, Hq * D + 8}, 4, DType::bf16);
-  EXPECT_TRUE(has(error_of([&] {
-                    decode_attention_projected({q, k, v, Tensor(), o, &past}, {w_bad, residual, y}, {});
-                  }),
-                  "w must be (N, Hq * D = 64)"));
-  const OwnedTensor r_bad = normal_tensor({B, N + 1}, 5);
-  EXPECT_TRUE(has(error_of([&] { decode_attention_projected({q, k, v, Tensor(), o, &past}, {w, r_bad, y}, {}); }),
-                  "residual"));
 }
 
 TEST(DecodeAttention, AdvancePosition) {

@@ -4,11 +4,7 @@
 // not a multiple of any tile, head dims 36 (rows not 16-byte aligned: 4-byte copies), 64, 80, 128 and 256, GQA
 // with several query positions (more rows than one block takes), a sliding window with sink tokens, gpt-oss
 // sink logits; a repeated call (the split counters reset; launched to overlap the first) bit-identical, a
-// captured CUDA graph replayed at a new length equal to a direct call; decode_attention_projected (the output
-// projection folded in) against the CPU's attention and residual GEMM — o bit-identical to decode_attention's
-// on the GPU, y close, at the xl decode's shape, the tiny model's (head dim 16), GQA with one and two blocks
-// per KV head, 8 rows, several tiles of keys — a repeated call (counters reset; overlapping; y in place of the
-// residual) bit-identical, and a graph replay; rope_append (RoPE at a device position,
+// captured CUDA graph replayed at a new length equal to a direct call; rope_append (RoPE at a device position,
 // k and v appended to the cache) against the CPU's; rope_table as the angles rope_forward applies; argmax_rows
 // (ties, id limit, the history row at a device position) exactly.
 // Run on a GPU machine: ./build/bin/gpu_test_decode_ops_cuda
@@ -28,7 +24,6 @@
 #include "core/tensor_io.h"
 #include "model/cuda_graph.h"
 #include "ops/argmax.h"
-#include "ops/cast.h"
 #include "ops/decode_attention.h"
 #include "ops/rope.h"
 
@@ -147,98 +142,6 @@ TEST(DecodeAttentionCuda, GraphReplayReadsTheLengthFromDeviceMemory) {
     stream.synchronize();
     EXPECT_EQ(read_as_double(o), replayed) << "past " << length;
   }
-}
-
-struct ProjectedCase {
-  std::int64_t B, Hq, Hkv, D, capacity, past, N;
-};
-
-void check_projected(const ProjectedCase& c) {
-  SCOPED_TRACE(str("B ", c.B, " Hq ", c.Hq, " Hkv ", c.Hkv, " D ", c.D, " capacity ", c.capacity, " past ", c.past,
-                   " N ", c.N));
-  const Pair q = device_pair({c.B, c.Hq, 1, c.D}, DType::bf16, 1);
-  const Pair k = device_pair({c.B, c.capacity, c.Hkv, c.D}, DType::bf16, 2);
-  const Pair v = device_pair({c.B, c.capacity, c.Hkv, c.D}, DType::bf16, 3);
-  const Pair w = device_pair({c.N, c.Hq * c.D}, DType::bf16, 4, 0.05);
-  const Pair residual = device_pair({c.B, c.N}, DType::f32, 5);
-  const auto cache = [](const OwnedTensor& t) { return t->permute({0, 2, 1, 3}); };  // (B, Hkv, capacity, D)
-  OwnedTensor o_cpu({c.B, c.Hq, 1, c.D}, DType::bf16, Device::cpu(), "test o");
-  OwnedTensor y_cpu({c.B, c.N}, DType::f32, Device::cpu(), "test y");
-  const auto past_cpu = static_cast<std::int32_t>(c.past);
-  decode_attention_projected({q.cpu, cache(k.cpu), cache(v.cpu), Tensor(), o_cpu, &past_cpu},
-                             {w.cpu, residual.cpu, y_cpu}, {});
-
-  DeviceInt past;
-  past.set(static_cast<std::int32_t>(c.past));
-  OwnedTensor o({c.B, c.Hq, 1, c.D}, DType::bf16, kGpu, "test o");
-  OwnedTensor o_plain({c.B, c.Hq, 1, c.D}, DType::bf16, kGpu, "test o");
-  OwnedTensor y({c.B, c.N}, DType::f32, kGpu, "test y");
-  const std::size_t bytes = decode_projection_workspace_bytes(c.B, c.Hq, c.Hkv, c.D, c.N, kGpu);
-  Buffer workspace(bytes, kGpu, "test workspace");
-  ASSERT_EQ(cudaMemset(workspace.data(), 0, bytes), cudaSuccess);
-  const DecodeAttentionTensors t{q.gpu, cache(k.gpu), cache(v.gpu), Tensor(), o, past.data()};
-  DecodeProjection p{w.gpu, residual.gpu, y, workspace.data(), bytes};
-  DecodeAttentionOptions options;
-  decode_attention_projected(t, p, options);
-  const std::vector<double> first_o = read_as_double(o), first_y = read_as_double(y);
-  expect_close(first_o, read_as_double(o_cpu), 2e-2, "o");
-  expect_close(first_y, read_as_double(y_cpu), 1e-2, "y");
-
-  // The attention's part is decode_attention's with one split, bit for bit.
-  ASSERT_EQ(decode_attention_splits(c.B, c.Hkv, c.Hq / c.Hkv, c.capacity, kGpu), 1);
-  const std::size_t plain_bytes = decode_attention_workspace_bytes(c.B, c.Hq, c.Hkv, 1, c.D, c.capacity, kGpu);
-  Buffer plain_workspace(plain_bytes, kGpu, "test workspace");
-  ASSERT_EQ(cudaMemset(plain_workspace.data(), 0, plain_bytes), cudaSuccess);
-  decode_attention({q.gpu, cache(k.gpu), cache(v.gpu), Tensor(), o_plain, past.data(), plain_workspace.data(),
-                    plain_bytes},
-                   {});
-  EXPECT_EQ(read_as_double(o_plain), first_o) << "o against decode_attention's";
-
-  options.overlap_launch = true;  // the counters were reset; programmatic dependent launch: the same bits
-  decode_attention_projected(t, p, options);
-  EXPECT_EQ(read_as_double(o), first_o);
-  EXPECT_EQ(read_as_double(y), first_y);
-  copy(y, residual.gpu);  // y in place of the residual
-  decode_attention_projected(t, {w.gpu, y, y, workspace.data(), bytes}, options);
-  EXPECT_EQ(read_as_double(y), first_y) << "in place";
-
-  // A captured graph, replayed: the same bits.
-  const Stream stream = Stream::create(kGpu);
-  options.stream = stream;
-  CudaGraph graph;
-  graph.capture(stream, [&] { decode_attention_projected(t, p, options); });
-  fill(y, 0.0, stream);
-  graph.launch();
-  graph.launch();
-  stream.synchronize();
-  EXPECT_EQ(read_as_double(y), first_y) << "graph replay";
-}
-
-TEST(DecodeAttentionCuda, ProjectedMatchesTheCpu) {
-  check_projected({1, 25, 25, 64, 192, 100, 1600});  // the xl decode step
-  check_projected({3, 4, 4, 16, 32, 9, 64});         // the tiny model's
-  check_projected({2, 16, 2, 64, 200, 0, 200});      // GQA: 8 heads a block
-  check_projected({2, 24, 2, 32, 64, 40, 96});       // GQA: 12 heads, two blocks a KV head
-  check_projected({8, 8, 8, 128, 100, 77, 1024});    // 8 rows, 256-byte rows
-  check_projected({1, 2, 2, 64, 256, 255, 136});     // a full cache: one tile of 256 keys
-}
-
-TEST(DecodeAttentionCuda, ProjectedBadCallsAreClearErrors) {
-  const Pair q = device_pair({1, 2, 1, 64}, DType::bf16, 1), k = device_pair({1, 2, 16, 64}, DType::bf16, 2);
-  const Pair w = device_pair({32, 128}, DType::bf16, 3), r = device_pair({1, 32}, DType::f32, 4);
-  OwnedTensor o({1, 2, 1, 64}, DType::bf16, kGpu, "test o");
-  DeviceInt past;
-  const DecodeAttentionTensors t{q.gpu, k.gpu, k.gpu, Tensor(), o, past.data()};
-  EXPECT_THROW(decode_attention_projected(t, {w.gpu, r.gpu, r.gpu}, {}), Error);  // no workspace
-  // Key rows 8 bytes apart from the base: not 16-byte aligned.
-  const Pair wide = device_pair({1, 2, 17, 64}, DType::bf16, 2);
-  const Tensor shifted(static_cast<char*>(wide.gpu->data()) + 8, DType::bf16, kGpu, {1, 2, 16, 64},
-                       wide.gpu->strides());
-  const std::size_t bytes = decode_projection_workspace_bytes(1, 2, 2, 64, 32, kGpu);
-  Buffer workspace(bytes, kGpu, "test workspace");
-  EXPECT_THROW(decode_attention_projected({q.gpu, shifted, shifted, Tensor(), o, past.data()},
-                                          {w.gpu, r.gpu, r.gpu, workspace.data(), bytes}, {}),
-               Error);
 }
 
 TEST(DecodeAttentionCuda, BadCallsAreClearErrors) {

@@ -6,8 +6,8 @@
 // TF32, so near ties may split: margin 1e-3 in fp32, 0.05 in bf16, fused GEMMs or not) — for a batch of 3 in a
 // generator sized for 4; the graphed decode (fused few-row GEMMs in bf16, and the unfused ops) gives exactly
 // the tokens of the ungraphed one, with and without overlapping launches (greedy and sampled; batch sizes 3
-// then 1, one graph each; the model's legacy default stream and a stream of its own), the fused GEMMs in every
-// DecodeKernels split (separate, projected, ffn, chained); seeded sampling is reproducible.
+// then 1, one graph each; the model's legacy default stream and a stream of its own); seeded sampling is
+// reproducible.
 // Run on a GPU machine: ./build/bin/gpu_test_generate_cuda
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -62,9 +62,8 @@ std::vector<double> last_logits(TransformerLM& model, const Rows& seqs) {
   return out;
 }
 
-void expect_greedy_matches_full_forwards(Precision precision, double margin, bool fused = true,
-                                         DecodeKernels kernels = DecodeKernels::separate) {
-  SCOPED_TRACE(str(name_of(precision), fused ? "" : " unfused GEMMs", " ", name_of(kernels)));
+void expect_greedy_matches_full_forwards(Precision precision, double margin, bool fused = true) {
+  SCOPED_TRACE(str(name_of(precision), fused ? "" : " unfused GEMMs"));
   TransformerLM model(kTiny, options(precision, Device::cuda(0)));
   Generator generator(model, 4, kTiny.context_length);
   const Rows prompts{{5, 17, 3, 60}, {90, 1, 44, 44}, {0, 0, 0, 1}};
@@ -72,7 +71,6 @@ void expect_greedy_matches_full_forwards(Precision precision, double margin, boo
   g.max_new_tokens = kTiny.context_length - 4;
   g.sampling.temperature = 0;
   g.fused_gemms = fused;
-  g.decode_kernels = kernels;
   const Rows out = generator.generate(prompts, g);
   Rows seqs = prompts;
   int exact = 0, total = 0;
@@ -94,8 +92,7 @@ void expect_greedy_matches_full_forwards(Precision precision, double margin, boo
 
 TEST(GenerateCuda, GreedyEqualsRepeatedFullForwards) {
   expect_greedy_matches_full_forwards(Precision::fp32, 1e-3);
-  for (DecodeKernels k : kDecodeKernelSplits)
-    expect_greedy_matches_full_forwards(Precision::bf16, 0.05, true, k);
+  expect_greedy_matches_full_forwards(Precision::bf16, 0.05);
   expect_greedy_matches_full_forwards(Precision::bf16, 0.05, false);
 }
 
@@ -108,14 +105,10 @@ TEST(GenerateCuda, GraphedEqualsUngraphed) {
       Generator generator(model, 4, kTiny.context_length);
       for (const Rows& prompts : {Rows{{5, 17, 3, 60}, {90, 1, 44, 44}, {0, 0, 0, 1}}, Rows{{7, 8}}})
         for (double temperature : {0.0, 0.9})
-          for (int variant = 0; variant < 5; ++variant) {  // the fused GEMMs in each DecodeKernels split; unfused
-            const bool fused = variant < 4;
-            const auto kernels = static_cast<DecodeKernels>(fused ? variant : 0);
-            SCOPED_TRACE(str("temperature ", temperature, fused ? " fused GEMMs " : " unfused GEMMs ",
-                             name_of(kernels)));
+          for (bool fused : {true, false}) {
+            SCOPED_TRACE(str("temperature ", temperature, fused ? " fused GEMMs" : " unfused GEMMs"));
             GenerationOptions g;
             g.fused_gemms = fused;
-            g.decode_kernels = kernels;
             g.max_new_tokens = kTiny.context_length - 4;
             g.sampling = {temperature, 20, 0.95};
             g.seed = 3;

@@ -4,9 +4,7 @@
 // the keys, in tiles of up to kDecodeKeysPerSplit keys staged in shared memory (see Note [Decode attention
 // tiles]). With one split the block writes o; with several, each writes its (max, sum, accumulator) partial to
 // the workspace, and the last block of the group to arrive (an atomic counter it resets) merges the splits in
-// split order and writes o — the same order whichever block is last, so the result is deterministic. The
-// block's work is decode::attend (decode_attention_block.cuh), which skinny_ffn's chained kernel also runs, its
-// wait for the previous kernel there a grid barrier (Note [Skinny FFN barrier] in skinny_linear.cu).
+// split order and writes o — the same order whichever block is last, so the result is deterministic.
 //
 // Note [Decode attention tiles]
 // A decode step's attention reads a short cache (a few hundred keys) once: its cost is memory round trips, not
@@ -22,21 +20,6 @@
 //   values   warp w takes keys w, w + 8, ..., a lane 2 kPairs head dims of o, accumulating p * v in fp32;
 //   merge    the warps' accumulators and sums, added in warp order in shared memory (over the tile buffers).
 // One memory round trip after the wait (q and the new keys), one tile for the generator's caches.
-//
-// Note [Decode attention projection]
-// decode_attention_projected folds the output projection y = residual + o' W^T into the attention, saving the
-// decode step a kernel (its launch, ramp and tail, and the wait for the attention's last block). Its grid is
-// (slices, KV heads x groups, B): block (s, g, b) attends for group g of row b over all its keys (one split), as
-// decode_attention's block does, and then multiplies its o' (its heads' nr x D outputs, rounded to bf16 as o is
-// written) by the matching nr x D columns of W's rows of slice s. Every block of a head repeats the attention
-// (a few hundred keys from L2, in parallel), so that W's rows are spread over about two blocks a
-// multiprocessor, each copying its slice (at most kSliceBytes) into shared memory with cp.async before the
-// programmatic-dependent-launch wait, beside the cached keys: the projection's weights arrive while the
-// previous kernel finishes. A block writes its fp32 dot products (one per W row, a row's chunks added in a
-// fixed order) to the workspace; the last block of slice s and row b to arrive (an atomic counter it resets)
-// adds the KV heads' products in head order to the residual and writes y — the same order whichever block
-// arrives last, so the result is deterministic (not the bits of skinny_linear's sum over all columns at once).
-// Block s == 0 of each group also writes o.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -49,7 +32,6 @@
 #include <utility>
 
 #include "ops/cuda/common.cuh"
-#include "ops/cuda/decode_attention_block.cuh"
 #include "ops/cuda/decode_ops.h"
 #include "ops/cuda/dependent_launch.cuh"
 
@@ -57,16 +39,316 @@ namespace ft::gpu {
 
 namespace {
 
-using namespace decode;
+constexpr int kWarps = 8;
+constexpr int kThreads = kWarps * 32;
+constexpr int kRows = static_cast<int>(kDecodeRowsPerBlock);
+constexpr float kLog2e = 1.4426950408889634f;
+constexpr std::int64_t kTileBytes = 72 * 1024;  // K and V tiles of a block (the keys per tile follow)
 
-// The decode attention's kernel: one block of attend (decode_attention_block.cuh) a block.
-template <class E, int kPairs, int kVec, bool kProject>
+struct View4 {
+  const void* data;
+  std::int64_t b, h, t;  // strides in elements (the last dim is contiguous)
+};
+
+struct Params {
+  View4 q, k, v;
+  void* o;
+  std::int64_t ob, oh, ot;
+  const float* sinks;  // (Hq) or null
+  const std::int32_t* past;
+  std::int64_t capacity, Hq, Hkv, Nq, D, groups;
+  float scale_log2;  // scale * log2(e)
+  std::int64_t window_left, sink_tokens;
+  int splits;
+  int tile;        // keys per tile, a multiple of 32
+  int pitch;       // bytes between staged key rows: D * sizeof(E) padded to an odd number of vectors
+  int* counters;   // (B, Hkv * groups)
+  float* partial;  // (B, Hkv * groups, splits, kRows, D + 2): accumulator, max, sum
+};
+
+// The output of one row from its merged state (log2 domain): acc / sum, with the sink logit (natural units)
+// in the denominator.
+__device__ __forceinline__ float finish(float acc, float m, float l, const float* sinks, std::int64_t h) {
+  if (sinks) {
+    const float s2 = sinks[h] * kLog2e;
+    const float mx = fmaxf(m, s2);
+    const float f = exp2f(m - mx);
+    return l > 0 ? acc * f / (l * f + exp2f(s2 - mx)) : 0.0f;
+  }
+  return l > 0 ? acc / l : 0.0f;
+}
+
+// kVec bytes (4 or 16) from global into shared memory, asynchronously.
+template <int kVec>
+__device__ __forceinline__ void copy_async(void* dst, const void* src) {
+  const auto d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  if constexpr (kVec == 16)
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(d), "l"(__cvta_generic_to_global(src)) : "memory");
+  else
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;" ::"r"(d), "l"(__cvta_generic_to_global(src)) : "memory");
+}
+
+// The kVec / sizeof(E) elements of a staged vector (kVec-aligned in shared memory) as floats.
+template <class E, int kVec>
+__device__ __forceinline__ void unpack(const unsigned char* p, float* f) {
+  constexpr int kWords = kVec / 4;
+  unsigned w[kWords];
+  if constexpr (kVec == 16) {
+    const uint4 v = *reinterpret_cast<const uint4*>(p);
+    w[0] = v.x, w[1] = v.y, w[2] = v.z, w[3] = v.w;
+  } else {
+    w[0] = *reinterpret_cast<const unsigned*>(p);
+  }
+#pragma unroll
+  for (int i = 0; i < kWords; ++i) {
+    if constexpr (sizeof(E) == 4) {
+      f[i] = __uint_as_float(w[i]);
+    } else {
+      const Pack<E, 2> x = *reinterpret_cast<const Pack<E, 2>*>(&w[i]);
+      f[2 * i] = to_f32(x.v[0]);
+      f[2 * i + 1] = to_f32(x.v[1]);
+    }
+  }
+}
+
+// Elements 2i, 2i + 1 of a staged row (4-byte aligned) as floats.
+template <class E>
+__device__ __forceinline__ float2 pair_at(const unsigned char* row, std::int64_t i) {
+  if constexpr (sizeof(E) == 4) {
+    const auto* f = reinterpret_cast<const float*>(row) + 2 * i;
+    return make_float2(f[0], f[1]);
+  } else {
+    const Pack<E, 2> x = *reinterpret_cast<const Pack<E, 2>*>(row + 4 * i);
+    return make_float2(to_f32(x.v[0]), to_f32(x.v[1]));
+  }
+}
+
+// kVec: the bytes of one copy and one read of a staged key row, 16 where every row starts 16-byte aligned.
+template <class E, int kPairs, int kVec>
 __global__ void __launch_bounds__(kThreads, 2) decode_kernel(Params p) {
+  constexpr int kPer = kVec / static_cast<int>(sizeof(E));  // elements per vector
   extern __shared__ float4 dynamic[];
-  attend<E, kPairs, kVec, kProject>(p, blockIdx, gridDim, reinterpret_cast<unsigned char*>(dynamic), [] {
-    wait_for_previous_grid();
-    allow_next_grid();
-  });
+  __shared__ float s_max[kWarps][kRows], s_l[kWarps][kRows];
+  __shared__ int s_last;
+  const std::int64_t D = p.D, T = p.tile;
+  float* q_s = reinterpret_cast<float*>(dynamic);  // (kRows, D), scaled to the log2 domain
+  float* scores = q_s + kRows * D;                 // (kRows, T)
+  unsigned char* k_s = reinterpret_cast<unsigned char*>(scores + kRows * T);  // (T, pitch) bytes
+  unsigned char* v_s = k_s + T * p.pitch;                                    // (T, pitch) bytes
+  float* merge = reinterpret_cast<float*>(k_s);  // (kWarps, kRows, D), over the tiles once they are done
+
+  const int split = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const std::int64_t group = blockIdx.y, kvh = group / p.groups, b = blockIdx.z;
+  const std::int64_t G = p.Hq / p.Hkv, R = G * p.Nq;
+  const std::int64_t r0 = group % p.groups * kRows;
+  const int nr = static_cast<int>(R - r0 < kRows ? R - r0 : kRows);
+  // *past was written before the previous kernel (the step's position; see DecodeAttentionOptions::overlap_launch).
+  const std::int64_t past = *p.past, Nk_raw = past + p.Nq;
+  const std::int64_t Nk = Nk_raw < p.capacity ? Nk_raw : p.capacity;
+  const std::int64_t off = Nk - p.Nq;  // query i sees keys j <= i + off
+  const std::int64_t per = (Nk + p.splits - 1) / p.splits;
+  const std::int64_t j0 = split * per, j1 = j0 + per < Nk ? j0 + per : Nk;
+  const std::int64_t cached = past < j1 ? past : j1;  // keys below it were in the cache before this step
+
+  const unsigned char* k_base = static_cast<const unsigned char*>(p.k.data) + (b * p.k.b + kvh * p.k.h) * sizeof(E);
+  const unsigned char* v_base = static_cast<const unsigned char*>(p.v.data) + (b * p.v.b + kvh * p.v.h) * sizeof(E);
+  const int vecs = static_cast<int>(D * sizeof(E) / kVec);  // vectors a row (D is even)
+  // Rows [a, e) of the tile starting at key t0 into shared memory (K and V), kVec bytes a copy.
+  const auto stage = [&](std::int64_t t0, std::int64_t a, std::int64_t e) {
+    const int per_pass = kThreads / vecs, rows = static_cast<int>(e - a);
+    if (static_cast<int>(threadIdx.x) >= per_pass * vecs) return;
+    const int vec = static_cast<int>(threadIdx.x) % vecs;
+    const auto e_bytes = static_cast<std::int64_t>(sizeof(E));
+    const std::int64_t k_step = p.k.t * e_bytes, v_step = p.v.t * e_bytes;  // bytes between key rows
+    for (int i = static_cast<int>(threadIdx.x) / vecs; i < rows; i += per_pass) {
+      const std::int64_t j = a + i;
+      copy_async<kVec>(k_s + (j - t0) * p.pitch + vec * kVec, k_base + j * k_step + vec * kVec);
+      copy_async<kVec>(v_s + (j - t0) * p.pitch + vec * kVec, v_base + j * v_step + vec * kVec);
+    }
+  };
+  std::int64_t t1 = j0 + T < j1 ? j0 + T : j1;
+  stage(j0, j0, cached < t1 ? cached : t1);  // the cached keys of the first tile: independent of the previous kernel
+  wait_for_previous_grid();  // q and the new keys come from the previous kernel (see dependent_launch.cuh)
+  allow_next_grid();
+
+  const E* q_base = static_cast<const E*>(p.q.data);
+  const int d32 = static_cast<int>(D);
+  for (int e = threadIdx.x; e < kRows * d32; e += kThreads) {
+    const int r = e / d32, d = e - r * d32;
+    if (r >= nr) {
+      q_s[e] = 0.f;
+      continue;
+    }
+    const std::int64_t rg = r0 + r, h = kvh * G + rg / p.Nq, i = rg % p.Nq;
+    q_s[e] = to_f32(q_base[b * p.q.b + h * p.q.h + i * p.q.t + d]) * p.scale_log2;
+  }
+  float m[kRows], l[kRows];
+  float2 acc[kRows][kPairs];
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+    m[r] = -INFINITY;
+    l[r] = 0.f;
+#pragma unroll
+    for (int c = 0; c < kPairs; ++c) acc[r][c] = make_float2(0.f, 0.f);
+  }
+  for (std::int64_t t0 = j0; t0 < j1; t0 = t1, t1 = t0 + T < j1 ? t0 + T : j1) {
+    if (t0 == j0)
+      stage(t0, cached > t0 ? cached : t0, t1);  // the new keys of the first tile
+    else
+      stage(t0, t0, t1);
+    asm volatile("cp.async.commit_group;\n\tcp.async.wait_group 0;" ::: "memory");
+    __syncthreads();
+
+    // Scores: lane = key.
+    float mx[kRows];
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) mx[r] = -INFINITY;
+    for (std::int64_t g = warp * 32; g < t1 - t0; g += kWarps * 32) {
+      const std::int64_t j = t0 + g + lane;
+      if (j < t1) {
+        const unsigned char* row = k_s + (g + lane) * p.pitch;
+        float dot[kRows];
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) dot[r] = 0.f;
+#pragma unroll 2
+        for (int v = 0; v < vecs; ++v) {
+          float kf[kPer];
+          unpack<E, kVec>(row + v * kVec, kf);
+#pragma unroll
+          for (int r = 0; r < kRows; ++r) {
+            if (r >= nr) break;
+            const float* qr = q_s + r * D + v * kPer;
+#pragma unroll
+            for (int e = 0; e < kPer; ++e) dot[r] = fmaf(qr[e], kf[e], dot[r]);
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < kRows; ++r) {
+          if (r >= nr) break;
+          const std::int64_t i = (r0 + r) % p.Nq;
+          const bool visible =
+              j <= i + off && (p.window_left < 0 || j >= i + off - p.window_left || j < p.sink_tokens);
+          const float s = visible ? dot[r] : -INFINITY;
+          scores[r * T + g + lane] = s;
+          mx[r] = fmaxf(mx[r], s);
+        }
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      mx[r] = warp_reduce(mx[r], MaxOp{});
+      if (lane == 0) s_max[warp][r] = mx[r];
+    }
+    __syncthreads();
+
+    // The running maximum (the same in every thread), then p * v: warp w takes keys t0 + w, t0 + w + 8, ...
+#pragma unroll
+    for (int r = 0; r < kRows; ++r) {
+      if (r >= nr) break;
+      float tile_max = s_max[0][r];
+      for (int w = 1; w < kWarps; ++w) tile_max = fmaxf(tile_max, s_max[w][r]);
+      const float m_new = fmaxf(m[r], tile_max);
+      if (m_new == -INFINITY) continue;  // nothing visible yet
+      const float alpha = exp2f(m[r] - m_new);
+      m[r] = m_new;
+      l[r] *= alpha;
+#pragma unroll
+      for (int c = 0; c < kPairs; ++c) {
+        acc[r][c].x *= alpha;
+        acc[r][c].y *= alpha;
+      }
+    }
+    for (std::int64_t jj = warp; jj < t1 - t0; jj += kWarps) {
+      const unsigned char* row = v_s + jj * p.pitch;
+      float2 vf[kPairs];
+#pragma unroll
+      for (int c = 0; c < kPairs; ++c) {
+        const std::int64_t i = lane + 32 * c;
+        vf[c] = 2 * i < D ? pair_at<E>(row, i) : make_float2(0.f, 0.f);
+      }
+#pragma unroll
+      for (int r = 0; r < kRows; ++r) {
+        if (r >= nr) break;
+        const float s = scores[r * T + jj];
+        if (s == -INFINITY) continue;
+        const float pj = exp2f(s - m[r]);
+        l[r] += pj;
+#pragma unroll
+        for (int c = 0; c < kPairs; ++c) {
+          acc[r][c].x = fmaf(pj, vf[c].x, acc[r][c].x);
+          acc[r][c].y = fmaf(pj, vf[c].y, acc[r][c].y);
+        }
+      }
+    }
+    __syncthreads();  // the tile's buffers are free again
+  }
+
+  // Merge the warps (their states share the running maximum): accumulators and sums added in warp order.
+#pragma unroll
+  for (int r = 0; r < kRows; ++r) {
+#pragma unroll
+    for (int c = 0; c < kPairs; ++c) {
+      const std::int64_t d = 2 * (lane + 32 * c);
+      if (d < D) {
+        merge[(warp * kRows + r) * D + d] = acc[r][c].x;
+        merge[(warp * kRows + r) * D + d + 1] = acc[r][c].y;
+      }
+    }
+    if (lane == 0) s_l[warp][r] = l[r];
+  }
+  __syncthreads();
+  const std::int64_t slot = (b * p.Hkv * p.groups + group);
+  float* partial = p.partial + slot * p.splits * kRows * (D + 2);  // (splits, kRows, D + 2)
+  for (int e = threadIdx.x; e < nr * (D + 2); e += kThreads) {
+    const int r = e / static_cast<int>(D + 2), d = e % static_cast<int>(D + 2);
+    float acc_r = 0.f, l_r = 0.f;
+    for (int w = 0; w < kWarps; ++w) {
+      l_r += s_l[w][r];
+      if (d < D) acc_r += merge[(w * kRows + r) * D + d];
+    }
+    // m[r] is indexed by a runtime row here: read it back from the block maxima's owner, thread-uniform.
+    float mx = -INFINITY;
+#pragma unroll
+    for (int rr = 0; rr < kRows; ++rr)
+      if (rr == r) mx = m[rr];
+    const std::int64_t rg = r0 + r, h = kvh * G + rg / p.Nq, i = rg % p.Nq;
+    if (p.splits == 1) {
+      if (d < D) {
+        E* o = static_cast<E*>(p.o) + b * p.ob + h * p.oh + i * p.ot + d;
+        *o = from_f32<E>(finish(acc_r, mx, l_r, p.sinks, h));
+      }
+    } else {
+      partial[(split * kRows + r) * (D + 2) + d] = d < D ? acc_r : d == D ? mx : l_r;
+    }
+  }
+  if (p.splits == 1) return;
+
+  // The last block of the group merges the splits.
+  __threadfence();
+  __syncthreads();
+  if (threadIdx.x == 0) s_last = atomicAdd(p.counters + slot, 1) == p.splits - 1;
+  __syncthreads();
+  if (!s_last) return;
+  __threadfence();
+  for (int e = threadIdx.x; e < nr * D; e += kThreads) {
+    const int r = e / static_cast<int>(D), d = e % static_cast<int>(D);
+    float mx = -INFINITY;
+#pragma unroll 8
+    for (int s = 0; s < p.splits; ++s) mx = fmaxf(mx, __ldcg(partial + (s * kRows + r) * (D + 2) + D));
+    float acc_r = 0.f, l_r = 0.f;
+#pragma unroll 8
+    for (int s = 0; s < p.splits; ++s) {
+      const float* part = partial + (s * kRows + r) * (D + 2);
+      const float ms = __ldcg(part + D);
+      const float f = ms == -INFINITY ? 0.f : exp2f(ms - mx);
+      l_r += __ldcg(part + D + 1) * f;
+      acc_r += __ldcg(part + d) * f;
+    }
+    const std::int64_t rg = r0 + r, h = kvh * G + rg / p.Nq, i = rg % p.Nq;
+    E* o = static_cast<E*>(p.o) + b * p.ob + h * p.oh + i * p.ot + d;
+    *o = from_f32<E>(finish(acc_r, mx, l_r, p.sinks, h));
+  }
+  if (threadIdx.x == 0) p.counters[slot] = 0;  // ready for the next call (or graph replay)
 }
 
 __global__ void advance_kernel(std::int32_t* position, std::int32_t by) { *position += by; }
@@ -95,14 +377,13 @@ bool first_time(const void* kernel, Device device) {
   return seen.insert({kernel, device.index}).second;
 }
 
-// Once per kernel and device: shared memory past the default 48 KB (up to the tiles' most, and a slice of W when
-// projecting); the chain's carveout (dependent_launch.cuh).
+// Once per kernel and device: shared memory past the default 48 KB (up to the tiles' most); the chain's
+// carveout (dependent_launch.cuh).
 template <class Kernel>
-void prepare(Kernel kernel, bool project, Device device) {
+void prepare(Kernel kernel, Device device) {
   if (!first_time(reinterpret_cast<const void*>(kernel), device)) return;
-  // The largest a call asks for: tiles or merge, q and the scores (and the slice).
-  const int most = static_cast<int>(100 * 1024 + (project ? kSliceBytes : 0));
-  FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, most));
+  constexpr int kMostBytes = 100 * 1024;  // the largest a call asks for: tiles or merge, q and the scores
+  FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kMostBytes));
   FT_CUDA_CHECK(cudaFuncSetAttribute(reinterpret_cast<const void*>(kernel),
                                      cudaFuncAttributePreferredSharedMemoryCarveout, kChainCarveout));
 }
@@ -110,18 +391,6 @@ void prepare(Kernel kernel, bool project, Device device) {
 }  // namespace
 
 int multiprocessors(Device device) { return device_attribute(cudaDevAttrMultiProcessorCount, device); }
-
-ProjectionSlices projection_slices(std::int64_t batch, std::int64_t heads_q, std::int64_t heads_kv,
-                                   std::int64_t head_dim, std::int64_t out_features, Device device) {
-  if (out_features <= 0) return {1, 0};
-  const std::int64_t G = heads_q / heads_kv, blocks = std::max<std::int64_t>(1, batch * heads_kv * ceil_div(G, kRows));
-  const std::int64_t width_bytes = std::min<std::int64_t>(G, kRows) * head_dim * 2;  // a block's part of a W row
-  // About two blocks a multiprocessor, and slices within kSliceBytes.
-  std::int64_t count = std::max<std::int64_t>(1, 2 * multiprocessors(device) / blocks);
-  count = std::clamp<std::int64_t>(std::max(count, ceil_div(out_features * width_bytes, kSliceBytes)), 1, out_features);
-  const std::int64_t rows = ceil_div(out_features, count);
-  return {ceil_div(out_features, rows), rows};
-}
 
 bool supports_dependent_launch(Device device) {
   return device_attribute(cudaDevAttrComputeCapabilityMajor, device) >= 9;
@@ -132,12 +401,11 @@ void use_chain_carveout(const void* kernel, Device device) {
   FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, kChainCarveout));
 }
 
-namespace decode {
-
-Plan plan(const DecodeAttentionTensors& t, const DecodeProjection* projection, int splits, double scale,
-          std::int64_t window_left, std::int64_t sink_tokens) {
+void decode_attention(const DecodeAttentionTensors& t, int splits, double scale, std::int64_t window_left,
+                      std::int64_t sink_tokens, bool overlap, const Stream& stream) {
   const std::int64_t B = t.q.size(0), Hq = t.q.size(1), Nq = t.q.size(2), D = t.q.size(3), Hkv = t.k.size(1);
   const std::int64_t groups = ceil_div(Hq / Hkv * Nq, kRows);
+  if (B * Hq * Nq * D == 0) return;
   Params p{};
   p.q = view(t.q);
   p.k = view(t.k);
@@ -158,90 +426,47 @@ Plan plan(const DecodeAttentionTensors& t, const DecodeProjection* projection, i
   p.window_left = window_left;
   p.sink_tokens = sink_tokens;
   p.splits = splits;
-  if (t.workspace) {
-    p.counters = static_cast<int*>(t.workspace);
-    p.partial = reinterpret_cast<float*>(static_cast<char*>(t.workspace) +
-                                         static_cast<std::size_t>(B * Hkv * groups) * sizeof(float) * 2);
-  }
-  ProjectionSlices slices{1, 0};
-  if (projection) {
-    const std::int64_t N = projection->w.size(0);
-    slices = projection_slices(B, Hq, Hkv, D, N, t.q.device());
-    p.w = static_cast<const __nv_bfloat16*>(projection->w.data());
-    p.n_out = N;
-    p.res = projection->residual.data_as<float>();
-    p.y = projection->y.data_as<float>();
-    p.res_stride = projection->residual.stride(0);
-    p.y_stride = projection->y.stride(0);
-    p.slice_rows = static_cast<int>(slices.rows);
-    p.slices = static_cast<int>(slices.count);
-    // The workspace's layout: decode_projection_workspace_bytes.
-    p.slice_counters = static_cast<int*>(projection->workspace);
-    p.products = reinterpret_cast<float*>(static_cast<char*>(projection->workspace) +
-                                          (B * slices.count * 4 + 15) / 16 * 16);
-  }
-  // 16-byte copies and reads where every key and value row starts 16-byte aligned; rows padded so that lanes
-  // reading the same offset of consecutive rows hit distinct banks (a pitch of an odd number of vectors).
-  const auto e = static_cast<std::int64_t>(t.q.element_size());
-  const std::int64_t row_bytes = D * e;
-  const auto aligned16 = [&](const Tensor& x) {
-    return reinterpret_cast<std::uintptr_t>(x.data()) % 16 == 0 && x.stride(0) * e % 16 == 0 &&
-           x.stride(1) * e % 16 == 0 && x.stride(2) * e % 16 == 0;
-  };
-  const bool wide = row_bytes % 16 == 0 && aligned16(t.k) && aligned16(t.v);
-  const std::int64_t vec = wide ? 16 : 4;
-  p.pitch = static_cast<int>(row_bytes + (row_bytes / vec % 2 == 0 ? vec : 2 * vec));
-  const std::int64_t fit = kTileBytes / (2 * p.pitch) / 32 * 32;
-  p.tile = static_cast<int>(std::clamp<std::int64_t>(fit, 32, kDecodeKeysPerSplit));
-  const std::int64_t tiles = 2 * static_cast<std::int64_t>(p.tile) * p.pitch, merge = kWarps * kRows * D * 4;
-  const std::int64_t slice = slices.rows * std::min<std::int64_t>(Hq / Hkv, kRows) * D * 2;  // W's bytes a block
-  Plan out;
-  out.params = p;
-  out.grid = dim3(static_cast<unsigned>(projection ? slices.count : splits), static_cast<unsigned>(Hkv * groups),
-                  static_cast<unsigned>(B));
-  out.smem = static_cast<std::size_t>((kRows * D + kRows * p.tile) * 4 + std::max(tiles, merge) + slice);
-  out.pairs = static_cast<int>(ceil_div(D, 64));
-  out.wide = wide;
-  return out;
-}
-
-}  // namespace decode
-
-void decode_attention(const DecodeAttentionTensors& t, const DecodeProjection* projection, int splits, double scale,
-                      std::int64_t window_left, std::int64_t sink_tokens, bool overlap, const Stream& stream) {
-  if (t.q.numel() == 0) return;
-  const Plan pl = plan(t, projection, splits, scale, window_left, sink_tokens);
+  p.counters = static_cast<int*>(t.workspace);
+  p.partial = reinterpret_cast<float*>(static_cast<char*>(t.workspace) +
+                                       static_cast<std::size_t>(B * Hkv * groups) * sizeof(float) * 2);
   CudaDeviceGuard guard(t.q.device().index);
+  const dim3 grid(static_cast<unsigned>(splits), static_cast<unsigned>(Hkv * groups), static_cast<unsigned>(B));
   with_cuda_dtype(t.q.dtype(), [&](auto tag) {
     using E = decltype(tag);
+    // 16-byte copies and reads where every key and value row starts 16-byte aligned; rows padded so that
+    // lanes reading the same offset of consecutive rows hit distinct banks (a pitch of an odd number of
+    // vectors).
+    const std::int64_t row_bytes = D * static_cast<std::int64_t>(sizeof(E));
+    const auto aligned16 = [&](const Tensor& x) {
+      const auto e = static_cast<std::int64_t>(sizeof(E));
+      return reinterpret_cast<std::uintptr_t>(x.data()) % 16 == 0 && x.stride(0) * e % 16 == 0 &&
+             x.stride(1) * e % 16 == 0 && x.stride(2) * e % 16 == 0;
+    };
+    const bool wide = row_bytes % 16 == 0 && aligned16(t.k) && aligned16(t.v);
+    const std::int64_t vec = wide ? 16 : 4;
+    p.pitch = static_cast<int>(row_bytes + (row_bytes / vec % 2 == 0 ? vec : 2 * vec));
+    const std::int64_t fit = kTileBytes / (2 * p.pitch) / 32 * 32;
+    p.tile = static_cast<int>(std::clamp<std::int64_t>(fit, 32, kDecodeKeysPerSplit));
+    const std::int64_t tiles = 2 * static_cast<std::int64_t>(p.tile) * p.pitch, merge = kWarps * kRows * D * 4;
+    const auto smem = static_cast<std::size_t>((kRows * D + kRows * p.tile) * 4 + std::max(tiles, merge));
     const cudaStream_t s = cuda_stream(stream);
     const bool pdl = overlap && supports_dependent_launch(t.q.device());
     const auto run = [&](auto kernel) {
-      prepare(kernel, projection != nullptr, t.q.device());
-      launch_kernel(kernel, pl.grid, kThreads, pl.smem, s, pdl, pl.params);
+      prepare(kernel, t.q.device());
+      launch_kernel(kernel, grid, kThreads, smem, s, pdl, p);
     };
-    const auto by_dim = [&](auto vec_tag, auto project_tag) {
+    const auto by_dim = [&](auto vec_tag) {
       constexpr int kVec = decltype(vec_tag)::value;
-      constexpr bool kProject = decltype(project_tag)::value;
-      if (pl.pairs == 1)
-        run(decode_kernel<E, 1, kVec, kProject>);
-      else if (pl.pairs == 2)
-        run(decode_kernel<E, 2, kVec, kProject>);
-      else if (pl.pairs == 3)
-        run(decode_kernel<E, 3, kVec, kProject>);
+      if (D <= 64)
+        run(decode_kernel<E, 1, kVec>);
+      else if (D <= 128)
+        run(decode_kernel<E, 2, kVec>);
+      else if (D <= 192)
+        run(decode_kernel<E, 3, kVec>);
       else
-        run(decode_kernel<E, 4, kVec, kProject>);
+        run(decode_kernel<E, 4, kVec>);
     };
-    using Off = std::integral_constant<bool, false>;
-    if (projection) {
-      // Validated: bf16 and 16-byte aligned rows.
-      if constexpr (std::is_same_v<E, __nv_bfloat16>)
-        by_dim(std::integral_constant<int, 16>{}, std::integral_constant<bool, true>{});
-    } else if (pl.wide) {
-      by_dim(std::integral_constant<int, 16>{}, Off{});
-    } else {
-      by_dim(std::integral_constant<int, 4>{}, Off{});
-    }
+    wide ? by_dim(std::integral_constant<int, 16>{}) : by_dim(std::integral_constant<int, 4>{});
   });
   FT_CUDA_CHECK_LAUNCH();
 }

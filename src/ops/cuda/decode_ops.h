@@ -22,34 +22,13 @@ void rope_append(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
 // decode_attention.cu — the streaming multiprocessors of a device (cached per device).
 int multiprocessors(Device device);
 // o <- attention with `splits` key splits per group; workspace: decode_attention_workspace_bytes, zeroed once.
-// With a projection (splits 1): also projection->y <- residual + o' W^T (decode_attention_projected), its
-// workspace decode_projection_workspace_bytes. overlap: launched to overlap the previous kernel
-// (ops/cuda/dependent_launch.cuh).
-void decode_attention(const DecodeAttentionTensors& t, const DecodeProjection* projection, int splits, double scale,
-                      std::int64_t window_left, std::int64_t sink_tokens, bool overlap, const Stream& stream);
-// How decode_attention_projected deals W's rows out to blocks: `count` slices of `rows` rows (the last may have
-// fewer), each taken by one block per row and KV head (Note [Decode attention projection]).
-struct ProjectionSlices {
-  std::int64_t count, rows;
-};
-ProjectionSlices projection_slices(std::int64_t batch, std::int64_t heads_q, std::int64_t heads_kv,
-                                   std::int64_t head_dim, std::int64_t out_features, Device device);
+// overlap: launched to overlap the previous kernel (ops/cuda/dependent_launch.cuh).
+void decode_attention(const DecodeAttentionTensors& t, int splits, double scale, std::int64_t window_left,
+                      std::int64_t sink_tokens, bool overlap, const Stream& stream);
 void advance_position(std::int32_t* position, std::int32_t by, Device device, const Stream& stream);
 
 // skinny_linear.cu — see ops/skinny_linear.h; args validated, skinny_linear_fits(M, K).
 void skinny_linear(const SkinnyLinearArgs& args);
-// skinny_ffn's attention after its next call (SkinnyFfnArgs::attention), validated.
-struct ChainedAttention {
-  const DecodeAttentionTensors* t;
-  const DecodeProjection* projection;
-  double scale;
-  std::int64_t window_left, sink_tokens;
-};
-// skinny_ffn (ops/skinny_linear.h) as its validated calls: up (swiglu epilogue), then down (residual epilogue,
-// x = up's y), then next when given (rope_append or store with the fused norm, x = down's y), then the attention
-// when given (after a rope_append next); barrier: kSkinnyBarrierBytes (see SkinnyFfnArgs::barrier).
-void skinny_ffn(const SkinnyLinearArgs& up, const SkinnyLinearArgs& down, const SkinnyLinearArgs* next,
-                const ChainedAttention* attention, void* barrier);
 
 // argmax.cu — out (rows) int32 <- the first index of the largest of logits (rows, cols) fp32, row_stride apart;
 // also to history[*position * rows + r] when history is not null.

@@ -1,12 +1,12 @@
 // dependent_launch.cuh — internal: programmatic dependent launch (compute capability 9.0+) for the decode
-// step's chain of small kernels, and the release / acquire operations its blocks hand work over with. A kernel
-// launched with `overlap` may be scheduled before the previous kernel on its stream has finished: once every
-// block of that kernel has called allow_next_grid() (or exited), its blocks start, may read what the previous
-// kernel does not write (weights), and wait_for_previous_grid() before anything else — which returns once the
-// previous kernel has completed and its writes are visible. Every kernel launched with `overlap` must call
-// wait_for_previous_grid() before its first dependent access (and so completes after its predecessor, keeping the
-// chain ordered). The kernels here call allow_next_grid() right after their own wait, so at most one kernel runs
-// ahead, prefetching. Without `overlap`, or on older GPUs, the calls do nothing and the launch is an ordinary one.
+// step's chain of small kernels. A kernel launched with `overlap` may be scheduled before the previous kernel
+// on its stream has finished: once every block of that kernel has called allow_next_grid() (or exited), its
+// blocks start, may read what the previous kernel does not write (weights), and wait_for_previous_grid()
+// before anything else — which returns once the previous kernel has completed and its writes are visible.
+// Every kernel launched with `overlap` must call wait_for_previous_grid() before its first dependent access
+// (and so completes after its predecessor, keeping the chain ordered). The kernels here call
+// allow_next_grid() right after their own wait, so at most one kernel runs ahead, prefetching. Without
+// `overlap`, or on older GPUs, the calls do nothing and the launch is an ordinary one.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -29,30 +29,6 @@ __device__ __forceinline__ void allow_next_grid() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
-}
-
-// Device-scope atomics, loads and stores with the memory orders (PTX memory model) that the decode chain's
-// hand-offs between blocks need: skinny_linear.cu's grid barrier, the decode attention's last block of a slice.
-__device__ __forceinline__ unsigned add_acq_rel(unsigned* p, unsigned v) {
-  unsigned old;
-  asm volatile("atom.acq_rel.gpu.global.add.u32 %0, [%1], %2;" : "=r"(old) : "l"(p), "r"(v) : "memory");
-  return old;
-}
-__device__ __forceinline__ void add_release(unsigned* p, unsigned v) {
-  asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
-__device__ __forceinline__ unsigned load_acquire(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ unsigned load_relaxed(const unsigned* p) {
-  unsigned v;
-  asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-}
-__device__ __forceinline__ void store_relaxed(unsigned* p, unsigned v) {
-  asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 
 // The line holding p into L2, without waiting for it.

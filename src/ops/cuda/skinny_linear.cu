@@ -14,14 +14,8 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <map>
-#include <mutex>
-#include <optional>
-#include <tuple>
-#include <utility>
 
 #include "ops/cuda/common.cuh"
-#include "ops/cuda/decode_attention_block.cuh"
 #include "ops/cuda/decode_ops.h"
 #include "ops/cuda/dependent_launch.cuh"
 
@@ -180,69 +174,13 @@ __device__ __forceinline__ void epilogue(const Args& a, std::int64_t m, std::int
 // reduces and applies the epilogue. A second barrier frees the partials for the group's next unit. Only the
 // residual epilogue (the output projection and w2 of a decode step) splits: the others keep the registers the
 // split's bookkeeping would take.
-//
-// Note [Skinny FFN barrier]
-// skinny_ffn runs the swiglu call (w1, w3) and then the residual call (w2) of a decode step's FFN in one kernel:
-// the grid of the larger of the two, each block doing its units of the first call, then requesting its first w2
-// chunks (registers) and the rest of its w2 rows (L2) and waiting for every block on a counter in device memory
-// (GridBarrier) before staging h, where a second kernel would wait for the first to complete. Every block must
-// be resident at once for the barrier to end: the launch checks the occupancy and runs two kernels otherwise.
-// Each call's units are the same as alone (only which warp takes a unit depends on the grid), so are its bits.
-// A next call on w2's output (the next layer's QKV call, or the LM head) follows a second barrier the same way,
-// and after a QKV call the next layer's attention with its output projection a third (decode::attend of
-// decode_attention_block.cuh, its blocks dealt out over the grid, a block taking every grid-th beyond it; the
-// first one's copies of the cached keys and of W_o's slice before the barrier): a decode layer is then one kernel,
-// its shared memory the attention's.
-
-// Waits for the previous kernel (launched to overlap it, dependent_launch.cuh) and lets the next one start.
-struct PreviousGrid {
-  __device__ __forceinline__ void arrive() const {}
-  __device__ __forceinline__ void operator()() const {
-    wait_for_previous_grid();
-    allow_next_grid();
-  }
-};
-
-// Waits until every block of the grid has arrived, their writes before it visible to all after it (Note [Skinny
-// FFN barrier]). count: (2) the arrivals, zero between barriers, and a generation: the last block to arrive zeroes
-// the arrivals and then advances the generation, which the others wait for (so a block may arrive at a next
-// barrier on the same count at once). Thread 0 arrives with a release (the block's writes, ordered before it by
-// the __syncthreads, go with it), the last arrival acquires them all and releases them with the generation, and
-// the others acquire the generation: no full fences. Split in two: arrive() as soon as the block's part of the
-// previous call is written, before it requests the next call's weights (a release waits for the thread's
-// outstanding memory operations: those loads would hold the arrival back), and the wait (operator()) after.
-struct GridBarrier {
-  unsigned* count;
-  unsigned* seen;  // (2) in shared memory, thread 0's: the generation at its arrival, and whether it was the last
-  __device__ __forceinline__ void arrive() const {
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      const unsigned generation = load_relaxed(count + 1);  // before the arrival (the release orders it)
-      seen[0] = generation;
-      seen[1] = add_acq_rel(count, 1u) == gridDim.x - 1;
-      if (seen[1]) {
-        store_relaxed(count, 0u);
-        add_release(count + 1, 1u);
-      }
-    }
-  }
-  __device__ __forceinline__ void operator()() const {
-    if (threadIdx.x == 0 && !seen[1]) {
-      while (load_acquire(count + 1) == seen[0]) {
-      }
-    }
-    __syncthreads();
-  }
-};
-
-// One call's work in a block (the kernels below): `wait` stands between what does not depend on the previous
-// work (the weights' first chunks and prefetches, the rope position) and what does (staging x).
-template <int kM, int kMode, bool kNorm, class Wait>
-__device__ __forceinline__ void skinny_call(const Args& a, unsigned char* staged, double* scratch, Wait wait) {
-  wait.arrive();
+template <int kM, int kMode, bool kNorm>
+__global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_kernel(Args a) {
   // 16-byte weight chunks per lane in flight, per row: 8 (a whole 2048-column row per round trip) where the
   // registers allow, 4 with the accumulators of more rows.
   constexpr int kUnroll = kM <= 2 ? 8 : 4;
+  extern __shared__ __align__(16) unsigned char staged[];
+  __shared__ double scratch[32];
   bf16* xs = reinterpret_cast<bf16*>(staged);  // (kM, K)
   const std::int64_t K = a.K;
   const int lane = threadIdx.x % 32;
@@ -315,12 +253,11 @@ __device__ __forceinline__ void skinny_call(const Args& a, unsigned char* staged
     const std::int64_t unit = first + lane * stride;
     if (unit < units) lane_cs = rope_angle(a, pos, 2 * unit);
   }
-  wait();
+  wait_for_previous_grid();
+  allow_next_grid();
 
   // Stage x' of every row, kStage 16-byte packs per thread loaded before any is used: one memory round trip
-  // per kStage x 1024 (fp32) or 8192 (bf16) columns, not one per 256. Loads from L2 (ld.global.cg): in skinny_ffn
-  // x may have been written by other blocks of this kernel, where this multiprocessor's L1 could hold lines of it
-  // read before (a residual call's y in place of its residual).
+  // per kStage x 1024 (fp32) or 8192 (bf16) columns, not one per 256.
 #pragma unroll
   for (int m = 0; m < kM; ++m) {
     bf16* row = xs + m * K;
@@ -332,7 +269,7 @@ __device__ __forceinline__ void skinny_call(const Args& a, unsigned char* staged
     if constexpr (kNorm) {
       const float* xr = static_cast<const float*>(a.x) + m * a.x_stride;
       const auto load4 = [K](const float* p, std::int64_t k) {
-        return k < K ? __ldcg(reinterpret_cast<const float4*>(p + k)) : make_float4(0.f, 0.f, 0.f, 0.f);
+        return k < K ? *reinterpret_cast<const float4*>(p + k) : make_float4(0.f, 0.f, 0.f, 0.f);
       };
       // kStage packs of x (and of the norm weights) per thread and pass (4096 columns): the first pass's stay in
       // registers for the normalisation, so that for K <= kPass (xl: 1600) x is read once, with no second
@@ -390,7 +327,7 @@ __device__ __forceinline__ void skinny_call(const Args& a, unsigned char* staged
 #pragma unroll
         for (int u = 0; u < kStage; ++u) {
           const std::int64_t k = k0 + u * kThreads * 8;
-          if (k < K) v[u] = __ldcg(reinterpret_cast<const uint4*>(xr + k));
+          if (k < K) v[u] = *reinterpret_cast<const uint4*>(xr + k);
         }
 #pragma unroll
         for (int u = 0; u < kStage; ++u) {
@@ -468,55 +405,7 @@ __device__ __forceinline__ void skinny_call(const Args& a, unsigned char* staged
 }
 
 template <int kM, int kMode, bool kNorm>
-__global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_kernel(Args a) {
-  extern __shared__ __align__(16) unsigned char staged[];
-  __shared__ double scratch[32];
-  skinny_call<kM, kMode, kNorm>(a, staged, scratch, PreviousGrid{});
-}
-
-constexpr int kNoCall = -1;  // ffn_kernel's kNext without a next call
-
-// skinny_ffn's kernel (Note [Skinny FFN barrier]): up = the swiglu call, down = the residual call, then (kNext:
-// its mode, with the fused norm) the next call on down's output, then (kAttend, after a rope next call) the decode
-// attention with its projection (bf16, head dims up to 64), its grid `attend_grid` dealt out over the blocks.
-template <int kM, bool kNorm, int kNext, bool kAttend>
-__global__ void __launch_bounds__(kThreads, kBlocksPerSm)
-    ffn_kernel(Args up, Args down, Args next, decode::Params attention, uint3 attend_grid, unsigned* barrier) {
-  extern __shared__ __align__(16) unsigned char staged[];
-  __shared__ double scratch[32];
-  __shared__ unsigned seen[2];
-  const GridBarrier grid_barrier{barrier, seen};
-  skinny_call<kM, kSwiglu, kNorm>(up, staged, scratch, PreviousGrid{});
-  skinny_call<kM, kResidual, false>(down, staged, scratch, grid_barrier);
-  if constexpr (kNext != kNoCall) skinny_call<kM, kNext, true>(next, staged, scratch, grid_barrier);
-  if constexpr (kAttend) {
-    // After the __syncthreads of the arrival, the next call's reads of shared memory are done: the attention's
-    // copies may land there.
-    grid_barrier.arrive();
-    const unsigned blocks = attend_grid.x * attend_grid.y * attend_grid.z;
-    const auto block_of = [&](unsigned i) {
-      return uint3{i % attend_grid.x, i / attend_grid.x % attend_grid.y, i / (attend_grid.x * attend_grid.y)};
-    };
-    if (blockIdx.x >= blocks) return grid_barrier();  // every block arrives and waits
-    // The attention's blocks blockIdx.x, + gridDim.x, ...: the first one's copies before the barrier's wait.
-    decode::attend<__nv_bfloat16, 1, 16, true>(attention, block_of(blockIdx.x), attend_grid, staged,
-                                                [&] { grid_barrier(); });
-    for (unsigned i = blockIdx.x + gridDim.x; i < blocks; i += gridDim.x) {
-      __syncthreads();  // the previous one's shared memory is free
-      decode::attend<__nv_bfloat16, 1, 16, true>(attention, block_of(i), attend_grid, staged, [] {});
-    }
-  }
-}
-
-// A call's grid (blocks) and the shared memory a block takes.
-struct Plan {
-  unsigned blocks;
-  std::size_t smem;
-};
-
-// Sets a's split (Note [Skinny split K]) and prefetch, for its own grid or (grid > 0) one of `grid` blocks.
-template <int kM, int kMode>
-Plan plan(Args& a, int sms, unsigned grid = 0) {
+void launch(Args a, Device device, int sms, cudaStream_t stream) {
   const std::int64_t units = kMode == kSwiglu ? a.N : (a.N + 1) / 2;
   const std::int64_t warps = static_cast<std::int64_t>(kBlocksPerSm) * sms * kWarps;  // the grid's most
   const std::int64_t steps = ceil_div(a.K, std::int64_t{256}), staged = kM * a.K * sizeof(bf16);
@@ -536,36 +425,17 @@ Plan plan(Args& a, int sms, unsigned grid = 0) {
   // same share of the weights, whose bytes the prefetch below requests at the start, and a group takes
   // per_group or per_group - 1 units. (Equal units for every group instead would leave, e.g. for xl's QKV,
   // 150 blocks: 18 multiprocessors with twice the others' weights.)
-  const auto blocks = grid > 0 ? grid : static_cast<unsigned>(std::min(warps / kWarps, ceil_div(units, groups)));
-  const std::int64_t per_group = ceil_div(units, blocks * groups);  // the most units of a group
+  const std::int64_t per_group = ceil_div(units, warps / a.split);  // the most units of a group
+  const auto blocks = static_cast<unsigned>(std::min(warps / kWarps, ceil_div(units, groups)));
   // Units of all groups prefetched per round: as many rounds as kPrefetchBytes holds, at least the first.
   const std::int64_t round_bytes = static_cast<std::int64_t>(blocks) * groups * 2 * a.K * sizeof(bf16);
   a.prefetch_units = static_cast<int>(std::clamp<std::int64_t>(kPrefetchBytes / round_bytes, 1, per_group));
-  return {blocks, static_cast<std::size_t>(staged + (a.split > 1 ? partial_bytes(a.split) : 0))};
-}
-
-// A kernel's shared memory past the default (when it asks for more) and the chain's carveout.
-// The attribute is set once per kernel, device and larger size (an ungraphed decode step launches the chained
-// kernel, which asks for more than the default, once a layer).
-void prepare(const void* kernel, std::size_t smem, Device device) {
-  if (smem > static_cast<std::size_t>(kDefaultSharedBytes)) {
-    static std::mutex mutex;
-    static std::map<std::pair<const void*, int>, std::size_t> allowed;  // the largest set so far
-    std::lock_guard<std::mutex> lock(mutex);
-    std::size_t& most = allowed[{kernel, device.index}];
-    if (smem > most) {
-      FT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-      most = smem;
-    }
-  }
-  use_chain_carveout(kernel, device);
-}
-
-template <int kM, int kMode, bool kNorm>
-void launch(Args a, Device device, int sms, cudaStream_t stream) {
-  const Plan p = plan<kM, kMode>(a, sms);
-  prepare(reinterpret_cast<const void*>(skinny_kernel<kM, kMode, kNorm>), p.smem, device);
-  launch_kernel(skinny_kernel<kM, kMode, kNorm>, p.blocks, kThreads, p.smem, stream, a.overlap, a);
+  const auto smem = static_cast<std::size_t>(staged + (a.split > 1 ? partial_bytes(a.split) : 0));
+  if (smem > static_cast<std::size_t>(kDefaultSharedBytes))
+    FT_CUDA_CHECK(cudaFuncSetAttribute(skinny_kernel<kM, kMode, kNorm>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                       static_cast<int>(smem)));
+  use_chain_carveout(reinterpret_cast<const void*>(skinny_kernel<kM, kMode, kNorm>), device);
+  launch_kernel(skinny_kernel<kM, kMode, kNorm>, blocks, kThreads, smem, stream, a.overlap, a);
 }
 
 template <int kMode, bool kNorm>
@@ -580,61 +450,9 @@ void launch_rows(const Args& a, Device device, int sms, cudaStream_t stream) {
     launch<8, kMode, kNorm>(a, device, sms, stream);
 }
 
-// How many blocks of the kernel with `smem` bytes of shared memory a device holds at once (cached).
-int resident_blocks(const void* kernel, std::size_t smem, Device device, int sms) {
-  static std::mutex mutex;
-  static std::map<std::tuple<const void*, int, std::size_t>, int> known;
-  std::lock_guard<std::mutex> lock(mutex);
-  const auto key = std::make_tuple(kernel, device.index, smem);
-  const auto found = known.find(key);
-  if (found != known.end()) return found->second;
-  int per_sm = 0;
-  FT_CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, smem));
-  known.emplace(key, per_sm * sms);
-  return per_sm * sms;
-}
+}  // namespace
 
-// skinny_ffn: one kernel where its grid is resident at once (Note [Skinny FFN barrier]); where it is not, without
-// the attention (whose shared memory is the larger), else one a call. Returns whether the kernel ran the attention
-// (kAttend; attention: its plan).
-template <int kM, bool kNorm, int kNext, bool kAttend>
-bool launch_ffn(Args up, Args down, Args next, const decode::Plan* attention, unsigned* barrier, Device device,
-                int sms, cudaStream_t stream) {
-  unsigned grid = std::max(plan<kM, kSwiglu>(up, sms).blocks, plan<kM, kResidual>(down, sms).blocks);
-  if constexpr (kNext != kNoCall) grid = std::max(grid, plan<kM, kNext>(next, sms).blocks);
-  // The attention's blocks: up to the grid's most, each taking every grid-th beyond (the ffn kernel).
-  const uint3 attend_grid = kAttend ? uint3{attention->grid.x, attention->grid.y, attention->grid.z} : uint3{0, 0, 0};
-  const auto most = static_cast<unsigned>(kBlocksPerSm * sms);
-  if constexpr (kAttend) grid = std::max(grid, std::min(most, attend_grid.x * attend_grid.y * attend_grid.z));
-  std::size_t smem = std::max(plan<kM, kSwiglu>(up, sms, grid).smem, plan<kM, kResidual>(down, sms, grid).smem);
-  if constexpr (kNext != kNoCall) smem = std::max(smem, plan<kM, kNext>(next, sms, grid).smem);
-  if constexpr (kAttend) smem = std::max(smem, attention->smem);
-  const auto* kernel = reinterpret_cast<const void*>(ffn_kernel<kM, kNorm, kNext, kAttend>);
-  prepare(kernel, smem, device);
-  if (resident_blocks(kernel, smem, device, sms) >= static_cast<int>(grid)) {
-    launch_kernel(ffn_kernel<kM, kNorm, kNext, kAttend>, grid, kThreads, smem, stream, up.overlap, up, down, next,
-                  kAttend ? attention->params : decode::Params{}, attend_grid, barrier);
-    return kAttend;
-  }
-  if constexpr (kAttend) return launch_ffn<kM, kNorm, kNext, false>(up, down, next, nullptr, barrier, device, sms,
-                                                                    stream);
-  launch<kM, kSwiglu, kNorm>(up, device, sms, stream);
-  launch<kM, kResidual, false>(down, device, sms, stream);
-  if constexpr (kNext != kNoCall) launch<kM, kNext, true>(next, device, sms, stream);
-  return false;
-}
-
-template <bool kNorm, int kNext, bool kAttend>
-bool launch_ffn_rows(const Args& up, const Args& down, const Args& next, const decode::Plan* attention,
-                     unsigned* barrier, Device device, int sms, cudaStream_t stream) {
-  if (up.M <= 1) return launch_ffn<1, kNorm, kNext, kAttend>(up, down, next, attention, barrier, device, sms, stream);
-  if (up.M <= 2) return launch_ffn<2, kNorm, kNext, kAttend>(up, down, next, attention, barrier, device, sms, stream);
-  if (up.M <= 4) return launch_ffn<4, kNorm, kNext, kAttend>(up, down, next, attention, barrier, device, sms, stream);
-  return launch_ffn<8, kNorm, kNext, kAttend>(up, down, next, attention, barrier, device, sms, stream);
-}
-
-// The kernel's arguments of a validated call.
-Args args_of(const SkinnyLinearArgs& s) {
+void skinny_linear(const SkinnyLinearArgs& s) {
   Args a{};
   const bool norm = s.norm_weight.defined();
   a.x = s.x.data();
@@ -672,20 +490,12 @@ Args args_of(const SkinnyLinearArgs& s) {
       a.table_rows = s.rope_table.size(0);
     }
   }
-  a.overlap = s.overlap_launch && supports_dependent_launch(s.x.device());
-  return a;
-}
-
-}  // namespace
-
-void skinny_linear(const SkinnyLinearArgs& s) {
-  const Args a = args_of(s);
-  const bool norm = s.norm_weight.defined();
   if (a.M * a.N == 0) return;
   CudaDeviceGuard guard(s.x.device().index);
   const cudaStream_t stream = cuda_stream(s.stream);
   const Device device = s.x.device();
   const int sms = multiprocessors(device);
+  a.overlap = s.overlap_launch && supports_dependent_launch(device);
   switch (s.epilogue) {
     case SkinnyEpilogue::store:
       norm ? launch_rows<kStore, true>(a, device, sms, stream) : launch_rows<kStore, false>(a, device, sms, stream);
@@ -699,45 +509,6 @@ void skinny_linear(const SkinnyLinearArgs& s) {
       break;
   }
   FT_CUDA_CHECK_LAUNCH();
-}
-
-void skinny_ffn(const SkinnyLinearArgs& up, const SkinnyLinearArgs& down, const SkinnyLinearArgs* next,
-                const ChainedAttention* attention, void* barrier) {
-  const Args a = args_of(up), b = args_of(down);
-  // The attention in the kernel: after the QKV call, with the fused norm, bf16 head dims up to 64 (one pair a lane).
-  std::optional<decode::Plan> attend;
-  if (attention && up.norm_weight.defined() && a.M * a.N > 0) {
-    attend = decode::plan(*attention->t, attention->projection, 1, attention->scale, attention->window_left,
-                          attention->sink_tokens);
-    if (attend->pairs != 1) attend.reset();
-  }
-  bool attended = false;
-  if (a.M * a.N == 0) {
-    if (next) gpu::skinny_linear(*next);
-  } else {
-    CudaDeviceGuard guard(up.x.device().index);
-    const cudaStream_t stream = cuda_stream(up.stream);
-    const Device device = up.x.device();
-    const int sms = multiprocessors(device);
-    auto* count = static_cast<unsigned*>(barrier);
-    if (!up.norm_weight.defined()) {  // the decode step's FFN has its norm: no kernel chains a next call here
-      launch_ffn_rows<false, kNoCall, false>(a, b, a, nullptr, count, device, sms, stream);
-      FT_CUDA_CHECK_LAUNCH();
-      if (next) gpu::skinny_linear(*next);
-    } else if (!next) {
-      launch_ffn_rows<true, kNoCall, false>(a, b, a, nullptr, count, device, sms, stream);
-    } else if (next->epilogue == SkinnyEpilogue::rope_append && attend) {
-      attended = launch_ffn_rows<true, kRope, true>(a, b, args_of(*next), &*attend, count, device, sms, stream);
-    } else if (next->epilogue == SkinnyEpilogue::rope_append) {
-      launch_ffn_rows<true, kRope, false>(a, b, args_of(*next), nullptr, count, device, sms, stream);
-    } else {
-      launch_ffn_rows<true, kStore, false>(a, b, args_of(*next), nullptr, count, device, sms, stream);
-    }
-    FT_CUDA_CHECK_LAUNCH();
-  }
-  if (attention && !attended)
-    decode_attention(*attention->t, attention->projection, 1, attention->scale, attention->window_left,
-                     attention->sink_tokens, up.overlap_launch, up.stream);
 }
 
 }  // namespace ft::gpu
