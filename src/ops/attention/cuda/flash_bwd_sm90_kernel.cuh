@@ -127,6 +127,102 @@ __device__ __forceinline__ void store_dq_boxes(float* boxes, const float (&acc)[
 // cost of a select per stored float. The conflict-free layouts of the kernel's other stores (dS^T, the
 // sdS zeroing, the dK/dV staging) need no such swap.
 
+// Named barriers of consumer warpgroup w's dQ pieces: staged and, with ordered additions, read by the writer
+// warp of the step's parity (one pair per parity, each between warpgroup w and that writer).
+__device__ __forceinline__ int full_barrier(int w, int parity) { return 6 + 2 * w + parity; }
+__device__ __forceinline__ int free_barrier(int w, int parity) { return 10 + 2 * w + parity; }
+inline constexpr int kWriterThreads = 128 + 32;  // ordered additions: a consumer warpgroup and a writer warp
+
+// Thread 0 of a backward block, before the block barrier: publishes the block's sequence (See Note
+// [Packed sequences]) and initialises the mbarriers: K and V landed, each ring slot's step landed and free.
+template <int kStages>
+__device__ __forceinline__ void init_bwd_block(const FlashBwdParams& p, const BwdSeqSlot& seq, const BwdBlock& block,
+                                               const SeqRows& rows, const FlashShape& narrowed, std::uint64_t* kv_full,
+                                               std::uint64_t* step_full, std::uint64_t* slot_free,
+                                               int consumer_threads) {
+  const FlashShape& s = p.shape;
+  const int b = block.b;
+  const int dq_row0 = s.cu_seqlens_q ? static_cast<int>(varlen_scratch_row(b, rows.q0)) : 0;
+  seq.publish(rows.q0, rows.k0, narrowed.len_q, narrowed.len_k, block.n_tiles, dq_row0, s.cu_seqlens_q ? 0 : b,
+              b * s.heads_q * p.pre_blocks);
+  mbar_init(kv_full, 1);
+  for (int i = 0; i < kStages; ++i) {
+    mbar_init(&step_full[i], 1);
+    mbar_init(&slot_free[i], consumer_threads);
+  }
+  mbar_init_fence();
+}
+
+// The producer warpgroup of a backward block (Tr: its kernel's traits; the (BN, kDs) K and V tiles, the
+// ring of (BM, kDs) Q and dO tiles with their L and D rows). One thread issues every copy. With ordered
+// additions warps 1 and 2 are the dQ writers of the even and odd steps: each awaits its step's turn, takes
+// every consumer warpgroup's staged piece (full_barrier), adds them with reduce_piece(w, it, first), hands
+// the boxes back (free_barrier) and, once the additions have landed, advances the query tile's counter.
+// step_head(it) and step_row0(it) give a step's query head and first query row.
+template <class Tr, bool kHasMask, bool kOrderedDq, class T, class StepHead, class StepRow, class Reduce>
+__device__ __forceinline__ void bwd_producer(const FlashBwdParams& p, const BwdTmaMaps& maps, const BwdSeqSlot& seq,
+                                             const BwdBlock& block, int n_iters, StepHead step_head,
+                                             StepRow step_row0, Reduce reduce_piece, T* sK, T* sV, T* sQ, T* sdO,
+                                             float* sL, float* sD, std::uint64_t* kv_full, std::uint64_t* step_full,
+                                             std::uint64_t* slot_free) {
+  constexpr int BN = Tr::kBlockN, BM = Tr::kBlockM, DS = Tr::kDs, kStages = Tr::kStages;
+  const FlashShape& s = p.shape;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int n_block = block.n_block, b = block.b, hk = block.hk, n0 = n_block * BN;
+  setmaxnreg_dec<Tr::kProducerRegs>();
+  if constexpr (kOrderedDq) {
+    if (warp == 1 || warp == 2) {  // the dQ writers, warp 1 of the even steps and warp 2 of the odd ones
+      const int parity = warp - 1;
+      if (parity == 1 && n_iters > 0)  // the consumers' first pieces find their boxes free
+        for (int w = 0; w < Tr::kConsumers; ++w) named_barrier_arrive(free_barrier(w, 1), kWriterThreads);
+      for (int it = parity; it < n_iters; it += 2) {
+        const int h = step_head(it), m0 = step_row0(it);
+        const int before =
+            key_tiles_before<kHasMask, BN, BM>(n_block, seq.n_tiles(), block.ascending, m0 / BM, seq.shape(s), lane);
+        int* counter = p.dq_order + seq.counter0() + h * p.pre_blocks + m0 / kPreRows;
+        // The turn is awaited while the consumers still compute the piece, so that a counter already
+        // there costs no read after the piece is staged (See Note [Ordered dQ additions]).
+        if (lane == 0) counter_wait_eq<Tr::kCounterBackoff>(counter, before);
+        __syncwarp();  // bar.sync is .aligned: the warp reaches it converged
+        for (int w = 0; w < Tr::kConsumers; ++w) named_barrier_sync(full_barrier(w, parity), kWriterThreads);
+        if (lane == 0) {
+          for (int w = 0; w < Tr::kConsumers; ++w) reduce_piece(w, it, before == 0);
+          bulk_wait_read<0>();
+        }
+        __syncwarp();
+        if (it + 1 < n_iters)
+          for (int w = 0; w < Tr::kConsumers; ++w) named_barrier_arrive(free_barrier(w, parity), kWriterThreads);
+        if (lane == 0) {
+          tma_store_wait_all();  // the additions have landed in dq_accum
+          counter_release_increment(counter);
+        }
+      }
+      return;
+    }
+  }
+  if (tid != 0) return;
+  tma_prefetch_map(maps.q);
+  tma_prefetch_map(maps.d_o);
+  tma_prefetch_map(maps.dq_accum);
+  mbar_arrive_expect_tx(kv_full, 2 * BN * DS * sizeof(T));
+  const int mb = seq.map_batch();
+  tma_load_tile<T, BN, DS>(sK, maps.k, seq.k0() + n0, hk, mb, kv_full);
+  tma_load_tile<T, BN, DS>(sV, maps.v, seq.k0() + n0, hk, mb, kv_full);
+  RingPosition<kStages> pos;
+  for (int it = 0; it < n_iters; ++it, pos.advance()) {
+    const int h = step_head(it), m0 = step_row0(it);
+    const int q0 = seq.q0();
+    const std::int64_t row = scratch_row(p, b, h, q0) + m0;
+    std::uint64_t* full = &step_full[pos.slot];
+    mbar_wait(&slot_free[pos.slot], pos.phase ^ 1);
+    mbar_arrive_expect_tx(full, Tr::kStepBytes);
+    tma_load_tile<T, BM, DS>(sQ + pos.slot * BM * DS, maps.q, q0 + m0, h, mb, full);
+    tma_load_tile<T, BM, DS>(sdO + pos.slot * BM * DS, maps.d_o, q0 + m0, h, mb, full);
+    bulk_load(sL + pos.slot * BM, p.lse_log2 + row, BM * sizeof(float), full);
+    bulk_load(sD + pos.slot * BM, p.dsum + row, BM * sizeof(float), full);
+  }
+}
+
 template <class T, int D, bool kHasMask, bool kOrderedDq>
 __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
     flash_bwd_sm90_kernel(const __grid_constant__ FlashBwdParams p, const __grid_constant__ BwdTmaMaps maps) {
@@ -181,11 +277,6 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
   // Warpgroup w stages its piece of a step's dQ tile (queries 64 (w / kColPanels).., columns kPanel
   // (w % kColPanels).., over all BN keys) in its sdQ boxes; one thread adds them into dq_accum.
   constexpr int kColPanels = DS / kPanel;
-  // Named barriers of warpgroup w's pieces: staged and, with ordered additions, read by the writer; those
-  // keep one pair per step parity, each between warpgroup w and that parity's writer.
-  auto full_barrier = [](int w, int parity) { return 6 + 2 * w + parity; };
-  auto free_barrier = [](int w, int parity) { return 10 + 2 * w + parity; };
-  constexpr int kWriterThreads = 128 + 32;  // ordered additions: a consumer warpgroup and a writer warp
   auto piece_boxes = [&](int w) { return sdQ + w * Tr::kDqBoxesPerPiece * Tr::kDqBoxFloats; };
   // Adds warpgroup w's staged piece of step it into dq_accum (stores it when `first`).
   auto reduce_piece = [&](int w, int it, bool first) {
@@ -203,72 +294,12 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
     bulk_commit();
   };
 
-  if (tid == 0) {
-    const int dq_row0 = s.cu_seqlens_q ? static_cast<int>(varlen_scratch_row(b, rows.q0)) : 0;
-    seq.publish(rows.q0, rows.k0, narrowed.len_q, narrowed.len_k, block.n_tiles, dq_row0, s.cu_seqlens_q ? 0 : b,
-                b * s.heads_q * p.pre_blocks);
-    mbar_init(kv_full, 1);
-    for (int i = 0; i < kStages; ++i) {
-      mbar_init(&step_full[i], 1);
-      mbar_init(&slot_free[i], kConsumerThreads);
-    }
-    mbar_init_fence();
-  }
+  if (tid == 0) init_bwd_block<kStages>(p, seq, block, rows, narrowed, kv_full, step_full, slot_free, kConsumerThreads);
   __syncthreads();
 
-  if (warp < 4) {  // ---- producer warpgroup: one thread issues every copy ----
-    setmaxnreg_dec<Tr::kProducerRegs>();
-    if constexpr (kOrderedDq) {
-      if (warp == 1 || warp == 2) {  // the dQ writers, warp 1 of the even steps and warp 2 of the odd ones
-        const int parity = warp - 1;
-        if (parity == 1 && n_iters > 0)  // the consumers' first pieces find their boxes free
-          for (int w = 0; w < Tr::kConsumers; ++w) named_barrier_arrive(free_barrier(w, 1), kWriterThreads);
-        for (int it = parity; it < n_iters; it += 2) {
-          const int h = step_head(it), m0 = step_row0(it);
-          const int before =
-              key_tiles_before<kHasMask, BN, BM>(n_block, seq.n_tiles(), ascending, m0 / BM, seq.shape(s), lane);
-          int* counter = p.dq_order + seq.counter0() + h * p.pre_blocks + m0 / kPreRows;
-          // The turn is awaited while the consumers still compute the piece, so that a counter already
-          // there costs no read after the piece is staged (See Note [Ordered dQ additions]).
-          if (lane == 0) counter_wait_eq<Tr::kCounterBackoff>(counter, before);
-          __syncwarp();  // bar.sync is .aligned: the warp reaches it converged
-          for (int w = 0; w < Tr::kConsumers; ++w) named_barrier_sync(full_barrier(w, parity), kWriterThreads);
-          if (lane == 0) {
-            for (int w = 0; w < Tr::kConsumers; ++w) reduce_piece(w, it, before == 0);
-            bulk_wait_read<0>();
-          }
-          __syncwarp();
-          if (it + 1 < n_iters)
-            for (int w = 0; w < Tr::kConsumers; ++w) named_barrier_arrive(free_barrier(w, parity), kWriterThreads);
-          if (lane == 0) {
-            tma_store_wait_all();  // the additions have landed in dq_accum
-            counter_release_increment(counter);
-          }
-        }
-        return;
-      }
-    }
-    if (tid != 0) return;
-    tma_prefetch_map(maps.q);
-    tma_prefetch_map(maps.d_o);
-    tma_prefetch_map(maps.dq_accum);
-    mbar_arrive_expect_tx(kv_full, 2 * BN * DS * sizeof(T));
-    const int mb = seq.map_batch();
-    tma_load_tile<T, BN, DS>(sK, maps.k, seq.k0() + n0, hk, mb, kv_full);
-    tma_load_tile<T, BN, DS>(sV, maps.v, seq.k0() + n0, hk, mb, kv_full);
-    RingPosition<kStages> pos;
-    for (int it = 0; it < n_iters; ++it, pos.advance()) {
-      const int h = step_head(it), m0 = step_row0(it);
-      const int q0 = seq.q0();
-      const std::int64_t row = scratch_row(p, b, h, q0) + m0;
-      std::uint64_t* full = &step_full[pos.slot];
-      mbar_wait(&slot_free[pos.slot], pos.phase ^ 1);
-      mbar_arrive_expect_tx(full, Tr::kStepBytes);
-      tma_load_tile<T, BM, DS>(sQ + pos.slot * BM * DS, maps.q, q0 + m0, h, mb, full);
-      tma_load_tile<T, BM, DS>(sdO + pos.slot * BM * DS, maps.d_o, q0 + m0, h, mb, full);
-      bulk_load(sL + pos.slot * BM, p.lse_log2 + row, BM * sizeof(float), full);
-      bulk_load(sD + pos.slot * BM, p.dsum + row, BM * sizeof(float), full);
-    }
+  if (warp < 4) {  // ---- producer warpgroup ----
+    bwd_producer<Tr, kHasMask, kOrderedDq>(p, maps, seq, block, n_iters, step_head, step_row0, reduce_piece, sK, sV,
+                                           sQ, sdO, sL, sD, kv_full, step_full, slot_free);
     return;
   }
 
