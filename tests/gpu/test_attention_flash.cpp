@@ -482,11 +482,18 @@ std::vector<FlashCase> head_dim_cases() {
 // Key tiles seen by more than 32 query tiles of 64 rows, so that the Hopper backward's search for the
 // query tiles that need no mask (full_query_tiles in flash_mask.cuh) narrows its range: a window with a key
 // tile of sink tokens (whose unmasked tiles run to the last one), and a causal diagonal moved by
-// len_k - len_q. bf16 at d=128, on the default kernels only: the CPU reference takes seconds here.
+// len_k - len_q. bf16 at d=128 and d=256 (the Hopper backward's two kernels: 128 and 64 keys a block), on
+// the default kernels only: the CPU reference takes seconds here.
 std::vector<FlashCase> long_span_cases() {
-  return {{.name = "bf16_d128_window_600_sink_tokens_130_q2112", .len_q = 2112, .len_k = 2112, .head_dim = 128,
-           .causal = true, .window_left = 600, .sink_tokens = 130},
-          {.name = "bf16_d128_causal_q2112_k2400", .len_q = 2112, .len_k = 2400, .head_dim = 128, .causal = true}};
+  std::vector<FlashCase> cases;
+  for (std::int64_t d : {128, 256}) {
+    const std::string prefix = "bf16_d" + std::to_string(d) + "_";
+    cases.push_back({.name = prefix + "window_600_sink_tokens_130_q2112", .len_q = 2112, .len_k = 2112,
+                     .head_dim = d, .causal = true, .window_left = 600, .sink_tokens = 130});
+    cases.push_back({.name = prefix + "causal_q2112_k2400", .len_q = 2112, .len_k = 2400, .head_dim = d,
+                     .causal = true});
+  }
+  return cases;
 }
 
 // The variant cases, then the head-dim cases.
@@ -497,8 +504,8 @@ std::vector<FlashCase> variant_and_head_dim_cases() {
 }
 
 // The variant and head-dim cases on the portable sm80 kernels: with the default (auto) choice a Hopper GPU
-// runs the sm90 kernels for bf16/fp16 at d = 64, 80, 96, 128 and 256 (the backward: all but 256), so these
-// keep the sm80 ones tested there too.
+// runs the sm90 kernels for bf16/fp16 at d = 64, 80, 96, 128 and 256, so these keep the sm80 ones tested
+// there too.
 std::vector<FlashCase> sm80_cases() {
   std::vector<FlashCase> cases = variant_and_head_dim_cases();
   for (FlashCase& c : cases) {
@@ -576,23 +583,6 @@ TEST(FlashAttention, Sm90KernelsRefuseWhatTheyCannotRun) {
   } catch (const Error& e) {
     EXPECT_EQ(e.kind(), ErrorKind::unsupported);
     EXPECT_NE(e.message().find(hopper_gpu() ? "fp32" : "compute capability 9.0"), std::string::npos) << e.message();
-  }
-  if (!hopper_gpu()) return;
-  // d=256: the forward runs on the Hopper kernels, a backward forced onto them is refused naming their head dims.
-  ChoiceCase d256({.name = "d256", .dtype = DType::bf16, .heads_q = 2, .heads_kv = 2, .len_q = 64, .len_k = 64,
-                   .head_dim = 256, .kernels = FlashKernels::sm90});
-  const AttentionOptions options = options_of(d256.c, AttentionImpl::flash);
-  attention_forward(d256.tensors(), options);
-  DeviceTensor d_o = device_tensor(1, 2, 64, 256, d256.c, d256.stream, "test.d_o");
-  DeviceTensor dq = device_tensor(1, 2, 64, 256, d256.c, d256.stream, "test.dq");
-  DeviceTensor dk = device_tensor(1, 2, 64, 256, d256.c, d256.stream, "test.dk");
-  DeviceTensor dv = device_tensor(1, 2, 64, 256, d256.c, d256.stream, "test.dv");
-  try {
-    attention_backward(d256.tensors(), {.d_o = d_o.view, .dq = dq.view, .dk = dk.view, .dv = dv.view}, options);
-    FAIL() << "kernels sm90 accepted a d=256 backward";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.kind(), ErrorKind::unsupported);
-    EXPECT_NE(e.message().find("64, 80, 96, 128 (backward)"), std::string::npos) << e.message();
   }
 }
 
@@ -707,7 +697,7 @@ TEST(FlashAttention, HopperAscendingHeadsGiveTheSameGradients) {
        .causal = true, .sinks = true},
       {.name = "ascending_gqa4", .heads_q = 8, .heads_kv = 2, .len_q = 700, .len_k = 700, .causal = true},
   };
-  for (std::int64_t d : {64, 96, 128})
+  for (std::int64_t d : {64, 96, 128, 256})
     for (FlashCase c : cases) {
       c.head_dim = d;
       SCOPED_TRACE(str(c.name, " d ", d));
@@ -737,8 +727,8 @@ TEST(FlashAttention, HopperAscendingHeadsGiveTheSameGradients) {
 
 // Before each addition the deterministic Hopper backward counts the key tiles that add into the step's query
 // tile ahead of its own (key_tiles_before in flash_sm90_scheduler.cuh): without a left window bound by a
-// search over the prefix of key tiles that visit it, else by a scan. These heads have 36 key tiles, so the
-// search narrows ranges of more than 32 tiles, in the descending order and, with every head forced to it,
+// search over the prefix of key tiles that visit it, else by a scan. These heads have 36 key tiles (71 at
+// d=256, whose blocks take 64 keys), so the search narrows ranges of more than 32 tiles, in the descending order and, with every head forced to it,
 // the ascending one. A wrong count hangs the kernel, loses pieces or adds them out of turn: each run gives
 // the atomic run's gradients up to the order of the fp32 sums (the steps' order differs too with ascending
 // heads and groups) and the same bits from run to run.
@@ -751,7 +741,7 @@ TEST(FlashAttention, HopperOrderedDqOverManyKeyTilesMatchesAtomic) {
       {.name = "window_1000_sink_tokens_200", .heads_q = 2, .heads_kv = 2, .len_q = 4500, .len_k = 4500,
        .causal = true, .window_left = 1000, .sink_tokens = 200},
   };
-  for (std::int64_t d : {64, 128})
+  for (std::int64_t d : {64, 128, 256})
     for (FlashCase c : cases) {
       c.head_dim = d;
       SCOPED_TRACE(str(c.name, " d ", d));

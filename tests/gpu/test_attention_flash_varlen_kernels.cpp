@@ -307,7 +307,7 @@ TEST_P(FlashVarlenVsDense, EveryRowMatchesItsSequence) {
 // another order too) keep O, L and dsinks, and the gradients to rounding.
 TEST(FlashVarlenKernels, HopperScheduleGivesTheSameOutputs) {
   if (!cuda_available() || !hopper_gpu()) GTEST_SKIP() << "needs a Hopper GPU";
-  for (std::int64_t d : {64, 96, 128}) {
+  for (std::int64_t d : {64, 96, 128, 256}) {
     const VarlenCase c{.name = "schedule", .heads_q = 8, .heads_kv = 4, .head_dim = d,
                        .lens_q = {130, 0, 1, 300, 64, 0, 257}, .lens_k = {130, 5, 1, 300, 64, 0, 300},
                        .causal = true, .sink_tokens = 2, .sinks = true, .kernels = FlashKernels::sm90};
@@ -377,8 +377,9 @@ std::vector<VarlenCase> varlen_cases() {
   for (FlashKernels kernels : {FlashKernels::sm80, FlashKernels::sm90}) {
     for (DType dtype : {DType::bf16, DType::f16, DType::f32}) {
       for (VarlenCase c : cases) {
-        // The Hopper kernels (forward and backward): 16-bit inputs at head dims 64, 80, 96 and 128.
-        const bool hopper_dim = c.head_dim == 64 || c.head_dim == 80 || c.head_dim == 96 || c.head_dim == 128;
+        // The Hopper kernels (forward and backward): 16-bit inputs at head dims 64, 80, 96, 128 and 256.
+        const bool hopper_dim = c.head_dim == 64 || c.head_dim == 80 || c.head_dim == 96 || c.head_dim == 128 ||
+                                c.head_dim == 256;
         if (kernels == FlashKernels::sm90 && (dtype == DType::f32 || !hopper_dim)) continue;
         c.dtype = dtype;
         c.kernels = kernels;

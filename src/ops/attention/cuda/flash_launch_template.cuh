@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "ops/attention/cuda/flash_bwd_sm80_kernel.cuh"
 #include "ops/attention/cuda/flash_bwd_sm90_kernel.cuh"
+#include "ops/attention/cuda/flash_bwd_sm90_split_kernel.cuh"
 #include "ops/attention/cuda/flash_fwd_sm80_kernel.cuh"
 #include "ops/attention/cuda/flash_launch.h"
 #include "ops/attention/cuda/flash_tma.h"
@@ -126,12 +127,25 @@ sm90::BwdTmaMaps bwd_tma_maps(const FlashBwdParams& p, int query_box, int key_bo
   return maps;
 }
 
+// The Hopper backward kernel of head dim D: the one whose warpgroups split the head dim where its tiles
+// say so (d=256), else the one whose warpgroups own 64 keys each.
+template <class T, int D>
+using Sm90BwdTraits =
+    std::conditional_t<sm90_bwd_tiles(D).split_d, sm90::BwdSplitTraits<T, D>, sm90::BwdKvTraits<T, D>>;
+template <class T, int D, bool kHasMask, bool kOrderedDq>
+constexpr auto sm90_bwd_kernel() {
+  if constexpr (sm90_bwd_tiles(D).split_d)
+    return sm90::flash_bwd_sm90_split_kernel<T, D, kHasMask, kOrderedDq>;
+  else
+    return sm90::flash_bwd_sm90_kernel<T, D, kHasMask, kOrderedDq>;
+}
+
 // The Hopper backward after the pre-pass: the kernel accumulating dQ (its additions ordered in the
 // deterministic mode), then the convert kernel.
 template <class T, int D>
 void run_flash_bwd_sm90(const FlashBwdParams& p, cudaStream_t stream) {
   const FlashShape& s = p.shape;
-  using Tr = sm90::BwdKvTraits<T, D>;
+  using Tr = Sm90BwdTraits<T, D>;
   sm90::BwdTmaMaps maps = bwd_tma_maps<T, D>(p, Tr::kBlockM, Tr::kBlockN);
   maps.dq_accum = detail::dq_accum_map<D>(p, sm90::kDqBoxRows);
   // Packed sequences: y over every sequence's key tiles, x and z over the kv heads (See Note [Packed-sequence
@@ -144,13 +158,13 @@ void run_flash_bwd_sm90(const FlashBwdParams& p, cudaStream_t stream) {
           : sm90::section_grid(detail::tile_grid(p.dkdv_section_heads, s.len_k, Tr::kBlockN), s.batch * s.heads_kv);
   auto run = [&](auto kernel) { detail::launch(kernel, grid, Tr::kThreads, Tr::kSmemBytes, stream, p, maps); };
   if (s.has_mask && p.deterministic)
-    run(sm90::flash_bwd_sm90_kernel<T, D, true, true>);
+    run(sm90_bwd_kernel<T, D, true, true>());
   else if (s.has_mask)
-    run(sm90::flash_bwd_sm90_kernel<T, D, true, false>);
+    run(sm90_bwd_kernel<T, D, true, false>());
   else if (p.deterministic)
-    run(sm90::flash_bwd_sm90_kernel<T, D, false, true>);
+    run(sm90_bwd_kernel<T, D, false, true>());
   else
-    run(sm90::flash_bwd_sm90_kernel<T, D, false, false>);
+    run(sm90_bwd_kernel<T, D, false, false>());
   convert_dq_accum<T, D>(p, stream);
 }
 

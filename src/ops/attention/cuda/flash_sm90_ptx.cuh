@@ -201,13 +201,14 @@ __device__ __forceinline__ void wgmma_rs(float (&d)[N / 8][4], const std::uint32
 
 // The k loops the kernels run, each issued as one wgmma group (commit and wait are the caller's).
 //
-// d (64 x N) = A B with A rows a_row0.. of the sw128 tile `a` (a_rows rows) and B = tile `b`^T, b an
-// sw128 tile (N, K) — both K-major, K = D running over the panels.
+// d (64 x N) = A B with A rows a_row0.. of the sw128 tile `a` (a_rows rows) and B = tile `b`^T, b the first
+// N rows at `b` of an sw128 tile of b_rows rows (N, K) — both K-major, K = D running over the panels.
 template <class T, int N, int K>
-__device__ __forceinline__ void gemm_ss_kmajor(float (&d)[N / 8][4], const T* a, int a_rows, int a_row0, const T* b) {
+__device__ __forceinline__ void gemm_ss_kmajor(float (&d)[N / 8][4], const T* a, int a_rows, int a_row0, const T* b,
+                                               int b_rows = N) {
   const std::uint64_t a0 = sw128_desc(a + a_row0 * kPanel), b0 = sw128_desc(b);
   auto desc_a = [&](int kk) { return desc_advance(a0, ((kk / 4) * a_rows * kPanel + (kk % 4) * 16) * sizeof(T)); };
-  auto desc_b = [&](int kk) { return desc_advance(b0, ((kk / 4) * N * kPanel + (kk % 4) * 16) * sizeof(T)); };
+  auto desc_b = [&](int kk) { return desc_advance(b0, ((kk / 4) * b_rows * kPanel + (kk % 4) * 16) * sizeof(T)); };
   wgmma_ss<T, N, 0, 0, false>(d, desc_a(0), desc_b(0));
 #pragma unroll
   for (int kk = 1; kk < K / 16; ++kk) wgmma_ss<T, N, 0, 0, true>(d, desc_a(kk), desc_b(kk));
@@ -230,6 +231,18 @@ __device__ __forceinline__ void gemm_rs_nmajor(float (&d)[N / 8][4], const std::
     for (int kk = 0; kk < K_ROWS / 16; ++kk)
       wgmma_rs<T, kChunk, 1>(dc, a[kk], desc_advance(b0, chunk_bytes + kk * kPanelRowBytes * 16));
   }
+}
+
+// d (64 x N) += A B with A the one-panel sw128 tile `a` (64, K_ROWS) read K-major and B the sw128 tile
+// `b` (K_ROWS, N) read N-major, its panels panel_bytes apart (by default the tile's own panels).
+template <class T, int N, int K_ROWS>
+__device__ __forceinline__ void gemm_ss_knmajor(float (&d)[N / 8][4], const T* a, const T* b,
+                                                std::uint32_t panel_bytes = K_ROWS * kPanelRowBytes) {
+  static_assert(K_ROWS <= kPanel && N <= 128, "gemm_ss_knmajor: A of one panel, B of at most 128 columns");
+  const std::uint64_t a0 = sw128_desc(a), b0 = sw128_desc(b, panel_bytes);
+#pragma unroll
+  for (int kk = 0; kk < K_ROWS / 16; ++kk)
+    wgmma_ss<T, N, 0, 1, true>(d, desc_advance(a0, kk * 16 * sizeof(T)), desc_advance(b0, kk * 16 * kPanelRowBytes));
 }
 
 // d (64 x N) = A B with A = `a`^T, `a` a one-panel sw128 tile (K_ROWS, 64) read M-major (K runs over its

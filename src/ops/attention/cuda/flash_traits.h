@@ -136,9 +136,9 @@ inline constexpr FlashTiles kTiles32[] = {
 };
 
 // ---- Hopper (sm_90a) kernels: flash_fwd_sm90_kernel.cuh, flash_bwd_sm90_kernel.cuh ----
-// 16-bit inputs, head dims 64, 80, 96, 128 and 256 (the backward: all but 256). Each consumer warpgroup
-// (4 warps) owns 64 rows of its kernel's row tile, so the row tile is 64 * consumers; one more warpgroup
-// issues the TMA copies. Tiles are 128-byte-swizzled panels of 64 columns (no padding), so head dims 80
+// 16-bit inputs, head dims 64, 80, 96, 128 and 256. Each consumer warpgroup (4 warps) owns 64 rows of its
+// kernel's row tile, so the row tile is 64 * consumers (but for the d=256 backward, whose warpgroups split
+// the head dim: kSm90BwdTiles256); one more warpgroup issues the TMA copies. Tiles are 128-byte-swizzled panels of 64 columns (no padding), so head dims 80
 // and 96 run the d=128 tiles over zero columns: see Note [Padded head dims]. Registers bound the tiles:
 // an accumulator of 64 x n takes n / 2 floats per thread, and 1 block per SM leaves 65536 / threads
 // registers to each thread.
@@ -178,6 +178,9 @@ struct Sm90BwdTiles {
   // has not reached their turn, instead of polling again at once (counter_wait_eq,
   // flash_sm90_pipeline.cuh). Measurements: docs/perf-notes.md#ordered-dq-additions.
   bool counter_backoff = false;
+  // The consumer warpgroups share one tile of 64 keys and split the head dim of dK and dV between them
+  // (flash_bwd_sm90_split_kernel.cuh) instead of owning 64 keys each.
+  bool split_d = false;
 };
 struct FlashSm90Tiles {
   Sm90FwdTiles fwd;
@@ -197,27 +200,33 @@ inline constexpr FlashSm90Tiles kSm90Tiles[] = {
      .bwd = {.consumers = 2, .block_m = 64, .stages = 2, .producer_regs = 40, .counter_backoff = true}},
 };
 constexpr FlashSm90Tiles flash_sm90_tiles(int d) { return d == 64 ? kSm90Tiles[0] : kSm90Tiles[1]; }
-// d=256, the forward only (its backward runs on sm80: dK and dV of a warpgroup's 64 keys would take 256
-// floats per thread). O takes 128 floats per thread, so keys come in tiles of 64 (S and P of the next
-// tile beside O), and two K/V buffers beside Q take 192 KB of shared memory.
+// d=256. The forward: O takes 128 floats per thread, so keys come in tiles of 64 (S and P of the next tile
+// beside O), and two K/V buffers beside Q take 192 KB of shared memory. The backward: dK and dV of a
+// warpgroup's 64 keys would take 256 floats per thread, so the two consumers split the head dim of one
+// tile of 64 keys (split_d, 128 floats each); one Q/dO buffer, as the fp32 dQ staging takes 64 KB (the
+// layout: BwdSplitTraits in flash_bwd_sm90_split_kernel.cuh).
 inline constexpr Sm90FwdTiles kSm90FwdTiles256 = {.consumers = 2, .block_n = 64, .stages = 2,
                                                   .overlap = true, .ping_pong = true, .tensor_row_sums = false};
+inline constexpr Sm90BwdTiles kSm90BwdTiles256 = {.consumers = 2, .block_m = 64, .stages = 1, .producer_regs = 40,
+                                                  .counter_backoff = true, .split_d = true};
 
 constexpr Sm90FwdTiles sm90_fwd_tiles(int d) { return d == 256 ? kSm90FwdTiles256 : flash_sm90_tiles(d).fwd; }
+constexpr Sm90BwdTiles sm90_bwd_tiles(int d) { return d == 256 ? kSm90BwdTiles256 : flash_sm90_tiles(d).bwd; }
 // Columns of the Hopper kernels' shared tiles and accumulators for head dim d: whole 64-column panels.
 // See Note [Padded head dims].
 constexpr int sm90_smem_dim(int d) { return (d + 63) / 64 * 64; }
-// Query rows per tile of the Hopper forward and keys per block of its backward: 64 per consumer warpgroup.
+// Query rows per tile of the Hopper forward and keys per block of its backward: 64 per consumer warpgroup
+// (64 in all where they split the head dim).
 constexpr int sm90_fwd_block_m(int d) { return 64 * sm90_fwd_tiles(d).consumers; }
-constexpr int sm90_bwd_block_n(int d) { return 64 * flash_sm90_tiles(d).bwd.consumers; }
+constexpr int sm90_bwd_block_n(int d) { return sm90_bwd_tiles(d).split_d ? 64 : 64 * sm90_bwd_tiles(d).consumers; }
 // Whether the Hopper kernels run inputs of elem_bytes bytes at head dim d: the forward, or the backward.
 constexpr bool has_sm90_forward(int elem_bytes, int d) {
   return elem_bytes == 2 && (d == 64 || d == 80 || d == 96 || d == 128 || d == 256);
 }
-constexpr bool has_sm90_backward(int elem_bytes, int d) { return has_sm90_forward(elem_bytes, d) && d != 256; }
+constexpr bool has_sm90_backward(int elem_bytes, int d) { return has_sm90_forward(elem_bytes, d); }
 // The head dims of has_sm90_forward and has_sm90_backward, for messages.
 inline constexpr const char* kSm90ForwardHeadDims = "64, 80, 96, 128, 256";
-inline constexpr const char* kSm90BackwardHeadDims = "64, 80, 96, 128";
+inline constexpr const char* kSm90BackwardHeadDims = kSm90ForwardHeadDims;
 
 constexpr int head_dim_index(int d) {
   for (int i = 0; i < static_cast<int>(sizeof(kHeadDims) / sizeof(kHeadDims[0])); ++i)

@@ -1,0 +1,234 @@
+// flash_bwd_sm90_split_kernel.cuh — internal (CUDA builds only): the Hopper (sm_90a) backward kernel for
+// head dim 256, 16-bit inputs, whose two consumer warpgroups split the head dim instead of the keys
+// (Sm90BwdTiles::split_d, flash_traits.h). dK and dV of a warpgroup's own 64 keys would take 256 fp32
+// registers a thread; here both warpgroups share the block's 64 keys and each owns 128 columns of dK and
+// dV (128 floats a thread). Everything else — the pre-pass, the TMA producer, the fused dQ with its writer
+// warps and ordered additions (See Note [Ordered dQ additions]), the L2 head sections and packed
+// sequences — is the scheme of flash_bwd_sm90_kernel.cuh, whose helpers it uses. A step (64 queries):
+//   S^T = K Q^T and dP^T = V dO^T: warpgroup w computes the 64 keys x queries 32 w.. (m64n32, over D);
+//   P^T, dS^T rounded to the input dtype go to shared memory (sP, sdS), each warpgroup its 32 columns;
+//   once both halves are there (a barrier of both warpgroups), warpgroup w runs
+//     dQ piece = dS K over columns 128 w.. (two m64n64 products, M-major dS, N-major K),
+//     dV[:, 128 w..] += P^T dO and dK[:, 128 w..] += dS^T Q (m64n128, K-major P^T / dS^T, N-major dO / Q),
+//   and stages its dQ piece (64 x 128 fp32, four boxes) for the TMA additions into dq_accum while dV and dK
+//   run. Before writing sP and sdS again a warpgroup waits for the other's products of the previous step.
+#pragma once
+
+#include <cstdint>
+
+#include "ops/attention/cuda/flash_bwd_sm90_kernel.cuh"
+
+namespace ft::flash::sm90 {
+
+template <class T, int D>
+struct BwdSplitTraits {
+  static constexpr Sm90BwdTiles kTiles = sm90_bwd_tiles(D);
+  static_assert(kTiles.split_d && kTiles.consumers == 2, "the split kernel: two warpgroups splitting the head dim");
+  static constexpr int kConsumers = 2, kBlockN = sm90_bwd_block_n(D);  // keys, shared by both warpgroups
+  static constexpr int kBlockM = kTiles.block_m, kStages = kTiles.stages;  // queries
+  static constexpr int kQueryCols = kBlockM / kConsumers;                  // S^T / dP^T columns per warpgroup
+  static constexpr int kDimCols = D / kConsumers;                          // dK / dV / dQ columns per warpgroup
+  static constexpr int kConsumerThreads = 128 * kConsumers;
+  static constexpr int kThreads = 128 + kConsumerThreads;  // producer warpgroup first
+  static constexpr int kProducerRegs = kTiles.producer_regs;
+  static constexpr bool kCounterBackoff = kTiles.counter_backoff;  // See counter_wait_eq
+  static constexpr int kConsumerRegs = consumer_registers(kThreads, kProducerRegs);
+  static constexpr int kDs = D;  // columns of the shared tiles (bwd_producer)
+  // A warpgroup's dQ piece (kBlockM, kDimCols) is staged as kDimCols / kDqBoxCols fp32 boxes.
+  static constexpr int kDqBoxFloats = kDqBoxRows * kDqBoxCols, kDqBoxesPerPiece = kDimCols / kDqBoxCols;
+  // sK, sV (kBlockN, D) | sQ, sdO (kStages, kBlockM, D) | sP, sdS (kBlockN, kBlockM), all swizzled, then
+  // sdQ (kConsumers, kDqBoxesPerPiece boxes) fp32 | sL, sD (kStages, kBlockM) fp32 | mbarriers: K and V
+  // landed, each step's tiles landed, each slot free. dK and dV are staged as padded (kBlockN, kLd) tiles
+  // over the 16-bit part after the loop.
+  static constexpr int kPsElems = kBlockN * kBlockM;  // sP, and sdS
+  static constexpr int kTileBytes = ((2 * kBlockN + 2 * kStages * kBlockM) * D + 2 * kPsElems) * static_cast<int>(sizeof(T));
+  static constexpr int kDqStageFloats = kConsumers * kDqBoxesPerPiece * kDqBoxFloats;  // sdQ
+  static constexpr int kStepBytes = 2 * kBlockM * (D * static_cast<int>(sizeof(T)) + static_cast<int>(sizeof(float)));
+  static constexpr int kBarriers = 1 + 2 * kStages + kBwdSeqWords;  // and the block's BwdSeqSlot
+  static constexpr int kFloatBytes = (kDqStageFloats + 2 * kStages * kBlockM) * static_cast<int>(sizeof(float));
+  static constexpr int kSmemBytes = kTileBytes + kFloatBytes + kBarriers * 8 + kSmemSlack;
+  static_assert(D % kPanel == 0 && kBlockN == 64 && kBlockM == 64 && kQueryPad % kBlockM == 0 && kStages >= 1,
+                "bad sm90 split dK/dV tiles");
+  static_assert(kQueryCols == 32 && kDimCols % kPanel == 0 && kDimCols <= 128,
+                "each warpgroup: 32 query columns of the scores, at most 128 columns of dK and dV");
+  static_assert(kTileBytes % kGroupBytes == 0, "sdQ must start 1024-byte aligned");
+  static_assert(kSmemBytes <= 227 * 1024, "sm90 split dK/dV kernel: shared memory over the 227 KB of a block");
+  static_assert(2 * kBlockN * kLd<T, D> * static_cast<int>(sizeof(T)) <= kTileBytes, "dK/dV staging does not fit");
+};
+
+template <class T, int D, bool kHasMask, bool kOrderedDq>
+__global__ void __launch_bounds__(BwdSplitTraits<T, D>::kThreads, 1)
+    flash_bwd_sm90_split_kernel(const __grid_constant__ FlashBwdParams p, const __grid_constant__ BwdTmaMaps maps) {
+#if FT_SM90_DEVICE
+  using Tr = BwdSplitTraits<T, D>;
+  constexpr int BN = Tr::kBlockN, BM = Tr::kBlockM, kStages = Tr::kStages, kConsumerThreads = Tr::kConsumerThreads;
+  constexpr int kQc = Tr::kQueryCols, kDc = Tr::kDimCols;
+  const FlashShape& s = p.shape;
+
+  extern __shared__ unsigned char smem_raw[];
+  T* sK = aligned_smem<T>(smem_raw);  // (BN, D) swizzled
+  T* sV = sK + BN * D;                // (BN, D) swizzled
+  T* sQ = sV + BN * D;                // (kStages, BM, D) swizzled
+  T* sdO = sQ + kStages * BM * D;     // (kStages, BM, D) swizzled
+  T* sP = sdO + kStages * BM * D;     // (BN, BM) swizzled P^T
+  T* sdS = sP + Tr::kPsElems;         // (BN, BM) swizzled dS^T
+  float* sdQ = reinterpret_cast<float*>(sdS + Tr::kPsElems);  // (kConsumers, kDqBoxesPerPiece boxes) fp32
+  float* sL = sdQ + Tr::kDqStageFloats;                        // (kStages, BM) L * log2(e)
+  float* sD = sL + kStages * BM;                               // (kStages, BM) D
+  std::uint64_t* kv_full = reinterpret_cast<std::uint64_t*>(sD + kStages * BM);
+  std::uint64_t* step_full = kv_full + 1;          // (kStages)
+  std::uint64_t* slot_free = step_full + kStages;  // (kStages)
+  const BwdSeqSlot seq{reinterpret_cast<volatile int*>(slot_free + kStages)};
+
+  // The block's head, key tile, sequence and query steps, as flash_bwd_sm90_kernel.
+  const BwdBlock block = bwd_block(p, kOrderedDq);
+  if (block.b < 0) return;
+  const bool ascending = block.ascending;
+  const int n_block = block.n_block, b = block.b, hk = block.hk;
+  FlashShape narrowed = s;
+  const SeqRows rows = narrow_to_sequence(narrowed, b);
+  auto seq_shape = [&] { return with_lengths(s, seq.len_q(), seq.len_k()); };
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
+  const int n0 = n_block * BN;
+  const TileSpan span = key_tile_queries<kHasMask, BN, BM>(n0, narrowed);
+  const int m_first = span.first, m_count = span.count;
+  const int n_iters = m_count * s.group;
+  auto step_head = [&](int it) { return hk * s.group + it / m_count; };
+  const bool last_tile_first = kOrderedDq && ascending;
+  auto tile_row0 = [&](int i) { return (m_first + (last_tile_first ? m_count - 1 - i : i)) * BM; };
+  auto step_row0 = [&](int it) { return tile_row0(it % m_count); };
+  // Named barriers: 1 all consumers; 2 a step's sP and sdS complete; 3 + w warpgroup w done with them;
+  // those of the dQ pieces (full_barrier, free_barrier).
+  constexpr int kAllBarrier = 1, kScoresBarrier = 2;
+  auto done_barrier = [](int w) { return 3 + w; };
+  auto piece_boxes = [&](int w) { return sdQ + w * Tr::kDqBoxesPerPiece * Tr::kDqBoxFloats; };
+  // Adds warpgroup w's staged piece of step it (columns kDc w..) into dq_accum (stores it when `first`).
+  auto reduce_piece = [&](int w, int it, bool first) {
+    const int row = step_row0(it), h = step_head(it);
+#pragma unroll
+    for (int i = 0; i < Tr::kDqBoxesPerPiece; ++i) {
+      const TmaCoords at = tma_coords(maps.dq_accum, w * kDc + i * kDqBoxCols, seq.dq_row0() + row, h, seq.map_batch());
+      if (first)
+        tma_store(maps.dq_accum, at, piece_boxes(w) + i * Tr::kDqBoxFloats);
+      else
+        tma_reduce_add(maps.dq_accum, at, piece_boxes(w) + i * Tr::kDqBoxFloats);
+    }
+    bulk_commit();
+  };
+
+  if (tid == 0) init_bwd_block<kStages>(p, seq, block, rows, narrowed, kv_full, step_full, slot_free, kConsumerThreads);
+  __syncthreads();
+
+  if (warp < 4) {  // ---- producer warpgroup ----
+    bwd_producer<Tr, kHasMask, kOrderedDq>(p, maps, seq, block, n_iters, step_head, step_row0, reduce_piece, sK, sV,
+                                           sQ, sdO, sL, sD, kv_full, step_full, slot_free);
+    return;
+  }
+
+  // ---- consumer warpgroups ----
+  setmaxnreg_inc<Tr::kConsumerRegs>();
+  const int ctid = tid - 128, cwarp = warp - 4;
+  const int t = lane & 3;
+  // Known warp-uniform, so that the wgmma descriptors derived from wg stay in uniform registers.
+  const int wg = warp_uniform(cwarp / 4);
+  const int warp_row = (cwarp % 4) * 16;  // this warp's first key row (of both warpgroups' 64)
+  const int qc = wg * kQc, dc = wg * kDc;  // this warpgroup's score columns and dK/dV/dQ columns
+  const FlashShape ss = seq_shape();
+  const KeyQueries queries[2] = {KeyQueries(key_queries<kHasMask>(n0 + warp_row + (lane >> 2), ss)),
+                                 KeyQueries(key_queries<kHasMask>(n0 + warp_row + (lane >> 2) + 8, ss))};
+  const TileSpan full_tiles = full_query_tiles<kHasMask, BN, BM>(n0, ss, span, lane);
+  const bool wg_leader = ctid % 128 == 0;
+  // Stages this warpgroup's dQ piece of step it and adds it into dq_accum, or hands it to the writer warp
+  // (every thread of the warpgroup). Without ordered additions the leader's wait for its previous
+  // reductions to have read sdQ precedes the scores barrier, which every thread passes before this.
+  auto add_dq = [&](int it, const float (&acc_dq)[kDc / kPanel][8][4]) {
+    if constexpr (kOrderedDq) named_barrier_sync(free_barrier(wg, (it + 1) & 1), kWriterThreads);  // piece it - 1 read
+#pragma unroll
+    for (int c = 0; c < kDc / kPanel; ++c)
+      store_dq_boxes(piece_boxes(wg) + c * (kPanel / kDqBoxCols) * Tr::kDqBoxFloats, acc_dq[c], cwarp, lane);
+    fence_proxy_async();
+    if constexpr (kOrderedDq) {
+      named_barrier_arrive(full_barrier(wg, it & 1), kWriterThreads);
+    } else {
+      named_barrier_sync(full_barrier(wg, 0), 128);  // the warpgroup's sdQ boxes are complete
+      if (wg_leader) reduce_piece(wg, it, false);
+    }
+  };
+
+  float acc_dk[kDc / 8][4] = {};  // dK of this thread's key rows, columns dc..
+  float acc_dv[kDc / 8][4] = {};
+
+  mbar_wait(kv_full, 0);
+  RingPosition<kStages> pos;
+  int tile = 0;  // it % m_count, carried from step to step instead of divided out every step
+  for (int it = 0; it < n_iters; ++it, pos.advance(), tile = tile + 1 == m_count ? 0 : tile + 1) {
+    const int slot = pos.slot;
+    const T* sQt = sQ + slot * BM * D;
+    const T* sdOt = sdO + slot * BM * D;
+    const int m0 = tile_row0(tile);
+    mbar_wait(&step_full[slot], pos.phase);
+
+    // S^T = K Q^T, dP^T = V dO^T over this warpgroup's queries qc.. (the first k step overwrites).
+    float acc_s[kQc / 8][4], acc_dp[kQc / 8][4];
+    wgmma_fence();
+    gemm_ss_kmajor<T, kQc, D>(acc_s, sK, BN, 0, sQt + qc * kPanel, BM);
+    wgmma_commit();
+    gemm_ss_kmajor<T, kQc, D>(acc_dp, sV, BN, 0, sdOt + qc * kPanel, BM);
+    wgmma_commit();
+    wgmma_wait<1>();  // P^T is computed while dP^T runs
+    fence_accumulators(acc_s);
+    probs_t(acc_s, sL + slot * BM + qc, queries, full_tiles.contains(m0 / BM), m0 + qc, t, s.scale_log2);
+    wgmma_wait<0>();
+    fence_accumulators(acc_dp);
+    dscores_t(acc_dp, acc_s, sD + slot * BM + qc, t);
+    std::uint32_t pa[kQc / 16][4], dsa[kQc / 16][4];  // P^T and dS^T rounded to T
+#pragma unroll
+    for (int kk = 0; kk < kQc / 16; ++kk) {
+      a_from_acc<T>(pa[kk], acc_s, kk);
+      a_from_acc<T>(dsa[kk], acc_dp, kk);
+    }
+    // The other warpgroup's products of step it - 1 are done with sP and sdS.
+    if (it > 0) named_barrier_sync(done_barrier(1 - wg), kConsumerThreads);
+    store_ds_t<T, BN, kQc>(sP, pa, warp_row, lane, qc);
+    store_ds_t<T, BN, kQc>(sdS, dsa, warp_row, lane, qc);
+    fence_proxy_async();
+    if (!kOrderedDq && wg_leader) bulk_wait_read<0>();
+    named_barrier_sync(kScoresBarrier, kConsumerThreads);  // both halves of P^T and dS^T are in place
+
+    float acc_dq[kDc / kPanel][8][4];  // this warpgroup's dQ piece, one 64-column product per panel
+    wgmma_fence();
+#pragma unroll
+    for (int c = 0; c < kDc / kPanel; ++c)
+      gemm_ss_mnmajor<T, kPanel, BN>(acc_dq[c], sdS, sK + (dc / kPanel + c) * BN * kPanel);
+    wgmma_commit();
+    gemm_ss_knmajor<T, kDc, BM>(acc_dv, sP, sdOt + dc * BM);  // dV += P^T dO, columns dc..
+    wgmma_commit();
+    gemm_ss_knmajor<T, kDc, BM>(acc_dk, sdS, sQt + dc * BM);  // dK += dS^T Q, columns dc..
+    wgmma_commit();
+    wgmma_wait<2>();  // dQ
+#pragma unroll
+    for (int c = 0; c < kDc / kPanel; ++c) fence_accumulators(acc_dq[c]);
+    add_dq(it, acc_dq);  // while dV and dK run
+    wgmma_wait<0>();
+    fence_accumulators(acc_dv);
+    fence_accumulators(acc_dk);
+    mbar_arrive(&slot_free[slot]);
+    if (it + 1 < n_iters) named_barrier_arrive(done_barrier(wg), kConsumerThreads);
+  }
+  if (!kOrderedDq && wg_leader && n_iters > 0) tma_store_wait_all();  // the reductions have completed
+
+  named_barrier_sync(kAllBarrier, kConsumerThreads);  // every product is done with sK, sV, sQ and sdO
+  T* sdK = sK;                    // (BN, kLd) padded staging
+  T* sdV = sdK + BN * kLd<T, D>;  // (BN, kLd)
+  store_acc<T, kDc / 8>(sdK, kLd<T, D>, warp_row, dc, acc_dk, s.scale, s.scale, lane);
+  store_acc<T, kDc / 8>(sdV, kLd<T, D>, warp_row, dc, acc_dv, 1.f, 1.f, lane);
+  named_barrier_sync(kAllBarrier, kConsumerThreads);
+  const int keys_valid = seq.len_k() - n0;
+  T* dk = p.dk.at<T>(b, hk, seq.k0() + n0);
+  T* dv = p.dv.at<T>(b, hk, seq.k0() + n0);
+  store_tile<T, BN, D, kConsumerThreads>(dk, p.dk.row_stride, sdK, keys_valid, true, ctid);
+  store_tile<T, BN, D, kConsumerThreads>(dv, p.dv.row_stride, sdV, keys_valid, true, ctid);
+#endif
+}
+
+}  // namespace ft::flash::sm90
