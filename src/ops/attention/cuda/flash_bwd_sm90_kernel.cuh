@@ -48,6 +48,7 @@ struct BwdKvTraits {
   static constexpr int kThreads = 128 + kConsumerThreads;  // producer warpgroup first
   static constexpr int kProducerRegs = kTiles.producer_regs;
   static constexpr bool kCounterBackoff = kTiles.counter_backoff;  // See counter_wait_eq
+  static constexpr bool kDqInRing = false;  // dQ pieces staged in sdQ, not in the ring (bwd_producer)
   static constexpr int kConsumerRegs = consumer_registers(kThreads, kProducerRegs);
   // Columns of the shared tiles and of the dK, dV and dQ accumulators: See Note [Padded head dims]
   // (flash_traits.h).
@@ -136,12 +137,13 @@ __device__ __forceinline__ int free_barrier(int w, int parity) { return 10 + 2 *
 inline constexpr int kWriterThreads = 128 + 32;  // ordered additions: a consumer warpgroup and a writer warp
 
 // Thread 0 of a backward block, before the block barrier: publishes the block's sequence (See Note
-// [Packed sequences]) and initialises the mbarriers: K and V landed, each ring slot's step landed and free.
+// [Packed sequences]) and initialises the mbarriers: K and V landed, each ring slot's step landed and free
+// (after slot_arrivals arrivals).
 template <int kStages>
 __device__ __forceinline__ void init_bwd_block(const FlashBwdParams& p, const BwdSeqSlot& seq, const BwdBlock& block,
                                                const SeqRows& rows, const FlashShape& narrowed, std::uint64_t* kv_full,
                                                std::uint64_t* step_full, std::uint64_t* slot_free,
-                                               int consumer_threads) {
+                                               int slot_arrivals) {
   const FlashShape& s = p.shape;
   const int b = block.b;
   const int dq_row0 = s.cu_seqlens_q ? static_cast<int>(varlen_scratch_row(b, rows.q0)) : 0;
@@ -150,7 +152,7 @@ __device__ __forceinline__ void init_bwd_block(const FlashBwdParams& p, const Bw
   mbar_init(kv_full, 1);
   for (int i = 0; i < kStages; ++i) {
     mbar_init(&step_full[i], 1);
-    mbar_init(&slot_free[i], consumer_threads);
+    mbar_init(&slot_free[i], slot_arrivals);
   }
   mbar_init_fence();
 }
@@ -159,8 +161,9 @@ __device__ __forceinline__ void init_bwd_block(const FlashBwdParams& p, const Bw
 // ring of (BM, kDs) Q and dO tiles with their L and D rows). One thread issues every copy. With ordered
 // additions warps 1 and 2 are the dQ writers of the even and odd steps: each awaits its step's turn, takes
 // every consumer warpgroup's staged piece (full_barrier), adds them with reduce_piece(w, it, first), hands
-// the boxes back (free_barrier) and, once the additions have landed, advances the query tile's counter.
-// step_head(it) and step_row0(it) give a step's query head and first query row.
+// the boxes back (free_barrier; with Tr::kDqInRing the pieces are staged in the step's ring slot, which
+// its lane 0 frees instead, one arrival of the slot's) and, once the additions have landed, advances the
+// query tile's counter. step_head(it) and step_row0(it) give a step's query head and first query row.
 template <class Tr, bool kHasMask, bool kOrderedDq, class T, class StepHead, class StepRow, class Reduce>
 __device__ __forceinline__ void bwd_producer(const FlashBwdParams& p, const BwdTmaMaps& maps, const BwdSeqSlot& seq,
                                              const BwdBlock& block, int n_iters, StepHead step_head,
@@ -175,7 +178,7 @@ __device__ __forceinline__ void bwd_producer(const FlashBwdParams& p, const BwdT
   if constexpr (kOrderedDq) {
     if (warp == 1 || warp == 2) {  // the dQ writers, warp 1 of the even steps and warp 2 of the odd ones
       const int parity = warp - 1;
-      if (parity == 1 && n_iters > 0)  // the consumers' first pieces find their boxes free
+      if (!Tr::kDqInRing && parity == 1 && n_iters > 0)  // the consumers' first pieces find their boxes free
         for (int w = 0; w < Tr::kConsumers; ++w) named_barrier_arrive(free_barrier(w, 1), kWriterThreads);
       for (int it = parity; it < n_iters; it += 2) {
         const int h = step_head(it), m0 = step_row0(it);
@@ -190,9 +193,10 @@ __device__ __forceinline__ void bwd_producer(const FlashBwdParams& p, const BwdT
         if (lane == 0) {
           for (int w = 0; w < Tr::kConsumers; ++w) reduce_piece(w, it, before == 0);
           bulk_wait_read<0>();
+          if constexpr (Tr::kDqInRing) mbar_arrive(&slot_free[it % kStages]);
         }
         __syncwarp();
-        if (it + 1 < n_iters)
+        if (!Tr::kDqInRing && it + 1 < n_iters)
           for (int w = 0; w < Tr::kConsumers; ++w) named_barrier_arrive(free_barrier(w, parity), kWriterThreads);
         if (lane == 0) {
           tma_store_wait_all();  // the additions have landed in dq_accum

@@ -10,8 +10,21 @@
 //   once both halves are there (a barrier of both warpgroups), warpgroup w runs
 //     dQ piece = dS K over columns 128 w.. (two m64n64 products, M-major dS, N-major K),
 //     dV[:, 128 w..] += P^T dO and dK[:, 128 w..] += dS^T Q (m64n128, K-major P^T / dS^T, N-major dO / Q),
-//   and stages its dQ piece (64 x 128 fp32, four boxes) for the TMA additions into dq_accum while dV and dK
-//   run. Before writing sP and sdS again a warpgroup waits for the other's products of the previous step.
+//   and once they have landed stages its dQ piece (64 x 128 fp32, four boxes) for the TMA additions into
+//   dq_accum over its own columns of the step's Q and dO tiles, which no product reads any more (See Note
+//   [dQ staged in the ring]). Before writing sP and sdS again a warpgroup waits for the other's products
+//   of the previous step.
+
+// Note [dQ staged in the ring]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// Two Q/dO buffers of 64 x 256 take 128 KB beside K and V; an fp32 staging area for the dQ pieces (64 KB)
+// would leave room for one. After a step's scores barrier the other warpgroup reads only its own 128
+// columns of Q (dK) and dO (dV), so once its own dQ, dV and dK products have landed a warpgroup's columns
+// of the step's Q and dO tiles (4 panels of 8 KB) hold its piece as 4 fp32 boxes. The slot is freed only
+// after the TMA additions have read them: its mbarrier takes one more arrival from the thread that issues
+// them — each warpgroup's leader (without ordered additions, at its next step, after bulk_wait_read) or
+// the step's writer warp (Tr::kDqInRing in bwd_producer). Before dK and dV are staged over K, V and the
+// first bytes of the ring, every slot's last step has been freed.
 #pragma once
 
 #include <cstdint>
@@ -34,24 +47,31 @@ struct BwdSplitTraits {
   static constexpr bool kCounterBackoff = kTiles.counter_backoff;  // See counter_wait_eq
   static constexpr int kConsumerRegs = consumer_registers(kThreads, kProducerRegs);
   static constexpr int kDs = D;  // columns of the shared tiles (bwd_producer)
-  // A warpgroup's dQ piece (kBlockM, kDimCols) is staged as kDimCols / kDqBoxCols fp32 boxes.
+  static constexpr bool kDqInRing = true;  // See Note [dQ staged in the ring]
+  // A warpgroup's dQ piece (kBlockM, kDimCols) is staged as kDimCols / kDqBoxCols fp32 boxes, one in each
+  // of its 64-column panels of the step's Q tile, then of dO's.
   static constexpr int kDqBoxFloats = kDqBoxRows * kDqBoxCols, kDqBoxesPerPiece = kDimCols / kDqBoxCols;
+  // Arrivals that free a ring slot: every consumer thread, and the threads that issue the slot's dQ
+  // additions (each warpgroup's leader, or with ordered additions the step's writer).
+  template <bool kOrderedDq>
+  static constexpr int kSlotArrivals = kConsumerThreads + (kOrderedDq ? 1 : kConsumers);
   // sK, sV (kBlockN, D) | sQ, sdO (kStages, kBlockM, D) | sP, sdS (kBlockN, kBlockM), all swizzled, then
-  // sdQ (kConsumers, kDqBoxesPerPiece boxes) fp32 | sL, sD (kStages, kBlockM) fp32 | mbarriers: K and V
-  // landed, each step's tiles landed, each slot free. dK and dV are staged as padded (kBlockN, kLd) tiles
-  // over the 16-bit part after the loop.
+  // sL, sD (kStages, kBlockM) fp32 | mbarriers: K and V landed, each step's tiles landed, each slot free.
+  // dK and dV are staged as padded (kBlockN, kLd) tiles over the 16-bit part after the loop.
   static constexpr int kPsElems = kBlockN * kBlockM;  // sP, and sdS
   static constexpr int kTileBytes = ((2 * kBlockN + 2 * kStages * kBlockM) * D + 2 * kPsElems) * static_cast<int>(sizeof(T));
-  static constexpr int kDqStageFloats = kConsumers * kDqBoxesPerPiece * kDqBoxFloats;  // sdQ
   static constexpr int kStepBytes = 2 * kBlockM * (D * static_cast<int>(sizeof(T)) + static_cast<int>(sizeof(float)));
   static constexpr int kBarriers = 1 + 2 * kStages + kBwdSeqWords;  // and the block's BwdSeqSlot
-  static constexpr int kFloatBytes = (kDqStageFloats + 2 * kStages * kBlockM) * static_cast<int>(sizeof(float));
+  static constexpr int kFloatBytes = 2 * kStages * kBlockM * static_cast<int>(sizeof(float));
   static constexpr int kSmemBytes = kTileBytes + kFloatBytes + kBarriers * 8 + kSmemSlack;
-  static_assert(D % kPanel == 0 && kBlockN == 64 && kBlockM == 64 && kQueryPad % kBlockM == 0 && kStages >= 1,
+  // Two buffers, as a slot is freed only at the next step (See Note [dQ staged in the ring]).
+  static_assert(D % kPanel == 0 && kBlockN == 64 && kBlockM == 64 && kQueryPad % kBlockM == 0 && kStages >= 2,
                 "bad sm90 split dK/dV tiles");
-  static_assert(kQueryCols == 32 && kDimCols % kPanel == 0 && kDimCols <= 128,
-                "each warpgroup: 32 query columns of the scores, at most 128 columns of dK and dV");
-  static_assert(kTileBytes % kGroupBytes == 0, "sdQ must start 1024-byte aligned");
+  static_assert(kQueryCols == 32 && kDimCols == 2 * kPanel,
+                "each warpgroup: 32 query columns of the scores, two panels of dK, dV and dQ");
+  static_assert(kDqBoxesPerPiece == 4 && kDqBoxFloats * static_cast<int>(sizeof(float)) ==
+                                             kBlockM * kPanel * static_cast<int>(sizeof(T)),
+                "a dQ piece: one fp32 box in each of a warpgroup's two Q and two dO panels");
   static_assert(kSmemBytes <= 227 * 1024, "sm90 split dK/dV kernel: shared memory over the 227 KB of a block");
   static_assert(2 * kBlockN * kLd<T, D> * static_cast<int>(sizeof(T)) <= kTileBytes, "dK/dV staging does not fit");
 };
@@ -72,9 +92,8 @@ __global__ void __launch_bounds__(BwdSplitTraits<T, D>::kThreads, 1)
   T* sdO = sQ + kStages * BM * D;     // (kStages, BM, D) swizzled
   T* sP = sdO + kStages * BM * D;     // (BN, BM) swizzled P^T
   T* sdS = sP + Tr::kPsElems;         // (BN, BM) swizzled dS^T
-  float* sdQ = reinterpret_cast<float*>(sdS + Tr::kPsElems);  // (kConsumers, kDqBoxesPerPiece boxes) fp32
-  float* sL = sdQ + Tr::kDqStageFloats;                        // (kStages, BM) L * log2(e)
-  float* sD = sL + kStages * BM;                               // (kStages, BM) D
+  float* sL = reinterpret_cast<float*>(sdS + Tr::kPsElems);  // (kStages, BM) L * log2(e)
+  float* sD = sL + kStages * BM;                             // (kStages, BM) D
   std::uint64_t* kv_full = reinterpret_cast<std::uint64_t*>(sD + kStages * BM);
   std::uint64_t* step_full = kv_full + 1;          // (kStages)
   std::uint64_t* slot_free = step_full + kStages;  // (kStages)
@@ -98,25 +117,32 @@ __global__ void __launch_bounds__(BwdSplitTraits<T, D>::kThreads, 1)
   auto tile_row0 = [&](int i) { return (m_first + (last_tile_first ? m_count - 1 - i : i)) * BM; };
   auto step_row0 = [&](int it) { return tile_row0(it % m_count); };
   // Named barriers: 1 all consumers; 2 a step's sP and sdS complete; 3 + w warpgroup w done with them;
-  // those of the dQ pieces (full_barrier, free_barrier).
+  // the dQ pieces' full_barrier.
   constexpr int kAllBarrier = 1, kScoresBarrier = 2;
   auto done_barrier = [](int w) { return 3 + w; };
-  auto piece_boxes = [&](int w) { return sdQ + w * Tr::kDqBoxesPerPiece * Tr::kDqBoxFloats; };
+  // The fp32 boxes of warpgroup w's dQ piece in ring slot `slot`: columns 64 c.. in its panels of Q (c = 0)
+  // or dO (c = 1). See Note [dQ staged in the ring].
+  auto piece_boxes = [&](int w, int slot, int c) {
+    return reinterpret_cast<float*>((c == 0 ? sQ : sdO) + slot * BM * D + w * kDc * BM);
+  };
   // Adds warpgroup w's staged piece of step it (columns kDc w..) into dq_accum (stores it when `first`).
   auto reduce_piece = [&](int w, int it, bool first) {
-    const int row = step_row0(it), h = step_head(it);
+    const int row = step_row0(it), h = step_head(it), slot = it % kStages;
 #pragma unroll
     for (int i = 0; i < Tr::kDqBoxesPerPiece; ++i) {
       const TmaCoords at = tma_coords(maps.dq_accum, w * kDc + i * kDqBoxCols, seq.dq_row0() + row, h, seq.map_batch());
+      const float* box = piece_boxes(w, slot, i / 2) + (i % 2) * Tr::kDqBoxFloats;
       if (first)
-        tma_store(maps.dq_accum, at, piece_boxes(w) + i * Tr::kDqBoxFloats);
+        tma_store(maps.dq_accum, at, box);
       else
-        tma_reduce_add(maps.dq_accum, at, piece_boxes(w) + i * Tr::kDqBoxFloats);
+        tma_reduce_add(maps.dq_accum, at, box);
     }
     bulk_commit();
   };
 
-  if (tid == 0) init_bwd_block<kStages>(p, seq, block, rows, narrowed, kv_full, step_full, slot_free, kConsumerThreads);
+  if (tid == 0)
+    init_bwd_block<kStages>(p, seq, block, rows, narrowed, kv_full, step_full, slot_free,
+                            Tr::template kSlotArrivals<kOrderedDq>);
   __syncthreads();
 
   if (warp < 4) {  // ---- producer warpgroup ----
@@ -138,19 +164,16 @@ __global__ void __launch_bounds__(BwdSplitTraits<T, D>::kThreads, 1)
                                  KeyQueries(key_queries<kHasMask>(n0 + warp_row + (lane >> 2) + 8, ss))};
   const TileSpan full_tiles = full_query_tiles<kHasMask, BN, BM>(n0, ss, span, lane);
   const bool wg_leader = ctid % 128 == 0;
-  // Stages this warpgroup's dQ piece of step it and adds it into dq_accum, or hands it to the writer warp
-  // (every thread of the warpgroup). Without ordered additions the leader's wait for its previous
-  // reductions to have read sdQ precedes the scores barrier, which every thread passes before this.
-  auto add_dq = [&](int it, const float (&acc_dq)[kDc / kPanel][8][4]) {
-    if constexpr (kOrderedDq) named_barrier_sync(free_barrier(wg, (it + 1) & 1), kWriterThreads);  // piece it - 1 read
+  // Stages this warpgroup's dQ piece of step it in its panels of the step's slot and adds it into dq_accum,
+  // or hands it to the writer warp (every thread of the warpgroup, once its products have landed).
+  auto add_dq = [&](int it, int slot, const float (&acc_dq)[kDc / kPanel][8][4]) {
 #pragma unroll
-    for (int c = 0; c < kDc / kPanel; ++c)
-      store_dq_boxes(piece_boxes(wg) + c * (kPanel / kDqBoxCols) * Tr::kDqBoxFloats, acc_dq[c], cwarp, lane);
+    for (int c = 0; c < kDc / kPanel; ++c) store_dq_boxes(piece_boxes(wg, slot, c), acc_dq[c], cwarp, lane);
     fence_proxy_async();
     if constexpr (kOrderedDq) {
       named_barrier_arrive(full_barrier(wg, it & 1), kWriterThreads);
     } else {
-      named_barrier_sync(full_barrier(wg, 0), 128);  // the warpgroup's sdQ boxes are complete
+      named_barrier_sync(full_barrier(wg, 0), 128);  // the warpgroup's boxes are complete
       if (wg_leader) reduce_piece(wg, it, false);
     }
   };
@@ -175,6 +198,10 @@ __global__ void __launch_bounds__(BwdSplitTraits<T, D>::kThreads, 1)
     wgmma_commit();
     gemm_ss_kmajor<T, kQc, D>(acc_dp, sV, BN, 0, sdOt + qc * kPanel, BM);
     wgmma_commit();
+    if (!kOrderedDq && wg_leader && it > 0) {  // the previous step's piece has been read: its slot is free
+      bulk_wait_read<0>();
+      mbar_arrive(&slot_free[(slot + kStages - 1) % kStages]);
+    }
     wgmma_wait<1>();  // P^T is computed while dP^T runs
     fence_accumulators(acc_s);
     probs_t(acc_s, sL + slot * BM + qc, queries, full_tiles.contains(m0 / BM), m0 + qc, t, s.scale_log2);
@@ -192,7 +219,6 @@ __global__ void __launch_bounds__(BwdSplitTraits<T, D>::kThreads, 1)
     store_ds_t<T, BN, kQc>(sP, pa, warp_row, lane, qc);
     store_ds_t<T, BN, kQc>(sdS, dsa, warp_row, lane, qc);
     fence_proxy_async();
-    if (!kOrderedDq && wg_leader) bulk_wait_read<0>();
     named_barrier_sync(kScoresBarrier, kConsumerThreads);  // both halves of P^T and dS^T are in place
 
     float acc_dq[kDc / kPanel][8][4];  // this warpgroup's dQ piece, one 64-column product per panel
@@ -205,17 +231,23 @@ __global__ void __launch_bounds__(BwdSplitTraits<T, D>::kThreads, 1)
     wgmma_commit();
     gemm_ss_knmajor<T, kDc, BM>(acc_dk, sdS, sQt + dc * BM);  // dK += dS^T Q, columns dc..
     wgmma_commit();
-    wgmma_wait<2>();  // dQ
+    wgmma_wait<0>();
 #pragma unroll
     for (int c = 0; c < kDc / kPanel; ++c) fence_accumulators(acc_dq[c]);
-    add_dq(it, acc_dq);  // while dV and dK run
-    wgmma_wait<0>();
     fence_accumulators(acc_dv);
     fence_accumulators(acc_dk);
-    mbar_arrive(&slot_free[slot]);
     if (it + 1 < n_iters) named_barrier_arrive(done_barrier(wg), kConsumerThreads);
+    add_dq(it, slot, acc_dq);
+    mbar_arrive(&slot_free[slot]);
   }
-  if (!kOrderedDq && wg_leader && n_iters > 0) tma_store_wait_all();  // the reductions have completed
+  if (!kOrderedDq && wg_leader && n_iters > 0) {
+    bulk_wait_read<0>();
+    mbar_arrive(&slot_free[(n_iters - 1) % kStages]);
+    tma_store_wait_all();  // the reductions have completed
+  }
+  // Every slot's last step freed: no dQ addition reads the ring any more.
+  for (int it = n_iters > kStages ? n_iters - kStages : 0; it < n_iters; ++it)
+    mbar_wait(&slot_free[it % kStages], (it / kStages) & 1);
 
   named_barrier_sync(kAllBarrier, kConsumerThreads);  // every product is done with sK, sV, sQ and sdO
   T* sdK = sK;                    // (BN, kLd) padded staging

@@ -203,11 +203,11 @@ constexpr FlashSm90Tiles flash_sm90_tiles(int d) { return d == 64 ? kSm90Tiles[0
 // d=256. The forward: O takes 128 floats per thread, so keys come in tiles of 64 (S and P of the next tile
 // beside O), and two K/V buffers beside Q take 192 KB of shared memory. The backward: dK and dV of a
 // warpgroup's 64 keys would take 256 floats per thread, so the two consumers split the head dim of one
-// tile of 64 keys (split_d, 128 floats each); one Q/dO buffer, as the fp32 dQ staging takes 64 KB (the
-// layout: BwdSplitTraits in flash_bwd_sm90_split_kernel.cuh).
+// tile of 64 keys (split_d, 128 floats each); two Q/dO buffers beside K and V take 192 KB, the dQ pieces
+// staged inside them (the layout: BwdSplitTraits in flash_bwd_sm90_split_kernel.cuh).
 inline constexpr Sm90FwdTiles kSm90FwdTiles256 = {.consumers = 2, .block_n = 64, .stages = 2,
                                                   .overlap = true, .ping_pong = true, .tensor_row_sums = false};
-inline constexpr Sm90BwdTiles kSm90BwdTiles256 = {.consumers = 2, .block_m = 64, .stages = 1, .producer_regs = 40,
+inline constexpr Sm90BwdTiles kSm90BwdTiles256 = {.consumers = 2, .block_m = 64, .stages = 2, .producer_regs = 40,
                                                   .counter_backoff = true, .split_d = true};
 
 constexpr Sm90FwdTiles sm90_fwd_tiles(int d) { return d == 256 ? kSm90FwdTiles256 : flash_sm90_tiles(d).fwd; }
