@@ -82,14 +82,12 @@ struct BwdKvTraits {
 // is the 8x8 matrix of rows 8 (e % 2).. and columns 8 (e / 2).. of the step's 16 x 16 block. Each
 // matrix's 8 rows are 16-byte chunks of consecutive rows, which the swizzle puts in 8 distinct chunk
 // positions: 4 wavefronts an instruction, no bank conflicts. k step kk of a panel moves the chunk index
-// by 2 (kk % 4), which XORs into the swizzled one: an XOR of this lane's first address. The fragments may
-// also fill columns col0.. (0 or 32 with BM = 32: the XOR still only flips the k step's chunk bits).
+// by 2 (kk % 4), which XORs into the swizzled one: an XOR of this lane's first address.
 template <class T, int BN, int BM>
-__device__ __forceinline__ void store_ds_t(T* sdS, const std::uint32_t (&dsa)[BM / 16][4], int warp_row, int lane,
-                                           int col0 = 0) {
+__device__ __forceinline__ void store_ds_t(T* sdS, const std::uint32_t (&dsa)[BM / 16][4], int warp_row, int lane) {
   const int m = lane >> 3;  // the matrix whose row this lane addresses
   const int row = warp_row + (lane & 7) + 8 * (m & 1);
-  const std::uint32_t first = smem_u32(sdS + sw128_offset(BN, row, col0 + 8 * (m >> 1)));
+  const std::uint32_t first = smem_u32(sdS + sw128_offset(BN, row, 8 * (m >> 1)));
 #pragma unroll
   for (int kk = 0; kk < BM / 16; ++kk)
     stmatrix_x4((first ^ (kk % 4) * 32) + (kk / 4) * BN * kPanelRowBytes, dsa[kk]);

@@ -5,15 +5,27 @@
 // dV (128 floats a thread). Everything else — the pre-pass, the TMA producer, the fused dQ with its writer
 // warps and ordered additions (See Note [Ordered dQ additions]), the L2 head sections and packed
 // sequences — is the scheme of flash_bwd_sm90_kernel.cuh, whose helpers it uses. A step (64 queries):
-//   S^T = K Q^T and dP^T = V dO^T: warpgroup w computes the 64 keys x queries 32 w.. (m64n32, over D);
-//   P^T, dS^T rounded to the input dtype go to shared memory (sP, sdS), each warpgroup its 32 columns;
-//   once both halves are there (a barrier of both warpgroups), warpgroup w runs
+//   S^T = K Q^T (warpgroup 0) and dP^T = V dO^T (warpgroup 1), 64 keys x 64 queries (m64n64, over D);
+//   P^T goes to shared memory in fp32 for warpgroup 1's dS^T (See Note [Scores split by product]); P^T
+//   and dS^T rounded to the input dtype go to shared memory (sP, sdS); once both are there (a barrier of
+//   both warpgroups), warpgroup w runs
 //     dQ piece = dS K over columns 128 w.. (two m64n64 products, M-major dS, N-major K),
 //     dV[:, 128 w..] += P^T dO and dK[:, 128 w..] += dS^T Q (m64n128, K-major P^T / dS^T, N-major dO / Q),
 //   and once they have landed stages its dQ piece (64 x 128 fp32, four boxes) for the TMA additions into
 //   dq_accum over its own columns of the step's Q and dO tiles, which no product reads any more (See Note
 //   [dQ staged in the ring]). Before writing sP and sdS again a warpgroup waits for the other's products
 //   of the previous step.
+
+// Note [Scores split by product]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// A wgmma with both operands in shared memory reads its A tile (64 x 16) and B tile (N x 16) per
+// instruction: at N = 32 that is 3 KB for 32768 multiply-adds, more than shared memory delivers in the
+// time the tensor cores take, at N = 64 about as much. So rather than each warpgroup computing S^T and
+// dP^T for half the queries (m64n32), one computes S^T and the other dP^T for all 64 (m64n64), through
+// one code path with the operands chosen by warpgroup (a branch around wgmma makes ptxas serialise
+// them). dS^T = P^T (dP^T - D) needs both: warpgroup 0 stores P^T in fp32 (sPf, each thread's
+// accumulator fragment as float4s, thread-interleaved), and warpgroup 1, whose threads hold dP^T in the
+// same fragment layout, reads it back after a named barrier.
 
 // Note [dQ staged in the ring]
 // ~~~~~~~~~~~~~~~~~~~~~~~~~~~~
@@ -39,7 +51,6 @@ struct BwdSplitTraits {
   static_assert(kTiles.split_d && kTiles.consumers == 2, "the split kernel: two warpgroups splitting the head dim");
   static constexpr int kConsumers = 2, kBlockN = sm90_bwd_block_n(D);  // keys, shared by both warpgroups
   static constexpr int kBlockM = kTiles.block_m, kStages = kTiles.stages;  // queries
-  static constexpr int kQueryCols = kBlockM / kConsumers;                  // S^T / dP^T columns per warpgroup
   static constexpr int kDimCols = D / kConsumers;                          // dK / dV / dQ columns per warpgroup
   static constexpr int kConsumerThreads = 128 * kConsumers;
   static constexpr int kThreads = 128 + kConsumerThreads;  // producer warpgroup first
@@ -56,19 +67,19 @@ struct BwdSplitTraits {
   template <bool kOrderedDq>
   static constexpr int kSlotArrivals = kConsumerThreads + (kOrderedDq ? 1 : kConsumers);
   // sK, sV (kBlockN, D) | sQ, sdO (kStages, kBlockM, D) | sP, sdS (kBlockN, kBlockM), all swizzled, then
-  // sL, sD (kStages, kBlockM) fp32 | mbarriers: K and V landed, each step's tiles landed, each slot free.
+  // sPf (kBlockN x kBlockM) fp32 | sL, sD (kStages, kBlockM) fp32 | mbarriers: K and V landed, each step's
+  // tiles landed, each slot free.
   // dK and dV are staged as padded (kBlockN, kLd) tiles over the 16-bit part after the loop.
   static constexpr int kPsElems = kBlockN * kBlockM;  // sP, and sdS
   static constexpr int kTileBytes = ((2 * kBlockN + 2 * kStages * kBlockM) * D + 2 * kPsElems) * static_cast<int>(sizeof(T));
   static constexpr int kStepBytes = 2 * kBlockM * (D * static_cast<int>(sizeof(T)) + static_cast<int>(sizeof(float)));
   static constexpr int kBarriers = 1 + 2 * kStages + kBwdSeqWords;  // and the block's BwdSeqSlot
-  static constexpr int kFloatBytes = 2 * kStages * kBlockM * static_cast<int>(sizeof(float));
+  static constexpr int kFloatBytes = (kPsElems + 2 * kStages * kBlockM) * static_cast<int>(sizeof(float));
   static constexpr int kSmemBytes = kTileBytes + kFloatBytes + kBarriers * 8 + kSmemSlack;
   // Two buffers, as a slot is freed only at the next step (See Note [dQ staged in the ring]).
   static_assert(D % kPanel == 0 && kBlockN == 64 && kBlockM == 64 && kQueryPad % kBlockM == 0 && kStages >= 2,
                 "bad sm90 split dK/dV tiles");
-  static_assert(kQueryCols == 32 && kDimCols == 2 * kPanel,
-                "each warpgroup: 32 query columns of the scores, two panels of dK, dV and dQ");
+  static_assert(kDimCols == 2 * kPanel, "each warpgroup: two panels of dK, dV and dQ");
   static_assert(kDqBoxesPerPiece == 4 && kDqBoxFloats * static_cast<int>(sizeof(float)) ==
                                              kBlockM * kPanel * static_cast<int>(sizeof(T)),
                 "a dQ piece: one fp32 box in each of a warpgroup's two Q and two dO panels");
@@ -82,7 +93,7 @@ __global__ void __launch_bounds__(BwdSplitTraits<T, D>::kThreads, 1)
 #if FT_SM90_DEVICE
   using Tr = BwdSplitTraits<T, D>;
   constexpr int BN = Tr::kBlockN, BM = Tr::kBlockM, kStages = Tr::kStages, kConsumerThreads = Tr::kConsumerThreads;
-  constexpr int kQc = Tr::kQueryCols, kDc = Tr::kDimCols;
+  constexpr int kDc = Tr::kDimCols;
   const FlashShape& s = p.shape;
 
   extern __shared__ unsigned char smem_raw[];
@@ -92,7 +103,8 @@ __global__ void __launch_bounds__(BwdSplitTraits<T, D>::kThreads, 1)
   T* sdO = sQ + kStages * BM * D;     // (kStages, BM, D) swizzled
   T* sP = sdO + kStages * BM * D;     // (BN, BM) swizzled P^T
   T* sdS = sP + Tr::kPsElems;         // (BN, BM) swizzled dS^T
-  float* sL = reinterpret_cast<float*>(sdS + Tr::kPsElems);  // (kStages, BM) L * log2(e)
+  float4* sPf = reinterpret_cast<float4*>(sdS + Tr::kPsElems);  // (BM / 8, 128) fp32 P^T, by thread
+  float* sL = reinterpret_cast<float*>(sPf + Tr::kPsElems / 4);  // (kStages, BM) L * log2(e)
   float* sD = sL + kStages * BM;                             // (kStages, BM) D
   std::uint64_t* kv_full = reinterpret_cast<std::uint64_t*>(sD + kStages * BM);
   std::uint64_t* step_full = kv_full + 1;          // (kStages)
@@ -116,9 +128,9 @@ __global__ void __launch_bounds__(BwdSplitTraits<T, D>::kThreads, 1)
   const bool last_tile_first = kOrderedDq && ascending;
   auto tile_row0 = [&](int i) { return (m_first + (last_tile_first ? m_count - 1 - i : i)) * BM; };
   auto step_row0 = [&](int it) { return tile_row0(it % m_count); };
-  // Named barriers: 1 all consumers; 2 a step's sP and sdS complete; 3 + w warpgroup w done with them;
-  // the dQ pieces' full_barrier.
-  constexpr int kAllBarrier = 1, kScoresBarrier = 2;
+  // Named barriers: 1 all consumers; 2 a step's sP and sdS complete; 3 + w warpgroup w done with them and
+  // with sPf; 5 sPf complete; the dQ pieces' full_barrier.
+  constexpr int kAllBarrier = 1, kScoresBarrier = 2, kProbsBarrier = 5;
   auto done_barrier = [](int w) { return 3 + w; };
   // The fp32 boxes of warpgroup w's dQ piece in ring slot `slot`: columns 64 c.. in its panels of Q (c = 0)
   // or dO (c = 1). See Note [dQ staged in the ring].
@@ -158,7 +170,7 @@ __global__ void __launch_bounds__(BwdSplitTraits<T, D>::kThreads, 1)
   // Known warp-uniform, so that the wgmma descriptors derived from wg stay in uniform registers.
   const int wg = warp_uniform(cwarp / 4);
   const int warp_row = (cwarp % 4) * 16;  // this warp's first key row (of both warpgroups' 64)
-  const int qc = wg * kQc, dc = wg * kDc;  // this warpgroup's score columns and dK/dV/dQ columns
+  const int dc = wg * kDc;  // this warpgroup's columns of dK, dV and dQ
   const FlashShape ss = seq_shape();
   const KeyQueries queries[2] = {KeyQueries(key_queries<kHasMask>(n0 + warp_row + (lane >> 2), ss)),
                                  KeyQueries(key_queries<kHasMask>(n0 + warp_row + (lane >> 2) + 8, ss))};
@@ -191,35 +203,41 @@ __global__ void __launch_bounds__(BwdSplitTraits<T, D>::kThreads, 1)
     const int m0 = tile_row0(tile);
     mbar_wait(&step_full[slot], pos.phase);
 
-    // S^T = K Q^T, dP^T = V dO^T over this warpgroup's queries qc.. (the first k step overwrites).
-    float acc_s[kQc / 8][4], acc_dp[kQc / 8][4];
+    // Warpgroup 0: S^T = K Q^T, warpgroup 1: dP^T = V dO^T, over the step's 64 queries (the first k step
+    // overwrites). One code path, the operands chosen by warpgroup: See Note [Scores split by product].
+    float acc[BM / 8][4];
     wgmma_fence();
-    gemm_ss_kmajor<T, kQc, D>(acc_s, sK, BN, 0, sQt + qc * kPanel, BM);
-    wgmma_commit();
-    gemm_ss_kmajor<T, kQc, D>(acc_dp, sV, BN, 0, sdOt + qc * kPanel, BM);
+    gemm_ss_kmajor<T, BM, D>(acc, wg == 0 ? sK : sV, BN, 0, wg == 0 ? sQt : sdOt);
     wgmma_commit();
     if (!kOrderedDq && wg_leader && it > 0) {  // the previous step's piece has been read: its slot is free
       bulk_wait_read<0>();
       mbar_arrive(&slot_free[(slot + kStages - 1) % kStages]);
     }
-    wgmma_wait<1>();  // P^T is computed while dP^T runs
-    fence_accumulators(acc_s);
-    probs_t(acc_s, sL + slot * BM + qc, queries, full_tiles.contains(m0 / BM), m0 + qc, t, s.scale_log2);
     wgmma_wait<0>();
-    fence_accumulators(acc_dp);
-    dscores_t(acc_dp, acc_s, sD + slot * BM + qc, t);
-    std::uint32_t pa[kQc / 16][4], dsa[kQc / 16][4];  // P^T and dS^T rounded to T
-#pragma unroll
-    for (int kk = 0; kk < kQc / 16; ++kk) {
-      a_from_acc<T>(pa[kk], acc_s, kk);
-      a_from_acc<T>(dsa[kk], acc_dp, kk);
-    }
-    // The other warpgroup's products of step it - 1 are done with sP and sdS.
+    fence_accumulators(acc);
+    // The other warpgroup's products of step it - 1 are done with sP, sPf and sdS.
     if (it > 0) named_barrier_sync(done_barrier(1 - wg), kConsumerThreads);
-    store_ds_t<T, BN, kQc>(sP, pa, warp_row, lane, qc);
-    store_ds_t<T, BN, kQc>(sdS, dsa, warp_row, lane, qc);
+    if (wg == 0) {  // P^T, in fp32 for dS^T and rounded for dV
+      probs_t(acc, sL + slot * BM, queries, full_tiles.contains(m0 / BM), m0, t, s.scale_log2);
+#pragma unroll
+      for (int i = 0; i < BM / 8; ++i) sPf[i * 128 + ctid] = make_float4(acc[i][0], acc[i][1], acc[i][2], acc[i][3]);
+      named_barrier_arrive(kProbsBarrier, kConsumerThreads);
+    } else {  // dS^T = P^T (dP^T - D)
+      float p_t[BM / 8][4];
+      named_barrier_sync(kProbsBarrier, kConsumerThreads);
+#pragma unroll
+      for (int i = 0; i < BM / 8; ++i) {
+        const float4 v = sPf[i * 128 + ctid - 128];
+        p_t[i][0] = v.x, p_t[i][1] = v.y, p_t[i][2] = v.z, p_t[i][3] = v.w;
+      }
+      dscores_t(acc, p_t, sD + slot * BM, t);
+    }
+    std::uint32_t frag[BM / 16][4];  // P^T or dS^T rounded to T
+#pragma unroll
+    for (int kk = 0; kk < BM / 16; ++kk) a_from_acc<T>(frag[kk], acc, kk);
+    store_ds_t<T, BN, BM>(wg == 0 ? sP : sdS, frag, warp_row, lane);
     fence_proxy_async();
-    named_barrier_sync(kScoresBarrier, kConsumerThreads);  // both halves of P^T and dS^T are in place
+    named_barrier_sync(kScoresBarrier, kConsumerThreads);  // P^T and dS^T are in place
 
     float acc_dq[kDc / kPanel][8][4];  // this warpgroup's dQ piece, one 64-column product per panel
     wgmma_fence();
