@@ -48,7 +48,7 @@ flashtrain holds after the forward, before the backward; peak_gib the peak over 
 fixed order (bit-identical runs); false accumulates dQ in fp32 inside the dK/dV kernel (atomics on
 the sm80 kernels, TMA reductions on the Hopper ones; faster on both, dQ not bitwise reproducible).
 --kernels picks the flash kernel family on a GPU: auto (the Hopper sm90 kernels on an H100/H200 for
-bf16/fp16 at head dims 64, 80, 96, 128 and 256, the backward at all but 256, else sm80), sm80 (the
+bf16/fp16 at head dims 64, 80, 96, 128 and 256, else sm80), sm80 (the
 portable mma.sync kernels) or sm90 (wgmma; an error where they cannot run).
 --window-left, --window-right and --sink-tokens set the mask beside --causal; such rows count the FLOPs of
 the visible (query, key) pairs.

@@ -23,10 +23,10 @@ const char* name_of(AttentionImpl impl);
 AttentionImpl parse_attention_impl(std::string_view text);  // "naive" | "flash"
 
 // Which CUDA flash kernels run. auto_select: the Hopper (sm_90a: TMA, wgmma, warp-specialised) kernels on
-// a compute capability 9.0 GPU (H100, H200) for bf16/fp16 at head dims 64 and 128 with 16-byte aligned
-// base pointers and positive strides (no broadcast dims), the portable sm80 (mma.sync) kernels
-// otherwise; sm80: always the portable ones; sm90: the Hopper ones, or an error saying why they cannot
-// run. Both compute the same function, to rounding.
+// a compute capability 9.0 GPU (H100, H200) for bf16/fp16 at head dims 64, 80, 96, 128 and 256 with
+// 16-byte aligned base pointers and positive strides (no broadcast dims), the portable sm80 (mma.sync)
+// kernels otherwise; sm80: always the portable ones; sm90: the Hopper ones, or an error saying why they
+// cannot run. Both compute the same function, to rounding.
 enum class FlashKernels { auto_select, sm80, sm90 };
 const char* name_of(FlashKernels kernels);        // "auto" | "sm80" | "sm90"
 FlashKernels parse_flash_kernels(std::string_view text);
