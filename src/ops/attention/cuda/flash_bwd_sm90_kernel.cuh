@@ -161,7 +161,9 @@ __device__ __forceinline__ void init_bwd_block(const FlashBwdParams& p, const Bw
 // every consumer warpgroup's staged piece (full_barrier), adds them with reduce_piece(w, it, first), hands
 // the boxes back (free_barrier; with Tr::kDqInRing the pieces are staged in the step's ring slot, which
 // its lane 0 frees instead, one arrival of the slot's) and, once the additions have landed, advances the
-// query tile's counter. step_head(it) and step_row0(it) give a step's query head and first query row.
+// query tile's counter. With Tr::kDqInRing the writers add the pieces without ordered additions too, only
+// without the turns and counters. step_head(it) and step_row0(it) give a step's query head and first query
+// row.
 template <class Tr, bool kHasMask, bool kOrderedDq, class T, class StepHead, class StepRow, class Reduce>
 __device__ __forceinline__ void bwd_producer(const FlashBwdParams& p, const BwdTmaMaps& maps, const BwdSeqSlot& seq,
                                              const BwdBlock& block, int n_iters, StepHead step_head,
@@ -173,33 +175,42 @@ __device__ __forceinline__ void bwd_producer(const FlashBwdParams& p, const BwdT
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32;
   const int n_block = block.n_block, b = block.b, hk = block.hk, n0 = n_block * BN;
   setmaxnreg_dec<Tr::kProducerRegs>();
-  if constexpr (kOrderedDq) {
+  if constexpr (kOrderedDq || Tr::kDqInRing) {
     if (warp == 1 || warp == 2) {  // the dQ writers, warp 1 of the even steps and warp 2 of the odd ones
       const int parity = warp - 1;
       if (!Tr::kDqInRing && parity == 1 && n_iters > 0)  // the consumers' first pieces find their boxes free
         for (int w = 0; w < Tr::kConsumers; ++w) named_barrier_arrive(free_barrier(w, 1), kWriterThreads);
       for (int it = parity; it < n_iters; it += 2) {
-        const int h = step_head(it), m0 = step_row0(it);
-        const int before =
-            key_tiles_before<kHasMask, BN, BM>(n_block, seq.n_tiles(), block.ascending, m0 / BM, seq.shape(s), lane);
-        int* counter = p.dq_order + seq.counter0() + h * p.pre_blocks + m0 / kPreRows;
-        // The turn is awaited while the consumers still compute the piece, so that a counter already
-        // there costs no read after the piece is staged (See Note [Ordered dQ additions]).
-        if (lane == 0) counter_wait_eq<Tr::kCounterBackoff>(counter, before);
+        int before = 0;           // with ordered additions: the key tiles that add into the step's tile first
+        int* counter = nullptr;   // and the tile's counter of them
+        if constexpr (kOrderedDq) {
+          const int h = step_head(it), m0 = step_row0(it);
+          before =
+              key_tiles_before<kHasMask, BN, BM>(n_block, seq.n_tiles(), block.ascending, m0 / BM, seq.shape(s), lane);
+          counter = p.dq_order + seq.counter0() + h * p.pre_blocks + m0 / kPreRows;
+          // The turn is awaited while the consumers still compute the piece, so that a counter already
+          // there costs no read after the piece is staged (See Note [Ordered dQ additions]).
+          if (lane == 0) counter_wait_eq<Tr::kCounterBackoff>(counter, before);
+        }
         __syncwarp();  // bar.sync is .aligned: the warp reaches it converged
         for (int w = 0; w < Tr::kConsumers; ++w) named_barrier_sync(full_barrier(w, parity), kWriterThreads);
         if (lane == 0) {
-          for (int w = 0; w < Tr::kConsumers; ++w) reduce_piece(w, it, before == 0);
+          for (int w = 0; w < Tr::kConsumers; ++w) reduce_piece(w, it, kOrderedDq && before == 0);
           bulk_wait_read<0>();
           if constexpr (Tr::kDqInRing) mbar_arrive(&slot_free[it % kStages]);
         }
         __syncwarp();
         if (!Tr::kDqInRing && it + 1 < n_iters)
           for (int w = 0; w < Tr::kConsumers; ++w) named_barrier_arrive(free_barrier(w, parity), kWriterThreads);
-        if (lane == 0) {
-          tma_store_wait_all();  // the additions have landed in dq_accum
-          counter_release_increment(counter);
+        if constexpr (kOrderedDq) {
+          if (lane == 0) {
+            tma_store_wait_all();  // the additions have landed in dq_accum
+            counter_release_increment(counter);
+          }
         }
+      }
+      if constexpr (!kOrderedDq) {
+        if (lane == 0) tma_store_wait_all();  // the additions have completed
       }
       return;
     }

@@ -33,10 +33,10 @@
 // would leave room for one. After a step's scores barrier the other warpgroup reads only its own 128
 // columns of Q (dK) and dO (dV), so once its own dQ, dV and dK products have landed a warpgroup's columns
 // of the step's Q and dO tiles (4 panels of 8 KB) hold its piece as 4 fp32 boxes. The slot is freed only
-// after the TMA additions have read them: its mbarrier takes one more arrival from the thread that issues
-// them — each warpgroup's leader (without ordered additions, at its next step, after bulk_wait_read) or
-// the step's writer warp (Tr::kDqInRing in bwd_producer). Before dK and dV are staged over K, V and the
-// first bytes of the ring, every slot's last step has been freed.
+// after the TMA additions have read them: its mbarrier takes one more arrival, from the step's writer warp
+// (Tr::kDqInRing in bwd_producer), which issues the additions in both modes, so that no consumer thread
+// waits for them to read shared memory. Before dK and dV are staged over K, V and the first bytes of the
+// ring, every slot's last step has been freed.
 #pragma once
 
 #include <cstdint>
@@ -62,10 +62,8 @@ struct BwdSplitTraits {
   // A warpgroup's dQ piece (kBlockM, kDimCols) is staged as kDimCols / kDqBoxCols fp32 boxes, one in each
   // of its 64-column panels of the step's Q tile, then of dO's.
   static constexpr int kDqBoxFloats = kDqBoxRows * kDqBoxCols, kDqBoxesPerPiece = kDimCols / kDqBoxCols;
-  // Arrivals that free a ring slot: every consumer thread, and the threads that issue the slot's dQ
-  // additions (each warpgroup's leader, or with ordered additions the step's writer).
-  template <bool kOrderedDq>
-  static constexpr int kSlotArrivals = kConsumerThreads + (kOrderedDq ? 1 : kConsumers);
+  // Arrivals that free a ring slot: every consumer thread, and the writer that adds the slot's dQ pieces.
+  static constexpr int kSlotArrivals = kConsumerThreads + 1;
   // sK, sV (kBlockN, D) | sQ, sdO (kStages, kBlockM, D) | sP, sdS (kBlockN, kBlockM), all swizzled, then
   // sPf (kBlockN x kBlockM) fp32 | sL, sD (kStages, kBlockM) fp32 | mbarriers: K and V landed, each step's
   // tiles landed, each slot free.
@@ -154,7 +152,7 @@ __global__ void __launch_bounds__(BwdSplitTraits<T, D>::kThreads, 1)
 
   if (tid == 0)
     init_bwd_block<kStages>(p, seq, block, rows, narrowed, kv_full, step_full, slot_free,
-                            Tr::template kSlotArrivals<kOrderedDq>);
+                            Tr::kSlotArrivals);
   __syncthreads();
 
   if (warp < 4) {  // ---- producer warpgroup ----
@@ -175,19 +173,13 @@ __global__ void __launch_bounds__(BwdSplitTraits<T, D>::kThreads, 1)
   const KeyQueries queries[2] = {KeyQueries(key_queries<kHasMask>(n0 + warp_row + (lane >> 2), ss)),
                                  KeyQueries(key_queries<kHasMask>(n0 + warp_row + (lane >> 2) + 8, ss))};
   const TileSpan full_tiles = full_query_tiles<kHasMask, BN, BM>(n0, ss, span, lane);
-  const bool wg_leader = ctid % 128 == 0;
-  // Stages this warpgroup's dQ piece of step it in its panels of the step's slot and adds it into dq_accum,
-  // or hands it to the writer warp (every thread of the warpgroup, once its products have landed).
+  // Stages this warpgroup's dQ piece of step it in its panels of the step's slot and hands it to the writer
+  // warp (every thread of the warpgroup, once its products have landed).
   auto add_dq = [&](int it, int slot, const float (&acc_dq)[kDc / kPanel][8][4]) {
 #pragma unroll
     for (int c = 0; c < kDc / kPanel; ++c) store_dq_boxes(piece_boxes(wg, slot, c), acc_dq[c], cwarp, lane);
     fence_proxy_async();
-    if constexpr (kOrderedDq) {
-      named_barrier_arrive(full_barrier(wg, it & 1), kWriterThreads);
-    } else {
-      named_barrier_sync(full_barrier(wg, 0), 128);  // the warpgroup's boxes are complete
-      if (wg_leader) reduce_piece(wg, it, false);
-    }
+    named_barrier_arrive(full_barrier(wg, it & 1), kWriterThreads);
   };
 
   float acc_dk[kDc / 8][4] = {};  // dK of this thread's key rows, columns dc..
@@ -209,10 +201,6 @@ __global__ void __launch_bounds__(BwdSplitTraits<T, D>::kThreads, 1)
     wgmma_fence();
     gemm_ss_kmajor<T, BM, D>(acc, wg == 0 ? sK : sV, BN, 0, wg == 0 ? sQt : sdOt);
     wgmma_commit();
-    if (!kOrderedDq && wg_leader && it > 0) {  // the previous step's piece has been read: its slot is free
-      bulk_wait_read<0>();
-      mbar_arrive(&slot_free[(slot + kStages - 1) % kStages]);
-    }
     wgmma_wait<0>();
     fence_accumulators(acc);
     // The other warpgroup's products of step it - 1 are done with sP, sPf and sdS.
@@ -257,11 +245,6 @@ __global__ void __launch_bounds__(BwdSplitTraits<T, D>::kThreads, 1)
     if (it + 1 < n_iters) named_barrier_arrive(done_barrier(wg), kConsumerThreads);
     add_dq(it, slot, acc_dq);
     mbar_arrive(&slot_free[slot]);
-  }
-  if (!kOrderedDq && wg_leader && n_iters > 0) {
-    bulk_wait_read<0>();
-    mbar_arrive(&slot_free[(n_iters - 1) % kStages]);
-    tma_store_wait_all();  // the reductions have completed
   }
   // Every slot's last step freed: no dQ addition reads the ring any more.
   for (int it = n_iters > kStages ? n_iters - kStages : 0; it < n_iters; ++it)
