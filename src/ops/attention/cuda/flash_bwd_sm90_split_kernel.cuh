@@ -9,7 +9,7 @@
 //   P^T goes to shared memory in fp32 for warpgroup 1's dS^T (See Note [Scores split by product]); P^T
 //   and dS^T rounded to the input dtype go to shared memory (sP, sdS); once both are there (a barrier of
 //   both warpgroups), warpgroup w runs
-//     dQ piece = dS K over columns 128 w.. (two m64n64 products, M-major dS, N-major K),
+//     dQ piece = dS K over columns 128 w.. (m64n128, M-major dS, N-major K),
 //     dV[:, 128 w..] += P^T dO and dK[:, 128 w..] += dS^T Q (m64n128, K-major P^T / dS^T, N-major dO / Q),
 //   and once they have landed stages its dQ piece (64 x 128 fp32, four boxes) for the TMA additions into
 //   dq_accum over its own columns of the step's Q and dO tiles, which no product reads any more (See Note
@@ -175,9 +175,10 @@ __global__ void __launch_bounds__(BwdSplitTraits<T, D>::kThreads, 1)
   const TileSpan full_tiles = full_query_tiles<kHasMask, BN, BM>(n0, ss, span, lane);
   // Stages this warpgroup's dQ piece of step it in its panels of the step's slot and hands it to the writer
   // warp (every thread of the warpgroup, once its products have landed).
-  auto add_dq = [&](int it, int slot, const float (&acc_dq)[kDc / kPanel][8][4]) {
+  auto add_dq = [&](int it, int slot, const float (&acc_dq)[kDc / 8][4]) {
 #pragma unroll
-    for (int c = 0; c < kDc / kPanel; ++c) store_dq_boxes(piece_boxes(wg, slot, c), acc_dq[c], cwarp, lane);
+    for (int c = 0; c < kDc / kPanel; ++c)  // 64 columns (8 accumulator tiles) at a time
+      store_dq_boxes(piece_boxes(wg, slot, c), *reinterpret_cast<const float(*)[8][4]>(&acc_dq[8 * c]), cwarp, lane);
     fence_proxy_async();
     named_barrier_arrive(full_barrier(wg, it & 1), kWriterThreads);
   };
@@ -227,19 +228,16 @@ __global__ void __launch_bounds__(BwdSplitTraits<T, D>::kThreads, 1)
     fence_proxy_async();
     named_barrier_sync(kScoresBarrier, kConsumerThreads);  // P^T and dS^T are in place
 
-    float acc_dq[kDc / kPanel][8][4];  // this warpgroup's dQ piece, one 64-column product per panel
+    float acc_dq[kDc / 8][4];  // this warpgroup's dQ piece
     wgmma_fence();
-#pragma unroll
-    for (int c = 0; c < kDc / kPanel; ++c)
-      gemm_ss_mnmajor<T, kPanel, BN>(acc_dq[c], sdS, sK + (dc / kPanel + c) * BN * kPanel);
+    gemm_ss_mnmajor<T, kDc, BN>(acc_dq, sdS, sK + dc * BN);
     wgmma_commit();
     gemm_ss_knmajor<T, kDc, BM>(acc_dv, sP, sdOt + dc * BM);  // dV += P^T dO, columns dc..
     wgmma_commit();
     gemm_ss_knmajor<T, kDc, BM>(acc_dk, sdS, sQt + dc * BM);  // dK += dS^T Q, columns dc..
     wgmma_commit();
     wgmma_wait<0>();
-#pragma unroll
-    for (int c = 0; c < kDc / kPanel; ++c) fence_accumulators(acc_dq[c]);
+    fence_accumulators(acc_dq);
     fence_accumulators(acc_dv);
     fence_accumulators(acc_dk);
     if (it + 1 < n_iters) named_barrier_arrive(done_barrier(wg), kConsumerThreads);

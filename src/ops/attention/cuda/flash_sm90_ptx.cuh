@@ -247,10 +247,11 @@ __device__ __forceinline__ void gemm_ss_knmajor(float (&d)[N / 8][4], const T* a
 
 // d (64 x N) = A B with A = `a`^T, `a` a one-panel sw128 tile (K_ROWS, 64) read M-major (K runs over its
 // rows, M over its 64 columns), and B = N <= 64 columns of an sw128 tile of K_ROWS rows starting at `b`
-// (a panel, or a 16-byte-multiple column offset inside one) read N-major.
+// (a panel, or a 16-byte-multiple column offset inside one), or N = 128 columns from a panel's start (that
+// panel and the next), read N-major.
 template <class T, int N, int K_ROWS>
 __device__ __forceinline__ void gemm_ss_mnmajor(float (&d)[N / 8][4], const T* a, const T* b) {
-  static_assert(N <= kPanel, "gemm_ss_mnmajor: B must lie within one panel");
+  static_assert(N <= kPanel || N == 2 * kPanel, "gemm_ss_mnmajor: B within one panel, or two whole panels");
   const std::uint64_t a0 = sw128_desc(a, K_ROWS * kPanelRowBytes), b0 = sw128_desc(b, K_ROWS * kPanelRowBytes);
   wgmma_ss<T, N, 1, 1, false>(d, a0, b0);
 #pragma unroll
