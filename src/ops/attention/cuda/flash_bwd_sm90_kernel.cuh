@@ -127,6 +127,20 @@ __device__ __forceinline__ void store_dq_boxes(float* boxes, const float (&acc)[
 // cost of a select per stored float. The conflict-free layouts of the kernel's other stores (dS^T, the
 // sdS zeroing, the dK/dV staging) need no such swap.
 
+// A block's position in its steps, which walk the (query head of the group, query tile) pairs head by head
+// (period 1) or tile by tile over the group's heads (period = the group): how many tiles the walk has
+// passed in this head (tile), how many of the group's heads it has finished (passes) and how many steps
+// it has taken on this tile (sub). Carried from step to step instead of divided out of the step index.
+struct StepCursor {
+  int tile = 0, passes = 0, sub = 0;
+  __device__ __forceinline__ int head() const { return passes + sub; }  // the head's index in the group
+  __device__ __forceinline__ void advance(int period, int tiles) {
+    if (++sub != period) return;
+    sub = 0;
+    if (++tile == tiles) tile = 0, ++passes;
+  }
+};
+
 template <class T, int D, bool kHasMask, bool kOrderedDq>
 __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
     flash_bwd_sm90_kernel(const __grid_constant__ FlashBwdParams p, const __grid_constant__ BwdTmaMaps maps) {
@@ -171,13 +185,14 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
   const TileSpan span = key_tile_queries<kHasMask, BN, BM>(n0, narrowed);
   const int m_first = span.first, m_count = span.count;
   const int n_iters = m_count * s.group;
-  // Step it's query head and first query row: the steps run over the group's heads, each over the tiles
-  // (the last tile first when additions are ordered and ascending). Why head by head and not tile by tile:
-  // docs/perf-notes.md#ordered-dq-additions.
-  auto step_head = [&](int it) { return hk * s.group + it / m_count; };
+  // The steps run over the group's heads, each over the tiles (the last tile first when additions are
+  // ordered and ascending), or with kBwdVariantGqaTileMajor, ordered and ascending, over the tiles, each
+  // over the group's heads. Why head by head otherwise: docs/perf-notes.md#ordered-dq-additions.
   const bool last_tile_first = kOrderedDq && ascending;
+  const bool tile_major = last_tile_first && (p.variant & kBwdVariantGqaTileMajor);
+  const int tile_period = tile_major ? s.group : 1;  // steps on a tile before the next (StepCursor)
   auto tile_row0 = [&](int i) { return (m_first + (last_tile_first ? m_count - 1 - i : i)) * BM; };
-  auto step_row0 = [&](int it) { return tile_row0(it % m_count); };
+  auto advance = [&](StepCursor& at) { at.advance(tile_period, m_count); };
   // Warpgroup w stages its piece of a step's dQ tile (queries 64 (w / kColPanels).., columns kPanel
   // (w % kColPanels).., over all BN keys) in its sdQ boxes; one thread adds them into dq_accum.
   constexpr int kColPanels = DS / kPanel;
@@ -187,9 +202,9 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
   auto free_barrier = [](int w, int parity) { return 10 + 2 * w + parity; };
   constexpr int kWriterThreads = 128 + 32;  // ordered additions: a consumer warpgroup and a writer warp
   auto piece_boxes = [&](int w) { return sdQ + w * Tr::kDqBoxesPerPiece * Tr::kDqBoxFloats; };
-  // Adds warpgroup w's staged piece of step it into dq_accum (stores it when `first`).
-  auto reduce_piece = [&](int w, int it, bool first) {
-    const int row = step_row0(it) + 64 * (w / kColPanels), h = step_head(it);
+  // Adds warpgroup w's staged piece of the step at `at` into dq_accum (stores it when `first`).
+  auto reduce_piece = [&](int w, const StepCursor& at, bool first) {
+    const int row = tile_row0(at.tile) + 64 * (w / kColPanels), h = hk * s.group + at.head();
 #pragma unroll
     for (int i = 0; i < Tr::kDqBoxesPerPiece; ++i) {
       const int col = (w % kColPanels) * kPanel + i * kDqBoxCols;
@@ -223,8 +238,10 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
         const int parity = warp - 1;
         if (parity == 1 && n_iters > 0)  // the consumers' first pieces find their boxes free
           for (int w = 0; w < Tr::kConsumers; ++w) named_barrier_arrive(free_barrier(w, 1), kWriterThreads);
-        for (int it = parity; it < n_iters; it += 2) {
-          const int h = step_head(it), m0 = step_row0(it);
+        StepCursor at;
+        if (parity == 1) advance(at);
+        for (int it = parity; it < n_iters; it += 2, advance(at), advance(at)) {
+          const int h = hk * s.group + at.head(), m0 = tile_row0(at.tile);
           const int before =
               key_tiles_before<kHasMask, BN, BM>(n_block, seq.n_tiles(), ascending, m0 / BM, seq.shape(s), lane);
           int* counter = p.dq_order + seq.counter0() + h * p.pre_blocks + m0 / kPreRows;
@@ -234,7 +251,7 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
           __syncwarp();  // bar.sync is .aligned: the warp reaches it converged
           for (int w = 0; w < Tr::kConsumers; ++w) named_barrier_sync(full_barrier(w, parity), kWriterThreads);
           if (lane == 0) {
-            for (int w = 0; w < Tr::kConsumers; ++w) reduce_piece(w, it, before == 0);
+            for (int w = 0; w < Tr::kConsumers; ++w) reduce_piece(w, at, before == 0);
             bulk_wait_read<0>();
           }
           __syncwarp();
@@ -257,8 +274,9 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
     tma_load_tile<T, BN, DS>(sK, maps.k, seq.k0() + n0, hk, mb, kv_full);
     tma_load_tile<T, BN, DS>(sV, maps.v, seq.k0() + n0, hk, mb, kv_full);
     RingPosition<kStages> pos;
-    for (int it = 0; it < n_iters; ++it, pos.advance()) {
-      const int h = step_head(it), m0 = step_row0(it);
+    StepCursor at;
+    for (int it = 0; it < n_iters; ++it, pos.advance(), advance(at)) {
+      const int h = hk * s.group + at.head(), m0 = tile_row0(at.tile);
       const int q0 = seq.q0();
       const std::int64_t row = scratch_row(p, b, h, q0) + m0;
       std::uint64_t* full = &step_full[pos.slot];
@@ -304,9 +322,9 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
     gemm_ss_mnmajor<T, 64, BN>(acc_dq, sds_of(it) + qp * BN * kPanel, sK + cp * BN * kPanel);
     wgmma_commit();
   };
-  // Stages the piece of step it's dQ tile and adds it into dq_accum, or hands it to the writer warp
-  // (every thread of the warpgroup).
-  auto add_dq = [&](int it, const float (&acc_dq)[8][4]) {
+  // Stages the piece of step it's dQ tile (at `at`) and adds it into dq_accum, or hands it to the writer
+  // warp (every thread of the warpgroup).
+  auto add_dq = [&](int it, const StepCursor& at, const float (&acc_dq)[8][4]) {
     if constexpr (kOrderedDq) named_barrier_sync(free_barrier(wg, (it + 1) & 1), kWriterThreads);  // piece it - 1 read
     store_dq_boxes(piece_boxes(wg), acc_dq, cwarp, lane);
     fence_proxy_async();
@@ -314,7 +332,7 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
       named_barrier_arrive(full_barrier(wg, it & 1), kWriterThreads);
     } else {
       named_barrier_sync(full_barrier(wg, 0), 128);  // the warpgroup's sdQ boxes are complete
-      if (wg_leader) reduce_piece(wg, it, false);
+      if (wg_leader) reduce_piece(wg, at, false);
     }
   };
   // Ordered before step 0's dQ by the consumer barrier.
@@ -328,12 +346,12 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
 
   mbar_wait(kv_full, 0);
   RingPosition<kStages> pos;
-  int tile = 0;  // it % m_count, carried from step to step instead of divided out every step
-  for (int it = 0; it < n_iters; ++it, pos.advance(), tile = tile + 1 == m_count ? 0 : tile + 1) {
+  StepCursor at, prev;  // this step's and the one before
+  for (int it = 0; it < n_iters; ++it, pos.advance(), prev = at, advance(at)) {
     const int slot = pos.slot;
     const T* sQt = sQ + slot * BM * DS;
     const T* sdOt = sdO + slot * BM * DS;
-    const int m0 = tile_row0(tile);
+    const int m0 = tile_row0(at.tile);
     mbar_wait(&step_full[slot], pos.phase);
 
     float acc_s[kNtS][4], acc_dp[kNtS][4];  // S^T = K Q^T, dP^T = V dO^T (the first k step overwrites)
@@ -372,7 +390,7 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
     store_ds_t<T, BN, BM>(sds_of(it), dsa, warp_row, lane);
     fence_proxy_async();
     named_barrier_arrive(ready_barrier(wg, it), kConsumerThreads);
-    if (it > 0) add_dq(it - 1, acc_dq);  // while dK runs
+    if (it > 0) add_dq(it - 1, prev, acc_dq);  // while dK runs
     wgmma_wait<0>();
     fence_accumulators(acc_dv);
     fence_accumulators(acc_dk);
@@ -386,7 +404,7 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
     issue_dq(n_iters - 1, acc_dq);
     wgmma_wait<0>();
     fence_accumulators(acc_dq);
-    add_dq(n_iters - 1, acc_dq);
+    add_dq(n_iters - 1, prev, acc_dq);
     if (!kOrderedDq && wg_leader) tma_store_wait_all();  // the reductions have completed
   }
 

@@ -231,6 +231,30 @@ struct BwdBlock {
   bool ascending;
 };
 
+// FlashBwdParams::variant bits (candidates under measurement): with ordered additions, a GQA block that
+// ascends takes its steps tile by tile over the group's heads instead of head by head; the ascending heads
+// launch as one last section instead of in the sections of the others.
+inline constexpr int kBwdVariantGqaTileMajor = 1, kBwdVariantAscendingSection = 2;
+
+// With ordered additions and kBwdVariantAscendingSection: the grid head and y of the block launched
+// `launch`-th (blocks launch x fastest, then y, then z) when the descending heads launch in sections of
+// gridDim.x heads and then the ascending_heads ascending ones together, key tile by key tile.
+__device__ __forceinline__ void ascending_section_block(const FlashBwdParams& p, int grid_heads, int& bh, int& y) {
+  const int tiles = static_cast<int>(gridDim.y), section = static_cast<int>(gridDim.x);
+  const int launch = static_cast<int>(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
+  const int descending = grid_heads - p.ascending_heads;
+  if (launch < descending * tiles) {
+    const int first = launch / (section * tiles) * section, in_section = launch - first * tiles;
+    const int heads = min(section, descending - first);
+    y = in_section / heads;
+    bh = first + (in_section - y * heads);
+    return;
+  }
+  const int rest = launch - descending * tiles;
+  y = rest / p.ascending_heads;
+  bh = rest < p.ascending_heads * tiles ? descending + (rest - y * p.ascending_heads) : -1;
+}
+
 // The block of a section_grid: dense calls' y is the key tile of grid head (batch x kv head) bh; packed
 // sequences' y enumerates every sequence's key tiles, the grid heads being the kv heads (See Note
 // [Packed-sequence tiles]). `ordered`: the additions are ordered (all but the last ascending_heads heads
@@ -239,7 +263,9 @@ __device__ __forceinline__ BwdBlock bwd_block(const FlashBwdParams& p, bool orde
   const FlashShape& s = p.shape;
   const bool packed = s.cu_seqlens_k != nullptr;
   const int grid_heads = packed ? s.heads_kv : s.batch * s.heads_kv;
-  const int bh = section_head(grid_heads), y = static_cast<int>(blockIdx.y);
+  int bh = section_head(grid_heads), y = static_cast<int>(blockIdx.y);
+  if (ordered && p.ascending_heads > 0 && (p.variant & kBwdVariantAscendingSection))
+    ascending_section_block(p, grid_heads, bh, y);
   const bool ascending = !ordered || bh >= grid_heads - p.ascending_heads;
   int b = bh < 0 ? -1 : bh / s.heads_kv, hk = bh % s.heads_kv, first = 0, n_tiles = static_cast<int>(gridDim.y);
   if (packed && bh >= 0) {
