@@ -202,18 +202,23 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
   auto free_barrier = [](int w, int parity) { return 10 + 2 * w + parity; };
   constexpr int kWriterThreads = 128 + 32;  // ordered additions: a consumer warpgroup and a writer warp
   auto piece_boxes = [&](int w) { return sdQ + w * Tr::kDqBoxesPerPiece * Tr::kDqBoxFloats; };
-  // Adds warpgroup w's staged piece of the step at `at` into dq_accum (stores it when `first`).
+  // Adds warpgroup w's staged piece of the step at `at` into dq_accum (stores it when `first`): its boxes
+  // differ only in their column.
   auto reduce_piece = [&](int w, const StepCursor& at, bool first) {
-    const int row = tile_row0(at.tile) + 64 * (w / kColPanels), h = hk * s.group + at.head();
+    const int row = seq.dq_row0() + tile_row0(at.tile) + 64 * (w / kColPanels);
+    TmaCoords box = tma_coords(maps.dq_accum, 0, row, hk * s.group + at.head(), seq.map_batch());
+    auto box_at = [&](int i) {  // false: a box of padded columns only
+      box.c[0] = (w % kColPanels) * kPanel + i * kDqBoxCols;
+      return D % kPanel == 0 || box.c[0] < D;
+    };
+    if (first) {
 #pragma unroll
-    for (int i = 0; i < Tr::kDqBoxesPerPiece; ++i) {
-      const int col = (w % kColPanels) * kPanel + i * kDqBoxCols;
-      if (D % kPanel != 0 && col >= D) continue;  // a box of padded columns only
-      const TmaCoords at = tma_coords(maps.dq_accum, col, seq.dq_row0() + row, h, seq.map_batch());
-      if (first)
-        tma_store(maps.dq_accum, at, piece_boxes(w) + i * Tr::kDqBoxFloats);
-      else
-        tma_reduce_add(maps.dq_accum, at, piece_boxes(w) + i * Tr::kDqBoxFloats);
+      for (int i = 0; i < Tr::kDqBoxesPerPiece; ++i)
+        if (box_at(i)) tma_store(maps.dq_accum, box, piece_boxes(w) + i * Tr::kDqBoxFloats);
+    } else {
+#pragma unroll
+      for (int i = 0; i < Tr::kDqBoxesPerPiece; ++i)
+        if (box_at(i)) tma_reduce_add(maps.dq_accum, box, piece_boxes(w) + i * Tr::kDqBoxFloats);
     }
     bulk_commit();
   };
@@ -240,10 +245,15 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
           for (int w = 0; w < Tr::kConsumers; ++w) named_barrier_arrive(free_barrier(w, 1), kWriterThreads);
         StepCursor at;
         if (parity == 1) advance(at);
+        int prefix = 0, last_tile = 0;  // key_tiles_before_walked's, carried over this writer's steps
         for (int it = parity; it < n_iters; it += 2, advance(at), advance(at)) {
           const int h = hk * s.group + at.head(), m0 = tile_row0(at.tile);
+          // The walk's carried state spills in writers of 24 registers (d=64): they search every step.
           const int before =
-              key_tiles_before<kHasMask, BN, BM>(n_block, seq.n_tiles(), ascending, m0 / BM, seq.shape(s), lane);
+              Tr::kProducerRegs >= 40
+                  ? key_tiles_before_walked<kHasMask, BN, BM>(prefix, last_tile, n_block, seq.n_tiles(), ascending,
+                                                              m0 / BM, seq.shape(s), lane)
+                  : key_tiles_before<kHasMask, BN, BM>(n_block, seq.n_tiles(), ascending, m0 / BM, seq.shape(s), lane);
           int* counter = p.dq_order + seq.counter0() + h * p.pre_blocks + m0 / kPreRows;
           // The turn is awaited while the consumers still compute the piece, so that a counter already
           // there costs no read after the piece is staged (See Note [Ordered dQ additions]).

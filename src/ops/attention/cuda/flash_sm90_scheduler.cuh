@@ -331,6 +331,29 @@ __device__ __forceinline__ int key_tiles_before(int n_block, int n_tiles, bool a
   return count;
 }
 
+// key_tiles_before for a writer warp that walks its steps' query tiles and carries `prefix` and `last_tile`
+// from call to call (start them at 0). Without a left window bound the key tiles that visit a query tile are
+// a prefix of the range, whose end moves up as the tile does (each bound of key_tile_queries is
+// non-decreasing in the key tile); the end is moved from where the last call left it, in the tile's
+// direction, a key tile or so per step of a walk over consecutive tiles instead of a search every step.
+// With a left window, key_tiles_before's count. See Note [Ordered dQ additions].
+template <bool kHasMask, int BN, int BM, class Shape>
+__device__ __forceinline__ int key_tiles_before_walked(int& prefix, int& last_tile, int n_block, int n_tiles,
+                                                       bool ascending, int tile, const Shape& s, int lane) {
+  if (kHasMask && s.window_left >= 0)
+    return key_tiles_before<kHasMask, BN, BM>(n_block, n_tiles, ascending, tile, s, lane);
+  const int first = ascending ? 0 : n_block + 1, end = ascending ? n_block : n_tiles;
+  auto visits = [&](int n) { return key_tile_queries<kHasMask, BN, BM>(n * BN, s).contains(tile); };
+  prefix = min(max(prefix, first), end);
+  if (tile >= last_tile) {
+    while (prefix < end && visits(prefix)) ++prefix;
+  } else {
+    while (prefix > first && !visits(prefix - 1)) --prefix;
+  }
+  last_tile = tile;
+  return prefix - first;
+}
+
 }  // namespace sm90
 
 }  // namespace ft::flash
