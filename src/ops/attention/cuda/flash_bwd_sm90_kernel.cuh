@@ -394,12 +394,23 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
     issue_dq(it + 1, acc_dq);  // buffer (it + 1) % 2 = (it - 1) % 2
     gemm_rs_nmajor<T, DS, BM>(acc_dk, dsa, sQt);  // dK += dS^T Q
     wgmma_commit();
+    // Buffer it % 2 is free already: this warpgroup's piece of step it - 2 landed in step it - 1, and the
+    // other announced step it - 1 (awaited above) only after its own had. kBwdVariantEarlyDs stores and
+    // announces dS^T while the piece runs, instead of once it has landed.
+    const bool early_ds = p.variant & kBwdVariantEarlyDs;
+    if (early_ds) {
+      store_ds_t<T, BN, BM>(sds_of(it), dsa, warp_row, lane);
+      fence_proxy_async();
+      named_barrier_arrive(ready_barrier(wg, it), kConsumerThreads);
+    }
     wgmma_wait<1>();  // dQ: this warpgroup is done with buffer (it + 1) % 2
     fence_accumulators(acc_dv);
     fence_accumulators(acc_dq);
-    store_ds_t<T, BN, BM>(sds_of(it), dsa, warp_row, lane);
-    fence_proxy_async();
-    named_barrier_arrive(ready_barrier(wg, it), kConsumerThreads);
+    if (!early_ds) {
+      store_ds_t<T, BN, BM>(sds_of(it), dsa, warp_row, lane);
+      fence_proxy_async();
+      named_barrier_arrive(ready_barrier(wg, it), kConsumerThreads);
+    }
     if (it > 0) add_dq(it - 1, prev, acc_dq);  // while dK runs
     wgmma_wait<0>();
     fence_accumulators(acc_dv);

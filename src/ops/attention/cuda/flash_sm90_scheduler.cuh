@@ -233,8 +233,9 @@ struct BwdBlock {
 
 // FlashBwdParams::variant bits (candidates under measurement): with ordered additions, a GQA block that
 // ascends takes its steps tile by tile over the group's heads instead of head by head; the ascending heads
-// launch as one last section instead of in the sections of the others.
-inline constexpr int kBwdVariantGqaTileMajor = 1, kBwdVariantAscendingSection = 2;
+// launch as one last section instead of in the sections of the others; the consumers store and announce
+// a step's dS^T while its dQ piece runs instead of after.
+inline constexpr int kBwdVariantGqaTileMajor = 1, kBwdVariantAscendingSection = 2, kBwdVariantEarlyDs = 4;
 
 // With ordered additions and kBwdVariantAscendingSection: the grid head and y of the block launched
 // `launch`-th (blocks launch x fastest, then y, then z) when the descending heads launch in sections of
