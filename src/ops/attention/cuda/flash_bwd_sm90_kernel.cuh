@@ -185,12 +185,11 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
   const TileSpan span = key_tile_queries<kHasMask, BN, BM>(n0, narrowed);
   const int m_first = span.first, m_count = span.count;
   const int n_iters = m_count * s.group;
-  // The steps run over the group's heads, each over the tiles (the last tile first when additions are
-  // ordered and ascending), or with kBwdVariantGqaTileMajor, ordered and ascending, over the tiles, each
-  // over the group's heads. Why head by head otherwise: docs/perf-notes.md#ordered-dq-additions.
+  // The steps run over the group's heads, each over the tiles; with ordered additions and ascending, over
+  // the tiles, last first, each over the group's heads (See Note [Ordered dQ additions]). Why the others
+  // not tile by tile: docs/perf-notes.md#ordered-dq-additions.
   const bool last_tile_first = kOrderedDq && ascending;
-  const bool tile_major = last_tile_first && (p.variant & kBwdVariantGqaTileMajor);
-  const int tile_period = tile_major ? s.group : 1;  // steps on a tile before the next (StepCursor)
+  const int tile_period = last_tile_first ? s.group : 1;  // steps on a tile before the next (StepCursor)
   auto tile_row0 = [&](int i) { return (m_first + (last_tile_first ? m_count - 1 - i : i)) * BM; };
   auto advance = [&](StepCursor& at) { at.advance(tile_period, m_count); };
   // Warpgroup w stages its piece of a step's dQ tile (queries 64 (w / kColPanels).., columns kPanel
@@ -245,7 +244,7 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
           for (int w = 0; w < Tr::kConsumers; ++w) named_barrier_arrive(free_barrier(w, 1), kWriterThreads);
         StepCursor at;
         if (parity == 1) advance(at);
-        int prefix = 0, last_tile = 0;  // key_tiles_before_walked's, carried over this writer's steps
+        int prefix = 0, last_tile = -1;  // key_tiles_before_walked's, carried over this writer's steps
         for (int it = parity; it < n_iters; it += 2, advance(at), advance(at)) {
           const int h = hk * s.group + at.head(), m0 = tile_row0(at.tile);
           // The walk's carried state spills in writers of 24 registers (d=64): they search every step.
@@ -394,23 +393,12 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
     issue_dq(it + 1, acc_dq);  // buffer (it + 1) % 2 = (it - 1) % 2
     gemm_rs_nmajor<T, DS, BM>(acc_dk, dsa, sQt);  // dK += dS^T Q
     wgmma_commit();
-    // Buffer it % 2 is free already: this warpgroup's piece of step it - 2 landed in step it - 1, and the
-    // other announced step it - 1 (awaited above) only after its own had. kBwdVariantEarlyDs stores and
-    // announces dS^T while the piece runs, instead of once it has landed.
-    const bool early_ds = p.variant & kBwdVariantEarlyDs;
-    if (early_ds) {
-      store_ds_t<T, BN, BM>(sds_of(it), dsa, warp_row, lane);
-      fence_proxy_async();
-      named_barrier_arrive(ready_barrier(wg, it), kConsumerThreads);
-    }
     wgmma_wait<1>();  // dQ: this warpgroup is done with buffer (it + 1) % 2
     fence_accumulators(acc_dv);
     fence_accumulators(acc_dq);
-    if (!early_ds) {
-      store_ds_t<T, BN, BM>(sds_of(it), dsa, warp_row, lane);
-      fence_proxy_async();
-      named_barrier_arrive(ready_barrier(wg, it), kConsumerThreads);
-    }
+    store_ds_t<T, BN, BM>(sds_of(it), dsa, warp_row, lane);
+    fence_proxy_async();
+    named_barrier_arrive(ready_barrier(wg, it), kConsumerThreads);
     if (it > 0) add_dq(it - 1, prev, acc_dq);  // while dK runs
     wgmma_wait<0>();
     fence_accumulators(acc_dv);

@@ -6,7 +6,6 @@
 // Included only by the per-head-dim instantiation files.
 #pragma once
 
-#include <cstdlib>
 #include <type_traits>
 
 #include "core/cuda_check.h"
@@ -128,12 +127,9 @@ sm90::BwdTmaMaps bwd_tma_maps(const FlashBwdParams& p, int query_box, int key_bo
 }
 
 // The Hopper backward after the pre-pass: the kernel accumulating dQ (its additions ordered in the
-// deterministic mode), then the convert kernel. FT_BWD_VARIANT (an integer, FlashBwdParams::variant) picks
-// candidate schedules under measurement.
+// deterministic mode), then the convert kernel.
 template <class T, int D>
-void run_flash_bwd_sm90(const FlashBwdParams& params, cudaStream_t stream) {
-  FlashBwdParams p = params;
-  if (const char* variant = std::getenv("FT_BWD_VARIANT")) p.variant = std::atoi(variant);
+void run_flash_bwd_sm90(const FlashBwdParams& p, cudaStream_t stream) {
   const FlashShape& s = p.shape;
   using Tr = sm90::BwdKvTraits<T, D>;
   sm90::BwdTmaMaps maps = bwd_tma_maps<T, D>(p, Tr::kBlockM, Tr::kBlockN);

@@ -87,9 +87,6 @@ struct FlashBwdParams {
   // (at least its last entry). See Note [Packed-sequence tiles] (flash_sm90_scheduler.cuh).
   const int* varlen_key_tiles = nullptr;
   int varlen_grid_key_tiles = 0;
-  // Candidate Hopper backward schedules under measurement, bits set from the environment variable
-  // FT_BWD_VARIANT by run_flash_bwd_sm90 (kBwdVariant* in flash_sm90_scheduler.cuh); 0: the default.
-  int variant = 0;
 };
 
 }  // namespace ft::flash

@@ -67,9 +67,13 @@ static_assert(section_heads_for(100, 12) == 12 && section_heads_for(0, 12) == 1 
 // longest blocks launch last. The heads launched last (FlashBwdParams::ascending_heads of them,
 // ascending_heads_for) go the other way, so the grid does not end on its longest blocks: first key tile
 // first, ascending, each block taking its query tiles last first; blocks launched together then wait on
-// each other about a step each, which costs less than the tail. The count depends on the shape alone,
-// not on the device or the launch sections, so the gradients do not either; force_flash_ascending_heads
-// (tests) forces one. Measurements: docs/perf-notes.md#ordered-dq-additions.
+// each other about a step each, which costs less than the tail. With grouped-query heads an ascending block
+// takes its steps tile by tile over the group's heads: head by head, it would reach the group's j-th head
+// r j steps before the key tile before it (which has r = block_n / block_m more query tiles a head) and
+// wait there, the waits adding up along the key tiles launched together. Descending blocks, whose
+// predecessors run ahead, keep head by head (for the L2). The count depends on the shape alone, not on the
+// device or the launch sections, so the gradients do not either; force_flash_ascending_heads (tests)
+// forces one. Measurements: docs/perf-notes.md#ordered-dq-additions.
 
 // How many of the last grid heads launch and add first key tile first, given the heads and their key
 // tiles: a quarter of them, none in a grid of fewer than 1024 blocks whose heads have fewer than 64 key
@@ -231,31 +235,6 @@ struct BwdBlock {
   bool ascending;
 };
 
-// FlashBwdParams::variant bits (candidates under measurement): with ordered additions, a GQA block that
-// ascends takes its steps tile by tile over the group's heads instead of head by head; the ascending heads
-// launch as one last section instead of in the sections of the others; the consumers store and announce
-// a step's dS^T while its dQ piece runs instead of after.
-inline constexpr int kBwdVariantGqaTileMajor = 1, kBwdVariantAscendingSection = 2, kBwdVariantEarlyDs = 4;
-
-// With ordered additions and kBwdVariantAscendingSection: the grid head and y of the block launched
-// `launch`-th (blocks launch x fastest, then y, then z) when the descending heads launch in sections of
-// gridDim.x heads and then the ascending_heads ascending ones together, key tile by key tile.
-__device__ __forceinline__ void ascending_section_block(const FlashBwdParams& p, int grid_heads, int& bh, int& y) {
-  const int tiles = static_cast<int>(gridDim.y), section = static_cast<int>(gridDim.x);
-  const int launch = static_cast<int>(blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z));
-  const int descending = grid_heads - p.ascending_heads;
-  if (launch < descending * tiles) {
-    const int first = launch / (section * tiles) * section, in_section = launch - first * tiles;
-    const int heads = min(section, descending - first);
-    y = in_section / heads;
-    bh = first + (in_section - y * heads);
-    return;
-  }
-  const int rest = launch - descending * tiles;
-  y = rest / p.ascending_heads;
-  bh = rest < p.ascending_heads * tiles ? descending + (rest - y * p.ascending_heads) : -1;
-}
-
 // The block of a section_grid: dense calls' y is the key tile of grid head (batch x kv head) bh; packed
 // sequences' y enumerates every sequence's key tiles, the grid heads being the kv heads (See Note
 // [Packed-sequence tiles]). `ordered`: the additions are ordered (all but the last ascending_heads heads
@@ -264,9 +243,7 @@ __device__ __forceinline__ BwdBlock bwd_block(const FlashBwdParams& p, bool orde
   const FlashShape& s = p.shape;
   const bool packed = s.cu_seqlens_k != nullptr;
   const int grid_heads = packed ? s.heads_kv : s.batch * s.heads_kv;
-  int bh = section_head(grid_heads), y = static_cast<int>(blockIdx.y);
-  if (ordered && p.ascending_heads > 0 && (p.variant & kBwdVariantAscendingSection))
-    ascending_section_block(p, grid_heads, bh, y);
+  const int bh = section_head(grid_heads), y = static_cast<int>(blockIdx.y);
   const bool ascending = !ordered || bh >= grid_heads - p.ascending_heads;
   int b = bh < 0 ? -1 : bh / s.heads_kv, hk = bh % s.heads_kv, first = 0, n_tiles = static_cast<int>(gridDim.y);
   if (packed && bh >= 0) {
@@ -332,12 +309,13 @@ __device__ __forceinline__ int key_tiles_before(int n_block, int n_tiles, bool a
   return count;
 }
 
-// key_tiles_before for a writer warp that walks its steps' query tiles and carries `prefix` and `last_tile`
-// from call to call (start them at 0). Without a left window bound the key tiles that visit a query tile are
-// a prefix of the range, whose end moves up as the tile does (each bound of key_tile_queries is
-// non-decreasing in the key tile); the end is moved from where the last call left it, in the tile's
-// direction, a key tile or so per step of a walk over consecutive tiles instead of a search every step.
-// With a left window, key_tiles_before's count. See Note [Ordered dQ additions].
+// key_tiles_before for a writer warp that walks its steps' query tiles, carrying `prefix` and `last_tile` from
+// call to call (start last_tile at -1). Without a left window bound the key tiles that visit a query tile are
+// a prefix of the range, whose end does not decrease as the tile grows (each bound of key_tile_queries is
+// non-decreasing in the key tile). Where the tile grows or stays, the end is moved up from the last call's,
+// a key tile or so a step for the steps' consecutive tiles; where it drops and the end moves (a descending
+// block's next query head), or at the first call, it is searched for (key_tiles_before). With a left window,
+// key_tiles_before's count. See Note [Ordered dQ additions].
 template <bool kHasMask, int BN, int BM, class Shape>
 __device__ __forceinline__ int key_tiles_before_walked(int& prefix, int& last_tile, int n_block, int n_tiles,
                                                        bool ascending, int tile, const Shape& s, int lane) {
@@ -345,11 +323,10 @@ __device__ __forceinline__ int key_tiles_before_walked(int& prefix, int& last_ti
     return key_tiles_before<kHasMask, BN, BM>(n_block, n_tiles, ascending, tile, s, lane);
   const int first = ascending ? 0 : n_block + 1, end = ascending ? n_block : n_tiles;
   auto visits = [&](int n) { return key_tile_queries<kHasMask, BN, BM>(n * BN, s).contains(tile); };
-  prefix = min(max(prefix, first), end);
-  if (tile >= last_tile) {
-    while (prefix < end && visits(prefix)) ++prefix;
+  if (last_tile < 0 || (tile < last_tile && prefix > first && !visits(prefix - 1))) {
+    prefix = first + key_tiles_before<kHasMask, BN, BM>(n_block, n_tiles, ascending, tile, s, lane);
   } else {
-    while (prefix > first && !visits(prefix - 1)) --prefix;
+    while (prefix < end && visits(prefix)) ++prefix;
   }
   last_tile = tile;
   return prefix - first;
