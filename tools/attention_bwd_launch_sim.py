@@ -13,7 +13,7 @@ mean per SM (1.0 is a perfect balance, no waits).
 
   tools/attention_bwd_launch_sim.py --heads 32 --seqlen 32768 --sections 1
   tools/attention_bwd_launch_sim.py --heads 8 --group 4 --seqlen 32768 --head-major --sm-noise 0.02
-  tools/attention_bwd_launch_sim.py --heads 8 --group 4 --head-major --ascending-tile-major --ascending-section
+  tools/attention_bwd_launch_sim.py --heads 8 --group 4 --head-major --ascending-tile-major
 """
 import argparse
 import heapq
@@ -22,17 +22,13 @@ import random
 
 def launch_order(a):
     """Blocks (grid head, key tile, walks its query tiles last first) in launch order: sections of
-    a.sections grid heads, key tiles x-fastest over a section's heads (with a.ascending_section the
-    ascending heads form one last section of their own). With ordered additions the last a.ascending grid
-    heads launch first key tile first and walk last tile first, the others last key tile first, first
-    tile first; atomic: every head first key tile first, first tile first."""
+    a.sections grid heads, key tiles x-fastest over a section's heads. With ordered additions the last
+    a.ascending grid heads launch first key tile first and walk last tile first, the others last key tile
+    first, first tile first; atomic: every head first key tile first, first tile first."""
     key_tiles = a.seqlen // a.block_n
-    sectioned = a.heads - a.ascending if a.ascending_section and not a.atomic else a.heads
-    sections = [range(s0, min(sectioned, s0 + a.sections)) for s0 in range(0, sectioned, a.sections)]
-    if sectioned < a.heads:
-        sections.append(range(sectioned, a.heads))
     order = []
-    for heads in sections:
+    for s0 in range(0, a.heads, a.sections):
+        heads = range(s0, min(a.heads, s0 + a.sections))
         for y in range(key_tiles):
             for h in heads:
                 ascending = a.atomic or h >= a.heads - a.ascending
@@ -88,8 +84,6 @@ def main():
     p.add_argument("--head-major", action="store_true", help="a block's steps head by head, not tile by tile")
     p.add_argument("--ascending-tile-major", action="store_true",
                    help="with --head-major: the ascending heads' blocks still take their steps tile by tile")
-    p.add_argument("--ascending-section", action="store_true",
-                   help="the ascending heads launch as one last section, not in the others' sections")
     p.add_argument("--landing", type=float, default=0.6, help="an addition's issue to landing, in steps")
     p.add_argument("--poll", type=float, default=0.15, help="a landed addition to the next writer's turn")
     p.add_argument("--prologue", type=float, default=1.5, help="a block's start to its first step, in steps")
