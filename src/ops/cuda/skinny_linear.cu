@@ -14,7 +14,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 
+#include "core/error.h"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/decode_ops.h"
 #include "ops/cuda/dependent_launch.cuh"
@@ -65,6 +67,8 @@ struct Args {
   std::int64_t table_rows;  // 0 without a table
   bool overlap;        // launched to overlap its predecessor (dependent_launch.cuh)
   int prefetch_units;  // how many of each warp's units (the first ones) to prefetch into L2 at the start
+  int ahead;           // 0, or: on starting its t-th unit (t >= 1), a warp prefetches its unit t + ahead into L2
+  bool evict_first;    // the weight loads mark their L2 lines first to evict (each byte is read once a call)
   int split;           // warps sharing a unit (Note [Skinny split K]): 1, 2 or 4
   int split_steps;     // the most chunk steps of one warp's share: ceil(steps / split)
 };
@@ -85,6 +89,22 @@ __device__ __forceinline__ float dot8(const uint4& w, const uint4& x) {
     s = fmaf(a.y, b.y, s);
   }
   return s;
+}
+
+// An L2 policy that marks the lines an access touches first to evict.
+__device__ __forceinline__ std::uint64_t evict_first_policy() {
+  std::uint64_t policy = 0;
+  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
+  return policy;
+}
+
+// 16 bytes at p, read-only for the kernel's lifetime, not kept in L1, under the L2 policy.
+__device__ __forceinline__ uint4 load_streaming(const bf16* p, std::uint64_t policy) {
+  uint4 v;
+  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+               : "l"(p), "l"(policy));
+  return v;
 }
 
 __device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
@@ -210,7 +230,20 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_kernel(Args a) 
     }
   };
   // kUnroll 16-byte chunks of each of the rows from column k0, 256 apart (zeros from k_end).
+  const std::uint64_t policy = a.evict_first ? evict_first_policy() : 0;
   const auto load_chunks = [&](const bf16* wa, const bf16* wb, std::int64_t k0, uint4* va, uint4* vb) {
+    if (a.evict_first) {
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const std::int64_t k = k0 + u * 32 * 8;
+        va[u] = vb[u] = make_uint4(0, 0, 0, 0);
+        if (k < k_end) {
+          va[u] = load_streaming(wa + k, policy);
+          vb[u] = load_streaming(wb + k, policy);
+        }
+      }
+      return;
+    }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const std::int64_t k = k0 + u * 32 * 8;
@@ -221,27 +254,32 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_kernel(Args a) 
       }
     }
   };
+  // This lane's lines of the unit's rows from column k_from (a line0 below) to k_end into L2.
+  const auto prefetch_unit = [&](std::int64_t unit, std::int64_t k_from) {
+    std::int64_t n0 = 0, n1 = 0;
+    const bf16 *wa = nullptr, *wb = nullptr;
+    rows_of(unit, n0, n1, wa, wb);
+    for (std::int64_t k = k_from; k < k_end; k += 32 * 64) {
+      prefetch_l2(wa + k);
+      prefetch_l2(wb + k);
+    }
+  };
   // The first chunks of this warp's first unit go into registers, the rest of its share and its share of its
   // next prefetch_units - 1 units into L2, before the wait (they do not depend on the previous kernel: on their
   // way while it finishes) and the staging below, so that the weights' memory latency overlaps them and every
   // byte is requested in the first round trip (the later chunks then come from L2).
   const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * groups + group;
   const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * groups;
+  const std::int64_t line0 = k_begin - lane * 8 + lane * 64;  // one 128-byte line (64 elements) a lane
   uint4 va[kUnroll], vb[kUnroll];
   if (first < units) {
     std::int64_t n0 = 0, n1 = 0;
     const bf16 *wa = nullptr, *wb = nullptr;
     rows_of(first, n0, n1, wa, wb);
     load_chunks(wa, wb, k_begin, va, vb);
-    const std::int64_t line0 = k_begin - lane * 8 + lane * 64;  // one 128-byte line (64 elements) a lane
     std::int64_t unit = first, k_from = line0 + 32 * 8 * kUnroll;  // the first unit: past the chunks' columns
-    for (int t = 0; t < a.prefetch_units && unit < units; ++t, unit += stride, k_from = line0) {
-      rows_of(unit, n0, n1, wa, wb);
-      for (std::int64_t k = k_from; k < k_end; k += 32 * 64) {
-        prefetch_l2(wa + k);
-        prefetch_l2(wb + k);
-      }
-    }
+    for (int t = 0; t < a.prefetch_units && unit < units; ++t, unit += stride, k_from = line0)
+      prefetch_unit(unit, k_from);
   }
   // rope_append: the position (written before the previous kernel, see SkinnyLinearArgs::overlap_launch) and
   // lane j's angle of this warp's j-th unit (from the table, else computed), before the wait and once per warp in
@@ -342,6 +380,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_kernel(Args a) 
   // Each group takes units (two weight rows) blockIdx.x * groups + group, then every gridDim.x * groups-th: few
   // enough blocks that staging x' stays cheap beside the weights, enough to keep the memory system busy.
   for (std::int64_t unit = first; unit < units; unit += stride) {
+    if (a.ahead > 0 && unit != first && unit + a.ahead * stride < units) prefetch_unit(unit + a.ahead * stride, line0);
     std::int64_t n0 = 0, n1 = 0;
     const bf16 *wa = nullptr, *wb = nullptr;
     rows_of(unit, n0, n1, wa, wb);
@@ -404,10 +443,29 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_kernel(Args a) 
   }
 }
 
+// Temporary, for measuring candidates on the GPU machine in one build: FT_SKINNY_VARIANT, a sum of
+// kRollingPrefetch, kOneBlockPerSm and kEvictFirst (unset: 0, none of them).
+constexpr int kRollingPrefetch = 1;  // each warp keeps `ahead` units prefetched into L2 as it goes
+constexpr int kOneBlockPerSm = 2;    // grids of one block a multiprocessor: the next call's blocks fit beside
+constexpr int kEvictFirst = 4;       // weight loads under an L2 evict-first policy
+int skinny_variant() {
+  static const int variant = [] {
+    const char* text = std::getenv("FT_SKINNY_VARIANT");
+    if (text == nullptr || *text == 0) return 0;
+    char* end = nullptr;
+    const long v = std::strtol(text, &end, 10);
+    FT_CHECK(*end == 0 && v >= 0 && v <= 7, "FT_SKINNY_VARIANT must be an integer in [0, 7], given '", text, "'");
+    return static_cast<int>(v);
+  }();
+  return variant;
+}
+
 template <int kM, int kMode, bool kNorm>
 void launch(Args a, Device device, int sms, cudaStream_t stream) {
+  const int variant = skinny_variant();
   const std::int64_t units = kMode == kSwiglu ? a.N : (a.N + 1) / 2;
-  const std::int64_t warps = static_cast<std::int64_t>(kBlocksPerSm) * sms * kWarps;  // the grid's most
+  const std::int64_t warps =
+      static_cast<std::int64_t>(variant & kOneBlockPerSm ? 1 : kBlocksPerSm) * sms * kWarps;  // the grid's most
   const std::int64_t steps = ceil_div(a.K, std::int64_t{256}), staged = kM * a.K * sizeof(bf16);
   // The partials' bytes a block needs with `split` warps a unit (Note [Skinny split K]).
   const auto partial_bytes = [&](std::int64_t split) {
@@ -430,6 +488,10 @@ void launch(Args a, Device device, int sms, cudaStream_t stream) {
   // Units of all groups prefetched per round: as many rounds as kPrefetchBytes holds, at least the first.
   const std::int64_t round_bytes = static_cast<std::int64_t>(blocks) * groups * 2 * a.K * sizeof(bf16);
   a.prefetch_units = static_cast<int>(std::clamp<std::int64_t>(kPrefetchBytes / round_bytes, 1, per_group));
+  // Rolling: units [0, ahead] before the wait, then unit t + ahead on starting unit t.
+  a.ahead = variant & kRollingPrefetch ? a.prefetch_units : 0;
+  if (a.ahead > 0) a.prefetch_units = static_cast<int>(std::min<std::int64_t>(a.ahead + 1, per_group));
+  a.evict_first = (variant & kEvictFirst) != 0;
   const auto smem = static_cast<std::size_t>(staged + (a.split > 1 ? partial_bytes(a.split) : 0));
   if (smem > static_cast<std::size_t>(kDefaultSharedBytes))
     FT_CUDA_CHECK(cudaFuncSetAttribute(skinny_kernel<kM, kMode, kNorm>, cudaFuncAttributeMaxDynamicSharedMemorySize,
