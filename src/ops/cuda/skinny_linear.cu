@@ -69,6 +69,7 @@ struct Args {
   int prefetch_units;  // how many of each warp's units (the first ones) to prefetch into L2 at the start
   int ahead;           // 0, or: on starting its t-th unit (t >= 1), a warp prefetches its unit t + ahead into L2
   bool evict_first;    // the weight loads mark their L2 lines first to evict (each byte is read once a call)
+  bool residual_early;  // residual: a warp reads its first unit's residual before the wait
   int split;           // warps sharing a unit (Note [Skinny split K]): 1, 2 or 4
   int split_steps;     // the most chunk steps of one warp's share: ceil(steps / split)
 };
@@ -133,10 +134,11 @@ __device__ __forceinline__ float2 rope_angle(const Args& a, std::int64_t pos, st
 }
 
 // Row m's epilogue for output column n0 (and n1: the second column, == n0 when there is none).
-// cs, pos: rope_append's (cos, sin) for the columns (rope_angle) and the position; unused by the other modes.
+// cs, pos: rope_append's (cos, sin) for the columns (rope_angle) and the position; res: the residual's values of
+// the columns in row m; each unused by the other modes.
 template <int kMode>
 __device__ __forceinline__ void epilogue(const Args& a, std::int64_t m, std::int64_t n0, std::int64_t n1, float v0,
-                                         float v1, float2 cs, std::int64_t pos) {
+                                         float v1, float2 cs, std::int64_t pos, float2 res) {
   if constexpr (kMode == kStore) {
     if (a.y_f32) {
       float* y = static_cast<float*>(a.y) + m * a.y_stride;
@@ -149,10 +151,8 @@ __device__ __forceinline__ void epilogue(const Args& a, std::int64_t m, std::int
     }
   } else if constexpr (kMode == kResidual) {
     float* y = static_cast<float*>(a.y) + m * a.y_stride;
-    const float* r = a.res + m * a.res_stride;
-    const float r0 = r[n0], r1 = r[n1];
-    y[n0] = v0 + r0;
-    if (n1 != n0) y[n1] = v1 + r1;
+    y[n0] = v0 + res.x;
+    if (n1 != n0) y[n1] = v1 + res.y;
   } else if constexpr (kMode == kSwiglu) {
     const float x = round_bf16(v0), b = round_bf16(v1);
     static_cast<bf16*>(a.y)[m * a.y_stride + n0] = __float2bfloat16_rn(x * (1.0f / (1.0f + expf(-x))) * b);
@@ -291,6 +291,15 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_kernel(Args a) 
     const std::int64_t unit = first + lane * stride;
     if (unit < units) lane_cs = rope_angle(a, pos, 2 * unit);
   }
+  // residual: row `lane`'s values of the columns of unit n (lane < M); with residual_early, the first unit's
+  // before the wait (not written by the previous kernel, see SkinnyLinearArgs::overlap_launch).
+  const auto residual_of = [&](std::int64_t unit) {
+    const float* r = a.res + lane * a.res_stride;
+    return make_float2(r[2 * unit], r[std::min(2 * unit + 1, a.N - 1)]);
+  };
+  float2 first_res = make_float2(0.f, 0.f);
+  if constexpr (kMode == kResidual)
+    if (a.residual_early && first < units && part == 0 && lane < a.M) first_res = residual_of(first);
   wait_for_previous_grid();
   allow_next_grid();
 
@@ -430,7 +439,9 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_kernel(Args a) 
       acc0[m] = warp_reduce(acc0[m], SumOp{});
       acc1[m] = warp_reduce(acc1[m], SumOp{});
     }
-    float2 cs = make_float2(1.f, 0.f);
+    float2 cs = make_float2(1.f, 0.f), res = make_float2(0.f, 0.f);
+    if constexpr (kMode == kResidual)
+      if (lane < a.M) res = a.residual_early && unit == first ? first_res : residual_of(unit);
     if constexpr (kMode == kRope) {
       const std::int64_t t = (unit - first) / stride;  // this unit's place among the warp's (the same in every lane)
       cs = t < 32 ? make_float2(__shfl_sync(0xffffffffu, lane_cs.x, static_cast<int>(t)),
@@ -439,22 +450,23 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_kernel(Args a) 
     }
 #pragma unroll
     for (int m = 0; m < kM; ++m)
-      if (lane == m && m < a.M) epilogue<kMode>(a, m, n0, n1, acc0[m], acc1[m], cs, pos);
+      if (lane == m && m < a.M) epilogue<kMode>(a, m, n0, n1, acc0[m], acc1[m], cs, pos, res);
   }
 }
 
 // Temporary, for measuring candidates on the GPU machine in one build: FT_SKINNY_VARIANT, a sum of
-// kRollingPrefetch, kOneBlockPerSm and kEvictFirst (unset: 0, none of them).
+// kRollingPrefetch, kOneBlockPerSm, kEvictFirst and kResidualEarly (unset: 0, none of them).
 constexpr int kRollingPrefetch = 1;  // each warp keeps `ahead` units prefetched into L2 as it goes
 constexpr int kOneBlockPerSm = 2;    // grids of one block a multiprocessor: the next call's blocks fit beside
 constexpr int kEvictFirst = 4;       // weight loads under an L2 evict-first policy
+constexpr int kResidualEarly = 8;    // overlapping residual calls read their first unit's residual before the wait
 int skinny_variant() {
   static const int variant = [] {
     const char* text = std::getenv("FT_SKINNY_VARIANT");
     if (text == nullptr || *text == 0) return 0;
     char* end = nullptr;
     const long v = std::strtol(text, &end, 10);
-    FT_CHECK(*end == 0 && v >= 0 && v <= 7, "FT_SKINNY_VARIANT must be an integer in [0, 7], given '", text, "'");
+    FT_CHECK(*end == 0 && v >= 0 && v <= 15, "FT_SKINNY_VARIANT must be an integer in [0, 15], given '", text, "'");
     return static_cast<int>(v);
   }();
   return variant;
@@ -492,6 +504,7 @@ void launch(Args a, Device device, int sms, cudaStream_t stream) {
   a.ahead = variant & kRollingPrefetch ? a.prefetch_units : 0;
   if (a.ahead > 0) a.prefetch_units = static_cast<int>(std::min<std::int64_t>(a.ahead + 1, per_group));
   a.evict_first = (variant & kEvictFirst) != 0;
+  a.residual_early = a.overlap && (variant & kResidualEarly) != 0;
   const auto smem = static_cast<std::size_t>(staged + (a.split > 1 ? partial_bytes(a.split) : 0));
   if (smem > static_cast<std::size_t>(kDefaultSharedBytes))
     FT_CUDA_CHECK(cudaFuncSetAttribute(skinny_kernel<kM, kMode, kNorm>, cudaFuncAttributeMaxDynamicSharedMemorySize,
