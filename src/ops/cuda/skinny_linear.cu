@@ -70,6 +70,8 @@ struct Args {
   int ahead;           // 0, or: on starting its t-th unit (t >= 1), a warp prefetches its unit t + ahead into L2
   bool evict_first;    // the weight loads mark their L2 lines first to evict (each byte is read once a call)
   bool residual_early;  // residual: a warp reads its first unit's residual before the wait
+  bool bulk_prefetch;   // prefetch whole row ranges with bulk (TMA) prefetches, the register chunks' included
+  bool balanced;        // block b takes units [b units / blocks, (b + 1) units / blocks), its groups in turn
   int split;           // warps sharing a unit (Note [Skinny split K]): 1, 2 or 4
   int split_steps;     // the most chunk steps of one warp's share: ceil(steps / split)
 };
@@ -106,6 +108,16 @@ __device__ __forceinline__ uint4 load_streaming(const bf16* p, std::uint64_t pol
                : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                : "l"(p), "l"(policy));
   return v;
+}
+
+// `bytes` (a multiple of 16) from p (16-byte aligned) into L2 by the bulk-copy unit, without waiting for them.
+// Compute capability 9.0+; before it, the lines one at a time.
+__device__ __forceinline__ void bulk_prefetch_l2(const void* p, std::uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
+#else
+  for (std::uint32_t b = 0; b < bytes; b += 128) prefetch_l2(static_cast<const char*>(p) + b);
+#endif
 }
 
 __device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
@@ -254,11 +266,21 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_kernel(Args a) 
       }
     }
   };
-  // This lane's lines of the unit's rows from column k_from (a line0 below) to k_end into L2.
+  // This lane's lines of the unit's rows from column k_from (a line0 below) to k_end into L2; with
+  // bulk_prefetch, lane 0 asks for the warp's whole share of both rows (k_from unused).
   const auto prefetch_unit = [&](std::int64_t unit, std::int64_t k_from) {
     std::int64_t n0 = 0, n1 = 0;
     const bf16 *wa = nullptr, *wb = nullptr;
     rows_of(unit, n0, n1, wa, wb);
+    if (a.bulk_prefetch) {
+      if (lane == 0) {
+        const std::int64_t k0 = k_begin - lane * 8;
+        const auto bytes = static_cast<std::uint32_t>((k_end - k0) * sizeof(bf16));
+        bulk_prefetch_l2(wa + k0, bytes);
+        if (wb != wa) bulk_prefetch_l2(wb + k0, bytes);
+      }
+      return;
+    }
     for (std::int64_t k = k_from; k < k_end; k += 32 * 64) {
       prefetch_l2(wa + k);
       prefetch_l2(wb + k);
@@ -268,17 +290,27 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_kernel(Args a) 
   // next prefetch_units - 1 units into L2, before the wait (they do not depend on the previous kernel: on their
   // way while it finishes) and the staging below, so that the weights' memory latency overlaps them and every
   // byte is requested in the first round trip (the later chunks then come from L2).
-  const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * groups + group;
-  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * groups;
+  // This warp's units: first, first + stride, ... below last.
+  std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * groups + group;
+  std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * groups, last = units;
+  if (a.balanced) {
+    first = blockIdx.x * units / gridDim.x + group;
+    stride = groups;
+    last = (blockIdx.x + 1) * units / gridDim.x;
+  }
   const std::int64_t line0 = k_begin - lane * 8 + lane * 64;  // one 128-byte line (64 elements) a lane
   uint4 va[kUnroll], vb[kUnroll];
-  if (first < units) {
+  if (first < last) {
     std::int64_t n0 = 0, n1 = 0;
     const bf16 *wa = nullptr, *wb = nullptr;
     rows_of(first, n0, n1, wa, wb);
+    if (a.bulk_prefetch) {  // every row range requested before the register loads queue in the SM
+      std::int64_t unit = first;
+      for (int t = 0; t < a.prefetch_units && unit < last; ++t, unit += stride) prefetch_unit(unit, 0);
+    }
     load_chunks(wa, wb, k_begin, va, vb);
     std::int64_t unit = first, k_from = line0 + 32 * 8 * kUnroll;  // the first unit: past the chunks' columns
-    for (int t = 0; t < a.prefetch_units && unit < units; ++t, unit += stride, k_from = line0)
+    for (int t = 0; !a.bulk_prefetch && t < a.prefetch_units && unit < last; ++t, unit += stride, k_from = line0)
       prefetch_unit(unit, k_from);
   }
   // rope_append: the position (written before the previous kernel, see SkinnyLinearArgs::overlap_launch) and
@@ -289,7 +321,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_kernel(Args a) 
   if constexpr (kMode == kRope) {
     pos = *a.position;
     const std::int64_t unit = first + lane * stride;
-    if (unit < units) lane_cs = rope_angle(a, pos, 2 * unit);
+    if (unit < last) lane_cs = rope_angle(a, pos, 2 * unit);
   }
   // residual: row `lane`'s values of the columns of unit n (lane < M); with residual_early, the first unit's
   // before the wait (not written by the previous kernel, see SkinnyLinearArgs::overlap_launch).
@@ -299,7 +331,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_kernel(Args a) 
   };
   float2 first_res = make_float2(0.f, 0.f);
   if constexpr (kMode == kResidual)
-    if (a.residual_early && first < units && part == 0 && lane < a.M) first_res = residual_of(first);
+    if (a.residual_early && first < last && part == 0 && lane < a.M) first_res = residual_of(first);
   wait_for_previous_grid();
   allow_next_grid();
 
@@ -388,8 +420,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_kernel(Args a) 
 
   // Each group takes units (two weight rows) blockIdx.x * groups + group, then every gridDim.x * groups-th: few
   // enough blocks that staging x' stays cheap beside the weights, enough to keep the memory system busy.
-  for (std::int64_t unit = first; unit < units; unit += stride) {
-    if (a.ahead > 0 && unit != first && unit + a.ahead * stride < units) prefetch_unit(unit + a.ahead * stride, line0);
+  for (std::int64_t unit = first; unit < last; unit += stride) {
+    if (a.ahead > 0 && unit != first && unit + a.ahead * stride < last) prefetch_unit(unit + a.ahead * stride, line0);
     std::int64_t n0 = 0, n1 = 0;
     const bf16 *wa = nullptr, *wb = nullptr;
     rows_of(unit, n0, n1, wa, wb);
@@ -455,18 +487,20 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_kernel(Args a) 
 }
 
 // Temporary, for measuring candidates on the GPU machine in one build: FT_SKINNY_VARIANT, a sum of
-// kRollingPrefetch, kOneBlockPerSm, kEvictFirst and kResidualEarly (unset: 0, none of them).
+// the flags below (unset: 0, none of them).
 constexpr int kRollingPrefetch = 1;  // each warp keeps `ahead` units prefetched into L2 as it goes
 constexpr int kOneBlockPerSm = 2;    // grids of one block a multiprocessor: the next call's blocks fit beside
 constexpr int kEvictFirst = 4;       // weight loads under an L2 evict-first policy
 constexpr int kResidualEarly = 8;    // overlapping residual calls read their first unit's residual before the wait
+constexpr int kBulkPrefetch = 16;    // L2 prefetches of whole row ranges by the bulk-copy unit
+constexpr int kBalanced = 32;        // every block of the whole grid takes the same number of units (+-1)
 int skinny_variant() {
   static const int variant = [] {
     const char* text = std::getenv("FT_SKINNY_VARIANT");
     if (text == nullptr || *text == 0) return 0;
     char* end = nullptr;
     const long v = std::strtol(text, &end, 10);
-    FT_CHECK(*end == 0 && v >= 0 && v <= 15, "FT_SKINNY_VARIANT must be an integer in [0, 15], given '", text, "'");
+    FT_CHECK(*end == 0 && v >= 0 && v <= 63, "FT_SKINNY_VARIANT must be an integer in [0, 63], given '", text, "'");
     return static_cast<int>(v);
   }();
   return variant;
@@ -495,8 +529,13 @@ void launch(Args a, Device device, int sms, cudaStream_t stream) {
   // same share of the weights, whose bytes the prefetch below requests at the start, and a group takes
   // per_group or per_group - 1 units. (Equal units for every group instead would leave, e.g. for xl's QKV,
   // 150 blocks: 18 multiprocessors with twice the others' weights.)
-  const std::int64_t per_group = ceil_div(units, warps / a.split);  // the most units of a group
-  const auto blocks = static_cast<unsigned>(std::min(warps / kWarps, ceil_div(units, groups)));
+  a.balanced = (variant & kBalanced) != 0;
+  std::int64_t per_group = ceil_div(units, warps / a.split);  // the most units of a group
+  auto blocks = static_cast<unsigned>(std::min(warps / kWarps, ceil_div(units, groups)));
+  if (a.balanced) {
+    blocks = static_cast<unsigned>(std::min(warps / kWarps, units));
+    per_group = ceil_div(ceil_div(units, std::int64_t{blocks}), groups);
+  }
   // Units of all groups prefetched per round: as many rounds as kPrefetchBytes holds, at least the first.
   const std::int64_t round_bytes = static_cast<std::int64_t>(blocks) * groups * 2 * a.K * sizeof(bf16);
   a.prefetch_units = static_cast<int>(std::clamp<std::int64_t>(kPrefetchBytes / round_bytes, 1, per_group));
@@ -505,6 +544,7 @@ void launch(Args a, Device device, int sms, cudaStream_t stream) {
   if (a.ahead > 0) a.prefetch_units = static_cast<int>(std::min<std::int64_t>(a.ahead + 1, per_group));
   a.evict_first = (variant & kEvictFirst) != 0;
   a.residual_early = a.overlap && (variant & kResidualEarly) != 0;
+  a.bulk_prefetch = (variant & kBulkPrefetch) != 0;
   const auto smem = static_cast<std::size_t>(staged + (a.split > 1 ? partial_bytes(a.split) : 0));
   if (smem > static_cast<std::size_t>(kDefaultSharedBytes))
     FT_CUDA_CHECK(cudaFuncSetAttribute(skinny_kernel<kM, kMode, kNorm>, cudaFuncAttributeMaxDynamicSharedMemorySize,
