@@ -494,13 +494,14 @@ constexpr int kEvictFirst = 4;       // weight loads under an L2 evict-first pol
 constexpr int kResidualEarly = 8;    // overlapping residual calls read their first unit's residual before the wait
 constexpr int kBulkPrefetch = 16;    // L2 prefetches of whole row ranges by the bulk-copy unit
 constexpr int kBalanced = 32;        // every block of the whole grid takes the same number of units (+-1)
+constexpr int kLargePrefetch = 64;   // 40 MB of prefetch a call instead of kPrefetchBytes
 int skinny_variant() {
   static const int variant = [] {
     const char* text = std::getenv("FT_SKINNY_VARIANT");
     if (text == nullptr || *text == 0) return 0;
     char* end = nullptr;
     const long v = std::strtol(text, &end, 10);
-    FT_CHECK(*end == 0 && v >= 0 && v <= 63, "FT_SKINNY_VARIANT must be an integer in [0, 63], given '", text, "'");
+    FT_CHECK(*end == 0 && v >= 0 && v <= 127, "FT_SKINNY_VARIANT must be an integer in [0, 127], given '", text, "'");
     return static_cast<int>(v);
   }();
   return variant;
@@ -538,7 +539,8 @@ void launch(Args a, Device device, int sms, cudaStream_t stream) {
   }
   // Units of all groups prefetched per round: as many rounds as kPrefetchBytes holds, at least the first.
   const std::int64_t round_bytes = static_cast<std::int64_t>(blocks) * groups * 2 * a.K * sizeof(bf16);
-  a.prefetch_units = static_cast<int>(std::clamp<std::int64_t>(kPrefetchBytes / round_bytes, 1, per_group));
+  const std::int64_t budget = variant & kLargePrefetch ? 40ll << 20 : kPrefetchBytes;
+  a.prefetch_units = static_cast<int>(std::clamp<std::int64_t>(budget / round_bytes, 1, per_group));
   // Rolling: units [0, ahead] before the wait, then unit t + ahead on starting unit t.
   a.ahead = variant & kRollingPrefetch ? a.prefetch_units : 0;
   if (a.ahead > 0) a.prefetch_units = static_cast<int>(std::min<std::int64_t>(a.ahead + 1, per_group));
