@@ -494,7 +494,7 @@ constexpr int kEvictFirst = 4;       // weight loads under an L2 evict-first pol
 constexpr int kResidualEarly = 8;    // overlapping residual calls read their first unit's residual before the wait
 constexpr int kBulkPrefetch = 16;    // L2 prefetches of whole row ranges by the bulk-copy unit
 constexpr int kBalanced = 32;        // every block of the whole grid takes the same number of units (+-1)
-constexpr int kLargePrefetch = 64;   // 40 MB of prefetch a call instead of kPrefetchBytes
+constexpr int kLargePrefetch = 64;   // 40 MB of prefetch a call instead of kPrefetchBytes (halved with kOneBlockPerSm)
 int skinny_variant() {
   static const int variant = [] {
     const char* text = std::getenv("FT_SKINNY_VARIANT");
@@ -539,7 +539,9 @@ void launch(Args a, Device device, int sms, cudaStream_t stream) {
   }
   // Units of all groups prefetched per round: as many rounds as kPrefetchBytes holds, at least the first.
   const std::int64_t round_bytes = static_cast<std::int64_t>(blocks) * groups * 2 * a.K * sizeof(bf16);
-  const std::int64_t budget = variant & kLargePrefetch ? 40ll << 20 : kPrefetchBytes;
+  // With one block per SM two calls prefetch at once: half each.
+  const std::int64_t budget =
+      (variant & kLargePrefetch ? 40ll << 20 : kPrefetchBytes) / (variant & kOneBlockPerSm ? 2 : 1);
   a.prefetch_units = static_cast<int>(std::clamp<std::int64_t>(budget / round_bytes, 1, per_group));
   // Rolling: units [0, ahead] before the wait, then unit t + ahead on starting unit t.
   a.ahead = variant & kRollingPrefetch ? a.prefetch_units : 0;
