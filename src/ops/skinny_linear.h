@@ -44,9 +44,8 @@ struct SkinnyLinearArgs {
   // CUDA, compute capability 9.0+: the kernel may be scheduled while the previous kernel on the stream finishes
   // (programmatic dependent launch), prefetching its weight rows into L2 meanwhile and, for rope_append, reading
   // the position and its angles, so the previous kernel must not write the position (the generator advances it
-  // at the end of the step before), and may read the residual, which the previous kernel must not write either
-  // (a decode layer's residuals are written two kernels or more before); it waits for that kernel before reading
-  // anything else. The results are the same.
+  // at the end of the step before); it waits for that kernel before reading anything else. The results are the
+  // same.
   bool overlap_launch = false;
   Stream stream;  // CUDA work is ordered on this stream
 };

@@ -125,8 +125,8 @@ TEST(SkinnyLinearCuda, MatchesTheCpuComposition) {
   check({SkinnyEpilogue::residual, 8, 6400, 160, false, DType::f32});  // 100 KB of staged rows
   check({SkinnyEpilogue::store, 1, 64, 9001, false, DType::f32});      // several units a warp, all prefetched
   check({SkinnyEpilogue::swiglu, 5, 6400, 48, true});
-  // xl's decode shapes at one row, where a warp takes several units in turn (prefetched ahead of it): w1/w3
-  // (about 3 units a warp), the fused QKV + RoPE, and the LM head (about 12).
+  // xl's decode shapes at one row, where a warp takes several units in turn: w1/w3 (about 3 a warp), the fused
+  // QKV + RoPE (1 or 2) and an LM head of GPT-2's vocabulary (about 12).
   check({SkinnyEpilogue::swiglu, 1, 1600, 6400, true});
   check({SkinnyEpilogue::rope_append, 1, 1600, 3 * 1600, true});
   check({SkinnyEpilogue::store, 1, 1600, 50257, true, DType::f32});

@@ -14,9 +14,7 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 
-#include "core/error.h"
 #include "ops/cuda/common.cuh"
 #include "ops/cuda/decode_ops.h"
 #include "ops/cuda/dependent_launch.cuh"
@@ -67,11 +65,6 @@ struct Args {
   std::int64_t table_rows;  // 0 without a table
   bool overlap;        // launched to overlap its predecessor (dependent_launch.cuh)
   int prefetch_units;  // how many of each warp's units (the first ones) to prefetch into L2 at the start
-  int ahead;           // 0, or: on starting its t-th unit (t >= 1), a warp prefetches its unit t + ahead into L2
-  bool evict_first;    // the weight loads mark their L2 lines first to evict (each byte is read once a call)
-  bool residual_early;  // residual: a warp reads its first unit's residual before the wait
-  bool bulk_prefetch;   // prefetch whole row ranges with bulk (TMA) prefetches, the register chunks' included
-  bool balanced;        // block b takes units [b units / blocks, (b + 1) units / blocks), its groups in turn
   int split;           // warps sharing a unit (Note [Skinny split K]): 1, 2 or 4
   int split_steps;     // the most chunk steps of one warp's share: ceil(steps / split)
 };
@@ -92,32 +85,6 @@ __device__ __forceinline__ float dot8(const uint4& w, const uint4& x) {
     s = fmaf(a.y, b.y, s);
   }
   return s;
-}
-
-// An L2 policy that marks the lines an access touches first to evict.
-__device__ __forceinline__ std::uint64_t evict_first_policy() {
-  std::uint64_t policy = 0;
-  asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;" : "=l"(policy));
-  return policy;
-}
-
-// 16 bytes at p, read-only for the kernel's lifetime, not kept in L1, under the L2 policy.
-__device__ __forceinline__ uint4 load_streaming(const bf16* p, std::uint64_t policy) {
-  uint4 v;
-  asm volatile("ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
-               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-               : "l"(p), "l"(policy));
-  return v;
-}
-
-// `bytes` (a multiple of 16) from p (16-byte aligned) into L2 by the bulk-copy unit, without waiting for them.
-// Compute capability 9.0+; before it, the lines one at a time.
-__device__ __forceinline__ void bulk_prefetch_l2(const void* p, std::uint32_t bytes) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(bytes) : "memory");
-#else
-  for (std::uint32_t b = 0; b < bytes; b += 128) prefetch_l2(static_cast<const char*>(p) + b);
-#endif
 }
 
 __device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
@@ -146,11 +113,10 @@ __device__ __forceinline__ float2 rope_angle(const Args& a, std::int64_t pos, st
 }
 
 // Row m's epilogue for output column n0 (and n1: the second column, == n0 when there is none).
-// cs, pos: rope_append's (cos, sin) for the columns (rope_angle) and the position; res: the residual's values of
-// the columns in row m; each unused by the other modes.
+// cs, pos: rope_append's (cos, sin) for the columns (rope_angle) and the position; unused by the other modes.
 template <int kMode>
 __device__ __forceinline__ void epilogue(const Args& a, std::int64_t m, std::int64_t n0, std::int64_t n1, float v0,
-                                         float v1, float2 cs, std::int64_t pos, float2 res) {
+                                         float v1, float2 cs, std::int64_t pos) {
   if constexpr (kMode == kStore) {
     if (a.y_f32) {
       float* y = static_cast<float*>(a.y) + m * a.y_stride;
@@ -163,8 +129,10 @@ __device__ __forceinline__ void epilogue(const Args& a, std::int64_t m, std::int
     }
   } else if constexpr (kMode == kResidual) {
     float* y = static_cast<float*>(a.y) + m * a.y_stride;
-    y[n0] = v0 + res.x;
-    if (n1 != n0) y[n1] = v1 + res.y;
+    const float* r = a.res + m * a.res_stride;
+    const float r0 = r[n0], r1 = r[n1];
+    y[n0] = v0 + r0;
+    if (n1 != n0) y[n1] = v1 + r1;
   } else if constexpr (kMode == kSwiglu) {
     const float x = round_bf16(v0), b = round_bf16(v1);
     static_cast<bf16*>(a.y)[m * a.y_stride + n0] = __float2bfloat16_rn(x * (1.0f / (1.0f + expf(-x))) * b);
@@ -242,20 +210,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_kernel(Args a) 
     }
   };
   // kUnroll 16-byte chunks of each of the rows from column k0, 256 apart (zeros from k_end).
-  const std::uint64_t policy = a.evict_first ? evict_first_policy() : 0;
   const auto load_chunks = [&](const bf16* wa, const bf16* wb, std::int64_t k0, uint4* va, uint4* vb) {
-    if (a.evict_first) {
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const std::int64_t k = k0 + u * 32 * 8;
-        va[u] = vb[u] = make_uint4(0, 0, 0, 0);
-        if (k < k_end) {
-          va[u] = load_streaming(wa + k, policy);
-          vb[u] = load_streaming(wb + k, policy);
-        }
-      }
-      return;
-    }
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
       const std::int64_t k = k0 + u * 32 * 8;
@@ -266,52 +221,27 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_kernel(Args a) 
       }
     }
   };
-  // This lane's lines of the unit's rows from column k_from (a line0 below) to k_end into L2; with
-  // bulk_prefetch, lane 0 asks for the warp's whole share of both rows (k_from unused).
-  const auto prefetch_unit = [&](std::int64_t unit, std::int64_t k_from) {
-    std::int64_t n0 = 0, n1 = 0;
-    const bf16 *wa = nullptr, *wb = nullptr;
-    rows_of(unit, n0, n1, wa, wb);
-    if (a.bulk_prefetch) {
-      if (lane == 0) {
-        const std::int64_t k0 = k_begin - lane * 8;
-        const auto bytes = static_cast<std::uint32_t>((k_end - k0) * sizeof(bf16));
-        bulk_prefetch_l2(wa + k0, bytes);
-        if (wb != wa) bulk_prefetch_l2(wb + k0, bytes);
-      }
-      return;
-    }
-    for (std::int64_t k = k_from; k < k_end; k += 32 * 64) {
-      prefetch_l2(wa + k);
-      prefetch_l2(wb + k);
-    }
-  };
   // The first chunks of this warp's first unit go into registers, the rest of its share and its share of its
   // next prefetch_units - 1 units into L2, before the wait (they do not depend on the previous kernel: on their
   // way while it finishes) and the staging below, so that the weights' memory latency overlaps them and every
   // byte is requested in the first round trip (the later chunks then come from L2).
-  // This warp's units: first, first + stride, ... below last.
-  std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * groups + group;
-  std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * groups, last = units;
-  if (a.balanced) {
-    first = blockIdx.x * units / gridDim.x + group;
-    stride = groups;
-    last = (blockIdx.x + 1) * units / gridDim.x;
-  }
-  const std::int64_t line0 = k_begin - lane * 8 + lane * 64;  // one 128-byte line (64 elements) a lane
+  const std::int64_t first = static_cast<std::int64_t>(blockIdx.x) * groups + group;
+  const std::int64_t stride = static_cast<std::int64_t>(gridDim.x) * groups;
   uint4 va[kUnroll], vb[kUnroll];
-  if (first < last) {
+  if (first < units) {
     std::int64_t n0 = 0, n1 = 0;
     const bf16 *wa = nullptr, *wb = nullptr;
     rows_of(first, n0, n1, wa, wb);
-    if (a.bulk_prefetch) {  // every row range requested before the register loads queue in the SM
-      std::int64_t unit = first;
-      for (int t = 0; t < a.prefetch_units && unit < last; ++t, unit += stride) prefetch_unit(unit, 0);
-    }
     load_chunks(wa, wb, k_begin, va, vb);
+    const std::int64_t line0 = k_begin - lane * 8 + lane * 64;  // one 128-byte line (64 elements) a lane
     std::int64_t unit = first, k_from = line0 + 32 * 8 * kUnroll;  // the first unit: past the chunks' columns
-    for (int t = 0; !a.bulk_prefetch && t < a.prefetch_units && unit < last; ++t, unit += stride, k_from = line0)
-      prefetch_unit(unit, k_from);
+    for (int t = 0; t < a.prefetch_units && unit < units; ++t, unit += stride, k_from = line0) {
+      rows_of(unit, n0, n1, wa, wb);
+      for (std::int64_t k = k_from; k < k_end; k += 32 * 64) {
+        prefetch_l2(wa + k);
+        prefetch_l2(wb + k);
+      }
+    }
   }
   // rope_append: the position (written before the previous kernel, see SkinnyLinearArgs::overlap_launch) and
   // lane j's angle of this warp's j-th unit (from the table, else computed), before the wait and once per warp in
@@ -321,17 +251,8 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_kernel(Args a) 
   if constexpr (kMode == kRope) {
     pos = *a.position;
     const std::int64_t unit = first + lane * stride;
-    if (unit < last) lane_cs = rope_angle(a, pos, 2 * unit);
+    if (unit < units) lane_cs = rope_angle(a, pos, 2 * unit);
   }
-  // residual: row `lane`'s values of the columns of unit n (lane < M); with residual_early, the first unit's
-  // before the wait (not written by the previous kernel, see SkinnyLinearArgs::overlap_launch).
-  const auto residual_of = [&](std::int64_t unit) {
-    const float* r = a.res + lane * a.res_stride;
-    return make_float2(r[2 * unit], r[std::min(2 * unit + 1, a.N - 1)]);
-  };
-  float2 first_res = make_float2(0.f, 0.f);
-  if constexpr (kMode == kResidual)
-    if (a.residual_early && first < last && part == 0 && lane < a.M) first_res = residual_of(first);
   wait_for_previous_grid();
   allow_next_grid();
 
@@ -420,8 +341,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_kernel(Args a) 
 
   // Each group takes units (two weight rows) blockIdx.x * groups + group, then every gridDim.x * groups-th: few
   // enough blocks that staging x' stays cheap beside the weights, enough to keep the memory system busy.
-  for (std::int64_t unit = first; unit < last; unit += stride) {
-    if (a.ahead > 0 && unit != first && unit + a.ahead * stride < last) prefetch_unit(unit + a.ahead * stride, line0);
+  for (std::int64_t unit = first; unit < units; unit += stride) {
     std::int64_t n0 = 0, n1 = 0;
     const bf16 *wa = nullptr, *wb = nullptr;
     rows_of(unit, n0, n1, wa, wb);
@@ -471,9 +391,7 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_kernel(Args a) 
       acc0[m] = warp_reduce(acc0[m], SumOp{});
       acc1[m] = warp_reduce(acc1[m], SumOp{});
     }
-    float2 cs = make_float2(1.f, 0.f), res = make_float2(0.f, 0.f);
-    if constexpr (kMode == kResidual)
-      if (lane < a.M) res = a.residual_early && unit == first ? first_res : residual_of(unit);
+    float2 cs = make_float2(1.f, 0.f);
     if constexpr (kMode == kRope) {
       const std::int64_t t = (unit - first) / stride;  // this unit's place among the warp's (the same in every lane)
       cs = t < 32 ? make_float2(__shfl_sync(0xffffffffu, lane_cs.x, static_cast<int>(t)),
@@ -482,37 +400,14 @@ __global__ void __launch_bounds__(kThreads, kBlocksPerSm) skinny_kernel(Args a) 
     }
 #pragma unroll
     for (int m = 0; m < kM; ++m)
-      if (lane == m && m < a.M) epilogue<kMode>(a, m, n0, n1, acc0[m], acc1[m], cs, pos, res);
+      if (lane == m && m < a.M) epilogue<kMode>(a, m, n0, n1, acc0[m], acc1[m], cs, pos);
   }
-}
-
-// Temporary, for measuring candidates on the GPU machine in one build: FT_SKINNY_VARIANT, a sum of
-// the flags below (unset: 0, none of them).
-constexpr int kRollingPrefetch = 1;  // each warp keeps `ahead` units prefetched into L2 as it goes
-constexpr int kOneBlockPerSm = 2;    // grids of one block a multiprocessor: the next call's blocks fit beside
-constexpr int kEvictFirst = 4;       // weight loads under an L2 evict-first policy
-constexpr int kResidualEarly = 8;    // overlapping residual calls read their first unit's residual before the wait
-constexpr int kBulkPrefetch = 16;    // L2 prefetches of whole row ranges by the bulk-copy unit
-constexpr int kBalanced = 32;        // every block of the whole grid takes the same number of units (+-1)
-constexpr int kLargePrefetch = 64;   // 40 MB of prefetch a call instead of kPrefetchBytes (halved with kOneBlockPerSm)
-int skinny_variant() {
-  static const int variant = [] {
-    const char* text = std::getenv("FT_SKINNY_VARIANT");
-    if (text == nullptr || *text == 0) return 0;
-    char* end = nullptr;
-    const long v = std::strtol(text, &end, 10);
-    FT_CHECK(*end == 0 && v >= 0 && v <= 127, "FT_SKINNY_VARIANT must be an integer in [0, 127], given '", text, "'");
-    return static_cast<int>(v);
-  }();
-  return variant;
 }
 
 template <int kM, int kMode, bool kNorm>
 void launch(Args a, Device device, int sms, cudaStream_t stream) {
-  const int variant = skinny_variant();
   const std::int64_t units = kMode == kSwiglu ? a.N : (a.N + 1) / 2;
-  const std::int64_t warps =
-      static_cast<std::int64_t>(variant & kOneBlockPerSm ? 1 : kBlocksPerSm) * sms * kWarps;  // the grid's most
+  const std::int64_t warps = static_cast<std::int64_t>(kBlocksPerSm) * sms * kWarps;  // the grid's most
   const std::int64_t steps = ceil_div(a.K, std::int64_t{256}), staged = kM * a.K * sizeof(bf16);
   // The partials' bytes a block needs with `split` warps a unit (Note [Skinny split K]).
   const auto partial_bytes = [&](std::int64_t split) {
@@ -530,25 +425,11 @@ void launch(Args a, Device device, int sms, cudaStream_t stream) {
   // same share of the weights, whose bytes the prefetch below requests at the start, and a group takes
   // per_group or per_group - 1 units. (Equal units for every group instead would leave, e.g. for xl's QKV,
   // 150 blocks: 18 multiprocessors with twice the others' weights.)
-  a.balanced = (variant & kBalanced) != 0;
-  std::int64_t per_group = ceil_div(units, warps / a.split);  // the most units of a group
-  auto blocks = static_cast<unsigned>(std::min(warps / kWarps, ceil_div(units, groups)));
-  if (a.balanced) {
-    blocks = static_cast<unsigned>(std::min(warps / kWarps, units));
-    per_group = ceil_div(ceil_div(units, std::int64_t{blocks}), groups);
-  }
+  const std::int64_t per_group = ceil_div(units, warps / a.split);  // the most units of a group
+  const auto blocks = static_cast<unsigned>(std::min(warps / kWarps, ceil_div(units, groups)));
   // Units of all groups prefetched per round: as many rounds as kPrefetchBytes holds, at least the first.
   const std::int64_t round_bytes = static_cast<std::int64_t>(blocks) * groups * 2 * a.K * sizeof(bf16);
-  // With one block per SM two calls prefetch at once: half each.
-  const std::int64_t budget =
-      (variant & kLargePrefetch ? 40ll << 20 : kPrefetchBytes) / (variant & kOneBlockPerSm ? 2 : 1);
-  a.prefetch_units = static_cast<int>(std::clamp<std::int64_t>(budget / round_bytes, 1, per_group));
-  // Rolling: units [0, ahead] before the wait, then unit t + ahead on starting unit t.
-  a.ahead = variant & kRollingPrefetch ? a.prefetch_units : 0;
-  if (a.ahead > 0) a.prefetch_units = static_cast<int>(std::min<std::int64_t>(a.ahead + 1, per_group));
-  a.evict_first = (variant & kEvictFirst) != 0;
-  a.residual_early = a.overlap && (variant & kResidualEarly) != 0;
-  a.bulk_prefetch = (variant & kBulkPrefetch) != 0;
+  a.prefetch_units = static_cast<int>(std::clamp<std::int64_t>(kPrefetchBytes / round_bytes, 1, per_group));
   const auto smem = static_cast<std::size_t>(staged + (a.split > 1 ? partial_bytes(a.split) : 0));
   if (smem > static_cast<std::size_t>(kDefaultSharedBytes))
     FT_CUDA_CHECK(cudaFuncSetAttribute(skinny_kernel<kM, kMode, kNorm>, cudaFuncAttributeMaxDynamicSharedMemorySize,
