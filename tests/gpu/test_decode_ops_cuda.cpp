@@ -3,11 +3,12 @@
 // in fp32, bf16 and fp16 — one and several key splits, several shared-memory tiles per split, cache lengths
 // not a multiple of any tile, head dims 36 (rows not 16-byte aligned: 4-byte copies), 64, 80, 128 and 256, GQA
 // with several query positions (more rows than one block takes), a sliding window with sink tokens, gpt-oss
-// sink logits; a repeated call (the split counters reset; launched to overlap the first) bit-identical, a
-// captured CUDA graph replayed at a new length equal to a direct call; rope_append (RoPE at a device position,
-// k and v appended to the cache) against the CPU's; rope_table as the angles rope_forward applies; argmax_rows
-// (ties, id limit, the history row at a device position) exactly; greedy_next (argmax, history, embedding of the
-// ids, the position advanced once) against the CPU's, for one row over many blocks and up to 64 rows.
+// sink logits, xl's decode shape at lengths around 32-key edges; a repeated call (the split counters reset;
+// launched to overlap the first) bit-identical, a captured CUDA graph replayed at a new length equal to a direct
+// call; rope_append (RoPE at a device position, k and v appended to the cache) against the CPU's; rope_table as
+// the angles rope_forward applies; argmax_rows (ties, id limit, the history row at a device position) exactly;
+// greedy_next (argmax, history, embedding of the ids, the position advanced once) against the CPU's, for one row
+// over many blocks and up to 64 rows.
 // Run on a GPU machine: ./build/bin/gpu_test_decode_ops_cuda
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -117,6 +118,14 @@ TEST(DecodeAttentionCuda, MatchesTheCpuOracle) {
   check_case({2, 4, 2, 2, 64, 400, 301, DType::f32, 16, 4}, 1e-5);
   check_case({2, 4, 1, 1, 64, 400, 301, DType::f32, -1, 0, true}, 1e-5);
   check_case({1, 4, 4, 1, 64, 400, 3, DType::f32, 8, 2, true}, 1e-5);
+  // The xl decode's shape (25 heads of 64, a cache of 192) at lengths on and around 32-key edges, full; a batch of
+  // rows; GQA over a cache that is not a multiple of a tile; a window with sinks; fp16 with head dim 128.
+  for (std::int64_t past : {0, 31, 32, 47, 48, 63, 100, 191})
+    check_case({1, 25, 25, 1, 64, 192, past, DType::bf16}, 2e-2);
+  check_case({3, 4, 4, 1, 64, 160, 77, DType::bf16}, 2e-2);
+  check_case({1, 8, 2, 3, 64, 200, 140, DType::f32}, 1e-5);
+  check_case({1, 2, 2, 2, 64, 256, 200, DType::f32, 40, 3, true}, 1e-5);
+  check_case({1, 3, 3, 1, 128, 256, 250, DType::f16}, 2e-2);
 }
 
 TEST(DecodeAttentionCuda, GraphReplayReadsTheLengthFromDeviceMemory) {
