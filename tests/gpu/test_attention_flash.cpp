@@ -740,9 +740,9 @@ TEST(FlashAttention, HopperAscendingHeadsGiveTheSameGradients) {
 // search over the prefix of key tiles that visit it (at d=128 moving the prefix's end from the writer's step
 // before, key_tiles_before_walked), else by a scan. These heads have 36 key tiles, so the search narrows
 // ranges of more than 32 tiles and the walk moves over many, in the descending order and, with every head
-// forced to it, the ascending one (grouped heads tile by tile). A wrong count hangs the kernel, loses pieces or adds them out of turn: each run gives
-// the atomic run's gradients up to the order of the fp32 sums (the steps' order differs too with ascending
-// heads and groups) and the same bits from run to run.
+// forced to it, the ascending one (grouped heads tile by tile). A wrong count hangs the kernel, loses
+// pieces or adds them out of turn: each run gives the atomic run's gradients up to the order of the fp32
+// sums (the steps' order differs too with ascending heads and groups) and the same bits from run to run.
 TEST(FlashAttention, HopperOrderedDqOverManyKeyTilesMatchesAtomic) {
   if (!cuda_available() || !hopper_gpu()) GTEST_SKIP() << "needs a Hopper GPU";
   const FlashCase cases[] = {
