@@ -13,6 +13,7 @@ mean per SM (1.0 is a perfect balance, no waits).
 
   tools/attention_bwd_launch_sim.py --heads 32 --seqlen 32768 --sections 1
   tools/attention_bwd_launch_sim.py --heads 8 --group 4 --seqlen 32768 --head-major --sm-noise 0.02
+  tools/attention_bwd_launch_sim.py --heads 8 --group 4 --head-major --ascending-tile-major
 """
 import argparse
 import heapq
@@ -48,7 +49,7 @@ def simulate(a):
         tiles = list(range(r * n, q_tiles))
         if last_first:
             tiles.reverse()
-        if a.head_major:
+        if a.head_major and not (last_first and a.ascending_tile_major):
             steps = [(j, m) for j in range(a.group) for m in tiles]
         else:
             steps = [(j, m) for m in tiles for j in range(a.group)]
@@ -81,6 +82,8 @@ def main():
     p.add_argument("--ascending", type=int, default=None, help="ascending heads (default: a quarter)")
     p.add_argument("--atomic", action="store_true", help="atomic additions (no order, no waits)")
     p.add_argument("--head-major", action="store_true", help="a block's steps head by head, not tile by tile")
+    p.add_argument("--ascending-tile-major", action="store_true",
+                   help="with --head-major: the ascending heads' blocks still take their steps tile by tile")
     p.add_argument("--landing", type=float, default=0.6, help="an addition's issue to landing, in steps")
     p.add_argument("--poll", type=float, default=0.15, help="a landed addition to the next writer's turn")
     p.add_argument("--prologue", type=float, default=1.5, help="a block's start to its first step, in steps")

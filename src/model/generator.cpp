@@ -80,6 +80,13 @@ Generator::Generator(const TransformerLM& model, std::int64_t max_batch, std::in
   for (std::int64_t b = 1; b <= max_batch; ++b)
     attention_workspace_bytes_ = std::max(attention_workspace_bytes_,
                                           decode_attention_workspace_bytes(b, H, H, 1, cfg.head_dim(), max_len, dev));
+  greedy_workspace_bytes_ = greedy_next_workspace_bytes(max_batch, dev);
+  if (greedy_workspace_bytes_ > 0) {
+    greedy_workspace_ = Buffer(greedy_workspace_bytes_, dev, "generator greedy workspace", stream);
+    fill(Tensor(greedy_workspace_.data(), DType::f32, dev,
+                {static_cast<std::int64_t>(greedy_workspace_bytes_ / sizeof(float))}),
+         0.0, stream);
+  }
   if (attention_workspace_bytes_ > 0) {
     attention_workspace_ = Buffer(attention_workspace_bytes_, dev, "generator decode attention workspace", stream);
     fill(Tensor(attention_workspace_.data(), DType::f32, dev,
@@ -309,18 +316,35 @@ void Generator::prefill(const std::vector<std::int32_t>& ids, std::int64_t B, st
   }
 }
 
+void Generator::embed_ids(std::int64_t B) {
+  const std::int64_t d = model_.config().d_model;
+  embedding_forward(rows(x_, B, d).reshape({1, B, d}), TokenIds{device_ids(), {1, B}, model_.options().device},
+                    model_.parameters()[ParameterLayout::embedding_index()], stream_);
+}
+
 void Generator::enqueue_decode(std::int64_t B, const DecodePlan& plan) {
   const ModelConfig& cfg = model_.config();
   const Device dev = model_.options().device;
   const std::int64_t d = cfg.d_model, V = cfg.vocab_size;
-  embedding_forward(rows(x_, B, d).reshape({1, B, d}), TokenIds{device_ids(), {1, B}, dev},
-                    model_.parameters()[ParameterLayout::embedding_index()], stream_);
+  if (!plan.greedy) embed_ids(B);  // the ids sampled on the host
   for (std::int64_t l = 0; l < cfg.num_layers; ++l) decode_layer(l, B, plan);
   lm_head(0, B, plan.overlap, plan.fused);
-  // Greedy's next ids: the next step's input, and kept by position in ids_ (rows (position + 1) * B ..) so that
-  // generate() reads a greedy generation back once.
-  argmax_rows(device_ids(), rows(logits_, B, V), plan.id_limit, stream_, device_ids() + B, position());
-  advance_position(position(), 1, dev, stream_);
+  if (!plan.greedy) return advance_position(position(), 1, dev, stream_);
+  // Greedy's next ids: kept by position in ids_ (rows (position + 1) * B ..) so that generate() reads a greedy
+  // generation back once, and embedded as the next step's input.
+  GreedyNextArgs next;
+  next.logits = rows(logits_, B, V);
+  next.limit = plan.id_limit;
+  next.ids = device_ids();
+  next.history = device_ids() + B;
+  next.position = position();
+  next.embedding = model_.parameters()[ParameterLayout::embedding_index()];
+  next.x = rows(x_, B, d);
+  next.workspace = greedy_workspace_.data();
+  next.workspace_bytes = greedy_workspace_bytes_;
+  next.overlap_launch = plan.overlap;
+  next.stream = stream_;
+  greedy_next(next);
 }
 
 std::vector<std::vector<std::int32_t>> Generator::generate(const std::vector<std::vector<std::int32_t>>& prompts,
@@ -367,7 +391,8 @@ std::vector<std::vector<std::int32_t>> Generator::generate(const std::vector<std
   const std::int64_t id_limit = options.sampling.id_limit;
   const DecodePlan plan{id_limit, options.overlap_launches,
                         options.fused_gemms && skinny_ok_ && skinny_linear_fits(B, cfg.d_model) &&
-                            skinny_linear_fits(B, cfg.d_ff)};
+                            skinny_linear_fits(B, cfg.d_ff),
+                        greedy};
   stats_.fused_gemms = plan.fused;
 
   auto start = std::chrono::steady_clock::now();
@@ -398,7 +423,7 @@ std::vector<std::vector<std::int32_t>> Generator::generate(const std::vector<std
   write_device(position(), &position0, sizeof(position0));
   CudaGraph* graph = nullptr;
   if (dev.is_cuda() && options.cuda_graph && options.max_new_tokens > 1) {
-    std::unique_ptr<CudaGraph>& slot = graphs_[{B, plan.id_limit, plan.overlap, plan.fused}];
+    std::unique_ptr<CudaGraph>& slot = graphs_[{B, plan.id_limit, plan.overlap, plan.fused, plan.greedy}];
     if (!slot) {
       auto captured = std::make_unique<CudaGraph>();
       captured->capture(stream_, [&] { enqueue_decode(B, plan); });
@@ -412,8 +437,9 @@ std::vector<std::vector<std::int32_t>> Generator::generate(const std::vector<std
   const std::int64_t steps = options.max_new_tokens - 1;
   for (std::int64_t step = 0; step < steps; ++step) {
     NvtxRange step_range(str("decode step ", step + 1));  // kernel profiles attribute the step's kernels to it
-    // Greedy steps after the first find their ids on the device already (the argmax's).
+    // Greedy steps after the first find their input embedded already (by the previous step's greedy_next).
     if (step == 0 || !greedy) write_device(device_ids(), next.data(), next.size() * sizeof(std::int32_t));
+    if (step == 0 && greedy) embed_ids(B);
     if (graph)
       graph->launch();
     else

@@ -9,11 +9,12 @@
 // The decode step reads the position of its token (the cache length before it) from one int32 in device
 // memory, advanced by the step itself, so every step enqueues the same work and a CUDA graph captured once
 // per batch size and DecodePlan replays it for every token:
-//   embedding of the ids in device memory -> per layer: RMSNorm, the fused QKV GEMM, rope_append (RoPE of q
-//   and k at the device position, k and v written into the cache; ops/rope.h), decode_attention over the
-//   cache's first position + 1 keys (flash-decoding; ops/decode_attention.h), output projection, residual,
-//   RMSNorm, w1 / w3, SwiGLU, w2, residual -> final RMSNorm, LM head -> argmax_rows of the logits into the
-//   ids buffer (ops/argmax.h: greedy's next ids, the next step's input) -> position += 1.
+//   (sampling: embedding of the ids in device memory ->) per layer: RMSNorm, the fused QKV GEMM, rope_append
+//   (RoPE of q and k at the device position, k and v written into the cache; ops/rope.h), decode_attention over
+//   the cache's first position + 1 keys (flash-decoding; ops/decode_attention.h), output projection, residual,
+//   RMSNorm, w1 / w3, SwiGLU, w2, residual -> final RMSNorm, LM head -> greedy: greedy_next (ops/argmax.h, one
+//   kernel: the argmax of the logits into the ids buffer and the history, the embedding of those ids as the next
+//   step's input, position += 1); sampling: position += 1.
 // In bf16 with at most kSkinnyMaxRows rows, the GEMMs are the fused few-row kernels of ops/skinny_linear.h,
 // which fold the small ops in: a layer is five kernels (RMSNorm + QKV GEMM + RoPE + cache append; attention;
 // output projection + residual; RMSNorm + w1 / w3 + SwiGLU; w2 + residual) and the head one (final RMSNorm +
@@ -22,9 +23,9 @@
 // each is scheduled while the previous one finishes, prefetches its weight rows into L2 (the QKV kernel also
 // reads the position and its RoPE angles; the attention copies the keys cached before the step into shared
 // memory) and then waits for it, which hides most of a launch between consecutive kernels.
-// Greedy decoding launches every step without waiting: the argmax also keeps each step's ids by position in
-// device memory, read back once at the end. Sampling reads the logits back at every step, samples
-// (model/sampling.h) and writes the ids it drew over the argmax's. Without a graph (GenerationOptions::
+// Greedy decoding launches every step without waiting (the first step's input embedded before it): greedy_next
+// also keeps each step's ids by position in device memory, read back once at the end. Sampling reads the logits
+// back at every step, samples (model/sampling.h) and writes the ids it drew for the next step to embed. Without a graph (GenerationOptions::
 // cuda_graph false, and on the CPU) the same work is enqueued at every step, so both give the same tokens
 // bit for bit. The graph holds the cache, weights and workspace addresses (all allocated here once) and the
 // cache's layout, which depends on the batch size: hence one graph per batch size. It runs on the model's
@@ -38,8 +39,8 @@
 //   weights    bf16 mode: a bf16 cast of all parameters, refreshed at each generate() (the masters may change)
 //   activations (tokens, rows) of one pass: the residual stream and x_mid (fp32), norm outputs, q, attention
 //              output, FFN a, b, h (compute dtype), rstd and lse (fp32); the decode step's fused q, k, v rows
-//              (B, 3d); the last position's logits (rows, V) fp32; the position and the ids (int32) and the
-//              decode attention's workspace
+//              (B, 3d); the last position's logits (rows, V) fp32; the position and the ids (int32); the
+//              decode attention's and greedy_next's workspaces
 //   rope table bf16 mode: RoPE's angles at every position (max_len, Dh/2, 2) fp32, computed once, so that the
 //              fused QKV kernel reads its position's row instead of computing them at every step
 #pragma once
@@ -110,7 +111,10 @@ class Generator {
     std::int64_t id_limit = 0;  // argmax over ids below it (0 = all)
     bool overlap = false;       // GenerationOptions::overlap_launches
     bool fused = false;         // the fused few-row GEMMs (GenerationOptions::fused_gemms, bf16, and they fit)
+    bool greedy = false;        // the step ends in greedy_next (ops/argmax.h), which embeds the next step's ids
   };
+  // x's first B rows <- the embedding of the first B ids in ids_.
+  void embed_ids(std::int64_t B);
   // Enqueues one decode step of B rows (see Note [Graphed decode step]).
   void enqueue_decode(std::int64_t B, const DecodePlan& plan);
   void decode_layer(std::int64_t l, std::int64_t B, const DecodePlan& plan);
@@ -145,9 +149,11 @@ class Generator {
   Buffer position_;         // (1) int32 in the device's memory: the decode step's position
   Buffer attention_workspace_;  // decode_attention's, zeroed once
   std::size_t attention_workspace_bytes_ = 0;
+  Buffer greedy_workspace_;     // greedy_next's, zeroed once
+  std::size_t greedy_workspace_bytes_ = 0;
   bool skinny_ok_ = false;  // bf16 weights the fused few-row GEMMs take (ops/skinny_linear.h)
-  // By batch size and plan (id limit, overlap, fused).
-  std::map<std::tuple<std::int64_t, std::int64_t, bool, bool>, std::unique_ptr<CudaGraph>> graphs_;
+  // By batch size and plan (id limit, overlap, fused, greedy).
+  std::map<std::tuple<std::int64_t, std::int64_t, bool, bool, bool>, std::unique_ptr<CudaGraph>> graphs_;
   std::vector<float> host_logits_;
   GenerationStats stats_;
 };

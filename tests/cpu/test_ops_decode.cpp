@@ -1,7 +1,8 @@
 // test_ops_decode.cpp — the decode step's ops on the CPU: rope_append equals rope_forward on q and on a copy
 // of k written at the position (bit for bit) and leaves the rest of the cache alone; decode_attention equals
 // attention_forward (naive) over the cache's first past + Nq keys, GQA and window included; advance_position;
-// argmax_rows (ties to the lower index, the id limit, the history by position); skinny_linear's composition against the ops it stands
+// argmax_rows (ties to the lower index, the id limit, the history by position); greedy_next (argmax, history,
+// embedding, position); skinny_linear's composition against the ops it stands
 // for; malformed calls (heads, capacity, rows, dtypes, a residual with a norm) are clear errors.
 #include <gtest/gtest.h>
 
@@ -125,6 +126,46 @@ TEST(ArgmaxRows, LowestIndexOfTheLargestWithinTheLimit) {
   EXPECT_EQ(history, (std::vector<std::int32_t>{-1, -1, -1, -1, -1, -1, 1, 4, 0}));
   EXPECT_TRUE(has(error_of([&] { argmax_rows(out.data(), logits, 0, {}, history.data(), nullptr); }),
                   "give both or neither"));
+}
+
+TEST(GreedyNext, ArgmaxHistoryEmbeddingAndPosition) {
+  OwnedTensor logits({2, 4}, DType::f32, Device::cpu(), "test logits");
+  write_from_double(logits, {1, 4, 2, 4, /**/ -1, -2, 9, -4});
+  OwnedTensor embedding({5, 3}, DType::f32, Device::cpu(), "test embedding");
+  write_from_double(embedding, {0, 1, 2, /**/ 10, 11, 12, /**/ 20, 21, 22, /**/ 30, 31, 32, /**/ 40, 41, 42});
+  OwnedTensor x({2, 3}, DType::f32, Device::cpu(), "test x");
+  std::vector<std::int32_t> ids(2), history(6, -1);
+  std::int32_t position = 1;
+  GreedyNextArgs a;
+  a.logits = logits;
+  a.ids = ids.data();
+  a.history = history.data();
+  a.position = &position;
+  a.embedding = embedding;
+  a.x = x;
+  greedy_next(a);
+  EXPECT_EQ(ids, (std::vector<std::int32_t>{1, 2}));
+  EXPECT_EQ(history, (std::vector<std::int32_t>{-1, -1, 1, 2, -1, -1}));
+  EXPECT_EQ(read_as_double(x), (std::vector<double>{10, 11, 12, 20, 21, 22}));
+  EXPECT_EQ(position, 2);
+  a.limit = 2;  // row 1's largest among its first two columns: column 0
+  greedy_next(a);
+  EXPECT_EQ(ids, (std::vector<std::int32_t>{1, 0}));
+  EXPECT_EQ(history, (std::vector<std::int32_t>{-1, -1, 1, 2, 1, 0}));
+  EXPECT_EQ(read_as_double(x), (std::vector<double>{10, 11, 12, 0, 1, 2}));
+  EXPECT_EQ(position, 3);
+  GreedyNextArgs bad = a;
+  bad.position = nullptr;
+  EXPECT_TRUE(has(error_of([&] { greedy_next(bad); }), "the position are required"));
+  OwnedTensor x_wide({2, 4}, DType::f32, Device::cpu(), "test x");
+  bad = a;
+  bad.x = x_wide;
+  EXPECT_TRUE(has(error_of([&] { greedy_next(bad); }), "x must be (2, 3)"));
+  OwnedTensor small({3, 3}, DType::f32, Device::cpu(), "test embedding");
+  bad = a;
+  bad.limit = 0;
+  bad.embedding = small;
+  EXPECT_TRUE(has(error_of([&] { greedy_next(bad); }), "fewer than the 4 columns"));
 }
 
 TEST(SkinnyLinear, ComposesTheOpsItFuses) {

@@ -727,11 +727,13 @@ TEST(FlashAttention, HopperAscendingHeadsGiveTheSameGradients) {
 
 // Before each addition the deterministic Hopper backward counts the key tiles that add into the step's query
 // tile ahead of its own (key_tiles_before in flash_sm90_scheduler.cuh): without a left window bound by a
-// search over the prefix of key tiles that visit it, else by a scan. These heads have 36 key tiles (71 at
-// d=256, whose blocks take 64 keys), so the search narrows ranges of more than 32 tiles, in the descending order and, with every head forced to it,
-// the ascending one. A wrong count hangs the kernel, loses pieces or adds them out of turn: each run gives
-// the atomic run's gradients up to the order of the fp32 sums (the steps' order differs too with ascending
-// heads and groups) and the same bits from run to run.
+// search over the prefix of key tiles that visit it (at d=128 and 256 moving the prefix's end from the
+// writer's step before, key_tiles_before_walked), else by a scan. These heads have 36 key tiles (71 at
+// d=256, whose blocks take 64 keys), so the search narrows ranges of more than 32 tiles and the walk moves
+// over many, in the descending order and, with every head forced to it, the ascending one (grouped heads
+// tile by tile). A wrong count hangs the kernel, loses pieces or adds them out of turn: each run gives the
+// atomic run's gradients up to the order of the fp32 sums (the steps' order differs too with ascending heads
+// and groups) and the same bits from run to run.
 TEST(FlashAttention, HopperOrderedDqOverManyKeyTilesMatchesAtomic) {
   if (!cuda_available() || !hopper_gpu()) GTEST_SKIP() << "needs a Hopper GPU";
   const FlashCase cases[] = {

@@ -3,10 +3,12 @@
 // in fp32, bf16 and fp16 — one and several key splits, several shared-memory tiles per split, cache lengths
 // not a multiple of any tile, head dims 36 (rows not 16-byte aligned: 4-byte copies), 64, 80, 128 and 256, GQA
 // with several query positions (more rows than one block takes), a sliding window with sink tokens, gpt-oss
-// sink logits; a repeated call (the split counters reset; launched to overlap the first) bit-identical, a
-// captured CUDA graph replayed at a new length equal to a direct call; rope_append (RoPE at a device position,
-// k and v appended to the cache) against the CPU's; rope_table as the angles rope_forward applies; argmax_rows
-// (ties, id limit, the history row at a device position) exactly.
+// sink logits, xl's decode shape at lengths around 32-key edges; a repeated call (the split counters reset;
+// launched to overlap the first) bit-identical, a captured CUDA graph replayed at a new length equal to a direct
+// call; rope_append (RoPE at a device position, k and v appended to the cache) against the CPU's; rope_table as
+// the angles rope_forward applies; argmax_rows (ties, id limit, the history row at a device position) exactly;
+// greedy_next (argmax, history, embedding of the ids, the position advanced once) against the CPU's, for one row
+// over many blocks and up to 64 rows.
 // Run on a GPU machine: ./build/bin/gpu_test_decode_ops_cuda
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -14,6 +16,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "common/device_pair.h"
@@ -115,6 +118,14 @@ TEST(DecodeAttentionCuda, MatchesTheCpuOracle) {
   check_case({2, 4, 2, 2, 64, 400, 301, DType::f32, 16, 4}, 1e-5);
   check_case({2, 4, 1, 1, 64, 400, 301, DType::f32, -1, 0, true}, 1e-5);
   check_case({1, 4, 4, 1, 64, 400, 3, DType::f32, 8, 2, true}, 1e-5);
+  // The xl decode's shape (25 heads of 64, a cache of 192) at lengths on and around 32-key edges, full; a batch of
+  // rows; GQA over a cache that is not a multiple of a tile; a window with sinks; fp16 with head dim 128.
+  for (std::int64_t past : {0, 31, 32, 47, 48, 63, 100, 191})
+    check_case({1, 25, 25, 1, 64, 192, past, DType::bf16}, 2e-2);
+  check_case({3, 4, 4, 1, 64, 160, 77, DType::bf16}, 2e-2);
+  check_case({1, 8, 2, 3, 64, 200, 140, DType::f32}, 1e-5);
+  check_case({1, 2, 2, 2, 64, 256, 200, DType::f32, 40, 3, true}, 1e-5);
+  check_case({1, 3, 3, 1, 128, 256, 250, DType::f16}, 2e-2);
 }
 
 TEST(DecodeAttentionCuda, GraphReplayReadsTheLengthFromDeviceMemory) {
@@ -220,6 +231,74 @@ TEST(ArgmaxCuda, MatchesTheCpu) {
               cudaSuccess);
     EXPECT_EQ(got, want) << "history, limit " << limit;
     EXPECT_EQ(want[1], 7);
+  }
+}
+
+TEST(GreedyNextCuda, MatchesTheCpuAndAdvancesThePositionOnce) {
+  const std::int64_t d = 100;
+  // Rows x columns: one row over many blocks, a few rows, a batch of 64 (two blocks a row), one block a row.
+  for (const auto& [rows, cols] : {std::pair<std::int64_t, std::int64_t>{1, 50257}, {5, 50257}, {64, 50257}, {3, 300}}) {
+    SCOPED_TRACE(str(rows, " rows of ", cols));
+    Pair logits = device_pair({rows, cols}, DType::f32, 9);
+    std::vector<double> values = read_as_double(logits.cpu);
+    values[0 * cols + cols - 1] = 100;  // the last column
+    if (rows > 1) values[1 * cols + 7] = values[1 * cols + cols / 2] = 100;  // a tie: the lower index
+    if (rows > 2) values[2 * cols + cols * 3 / 4] = 100;                       // past the limit below
+    write_from_double(logits.cpu, values);
+    copy(logits.gpu, logits.cpu);
+    const Pair embedding = device_pair({cols, d}, DType::f32, 10);
+    for (std::int64_t limit : {std::int64_t{0}, cols * 2 / 3}) {
+      SCOPED_TRACE(str("limit ", limit));
+      // The CPU: two steps from position 2.
+      std::vector<std::int32_t> ids(rows), history(5 * rows, -1);
+      std::int32_t at = 2;
+      OwnedTensor x_cpu({rows, d}, DType::f32, Device::cpu(), "test x");
+      GreedyNextArgs c;
+      c.logits = logits.cpu;
+      c.limit = limit;
+      c.ids = ids.data();
+      c.history = history.data();
+      c.position = &at;
+      c.embedding = embedding.cpu;
+      c.x = x_cpu;
+      greedy_next(c);
+      greedy_next(c);
+      ASSERT_EQ(at, 4);
+      // The GPU: the same two steps, the second launched to overlap the first (the counters were reset).
+      Buffer ids_gpu(rows * sizeof(std::int32_t), kGpu, "test ids");
+      Buffer history_gpu(5 * rows * sizeof(std::int32_t), kGpu, "test history");
+      ASSERT_EQ(cudaMemset(history_gpu.data(), 0xff, 5 * rows * sizeof(std::int32_t)), cudaSuccess);
+      DeviceInt position;
+      position.set(2);
+      OwnedTensor x_gpu({rows, d}, DType::f32, kGpu, "test x");
+      const std::size_t bytes = greedy_next_workspace_bytes(rows, kGpu);
+      Buffer workspace(bytes, kGpu, "test workspace");
+      ASSERT_EQ(cudaMemset(workspace.data(), 0, bytes), cudaSuccess);
+      GreedyNextArgs g = c;
+      g.logits = logits.gpu;
+      g.ids = static_cast<std::int32_t*>(ids_gpu.data());
+      g.history = static_cast<std::int32_t*>(history_gpu.data());
+      g.position = position.data();
+      g.embedding = embedding.gpu;
+      g.x = x_gpu;
+      g.workspace = workspace.data();
+      g.workspace_bytes = bytes;
+      greedy_next(g);
+      g.overlap_launch = true;
+      greedy_next(g);
+      std::vector<std::int32_t> got(rows), got_history(5 * rows);
+      std::int32_t got_at = 0;
+      ASSERT_EQ(cudaMemcpy(got.data(), g.ids, rows * sizeof(std::int32_t), cudaMemcpyDeviceToHost), cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(got_history.data(), g.history, 5 * rows * sizeof(std::int32_t), cudaMemcpyDeviceToHost),
+                cudaSuccess);
+      ASSERT_EQ(cudaMemcpy(&got_at, g.position, sizeof(got_at), cudaMemcpyDeviceToHost), cudaSuccess);
+      EXPECT_EQ(got, ids);
+      EXPECT_EQ(got_history, history) << "history rows 2 and 3 written, the others untouched";
+      EXPECT_EQ(got_at, 4) << "advanced once a call";
+      EXPECT_EQ(read_as_double(x_gpu), read_as_double(x_cpu)) << "the embedding rows of the ids";
+      EXPECT_EQ(ids[0], limit == 0 ? cols - 1 : ids[0]);
+      if (rows > 1) EXPECT_EQ(ids[1], 7);
+    }
   }
 }
 

@@ -2,10 +2,10 @@
 // composition of the unfused ops: every epilogue (store to bf16 and fp32, residual, SwiGLU, RoPE + cache
 // append at a device position), with and without the fused RMSNorm, rows 1, 3 and 8 (padded to 1, 4, 8),
 // inputs K = 64 and 1600 (a partial last chunk) and 6400 (more shared memory than the default 48 KB), an odd
-// output width, more units than warps; a second run, launched to overlap the first, bit-identical, and so are
-// RoPE angles read from a rope_table (or computed past its positions); the fused RMSNorm bit-identical to
-// rmsnorm_forward followed by the GEMM; K split among warps bit-identical to one warp a unit; rows that do not
-// fit and a misshapen table are clear errors.
+// output width, more units than warps, xl's decode shapes at one row; a second run, launched to overlap the
+// first, bit-identical, and so are RoPE angles read from a rope_table (or computed past its positions); the
+// fused RMSNorm bit-identical to rmsnorm_forward followed by the GEMM; K split among warps bit-identical to one
+// warp a unit; rows that do not fit and a misshapen table are clear errors.
 // Run on a GPU machine: ./build/bin/gpu_test_skinny_linear_cuda
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -125,6 +125,11 @@ TEST(SkinnyLinearCuda, MatchesTheCpuComposition) {
   check({SkinnyEpilogue::residual, 8, 6400, 160, false, DType::f32});  // 100 KB of staged rows
   check({SkinnyEpilogue::store, 1, 64, 9001, false, DType::f32});      // several units a warp, all prefetched
   check({SkinnyEpilogue::swiglu, 5, 6400, 48, true});
+  // xl's decode shapes at one row, where a warp takes several units in turn: w1/w3 (about 3 a warp), the fused
+  // QKV + RoPE (1 or 2) and an LM head of GPT-2's vocabulary (about 12).
+  check({SkinnyEpilogue::swiglu, 1, 1600, 6400, true});
+  check({SkinnyEpilogue::rope_append, 1, 1600, 3 * 1600, true});
+  check({SkinnyEpilogue::store, 1, 1600, 50257, true, DType::f32});
 }
 
 // The fused RMSNorm stages x' as rmsnorm_forward writes it: the same bits as that op followed by the GEMM.

@@ -9,6 +9,7 @@
 #include "core/stream.h"
 #include "core/tensor.h"
 #include "ops/decode_attention.h"
+#include "ops/op_common.h"
 #include "ops/skinny_linear.h"
 
 #if FT_HAS_CUDA
@@ -34,6 +35,11 @@ void skinny_linear(const SkinnyLinearArgs& args);
 // also to history[*position * rows + r] when history is not null.
 void argmax_rows(std::int32_t* out, std::int32_t* history, const std::int32_t* position, const float* logits,
                  std::int64_t rows, std::int64_t cols, std::int64_t row_stride, Device device, const Stream& stream);
+// argmax.cu — see greedy_next in ops/argmax.h; the logits' cols already limited, x and embedding checked.
+std::size_t greedy_next_workspace_bytes(std::int64_t rows, Device device);
+void greedy_next(std::int32_t* ids, std::int32_t* history, std::int32_t* position, const float* logits,
+                 std::int64_t rows, std::int64_t cols, std::int64_t row_stride, const ops::RowView& embedding,
+                 const ops::RowView& x, void* workspace, bool overlap, Device device, const Stream& stream);
 
 }  // namespace ft::gpu
 

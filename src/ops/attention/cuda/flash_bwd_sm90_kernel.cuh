@@ -128,6 +128,20 @@ __device__ __forceinline__ void store_dq_boxes(float* boxes, const float (&acc)[
 // cost of a select per stored float. The conflict-free layouts of the kernel's other stores (dS^T, the
 // sdS zeroing, the dK/dV staging) need no such swap.
 
+// A block's position in its steps, which walk the (query head of the group, query tile) pairs head by head
+// (period 1) or tile by tile over the group's heads (period = the group): how many tiles the walk has
+// passed in this head (tile), how many of the group's heads it has finished (passes) and how many steps
+// it has taken on this tile (sub). Carried from step to step instead of divided out of the step index.
+struct StepCursor {
+  int tile = 0, passes = 0, sub = 0;
+  __device__ __forceinline__ int head() const { return passes + sub; }  // the head's index in the group
+  __device__ __forceinline__ void advance(int period, int tiles) {
+    if (++sub != period) return;
+    sub = 0;
+    if (++tile == tiles) tile = 0, ++passes;
+  }
+};
+
 // Named barriers of consumer warpgroup w's dQ pieces: staged and, with ordered additions, read by the writer
 // warp of the step's parity (one pair per parity, each between warpgroup w and that writer).
 __device__ __forceinline__ int full_barrier(int w, int parity) { return 6 + 2 * w + parity; }
@@ -158,17 +172,17 @@ __device__ __forceinline__ void init_bwd_block(const FlashBwdParams& p, const Bw
 // The producer warpgroup of a backward block (Tr: its kernel's traits; the (BN, kDs) K and V tiles, the
 // ring of (BM, kDs) Q and dO tiles with their L and D rows). One thread issues every copy. With ordered
 // additions warps 1 and 2 are the dQ writers of the even and odd steps: each awaits its step's turn, takes
-// every consumer warpgroup's staged piece (full_barrier), adds them with reduce_piece(w, it, first), hands
-// the boxes back (free_barrier; with Tr::kDqInRing the pieces are staged in the step's ring slot, which
-// its lane 0 frees instead, one arrival of the slot's) and, once the additions have landed, advances the
-// query tile's counter. With Tr::kDqInRing the writers add the pieces without ordered additions too, only
-// without the turns and counters. step_head(it) and step_row0(it) give a step's query head and first query
-// row.
-template <class Tr, bool kHasMask, bool kOrderedDq, class T, class StepHead, class StepRow, class Reduce>
+// every consumer warpgroup's staged piece (full_barrier), adds them with reduce_piece(w, it, at, first),
+// hands the boxes back (free_barrier; with Tr::kDqInRing the pieces are staged in the step's ring slot,
+// which its lane 0 frees instead, one arrival of the slot's) and, once the additions have landed, advances
+// the query tile's counter. With Tr::kDqInRing the writers add the pieces without ordered additions too,
+// only without the turns and counters. The steps walk as StepCursor says: tile_row0(at.tile) is a step's
+// first query row, advance(at) moves to the next step.
+template <class Tr, bool kHasMask, bool kOrderedDq, class T, class TileRow0, class Advance, class Reduce>
 __device__ __forceinline__ void bwd_producer(const FlashBwdParams& p, const BwdTmaMaps& maps, const BwdSeqSlot& seq,
-                                             const BwdBlock& block, int n_iters, StepHead step_head,
-                                             StepRow step_row0, Reduce reduce_piece, T* sK, T* sV, T* sQ, T* sdO,
-                                             float* sL, float* sD, std::uint64_t* kv_full, std::uint64_t* step_full,
+                                             const BwdBlock& block, int n_iters, TileRow0 tile_row0, Advance advance,
+                                             Reduce reduce_piece, T* sK, T* sV, T* sQ, T* sdO, float* sL, float* sD,
+                                             std::uint64_t* kv_full, std::uint64_t* step_full,
                                              std::uint64_t* slot_free) {
   constexpr int BN = Tr::kBlockN, BM = Tr::kBlockM, DS = Tr::kDs, kStages = Tr::kStages;
   const FlashShape& s = p.shape;
@@ -180,13 +194,20 @@ __device__ __forceinline__ void bwd_producer(const FlashBwdParams& p, const BwdT
       const int parity = warp - 1;
       if (!Tr::kDqInRing && parity == 1 && n_iters > 0)  // the consumers' first pieces find their boxes free
         for (int w = 0; w < Tr::kConsumers; ++w) named_barrier_arrive(free_barrier(w, 1), kWriterThreads);
-      for (int it = parity; it < n_iters; it += 2) {
-        int before = 0;           // with ordered additions: the key tiles that add into the step's tile first
-        int* counter = nullptr;   // and the tile's counter of them
+      StepCursor at;
+      if (parity == 1) advance(at);
+      [[maybe_unused]] int prefix = 0, last_tile = -1;  // key_tiles_before_walked's, carried over the steps
+      for (int it = parity; it < n_iters; it += 2, advance(at), advance(at)) {
+        int before = 0;          // with ordered additions: the key tiles that add into the step's tile first
+        int* counter = nullptr;  // and the tile's counter of them
         if constexpr (kOrderedDq) {
-          const int h = step_head(it), m0 = step_row0(it);
-          before =
-              key_tiles_before<kHasMask, BN, BM>(n_block, seq.n_tiles(), block.ascending, m0 / BM, seq.shape(s), lane);
+          const int h = hk * s.group + at.head(), m0 = tile_row0(at.tile);
+          // The walk's carried state spills in writers of 24 registers (d=64): they search every step.
+          before = Tr::kProducerRegs >= 40
+                       ? key_tiles_before_walked<kHasMask, BN, BM>(prefix, last_tile, n_block, seq.n_tiles(),
+                                                                   block.ascending, m0 / BM, seq.shape(s), lane)
+                       : key_tiles_before<kHasMask, BN, BM>(n_block, seq.n_tiles(), block.ascending, m0 / BM,
+                                                            seq.shape(s), lane);
           counter = p.dq_order + seq.counter0() + h * p.pre_blocks + m0 / kPreRows;
           // The turn is awaited while the consumers still compute the piece, so that a counter already
           // there costs no read after the piece is staged (See Note [Ordered dQ additions]).
@@ -195,7 +216,7 @@ __device__ __forceinline__ void bwd_producer(const FlashBwdParams& p, const BwdT
         __syncwarp();  // bar.sync is .aligned: the warp reaches it converged
         for (int w = 0; w < Tr::kConsumers; ++w) named_barrier_sync(full_barrier(w, parity), kWriterThreads);
         if (lane == 0) {
-          for (int w = 0; w < Tr::kConsumers; ++w) reduce_piece(w, it, kOrderedDq && before == 0);
+          for (int w = 0; w < Tr::kConsumers; ++w) reduce_piece(w, it, at, kOrderedDq && before == 0);
           bulk_wait_read<0>();
           if constexpr (Tr::kDqInRing) mbar_arrive(&slot_free[it % kStages]);
         }
@@ -224,8 +245,9 @@ __device__ __forceinline__ void bwd_producer(const FlashBwdParams& p, const BwdT
   tma_load_tile<T, BN, DS>(sK, maps.k, seq.k0() + n0, hk, mb, kv_full);
   tma_load_tile<T, BN, DS>(sV, maps.v, seq.k0() + n0, hk, mb, kv_full);
   RingPosition<kStages> pos;
-  for (int it = 0; it < n_iters; ++it, pos.advance()) {
-    const int h = step_head(it), m0 = step_row0(it);
+  StepCursor at;
+  for (int it = 0; it < n_iters; ++it, pos.advance(), advance(at)) {
+    const int h = hk * s.group + at.head(), m0 = tile_row0(at.tile);
     const int q0 = seq.q0();
     const std::int64_t row = scratch_row(p, b, h, q0) + m0;
     std::uint64_t* full = &step_full[pos.slot];
@@ -282,29 +304,34 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
   const TileSpan span = key_tile_queries<kHasMask, BN, BM>(n0, narrowed);
   const int m_first = span.first, m_count = span.count;
   const int n_iters = m_count * s.group;
-  // Step it's query head and first query row: the steps run over the group's heads, each over the tiles
-  // (the last tile first when additions are ordered and ascending). Why head by head and not tile by tile:
-  // docs/perf-notes.md#ordered-dq-additions.
-  auto step_head = [&](int it) { return hk * s.group + it / m_count; };
+  // The steps run over the group's heads, each over the tiles; with ordered additions and ascending, over
+  // the tiles, last first, each over the group's heads (See Note [Ordered dQ additions]). Why the others
+  // not tile by tile: docs/perf-notes.md#ordered-dq-additions.
   const bool last_tile_first = kOrderedDq && ascending;
+  const int tile_period = last_tile_first ? s.group : 1;  // steps on a tile before the next (StepCursor)
   auto tile_row0 = [&](int i) { return (m_first + (last_tile_first ? m_count - 1 - i : i)) * BM; };
-  auto step_row0 = [&](int it) { return tile_row0(it % m_count); };
+  auto advance = [&](StepCursor& at) { at.advance(tile_period, m_count); };
   // Warpgroup w stages its piece of a step's dQ tile (queries 64 (w / kColPanels).., columns kPanel
   // (w % kColPanels).., over all BN keys) in its sdQ boxes; one thread adds them into dq_accum.
   constexpr int kColPanels = DS / kPanel;
   auto piece_boxes = [&](int w) { return sdQ + w * Tr::kDqBoxesPerPiece * Tr::kDqBoxFloats; };
-  // Adds warpgroup w's staged piece of step it into dq_accum (stores it when `first`).
-  auto reduce_piece = [&](int w, int it, bool first) {
-    const int row = step_row0(it) + 64 * (w / kColPanels), h = step_head(it);
+  // Adds warpgroup w's staged piece of the step at `at` into dq_accum (stores it when `first`): its boxes
+  // differ only in their column. (The step's index, the second argument, is the split kernel's.)
+  auto reduce_piece = [&](int w, int, const StepCursor& at, bool first) {
+    const int row = seq.dq_row0() + tile_row0(at.tile) + 64 * (w / kColPanels);
+    TmaCoords box = tma_coords(maps.dq_accum, 0, row, hk * s.group + at.head(), seq.map_batch());
+    auto box_at = [&](int i) {  // false: a box of padded columns only
+      box.c[0] = (w % kColPanels) * kPanel + i * kDqBoxCols;
+      return D % kPanel == 0 || box.c[0] < D;
+    };
+    if (first) {
 #pragma unroll
-    for (int i = 0; i < Tr::kDqBoxesPerPiece; ++i) {
-      const int col = (w % kColPanels) * kPanel + i * kDqBoxCols;
-      if (D % kPanel != 0 && col >= D) continue;  // a box of padded columns only
-      const TmaCoords at = tma_coords(maps.dq_accum, col, seq.dq_row0() + row, h, seq.map_batch());
-      if (first)
-        tma_store(maps.dq_accum, at, piece_boxes(w) + i * Tr::kDqBoxFloats);
-      else
-        tma_reduce_add(maps.dq_accum, at, piece_boxes(w) + i * Tr::kDqBoxFloats);
+      for (int i = 0; i < Tr::kDqBoxesPerPiece; ++i)
+        if (box_at(i)) tma_store(maps.dq_accum, box, piece_boxes(w) + i * Tr::kDqBoxFloats);
+    } else {
+#pragma unroll
+      for (int i = 0; i < Tr::kDqBoxesPerPiece; ++i)
+        if (box_at(i)) tma_reduce_add(maps.dq_accum, box, piece_boxes(w) + i * Tr::kDqBoxFloats);
     }
     bulk_commit();
   };
@@ -313,8 +340,8 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
   __syncthreads();
 
   if (warp < 4) {  // ---- producer warpgroup ----
-    bwd_producer<Tr, kHasMask, kOrderedDq>(p, maps, seq, block, n_iters, step_head, step_row0, reduce_piece, sK, sV,
-                                           sQ, sdO, sL, sD, kv_full, step_full, slot_free);
+    bwd_producer<Tr, kHasMask, kOrderedDq>(p, maps, seq, block, n_iters, tile_row0, advance, reduce_piece, sK, sV, sQ,
+                                           sdO, sL, sD, kv_full, step_full, slot_free);
     return;
   }
 
@@ -350,9 +377,9 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
     gemm_ss_mnmajor<T, 64, BN>(acc_dq, sds_of(it) + qp * BN * kPanel, sK + cp * BN * kPanel);
     wgmma_commit();
   };
-  // Stages the piece of step it's dQ tile and adds it into dq_accum, or hands it to the writer warp
-  // (every thread of the warpgroup).
-  auto add_dq = [&](int it, const float (&acc_dq)[8][4]) {
+  // Stages the piece of step it's dQ tile (at `at`) and adds it into dq_accum, or hands it to the writer
+  // warp (every thread of the warpgroup).
+  auto add_dq = [&](int it, const StepCursor& at, const float (&acc_dq)[8][4]) {
     if constexpr (kOrderedDq) named_barrier_sync(free_barrier(wg, (it + 1) & 1), kWriterThreads);  // piece it - 1 read
     store_dq_boxes(piece_boxes(wg), acc_dq, cwarp, lane);
     fence_proxy_async();
@@ -360,7 +387,7 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
       named_barrier_arrive(full_barrier(wg, it & 1), kWriterThreads);
     } else {
       named_barrier_sync(full_barrier(wg, 0), 128);  // the warpgroup's sdQ boxes are complete
-      if (wg_leader) reduce_piece(wg, it, false);
+      if (wg_leader) reduce_piece(wg, it, at, false);
     }
   };
   // Ordered before step 0's dQ by the consumer barrier.
@@ -374,12 +401,12 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
 
   mbar_wait(kv_full, 0);
   RingPosition<kStages> pos;
-  int tile = 0;  // it % m_count, carried from step to step instead of divided out every step
-  for (int it = 0; it < n_iters; ++it, pos.advance(), tile = tile + 1 == m_count ? 0 : tile + 1) {
+  StepCursor at, prev;  // this step's and the one before
+  for (int it = 0; it < n_iters; ++it, pos.advance(), prev = at, advance(at)) {
     const int slot = pos.slot;
     const T* sQt = sQ + slot * BM * DS;
     const T* sdOt = sdO + slot * BM * DS;
-    const int m0 = tile_row0(tile);
+    const int m0 = tile_row0(at.tile);
     mbar_wait(&step_full[slot], pos.phase);
 
     float acc_s[kNtS][4], acc_dp[kNtS][4];  // S^T = K Q^T, dP^T = V dO^T (the first k step overwrites)
@@ -418,7 +445,7 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
     store_ds_t<T, BN, BM>(sds_of(it), dsa, warp_row, lane);
     fence_proxy_async();
     named_barrier_arrive(ready_barrier(wg, it), kConsumerThreads);
-    if (it > 0) add_dq(it - 1, acc_dq);  // while dK runs
+    if (it > 0) add_dq(it - 1, prev, acc_dq);  // while dK runs
     wgmma_wait<0>();
     fence_accumulators(acc_dv);
     fence_accumulators(acc_dk);
@@ -432,7 +459,7 @@ __global__ void __launch_bounds__(BwdKvTraits<T, D>::kThreads, 1)
     issue_dq(n_iters - 1, acc_dq);
     wgmma_wait<0>();
     fence_accumulators(acc_dq);
-    add_dq(n_iters - 1, acc_dq);
+    add_dq(n_iters - 1, prev, acc_dq);
     if (!kOrderedDq && wg_leader) tma_store_wait_all();  // the reductions have completed
   }
 

@@ -122,10 +122,10 @@ __global__ void __launch_bounds__(BwdSplitTraits<T, D>::kThreads, 1)
   const TileSpan span = key_tile_queries<kHasMask, BN, BM>(n0, narrowed);
   const int m_first = span.first, m_count = span.count;
   const int n_iters = m_count * s.group;
-  auto step_head = [&](int it) { return hk * s.group + it / m_count; };
   const bool last_tile_first = kOrderedDq && ascending;
+  const int tile_period = last_tile_first ? s.group : 1;  // steps on a tile before the next (StepCursor)
   auto tile_row0 = [&](int i) { return (m_first + (last_tile_first ? m_count - 1 - i : i)) * BM; };
-  auto step_row0 = [&](int it) { return tile_row0(it % m_count); };
+  auto advance = [&](StepCursor& at) { at.advance(tile_period, m_count); };
   // Named barriers: 1 all consumers; 2 a step's sP and sdS complete; 3 + w warpgroup w done with them and
   // with sPf; 5 sPf complete; the dQ pieces' full_barrier.
   constexpr int kAllBarrier = 1, kScoresBarrier = 2, kProbsBarrier = 5;
@@ -135,17 +135,18 @@ __global__ void __launch_bounds__(BwdSplitTraits<T, D>::kThreads, 1)
   auto piece_boxes = [&](int w, int slot, int c) {
     return reinterpret_cast<float*>((c == 0 ? sQ : sdO) + slot * BM * D + w * kDc * BM);
   };
-  // Adds warpgroup w's staged piece of step it (columns kDc w..) into dq_accum (stores it when `first`).
-  auto reduce_piece = [&](int w, int it, bool first) {
-    const int row = step_row0(it), h = step_head(it), slot = it % kStages;
+  // Adds warpgroup w's staged piece of step it, at `at`, (columns kDc w..) into dq_accum (stores it when
+  // `first`).
+  auto reduce_piece = [&](int w, int it, const StepCursor& at, bool first) {
+    const int row = seq.dq_row0() + tile_row0(at.tile), h = hk * s.group + at.head(), slot = it % kStages;
 #pragma unroll
     for (int i = 0; i < Tr::kDqBoxesPerPiece; ++i) {
-      const TmaCoords at = tma_coords(maps.dq_accum, w * kDc + i * kDqBoxCols, seq.dq_row0() + row, h, seq.map_batch());
-      const float* box = piece_boxes(w, slot, i / 2) + (i % 2) * Tr::kDqBoxFloats;
+      const TmaCoords box = tma_coords(maps.dq_accum, w * kDc + i * kDqBoxCols, row, h, seq.map_batch());
+      const float* boxes = piece_boxes(w, slot, i / 2) + (i % 2) * Tr::kDqBoxFloats;
       if (first)
-        tma_store(maps.dq_accum, at, box);
+        tma_store(maps.dq_accum, box, boxes);
       else
-        tma_reduce_add(maps.dq_accum, at, box);
+        tma_reduce_add(maps.dq_accum, box, boxes);
     }
     bulk_commit();
   };
@@ -156,8 +157,8 @@ __global__ void __launch_bounds__(BwdSplitTraits<T, D>::kThreads, 1)
   __syncthreads();
 
   if (warp < 4) {  // ---- producer warpgroup ----
-    bwd_producer<Tr, kHasMask, kOrderedDq>(p, maps, seq, block, n_iters, step_head, step_row0, reduce_piece, sK, sV,
-                                           sQ, sdO, sL, sD, kv_full, step_full, slot_free);
+    bwd_producer<Tr, kHasMask, kOrderedDq>(p, maps, seq, block, n_iters, tile_row0, advance, reduce_piece, sK, sV, sQ,
+                                           sdO, sL, sD, kv_full, step_full, slot_free);
     return;
   }
 
@@ -188,12 +189,12 @@ __global__ void __launch_bounds__(BwdSplitTraits<T, D>::kThreads, 1)
 
   mbar_wait(kv_full, 0);
   RingPosition<kStages> pos;
-  int tile = 0;  // it % m_count, carried from step to step instead of divided out every step
-  for (int it = 0; it < n_iters; ++it, pos.advance(), tile = tile + 1 == m_count ? 0 : tile + 1) {
+  StepCursor at;  // this step's
+  for (int it = 0; it < n_iters; ++it, pos.advance(), advance(at)) {
     const int slot = pos.slot;
     const T* sQt = sQ + slot * BM * D;
     const T* sdOt = sdO + slot * BM * D;
-    const int m0 = tile_row0(tile);
+    const int m0 = tile_row0(at.tile);
     mbar_wait(&step_full[slot], pos.phase);
 
     // Warpgroup 0: S^T = K Q^T, warpgroup 1: dP^T = V dO^T, over the step's 64 queries (the first k step

@@ -61,6 +61,14 @@ __device__ __forceinline__ std::uint64_t desc_advance(std::uint64_t desc, std::u
   const std::uint32_t lo = static_cast<std::uint32_t>(desc) + (bytes >> 4);
   return (desc & 0xFFFFFFFF00000000ull) | lo;
 }
+// Hides the start address field of a descriptor from the compiler, so that desc_advance's additions stay
+// one integer add each: folded into the address computation, the M-major operands' took an extra mask
+// (a ULOP3) per k step.
+__device__ __forceinline__ void opaque_desc(std::uint64_t& desc) {
+  std::uint32_t lo = static_cast<std::uint32_t>(desc);
+  asm("" : "+r"(lo));
+  desc = (desc & 0xFFFFFFFF00000000ull) | lo;
+}
 __device__ __forceinline__ void wgmma_fence() {
 #if FT_SM90_DEVICE
   asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory");
@@ -252,7 +260,9 @@ __device__ __forceinline__ void gemm_ss_knmajor(float (&d)[N / 8][4], const T* a
 template <class T, int N, int K_ROWS>
 __device__ __forceinline__ void gemm_ss_mnmajor(float (&d)[N / 8][4], const T* a, const T* b) {
   static_assert(N <= kPanel || N == 2 * kPanel, "gemm_ss_mnmajor: B within one panel, or two whole panels");
-  const std::uint64_t a0 = sw128_desc(a, K_ROWS * kPanelRowBytes), b0 = sw128_desc(b, K_ROWS * kPanelRowBytes);
+  std::uint64_t a0 = sw128_desc(a, K_ROWS * kPanelRowBytes), b0 = sw128_desc(b, K_ROWS * kPanelRowBytes);
+  opaque_desc(a0);
+  opaque_desc(b0);
   wgmma_ss<T, N, 1, 1, false>(d, a0, b0);
 #pragma unroll
   for (int kk = 1; kk < K_ROWS / 16; ++kk) {

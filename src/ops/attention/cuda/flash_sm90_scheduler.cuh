@@ -67,9 +67,13 @@ static_assert(section_heads_for(100, 12) == 12 && section_heads_for(0, 12) == 1 
 // longest blocks launch last. The heads launched last (FlashBwdParams::ascending_heads of them,
 // ascending_heads_for) go the other way, so the grid does not end on its longest blocks: first key tile
 // first, ascending, each block taking its query tiles last first; blocks launched together then wait on
-// each other about a step each, which costs less than the tail. The count depends on the shape alone,
-// not on the device or the launch sections, so the gradients do not either; force_flash_ascending_heads
-// (tests) forces one. Measurements: docs/perf-notes.md#ordered-dq-additions.
+// each other about a step each, which costs less than the tail. With grouped-query heads an ascending block
+// takes its steps tile by tile over the group's heads: head by head, it would reach the group's j-th head
+// r j steps before the key tile before it (which has r = block_n / block_m more query tiles a head) and
+// wait there, the waits adding up along the key tiles launched together. Descending blocks, whose
+// predecessors run ahead, keep head by head (for the L2). The count depends on the shape alone, not on the
+// device or the launch sections, so the gradients do not either; force_flash_ascending_heads (tests)
+// forces one. Measurements: docs/perf-notes.md#ordered-dq-additions.
 
 // How many of the last grid heads launch and add first key tile first, given the heads and their key
 // tiles: a quarter of them, none in a grid of fewer than 1024 blocks whose heads have fewer than 64 key
@@ -303,6 +307,29 @@ __device__ __forceinline__ int key_tiles_before(int n_block, int n_tiles, bool a
     count += __popc(__ballot_sync(0xffffffffu, n < end && visits(n)));
   }
   return count;
+}
+
+// key_tiles_before for a writer warp that walks its steps' query tiles, carrying `prefix` and `last_tile` from
+// call to call (start last_tile at -1). Without a left window bound the key tiles that visit a query tile are
+// a prefix of the range, whose end does not decrease as the tile grows (each bound of key_tile_queries is
+// non-decreasing in the key tile). Where the tile grows or stays, the end is moved up from the last call's,
+// a key tile or so a step for the steps' consecutive tiles; where it drops and the end moves (a descending
+// block's next query head), or at the first call, it is searched for (key_tiles_before). With a left window,
+// key_tiles_before's count. See Note [Ordered dQ additions].
+template <bool kHasMask, int BN, int BM, class Shape>
+__device__ __forceinline__ int key_tiles_before_walked(int& prefix, int& last_tile, int n_block, int n_tiles,
+                                                       bool ascending, int tile, const Shape& s, int lane) {
+  if (kHasMask && s.window_left >= 0)
+    return key_tiles_before<kHasMask, BN, BM>(n_block, n_tiles, ascending, tile, s, lane);
+  const int first = ascending ? 0 : n_block + 1, end = ascending ? n_block : n_tiles;
+  auto visits = [&](int n) { return key_tile_queries<kHasMask, BN, BM>(n * BN, s).contains(tile); };
+  if (last_tile < 0 || (tile < last_tile && prefix > first && !visits(prefix - 1))) {
+    prefix = first + key_tiles_before<kHasMask, BN, BM>(n_block, n_tiles, ascending, tile, s, lane);
+  } else {
+    while (prefix < end && visits(prefix)) ++prefix;
+  }
+  last_tile = tile;
+  return prefix - first;
 }
 
 }  // namespace sm90
