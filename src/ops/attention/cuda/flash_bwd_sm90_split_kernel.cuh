@@ -66,15 +66,16 @@ struct BwdSplitTraits {
   static constexpr int kSlotArrivals = kConsumerThreads + 1;
   // sK, sV (kBlockN, D) | sQ, sdO (kStages, kBlockM, D) | sP, sdS (kBlockN, kBlockM), all swizzled, then
   // sPf (kBlockN x kBlockM) fp32 | sL, sD (kStages, kBlockM) fp32 | mbarriers: K and V landed, each step's
-  // tiles landed, each slot free.
-  // dK and dV are staged as padded (kBlockN, kLd) tiles over the 16-bit part after the loop.
+  // tiles landed, each slot free. dK and dV are staged as padded (kBlockN, kLd) tiles over the 16-bit part
+  // after the loop.
   static constexpr int kPsElems = kBlockN * kBlockM;  // sP, and sdS
   static constexpr int kTileBytes = ((2 * kBlockN + 2 * kStages * kBlockM) * D + 2 * kPsElems) * static_cast<int>(sizeof(T));
   static constexpr int kStepBytes = 2 * kBlockM * (D * static_cast<int>(sizeof(T)) + static_cast<int>(sizeof(float)));
   static constexpr int kBarriers = 1 + 2 * kStages + kBwdSeqWords;  // and the block's BwdSeqSlot
   static constexpr int kFloatBytes = (kPsElems + 2 * kStages * kBlockM) * static_cast<int>(sizeof(float));
   static constexpr int kSmemBytes = kTileBytes + kFloatBytes + kBarriers * 8 + kSmemSlack;
-  // Two buffers, as a slot is freed only at the next step (See Note [dQ staged in the ring]).
+  // Two buffers at least: a slot loads its next step only once its dQ pieces have been read out of it (See
+  // Note [dQ staged in the ring]), which one buffer would wait for at every step.
   static_assert(D % kPanel == 0 && kBlockN == 64 && kBlockM == 64 && kQueryPad % kBlockM == 0 && kStages >= 2,
                 "bad sm90 split dK/dV tiles");
   static_assert(kDimCols == 2 * kPanel, "each warpgroup: two panels of dK, dV and dQ");
