@@ -25,12 +25,12 @@
 // memory) and then waits for it, which hides most of a launch between consecutive kernels.
 // Greedy decoding launches every step without waiting (the first step's input embedded before it): greedy_next
 // also keeps each step's ids by position in device memory, read back once at the end. Sampling reads the logits
-// back at every step, samples (model/sampling.h) and writes the ids it drew for the next step to embed. Without a graph (GenerationOptions::
-// cuda_graph false, and on the CPU) the same work is enqueued at every step, so both give the same tokens
-// bit for bit. The graph holds the cache, weights and workspace addresses (all allocated here once) and the
-// cache's layout, which depends on the batch size: hence one graph per batch size. It runs on the model's
-// stream, or on a stream of the generator's own when that is the legacy default stream (which cannot be
-// captured).
+// back at every step, samples (model/sampling.h) and writes the ids it drew for the next step to embed.
+// Without a graph (GenerationOptions::cuda_graph false, and on the CPU) the same work is enqueued at every
+// step, so both give the same tokens bit for bit. The graph holds the cache, weights and workspace addresses
+// (all allocated here once) and the cache's layout, which depends on the batch size: hence one graph per
+// batch size. It runs on the model's stream, or on a stream of the generator's own when that is the legacy
+// default stream (which cannot be captured).
 //
 // Memory (allocated once, for max_batch rows of max_len tokens):
 //   kv cache   per layer (max_len, B, 2, H, Dh) in the compute dtype (bf16 in bf16 mode) for a batch of B rows:

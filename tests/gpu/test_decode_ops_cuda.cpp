@@ -237,7 +237,8 @@ TEST(ArgmaxCuda, MatchesTheCpu) {
 TEST(GreedyNextCuda, MatchesTheCpuAndAdvancesThePositionOnce) {
   const std::int64_t d = 100;
   // Rows x columns: one row over many blocks, a few rows, a batch of 64 (two blocks a row), one block a row.
-  for (const auto& [rows, cols] : {std::pair<std::int64_t, std::int64_t>{1, 50257}, {5, 50257}, {64, 50257}, {3, 300}}) {
+  using Shape = std::pair<std::int64_t, std::int64_t>;  // (rows, columns) of the logits
+  for (const auto& [rows, cols] : {Shape{1, 50257}, {5, 50257}, {64, 50257}, {3, 300}}) {
     SCOPED_TRACE(str(rows, " rows of ", cols));
     Pair logits = device_pair({rows, cols}, DType::f32, 9);
     std::vector<double> values = read_as_double(logits.cpu);

@@ -69,7 +69,8 @@ struct BwdSplitTraits {
   // tiles landed, each slot free. dK and dV are staged as padded (kBlockN, kLd) tiles over the 16-bit part
   // after the loop.
   static constexpr int kPsElems = kBlockN * kBlockM;  // sP, and sdS
-  static constexpr int kTileBytes = ((2 * kBlockN + 2 * kStages * kBlockM) * D + 2 * kPsElems) * static_cast<int>(sizeof(T));
+  static constexpr int kTileBytes =
+      ((2 * kBlockN + 2 * kStages * kBlockM) * D + 2 * kPsElems) * static_cast<int>(sizeof(T));
   static constexpr int kStepBytes = 2 * kBlockM * (D * static_cast<int>(sizeof(T)) + static_cast<int>(sizeof(float)));
   static constexpr int kBarriers = 1 + 2 * kStages + kBwdSeqWords;  // and the block's BwdSeqSlot
   static constexpr int kFloatBytes = (kPsElems + 2 * kStages * kBlockM) * static_cast<int>(sizeof(float));

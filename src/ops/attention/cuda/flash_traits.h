@@ -138,8 +138,9 @@ inline constexpr FlashTiles kTiles32[] = {
 // ---- Hopper (sm_90a) kernels: flash_fwd_sm90_kernel.cuh, flash_bwd_sm90_kernel.cuh ----
 // 16-bit inputs, head dims 64, 80, 96, 128 and 256. Each consumer warpgroup (4 warps) owns 64 rows of its
 // kernel's row tile, so the row tile is 64 * consumers (but for the d=256 backward, whose warpgroups split
-// the head dim: kSm90BwdTiles256); one more warpgroup issues the TMA copies. Tiles are 128-byte-swizzled panels of 64 columns (no padding), so head dims 80
-// and 96 run the d=128 tiles over zero columns: see Note [Padded head dims]. Registers bound the tiles:
+// the head dim: kSm90BwdTiles256); one more warpgroup issues the TMA copies. Tiles are 128-byte-swizzled
+// panels of 64 columns (no padding), so head dims 80 and 96 run the d=128 tiles over zero columns: see
+// Note [Padded head dims]. Registers bound the tiles:
 // an accumulator of 64 x n takes n / 2 floats per thread, and 1 block per SM leaves 65536 / threads
 // registers to each thread.
 
