@@ -11,6 +11,7 @@
 
 #include "bench/report_table.h"
 #include "bench/results_json.h"
+#include "bench/stream_timeline.h"
 #include "core/error.h"
 
 namespace ft {
@@ -325,6 +326,10 @@ nlohmann::json kernel_timeline_document(const KernelProfile& profile, Device dev
     rows.push_back(kernel_overview_row(s));
   nlohmann::json doc = results_document("kernel-timeline", device, std::move(config), std::move(rows));
   add_timeline_fields(doc, profile);
+  nlohmann::json steps = nlohmann::json::array();
+  for (const StepStreamSummary& s : summarize_step_streams_by_range(profile.records))
+    steps.push_back(step_streams_json(s));
+  doc["step_streams"] = std::move(steps);
   return doc;
 }
 
