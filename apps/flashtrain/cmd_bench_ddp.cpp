@@ -9,6 +9,7 @@
 #include "flashtrain/cli_parse.h"
 #include "flashtrain/commands.h"
 #include "flashtrain/ddp_bench.h"
+#include "flashtrain/timeline_profile.h"
 
 namespace ft::cli {
 
@@ -124,13 +125,8 @@ void register_bench_ddp(CLI::App& bench, Action& action) {
                       "(the model's stream), comm (the communication stream, beside backward)");
   command->add_flag("--csv", o.csv, "Print CSV instead of a markdown table");
   command->add_option("--json", o.json_path, "Write the results document (benchmark ddp) to this path (rank 0)");
-  command->add_option("--profile", o.profile,
-                      "timeline: after each row's timed steps, record rank 0's kernels and collectives per stream "
-                      "for 2 more steps (CUPTI)")
-      ->check(CLI::IsMember({"timeline"}));
-  command->add_option("--timeline-json", o.timeline_prefix,
-                      "--profile timeline: rank 0 writes PREFIX-<strategy>.json (bucketed: PREFIX-bucketed-<mb>mb.json) "
-                      "per row; draw with tools/plot_timeline.py");
+  add_timeline_options(*command, o.profile, o.timeline_prefix,
+                       "PREFIX-<strategy>.json (bucketed: PREFIX-bucketed-<mb>mb.json)");
   add_job_options(*command, o.job);
   command->callback([&action, options] { action = [options] { return run_bench_ddp(*options); }; });
 }

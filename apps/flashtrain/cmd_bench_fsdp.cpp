@@ -8,6 +8,7 @@
 #include "flashtrain/commands.h"
 #include "flashtrain/ddp_bench.h"
 #include "flashtrain/fsdp_bench.h"
+#include "flashtrain/timeline_profile.h"
 
 namespace ft::cli {
 
@@ -26,7 +27,17 @@ and takes the full training step (forward, backward, gradient reduction, clippin
 --warmup untimed and --steps timed steps (step_ms: the median over steps of the max over ranks), then
 one more step whose memory is profiled; peak_gib is the highest point of the row on the rank with the
 highest peak, split by category there. mfu counts FLOPs as the PyTorch FSDP anchor does:
-6 x non-embedding parameters x tokens + causal attention, recomputation not counted.)";
+6 x non-embedding parameters x tokens + causal attention, recomputation not counted.
+
+--profile timeline --timeline-json PREFIX: after each row's timed steps and its memory-profiled step, two
+more steps ("step 1", "step 2") run with rank 0's kernels, memory copies and NCCL collectives recorded per
+CUDA stream through CUPTI (the other ranks step along untraced; the timed steps are not affected). Rank 0
+writes them to PREFIX-<size>-ctx<ctx>-<precision>-zero<stage>.json and prints step 2's stream summary:
+per stream its busy time and span; for the compute stream (the one running most non-NCCL kernel time) its
+gaps, how much of them an NCCL kernel, a copy on another stream or nothing filled, the 10 largest with the
+records around them, and the time its kernels ran beside NCCL kernels (the document keeps it per step as
+"step_streams"). Draw with python3 tools/plot_timeline.py PREFIX-...-zero3.json --out zero3.png. Needs a
+CUDA build with CUPTI.)";
 
 int run_bench_fsdp(const BenchFsdpOptions& options) {
   return run_data_parallel_bench(options, resolve_bench_fsdp_options, bench_fsdp);
@@ -52,6 +63,7 @@ void register_bench_fsdp(CLI::App& bench, Action& action) {
                       "of one node; all-gathers stay on NCCL)");
   command->add_flag("--csv", o.csv, "Print CSV instead of a markdown table");
   command->add_option("--json", o.json_path, "Write the results document (benchmark fsdp) to this path (rank 0)");
+  add_timeline_options(*command, o.profile, o.timeline_prefix, "PREFIX-<size>-ctx<ctx>-<precision>-zero<stage>.json");
   add_job_options(*command, o.job);
   command->callback([&action, options] { action = [options] { return run_bench_fsdp(*options); }; });
 }

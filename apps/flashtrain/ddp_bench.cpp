@@ -8,8 +8,6 @@
 #include <iostream>
 #include <limits>
 
-#include "bench/kernel_profiler.h"
-#include "bench/kernel_summary.h"
 #include "bench/report_table.h"
 #include "bench/results_json.h"
 #include "core/allocator.h"
@@ -20,6 +18,7 @@
 #include "dist/fsdp_plan.h"
 #include "flashtrain/cli_parse.h"
 #include "flashtrain/out_of_memory.h"
+#include "flashtrain/timeline_profile.h"
 #include "train/train_run.h"
 #include "model/parameters.h"
 
@@ -83,31 +82,18 @@ DdpBenchRow unsupported_row(const DdpBenchCase& c, const DdpBenchConfig& config,
   return row;
 }
 
-// --profile timeline: two more steps, rank 0's kernels and collectives recorded per stream and written as a
-// kernel-timeline document (the other ranks step along untraced).
-void profile_timeline(const DdpBenchCase& c, const DdpBenchConfig& config, DataParallelReplica& replica,
-                      Communicator& host, const std::function<void()>& sync) {
-  const bool root = host.rank() == 0;
-  KernelProfiler profiler;
-  if (root) profiler.start();
-  for (int i = 1; i <= 2; ++i) {
-    NvtxRange range(str("step ", i));
-    replica.timed_step(host, sync);
-  }
-  if (!root) return;
-  const KernelProfile profile = profiler.stop();
-  nlohmann::json row_config = {{"size", c.model.model.name},
-                               {"ctx", c.model.model.context_length},
-                               {"precision", name_of(c.model.precision)},
-                               {"strategy", strategy_name(c)},
-                               {"bucket_mb", c.bucket_mb ? nlohmann::json(*c.bucket_mb) : nlohmann::json(nullptr)},
-                               {"transport", c.copy_engine ? "copy_engine" : "nccl"},
-                               {"buffer", name_of(c.buffer)},
-                               {"nccl", c.tuning.describe()},
-                               {"world", host.world_size()},
-                               {"local_batch", config.model.batch}};
-  write_json_atomic(timeline_path(config.timeline_prefix, c),
-                    kernel_timeline_document(profile, config.model.device, std::move(row_config)));
+// The config of a row's kernel-timeline document (--profile timeline).
+nlohmann::json timeline_config(const DdpBenchCase& c, const DdpBenchConfig& config, int world) {
+  return {{"size", c.model.model.name},
+          {"ctx", c.model.model.context_length},
+          {"precision", name_of(c.model.precision)},
+          {"strategy", strategy_name(c)},
+          {"bucket_mb", c.bucket_mb ? nlohmann::json(*c.bucket_mb) : nlohmann::json(nullptr)},
+          {"transport", c.copy_engine ? "copy_engine" : "nccl"},
+          {"buffer", name_of(c.buffer)},
+          {"nccl", c.tuning.describe()},
+          {"world", world},
+          {"local_batch", config.model.batch}};
 }
 
 // One strategy's row on a built replica.
@@ -168,7 +154,9 @@ DdpBenchRow run_ddp_row(const DdpBenchCase& c, const DdpBenchConfig& config, Dat
       comm_timed = comm_timed && ms.has_value();
       comm_ms.push_back(ms.value_or(0.0));
     }
-    if (!config.timeline_prefix.empty()) profile_timeline(c, config, replica, host, sync);
+    if (!config.timeline_prefix.empty())
+      profile_timeline(replica, host, sync, timeline_path(config.timeline_prefix, c), m.device,
+                       timeline_config(c, config, host.world_size()), nullptr);
   } catch (const std::exception& e) {
     // Host collectives complete on the host, so the ranks can agree on an OOM row and go on; a device
     // communicator may hold collectives the out-of-memory rank never issued: end the run instead.
@@ -339,17 +327,7 @@ DdpBenchConfig resolve_bench_ddp_options(const BenchDdpOptions& o, const Communi
   });
   FT_CHECK(config.bf16_comm || (config.rounding_on_comm.size() == 1 && !config.rounding_on_comm.front()),
            "--bf16-round places the rounding of --bf16-comm: give --bf16-comm too, or leave it at model");
-  if (!o.profile.empty()) {
-    FT_CHECK(o.profile == "timeline", "--profile: expected timeline, given '", o.profile, "'");
-    FT_CHECK(!o.timeline_prefix.empty(), "--profile timeline needs --timeline-json PREFIX (where rank 0 writes "
-             "PREFIX-<strategy>.json per row)");
-    FT_CHECK_KIND(unsupported, kernel_profiler_available(), "--profile timeline: ", kernel_profiler_missing());
-    FT_CHECK(config.model.device.is_cuda(), "--profile timeline records GPU kernels: expected a CUDA device, given ",
-             config.model.device.to_string());
-    config.timeline_prefix = o.timeline_prefix;
-  } else {
-    FT_CHECK(o.timeline_prefix.empty(), "--timeline-json is only used with --profile timeline");
-  }
+  config.timeline_prefix = resolve_timeline_prefix(o.profile, o.timeline_prefix, config.model.device);
   return config;
 }
 

@@ -15,6 +15,7 @@
 #include "dist/zero_transformer.h"
 #include "flashtrain/cli_parse.h"
 #include "flashtrain/ddp_bench.h"
+#include "flashtrain/timeline_profile.h"
 #include "train/throughput.h"
 #include "model/parameters.h"
 
@@ -84,8 +85,22 @@ void build_stage(StageRun& run, const FsdpBenchCase& c, const FsdpBenchConfig& c
   run.reset.emplace(trainer);
 }
 
+// The config of a row's kernel-timeline document (--profile timeline).
+nlohmann::json timeline_config(const FsdpBenchCase& c, const FsdpBenchConfig& config, int world) {
+  nlohmann::json out = {{"size", c.model.model.name},
+                        {"ctx", c.model.model.context_length},
+                        {"precision", name_of(c.model.precision)},
+                        {"zero", c.stage},
+                        {"grad_comm_dtype", config.bf16_grad_comm ? "bf16" : "fp32"},
+                        {"transport", config.copy_engine && c.stage >= 2 ? "copy_engine" : "nccl"},
+                        {"world", world},
+                        {"local_batch", config.model.batch}};
+  out.update(training_fields(config.model.model_training));
+  return out;
+}
+
 FsdpBenchRow run_fsdp_row(const FsdpBenchCase& c, const FsdpBenchConfig& config, Communicator& comm,
-                          Communicator& host) {
+                          Communicator& host, std::ostream* progress) {
   const ModelBenchConfig& m = config.model;
   FsdpBenchRow row = data_parallel_base_row<FsdpBenchRow>(c, m, host.world_size(), comm.backend());
   MemoryRecorder recorder;
@@ -101,6 +116,9 @@ FsdpBenchRow run_fsdp_row(const FsdpBenchCase& c, const FsdpBenchConfig& config,
     };
     step_ms = recorded_steps(*run.replica, host, sync, m, recorder);
     mine = rank_memory(summarize_memory_timeline(recorder.stop()));
+    if (!config.timeline_prefix.empty())
+      profile_timeline(*run.replica, host, sync, fsdp_timeline_path(config.timeline_prefix, c), m.device,
+                       timeline_config(c, config, host.world_size()), progress);
   } catch (const Error& e) {
     // As in bench ddp: only host collectives let the ranks agree on an OOM row after a step has started.
     if (e.kind() != ErrorKind::out_of_memory || (comm.compute_stream() && run.replica)) throw;
@@ -147,7 +165,13 @@ FsdpBenchConfig resolve_bench_fsdp_options(const BenchFsdpOptions& o, const Comm
   FT_CHECK(!config.bf16_grad_comm ||
                std::find(config.stages.begin(), config.stages.end(), 1) == config.stages.end(),
            "--grad-comm-dtype bf16: ZeRO-1 (stage 1) reduce-scatters in fp32 only; leave stage 1 out of --zero");
+  config.timeline_prefix = resolve_timeline_prefix(o.profile, o.timeline_prefix, config.model.device);
   return config;
+}
+
+std::string fsdp_timeline_path(const std::string& prefix, const FsdpBenchCase& c) {
+  return str(prefix, "-", c.model.model.name, "-ctx", c.model.model.context_length, "-", name_of(c.model.precision),
+             "-zero", c.stage, ".json");
 }
 
 std::vector<FsdpBenchCase> expand_fsdp_cases(const FsdpBenchConfig& config) {
@@ -168,7 +192,7 @@ std::vector<FsdpBenchRow> run_fsdp_bench(const FsdpBenchConfig& config, Communic
       peer = config.context->make_copy_engine_communicator(
           FsdpPlan(ParameterLayout(c.model.model), 2).max_padded() / 2 * 4);
     }
-    rows.push_back(run_fsdp_row(c, config, peer ? *peer : comm, host));
+    rows.push_back(run_fsdp_row(c, config, peer ? *peer : comm, host, progress));
     if (progress)
       *progress << "  " << c.model.model.name << " ctx " << c.model.model.context_length << " "
                 << name_of(c.model.precision) << " zero " << c.stage << (rows.back().oom ? ": OOM" : ": done") << "\n";

@@ -48,6 +48,8 @@ struct BenchFsdpOptions {
   std::string transport = "nccl";        // copy_engine: stages 2 and 3 reduce-scatter by peer copies
   bool csv = false;
   std::string json_path;
+  std::string profile;          // "" or "timeline"
+  std::string timeline_prefix;  // --profile timeline: rank 0 writes fsdp_timeline_path(PREFIX, row) per row
   JobOptions job;  // --timeout
 };
 
@@ -60,6 +62,10 @@ struct FsdpBenchConfig {
   // copies, all-gathers over NCCL), made per row through `context` (set by the command); 2 GPUs only.
   bool copy_engine = false;
   DistributedContext* context = nullptr;
+  // Non-empty: after its timed steps and its memory-profiled step each row runs 2 more steps under rank 0's
+  // kernel profiler (flashtrain/timeline_profile.h), rank 0 writes their kernel-timeline document to
+  // fsdp_timeline_path(timeline_prefix, row) and prints the last step's stream summary.
+  std::string timeline_prefix;
 };
 
 struct FsdpBenchCase {
@@ -73,6 +79,9 @@ struct FsdpBenchRow : DataParallelRow<FsdpBenchCase> {
   std::int64_t peak_bytes = 0;       // its peak over the row
   std::array<std::int64_t, kMemoryCategories> at_peak{};  // by MemoryCategory, at that peak
 };
+
+// "<prefix>-<size>-ctx<ctx>-<precision>-zero<stage>.json" ("tl-8b-ctx32768-bf16-zero3.json").
+std::string fsdp_timeline_path(const std::string& prefix, const FsdpBenchCase& c);
 
 // Model FLOPs of one step on `sequences` sequences of the config's context, counted as the anchor does.
 double anchor_step_flops(const ModelConfig& config, std::int64_t sequences);

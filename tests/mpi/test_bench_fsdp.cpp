@@ -3,12 +3,13 @@
 // checked exactly — DDP holds 4 bytes per parameter of parameters and of gradients and 8 of AdamW state,
 // ZeRO-3 the same per element of its shard (the units padded to the world), ZeRO-2 its shard plus the fp32
 // replica; the memory plan predicts those categories and the activations exactly; MFU is null on the CPU; a well-formed results document; unknown stages, bucket sizes and gradient
-// dtypes refused, and bf16 gradients with ZeRO-1.
+// dtypes refused, and bf16 gradients with ZeRO-1; --profile timeline's checks and file names.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
+#include "bench/kernel_profiler.h"
 #include "core/error.h"
 #include "dist/fsdp_plan.h"
 #include "flashtrain/fsdp_bench.h"
@@ -108,6 +109,35 @@ TEST(BenchFsdp, RefusesBadOptions) {
   } catch (const Error& e) {
     EXPECT_NE(e.message().find("needs 2 ranks on GPUs, given 2 rank(s) on cpu"), std::string::npos) << e.message();
   }
+}
+
+TEST(BenchFsdp, TimelineOptionsAndPaths) {
+  const auto message = [](const std::string& profile, const std::string& prefix) {
+    BenchFsdpOptions o = tiny_options();  // on the CPU
+    o.profile = profile;
+    o.timeline_prefix = prefix;
+    try {
+      return cli::resolve_bench_fsdp_options(o, world()).timeline_prefix;
+    } catch (const Error& e) {
+      return e.message();
+    }
+  };
+  EXPECT_EQ(message("", ""), "");
+  EXPECT_NE(message("timeline", "").find("needs --timeline-json PREFIX"), std::string::npos);
+  EXPECT_NE(message("", "out/tl").find("only used with --profile timeline"), std::string::npos);
+  EXPECT_NE(message("kernels", "out/tl").find("--profile: expected timeline, given 'kernels'"), std::string::npos);
+  // A CPU device: refused for want of the profiler (a build without CUPTI) or of a GPU.
+  EXPECT_NE(message("timeline", "out/tl")
+                .find(kernel_profiler_available() ? "expected a CUDA device, given cpu" : kernel_profiler_missing()),
+            std::string::npos)
+      << message("timeline", "out/tl");
+
+  cli::FsdpBenchCase c;
+  c.model.model = model_config("8b");
+  c.model.model.context_length = 32768;
+  c.model.precision = Precision::bf16;
+  c.stage = 3;
+  EXPECT_EQ(cli::fsdp_timeline_path("out/tl", c), "out/tl-8b-ctx32768-bf16-zero3.json");
 }
 
 }  // namespace

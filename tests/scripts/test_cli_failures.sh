@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # test_cli_failures.sh — fail early, lose nothing (issue 36 item 4), on the flashtrain binary: numeric
 # options refused at parse time (overflow, inf, nan, negative seeds); unwritable --json and
-# --checkpoint-dir refused before the first step; stale checkpoint temporaries removed at start; a
-# benchmark cell that exhausts host memory (naive attention at N = 65536) reported as an OOM row; the log
-# of a killed run keeps every line written (line-buffered stdout into a file). CTest label cpu.
+# --checkpoint-dir refused before the first step; bench fsdp's --profile timeline without its path or a
+# GPU; stale checkpoint temporaries removed at start; a benchmark cell that exhausts host memory (naive
+# attention at N = 65536) reported as an OOM row; the log of a killed run keeps every line written
+# (line-buffered stdout into a file). CTest label cpu.
 #   bash tests/scripts/test_cli_failures.sh build-cpu/bin/flashtrain
 set -uo pipefail
 flashtrain=$1
@@ -46,6 +47,15 @@ refused checkpoint_dir_unwritable "--checkpoint-dir /proc/flashtrain-ckpt: canno
   "${tiny[@]}" --checkpoint-dir /proc/flashtrain-ckpt
 refused bench_json_unwritable "--json /proc/flashtrain/model.json: cannot create files in /proc" \
   bench model --size tiny --device cpu --json /proc/flashtrain/model.json
+# bench fsdp --profile timeline: its path, and a CUDA device with the kernel profiler, checked before any row
+# is built (on the CPU device the message names what is missing: CUDA in a CPU-only build, else CUPTI or a GPU).
+fsdp=(bench fsdp --size tiny --context 16 --device cpu --zero 3)
+refused fsdp_timeline_without_path "--profile timeline needs --timeline-json PREFIX" "${fsdp[@]}" --profile timeline
+refused fsdp_timeline_json_alone "--timeline-json is only used with --profile timeline" \
+  "${fsdp[@]}" --timeline-json "$work/tl"
+no_gpu="--profile timeline"
+"$flashtrain" --version | grep -qF "CUDA: not compiled in" && no_gpu="--profile timeline: this build has no CUDA"
+refused fsdp_timeline_on_cpu "$no_gpu" "${fsdp[@]}" --profile timeline --timeline-json "$work/tl"
 
 # Stale temporaries of an interrupted checkpoint write are removed before training.
 mkdir -p "$work/ckpt"
