@@ -64,7 +64,9 @@ sweep goes on.
 
 --profile timeline --timeline-json PREFIX: after each row's timed steps, two more steps ("step 1",
 "step 2") run with rank 0's kernels, memory copies and NCCL collectives recorded per CUDA stream through
-CUPTI; rank 0 writes them as a kernel-timeline document per row, and
+CUPTI; rank 0 writes them as a kernel-timeline document per row, prints step 2's stream summary (per
+stream its busy time and span; the compute stream's gaps, what ran during them, the 10 largest, and its time
+beside NCCL kernels; the document keeps it per step as "step_streams"), and
   python3 tools/plot_timeline.py PREFIX-overlapped.json --out overlapped.png
 draws step 2: a lane per stream, compute and communication apart, so a naive step's all-reduces after
 backward and an overlapped step's all-reduces under backward are visible. Needs a CUDA build with CUPTI.)";

@@ -98,7 +98,7 @@ nlohmann::json timeline_config(const DdpBenchCase& c, const DdpBenchConfig& conf
 
 // One strategy's row on a built replica.
 DdpBenchRow run_ddp_row(const DdpBenchCase& c, const DdpBenchConfig& config, DataParallelReplica& replica,
-                        Communicator& comm, Communicator& host) {
+                        Communicator& comm, Communicator& host, std::ostream* progress) {
   const ModelBenchConfig& m = config.model;
   Allocator& allocator = Allocator::instance();
   std::vector<double> step_ms, comm_ms, backward_ms;  // (steps) this rank's
@@ -156,7 +156,7 @@ DdpBenchRow run_ddp_row(const DdpBenchCase& c, const DdpBenchConfig& config, Dat
     }
     if (!config.timeline_prefix.empty())
       profile_timeline(replica, host, sync, timeline_path(config.timeline_prefix, c), m.device,
-                       timeline_config(c, config, host.world_size()), nullptr);
+                       timeline_config(c, config, host.world_size()), progress);
   } catch (const std::exception& e) {
     // Host collectives complete on the host, so the ranks can agree on an OOM row and go on; a device
     // communicator may hold collectives the out-of-memory rank never issued: end the run instead.
@@ -177,7 +177,7 @@ DdpBenchRow run_ddp_row(const DdpBenchCase& c, const DdpBenchConfig& config, Dat
 // A ZeRO-2/3 row: its own model, reading its parameters from an Fsdp on the row's communicator (its own when
 // tuned), timed as a DDP row is.
 DdpBenchRow run_zero_row(const DdpBenchCase& c, const DdpBenchConfig& config, Communicator& comm,
-                         Communicator& host) {
+                         Communicator& host, std::ostream* progress) {
   const ModelBenchConfig& m = config.model;
   std::unique_ptr<Communicator> own;
   std::string unsupported;
@@ -216,7 +216,7 @@ DdpBenchRow run_zero_row(const DdpBenchCase& c, const DdpBenchConfig& config, Co
     oom_message = out_of_memory_message(e);
   }
   if (any_rank(host, !oom_message.empty())) return oom_row(c, config, host.world_size(), comm.backend(), oom_message);
-  return run_ddp_row(c, config, *replica, row_comm, host);
+  return run_ddp_row(c, config, *replica, row_comm, host, progress);
 }
 
 std::string describe_case(const DdpBenchCase& c) {
@@ -414,8 +414,8 @@ std::vector<DdpBenchRow> run_ddp_bench(const DdpBenchConfig& config, Communicato
     for (std::size_t i = first; i < end; ++i) {
       if (cases[i].zero_stage) replica.reset();  // its memory back before the ZeRO row's model
       rows.push_back(oom                   ? oom_row(cases[i], config, host.world_size(), comm.backend(), oom_message)
-                     : cases[i].zero_stage ? run_zero_row(cases[i], config, comm, host)
-                                           : run_ddp_row(cases[i], config, *replica, comm, host));
+                     : cases[i].zero_stage ? run_zero_row(cases[i], config, comm, host, progress)
+                                           : run_ddp_row(cases[i], config, *replica, comm, host, progress));
       if (progress)
         *progress << "  " << describe_case(cases[i])
                   << (rows.back().oom ? ": OOM" : rows.back().unsupported.empty() ? ": done" : ": unsupported: ")

@@ -109,8 +109,8 @@ struct DdpBenchConfig {
   // uses the data-parallel communicator, and a tuned row is an ft::Error.
   DistributedContext* context = nullptr;
   // Non-empty: after its timed steps each row runs 2 more steps ("step 1", "step 2") under the kernel
-  // profiler (bench/kernel_profiler.h) on rank 0, and rank 0 writes their kernel-timeline document to
-  // timeline_path(timeline_prefix, row) (draw it with tools/plot_timeline.py).
+  // profiler on rank 0 (flashtrain/timeline_profile.h), and rank 0 writes their kernel-timeline document to
+  // timeline_path(timeline_prefix, row) (draw it with tools/plot_timeline.py) and prints step 2's stream summary.
   std::string timeline_prefix;
 };
 
