@@ -1,9 +1,10 @@
 // test_ops_cuda.cpp — every model op's CUDA implementation against its CPU implementation on the same
 // inputs: linear (fp32 with TF32 off, bf16 operands with fp32 / bf16 outputs, strided rows, accumulation),
-// embedding (bit-identical forward and backward, repeated ids), RMSNorm, RoPE (both memory layouts, offset),
-// SwiGLU (in place), cross-entropy (vocab 97 to 151936, in-place / bf16 / no dlogits), residual add,
-// AdamW (clipping folded in too), SGD, casts and fills, gradient clipping; vectorised and scalar paths (aligned and unaligned
-// shapes); determinism (two runs bit-identical); ids out of range raise before anything is written.
+// embedding (bit-identical forward and backward, repeated ids), RMSNorm (dx accumulated, its 16-bit copy), RoPE
+// (both memory layouts, offset), SwiGLU (in place), cross-entropy (vocab 97 to 151936, in-place / bf16 / no
+// dlogits), residual add, AdamW (clipping folded in too), SGD, casts and fills, gradient clipping; vectorised and
+// scalar paths (aligned and unaligned shapes); determinism (two runs bit-identical); ids out of range raise before
+// anything is written.
 // Run on a GPU machine: ./build/bin/gpu_test_ops_cuda
 #include <gtest/gtest.h>
 
@@ -189,7 +190,8 @@ TEST(EmbeddingCuda, IdsOutOfRangeRaiseBeforeAnythingIsWritten) {
 
 // rows, d, pad (x is a column slice of wider rows: the scalar path when d + pad is not a multiple of 4), y / dy
 // dtype. Enough rows for row groups of several rows, one shorter, and d past the columns a block holds in
-// registers (8192; see Note [RMSNorm rows in registers]) on both paths.
+// registers (8192 in 4-element packs, 2048 in single elements; see Note [RMSNorm rows in registers]) on both
+// paths; d below a warp's columns, odd, and one not filling the last warp.
 class RmsNormCuda : public ::testing::TestWithParam<std::tuple<std::int64_t, std::int64_t, std::int64_t, DType>> {};
 
 TEST_P(RmsNormCuda, MatchesCpu) {
@@ -206,11 +208,24 @@ TEST_P(RmsNormCuda, MatchesCpu) {
   const Pair dy = pair({rows, d}, ydtype, 24);
   const Pair dx = pair({rows, d}, DType::f32, 25), dw = pair({d}, DType::f32, 26);
   for (bool accumulate : {true, false}) {
-    rmsnorm_backward({dx.cpu, dw.cpu, accumulate, accumulate}, dy.cpu, x_cpu, w.cpu, rstd.cpu);
-    rmsnorm_backward({dx.gpu, dw.gpu, accumulate, accumulate}, dy.gpu, x_gpu, w.gpu, rstd.gpu);
-    const std::string tag = accumulate ? " (accumulated)" : "";
-    expect_close_to_largest(dx.gpu, dx.cpu, 1e-5, "dx" + tag);
-    expect_close_to_largest(dw.gpu, dw.cpu, 1e-5, "dw" + tag);
+    for (DType cast : {DType::f32, DType::bf16, DType::f16}) {  // f32: no dx_cast
+      const std::string tag =
+          str(accumulate ? " (accumulated)" : "", cast == DType::f32 ? "" : str(" with a ", name_of(cast), " copy"));
+      const OwnedTensor dx_cast({rows, d}, cast, kGpu, "test");
+      const Tensor cast_view = cast == DType::f32 ? Tensor() : Tensor(dx_cast);
+      rmsnorm_backward({dx.cpu, dw.cpu, accumulate, accumulate}, dy.cpu, x_cpu, w.cpu, rstd.cpu);
+      rmsnorm_backward({dx.gpu, dw.gpu, accumulate, accumulate, cast_view}, dy.gpu, x_gpu, w.gpu, rstd.gpu);
+      expect_close_to_largest(dx.gpu, dx.cpu, 1e-5, "dx" + tag);
+      expect_close_to_largest(dw.gpu, dw.cpu, 1e-5, "dw" + tag);
+      if (cast == DType::f32) continue;
+      // The copy: dx's final value rounded, bit for bit.
+      const auto got = read_as_double(dx_cast), dx_values = read_as_double(dx.gpu);
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        const auto f = static_cast<float>(dx_values[i]);
+        const double rounded = cast == DType::bf16 ? to_float(to_bf16(f)) : to_float(to_f16(f));
+        ASSERT_EQ(got[i], rounded) << "dx copy [" << i << "]" << tag;
+      }
+    }
   }
   // dx alone and dw alone: the same bits as together (one pass computes both).
   const auto first_dx = read_as_double(dx.gpu), first_dw = read_as_double(dw.gpu);
@@ -226,6 +241,8 @@ INSTANTIATE_TEST_SUITE_P(
                       std::make_tuple(std::int64_t{21}, std::int64_t{768}, std::int64_t{256}, DType::bf16),
                       std::make_tuple(std::int64_t{21}, std::int64_t{50}, std::int64_t{3}, DType::f32),
                       std::make_tuple(std::int64_t{21}, std::int64_t{2600}, std::int64_t{0}, DType::f32),
+                      std::make_tuple(std::int64_t{9}, std::int64_t{2052}, std::int64_t{1}, DType::bf16),
+                      std::make_tuple(std::int64_t{3}, std::int64_t{4}, std::int64_t{0}, DType::bf16),
                       std::make_tuple(std::int64_t{1030}, std::int64_t{4096}, std::int64_t{0}, DType::f32),
                       std::make_tuple(std::int64_t{1030}, std::int64_t{4096}, std::int64_t{0}, DType::bf16),
                       std::make_tuple(std::int64_t{600}, std::int64_t{10000}, std::int64_t{0}, DType::bf16),
