@@ -1,7 +1,8 @@
 // test_ops_cuda.cpp — every model op's CUDA implementation against its CPU implementation on the same
 // inputs: linear (fp32 with TF32 off, bf16 operands with fp32 / bf16 outputs, strided rows, accumulation),
 // embedding (bit-identical forward and backward, repeated ids), RMSNorm (dx accumulated, its 16-bit copy), RoPE
-// (both memory layouts, offset), SwiGLU (in place), cross-entropy (vocab 97 to 151936, in-place / bf16 / no
+// (both memory layouts, offset), SwiGLU (in place; the backward recomputing h bitwise the forward then the
+// backward), linear's dx and dw alone bitwise both at once, cross-entropy (vocab 97 to 151936, in-place / bf16 / no
 // dlogits), residual add, AdamW (clipping folded in too), SGD, casts and fills, gradient clipping; vectorised and
 // scalar paths (aligned and unaligned shapes); determinism (two runs bit-identical); ids out of range raise before
 // anything is written.
@@ -132,6 +133,14 @@ TEST_P(LinearCuda, MatchesCpu) {
   const auto first = read_as_double(dw.gpu);
   linear_backward({Tensor(), dw.gpu, false}, dy.gpu, x_gpu, w.gpu);
   EXPECT_EQ(read_as_double(dw.gpu), first) << "dw differs between two runs";
+
+  // dx alone, then dw alone: the bits of both in one call (the model's w2 backward runs them apart).
+  linear_backward({dx.gpu, dw.gpu, false}, dy.gpu, x_gpu, w.gpu);
+  const auto both_dx = read_as_double(dx.gpu), both_dw = read_as_double(dw.gpu);
+  linear_backward({dx.gpu, Tensor()}, dy.gpu, x_gpu, w.gpu);
+  linear_backward({Tensor(), dw.gpu}, dy.gpu, x_gpu, w.gpu);
+  EXPECT_EQ(read_as_double(dx.gpu), both_dx) << "dx alone differs from dx beside dw";
+  EXPECT_EQ(read_as_double(dw.gpu), both_dw) << "dw alone differs from dw beside dx";
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, LinearCuda,
@@ -329,6 +338,28 @@ TEST_P(SwigluCuda, ForwardAndInPlaceBackwardMatchCpu) {
   swiglu_backward(a_gpu, second(ab.gpu), dh.gpu, a_gpu, second(ab.gpu));
   expect_close_to_largest(a_gpu, a_cpu, tol, "da (over a)");
   expect_close_to_largest(second(ab.gpu), second(ab.cpu), tol, "db (over b)");
+}
+
+// The backward that recomputes h (the model's FFN backward): bitwise the forward then the backward on the GPU,
+// with the gradients over their inputs, and close to the CPU's.
+TEST_P(SwigluCuda, RecomputeBackwardIsForwardThenBackwardBitwise) {
+  const auto [dtype, f] = GetParam();
+  const Pair ab = pair({5, 7, 2 * f}, dtype, 43), dh = pair({5, 7, f}, dtype, 44);
+  const OwnedTensor ab2({5, 7, 2 * f}, dtype, kGpu, "test");
+  copy(ab2, ab.gpu);
+  auto first = [&](const Tensor& t) { return first_cols(t, f); };
+  auto second = [&](const Tensor& t) { return t.narrow(2, f, f); };
+  const Pair h = pair({5, 7, f}, dtype, 45);
+  const OwnedTensor h2({5, 7, f}, dtype, kGpu, "test");
+  swiglu_forward(h.gpu, first(ab.gpu), second(ab.gpu));
+  swiglu_backward(first(ab.gpu), second(ab.gpu), dh.gpu, first(ab.gpu), second(ab.gpu));
+  swiglu_recompute_backward(h2, first(ab2), second(ab2), dh.gpu, first(ab2), second(ab2));
+  expect_equal(h2, h.gpu, "h");
+  expect_equal(ab2, ab.gpu, "da and db (over a and b)");
+  swiglu_recompute_backward(h.cpu, first(ab.cpu), second(ab.cpu), dh.cpu, first(ab.cpu), second(ab.cpu));
+  const double tol = dtype == DType::f32 ? 1e-5 : 1e-2;
+  expect_close_to_largest(h2, h.cpu, tol, "h against the CPU");
+  expect_close_to_largest(ab2, ab.cpu, tol, "da and db against the CPU");
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, SwigluCuda,
