@@ -259,11 +259,14 @@ INSTANTIATE_TEST_SUITE_P(
 
 // ---- RoPE ----------------------------------------------------------------------------------------
 
-class RopeCuda : public ::testing::TestWithParam<std::tuple<DType, bool, std::int64_t>> {};
+// dtype, layout, Dh, H, T: pairs a thread takes 4 (Dh = 16, 64, 128), 2 (Dh = 12) and 1 (Dh = 6, 10); heads past
+// a thread's (8) and a last group not full; positions past a block's rows (see Note [RoPE rotation threads]).
+class RopeCuda
+    : public ::testing::TestWithParam<std::tuple<DType, bool, std::int64_t, std::int64_t, std::int64_t>> {};
 
 TEST_P(RopeCuda, ForwardAndBackwardMatchCpu) {
-  const auto [dtype, bthd, Dh] = GetParam();
-  const std::int64_t B = 2, H = 3, T = 9;
+  const auto [dtype, bthd, Dh, H, T] = GetParam();
+  const std::int64_t B = 2;
   // (B, H, T, Dh), or a (B, T, 3, H, Dh) buffer like the model's fused QKV seen as (B, H, T, Dh).
   const Pair store = bthd ? pair({B, T, 3, H, Dh}, dtype, 30) : pair({B, H, T, Dh}, dtype, 30);
   auto view = [&](const Tensor& t) {
@@ -283,11 +286,22 @@ TEST_P(RopeCuda, ForwardAndBackwardMatchCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, RopeCuda,
-                         ::testing::Values(std::make_tuple(DType::f32, false, std::int64_t{16}),
-                                           std::make_tuple(DType::f32, true, std::int64_t{64}),
-                                           std::make_tuple(DType::bf16, true, std::int64_t{64}),
-                                           std::make_tuple(DType::f16, false, std::int64_t{6}),
-                                           std::make_tuple(DType::f32, true, std::int64_t{10})));
+                         ::testing::Values(std::make_tuple(DType::f32, false, std::int64_t{16}, std::int64_t{3},
+                                                           std::int64_t{9}),
+                                           std::make_tuple(DType::f32, true, std::int64_t{64}, std::int64_t{3},
+                                                           std::int64_t{9}),
+                                           std::make_tuple(DType::bf16, true, std::int64_t{64}, std::int64_t{3},
+                                                           std::int64_t{9}),
+                                           std::make_tuple(DType::f16, false, std::int64_t{6}, std::int64_t{3},
+                                                           std::int64_t{9}),
+                                           std::make_tuple(DType::f32, true, std::int64_t{10}, std::int64_t{3},
+                                                           std::int64_t{9}),
+                                           std::make_tuple(DType::bf16, true, std::int64_t{128}, std::int64_t{11},
+                                                           std::int64_t{37}),
+                                           std::make_tuple(DType::f32, false, std::int64_t{12}, std::int64_t{17},
+                                                           std::int64_t{45}),
+                                           std::make_tuple(DType::f16, true, std::int64_t{6}, std::int64_t{9},
+                                                           std::int64_t{300})));
 
 // Per-token positions (packed documents): the CPU's rotation value for value, and a position outside [0, T)
 // turns its row into NaN (the CPU would refuse it; the device cannot check without a sync).
