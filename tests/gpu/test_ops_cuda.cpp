@@ -335,52 +335,64 @@ TEST(RopeCuda, PerTokenPositionsMatchCpu) {
 
 // ---- SwiGLU --------------------------------------------------------------------------------------
 
-class SwigluCuda : public ::testing::TestWithParam<std::tuple<DType, std::int64_t>> {};
+// dtype, d_ff, and whether a and b are the two halves of one (rows, 2 d_ff) buffer, as a fused GEMM would write
+// them (strided rows), or two contiguous tensors (walked as one row). Packs of 8 (16-bit, d_ff = 64), 4 and 1.
+class SwigluCuda : public ::testing::TestWithParam<std::tuple<DType, std::int64_t, bool>> {};
+
+// (2, 5, 7, d_ff) storage of a and b, or (5, 7, 2 d_ff) for halves; a and b seen in it.
+struct SwigluInputs {
+  std::int64_t f;
+  bool halves;
+  Shape storage() const { return halves ? Shape{5, 7, 2 * f} : Shape{2, 5, 7, f}; }
+  Tensor a(const Tensor& t) const { return halves ? first_cols(t, f) : t.select(0, 0); }
+  Tensor b(const Tensor& t) const { return halves ? t.narrow(2, f, f) : t.select(0, 1); }
+};
 
 TEST_P(SwigluCuda, ForwardAndInPlaceBackwardMatchCpu) {
-  const auto [dtype, f] = GetParam();
-  // a and b: the two halves of one (rows, 2 f) buffer, as a fused GEMM would write them.
-  const Pair ab = pair({5, 7, 2 * f}, dtype, 40);
-  const Tensor a_cpu = first_cols(ab.cpu, f), a_gpu = first_cols(ab.gpu, f);
-  auto second = [&](const Tensor& t) { return t.narrow(2, f, f); };
+  const auto [dtype, f, halves] = GetParam();
+  const SwigluInputs in{f, halves};
+  const Pair ab = pair(in.storage(), dtype, 40);
   const Pair h = pair({5, 7, f}, dtype, 41), dh = pair({5, 7, f}, dtype, 42);
   const double tol = dtype == DType::f32 ? 1e-5 : 1e-2;
-  swiglu_forward(h.cpu, a_cpu, second(ab.cpu));
-  swiglu_forward(h.gpu, a_gpu, second(ab.gpu));
+  swiglu_forward(h.cpu, in.a(ab.cpu), in.b(ab.cpu));
+  swiglu_forward(h.gpu, in.a(ab.gpu), in.b(ab.gpu));
   expect_close_to_largest(h.gpu, h.cpu, tol, "h");
-  swiglu_backward(a_cpu, second(ab.cpu), dh.cpu, a_cpu, second(ab.cpu));
-  swiglu_backward(a_gpu, second(ab.gpu), dh.gpu, a_gpu, second(ab.gpu));
-  expect_close_to_largest(a_gpu, a_cpu, tol, "da (over a)");
-  expect_close_to_largest(second(ab.gpu), second(ab.cpu), tol, "db (over b)");
+  swiglu_backward(in.a(ab.cpu), in.b(ab.cpu), dh.cpu, in.a(ab.cpu), in.b(ab.cpu));
+  swiglu_backward(in.a(ab.gpu), in.b(ab.gpu), dh.gpu, in.a(ab.gpu), in.b(ab.gpu));
+  expect_close_to_largest(in.a(ab.gpu), in.a(ab.cpu), tol, "da (over a)");
+  expect_close_to_largest(in.b(ab.gpu), in.b(ab.cpu), tol, "db (over b)");
 }
 
 // The backward that recomputes h (the model's FFN backward): bitwise the forward then the backward on the GPU,
 // with the gradients over their inputs, and close to the CPU's.
 TEST_P(SwigluCuda, RecomputeBackwardIsForwardThenBackwardBitwise) {
-  const auto [dtype, f] = GetParam();
-  const Pair ab = pair({5, 7, 2 * f}, dtype, 43), dh = pair({5, 7, f}, dtype, 44);
-  const OwnedTensor ab2({5, 7, 2 * f}, dtype, kGpu, "test");
+  const auto [dtype, f, halves] = GetParam();
+  const SwigluInputs in{f, halves};
+  const Pair ab = pair(in.storage(), dtype, 43), dh = pair({5, 7, f}, dtype, 44);
+  const OwnedTensor ab2(in.storage(), dtype, kGpu, "test");
   copy(ab2, ab.gpu);
-  auto first = [&](const Tensor& t) { return first_cols(t, f); };
-  auto second = [&](const Tensor& t) { return t.narrow(2, f, f); };
   const Pair h = pair({5, 7, f}, dtype, 45);
   const OwnedTensor h2({5, 7, f}, dtype, kGpu, "test");
-  swiglu_forward(h.gpu, first(ab.gpu), second(ab.gpu));
-  swiglu_backward(first(ab.gpu), second(ab.gpu), dh.gpu, first(ab.gpu), second(ab.gpu));
-  swiglu_recompute_backward(h2, first(ab2), second(ab2), dh.gpu, first(ab2), second(ab2));
+  swiglu_forward(h.gpu, in.a(ab.gpu), in.b(ab.gpu));
+  swiglu_backward(in.a(ab.gpu), in.b(ab.gpu), dh.gpu, in.a(ab.gpu), in.b(ab.gpu));
+  swiglu_recompute_backward(h2, in.a(ab2), in.b(ab2), dh.gpu, in.a(ab2), in.b(ab2));
   expect_equal(h2, h.gpu, "h");
   expect_equal(ab2, ab.gpu, "da and db (over a and b)");
-  swiglu_recompute_backward(h.cpu, first(ab.cpu), second(ab.cpu), dh.cpu, first(ab.cpu), second(ab.cpu));
+  swiglu_recompute_backward(h.cpu, in.a(ab.cpu), in.b(ab.cpu), dh.cpu, in.a(ab.cpu), in.b(ab.cpu));
   const double tol = dtype == DType::f32 ? 1e-5 : 1e-2;
   expect_close_to_largest(h2, h.cpu, tol, "h against the CPU");
   expect_close_to_largest(ab2, ab.cpu, tol, "da and db against the CPU");
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, SwigluCuda,
-                         ::testing::Values(std::make_tuple(DType::f32, std::int64_t{36}),
-                                           std::make_tuple(DType::f32, std::int64_t{35}),
-                                           std::make_tuple(DType::bf16, std::int64_t{172}),
-                                           std::make_tuple(DType::f16, std::int64_t{64})));
+                         ::testing::Values(std::make_tuple(DType::f32, std::int64_t{36}, true),
+                                           std::make_tuple(DType::f32, std::int64_t{35}, true),
+                                           std::make_tuple(DType::bf16, std::int64_t{172}, true),
+                                           std::make_tuple(DType::f16, std::int64_t{64}, true),
+                                           std::make_tuple(DType::f32, std::int64_t{35}, false),
+                                           std::make_tuple(DType::bf16, std::int64_t{172}, false),
+                                           std::make_tuple(DType::bf16, std::int64_t{64}, false),
+                                           std::make_tuple(DType::f16, std::int64_t{6}, false)));
 
 // ---- cross-entropy -------------------------------------------------------------------------------
 
