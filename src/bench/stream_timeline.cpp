@@ -173,11 +173,24 @@ std::vector<StepStreamSummary> summarize_step_streams_by_range(const std::vector
   for (const KernelRecord& r : records) ordered.push_back(&r);
   std::stable_sort(ordered.begin(), ordered.end(),
                    [](const KernelRecord* a, const KernelRecord* b) { return a->start_ns < b->start_ns; });
+  std::vector<Interval> windows;  // per step: its ranged records' first start and last end
   for (const KernelRecord* r : ordered) {
     if (r->ranges.empty()) continue;
     auto [it, added] = index.try_emplace(r->ranges.front(), steps.size());
-    if (added) steps.push_back({r->ranges.front(), {}});
+    if (added) {
+      steps.push_back({r->ranges.front(), {}});
+      windows.push_back({r->start_ns, r->end_ns});
+    }
     steps[it->second].second.push_back(*r);
+    windows[it->second].end = std::max(windows[it->second].end, r->end_ns);
+  }
+  for (const KernelRecord* r : ordered) {
+    if (!r->ranges.empty()) continue;
+    for (std::size_t i = 0; i < windows.size(); ++i)
+      if (r->start_ns >= windows[i].start && r->start_ns < windows[i].end) {
+        steps[i].second.push_back(*r);
+        break;
+      }
   }
   std::vector<StepStreamSummary> out;
   for (const auto& [range, step] : steps)

@@ -7,7 +7,8 @@
 // The compute stream is the stream whose kernels other than NCCL's ran longest (the model's stream: it runs
 // every GEMM and attention kernel). Communication kernels are those kernel_summary.h classes as
 // communication (names containing "nccl"); copies are memcpy and memset records. A step is the records
-// whose outermost NvtxRange is the step's ("step 2"); records launched outside every range are left out.
+// whose outermost NvtxRange is the step's ("step 2"), and the records launched outside every range (by a
+// library's own thread) that start between its first start and its last end; other records are left out.
 #pragma once
 
 #include <cstddef>

@@ -2,7 +2,8 @@
 // whose figures are worked out by hand: the compute stream picked by its non-NCCL kernel time, each stream's
 // busy time and span (overlapping records counted once), the compute stream's gaps with what filled them
 // (NCCL, copies on other streams, nothing) and the records around them, the largest gaps in order, the
-// compute kernels' time beside NCCL kernels, steps split by their outermost range, the table and the JSON.
+// compute kernels' time beside NCCL kernels, steps split by their outermost range (unranged records joining
+// the step they start in), the table and the JSON.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -123,14 +124,20 @@ TEST(StreamTimeline, StepsByOutermostRangeTableAndJson) {
   std::vector<KernelRecord> records = step(1000, "step 2");
   for (const KernelRecord& r : step(0, "step 1")) records.push_back(r);
   records.push_back(record("gemm_outside", kCompute, 500, 600));
-  records.back().ranges.clear();  // launched outside every range: left out
+  records.back().ranges.clear();  // launched outside every range, between the steps: left out
+  records.push_back(record("memcpy PtoP", 21, 20, 60, "", ActivityKind::memcpy));
+  records.back().ranges.clear();  // outside every range, starting within step 1: part of it
   records.push_back(record(kNccl, kComm, 2000, 2001, "barrier"));  // a range with NCCL alone: no summary
   const std::vector<StepStreamSummary> steps = summarize_step_streams_by_range(records);
   ASSERT_EQ(steps.size(), 2u);
   EXPECT_EQ(steps[0].range, "step 1");
   EXPECT_EQ(steps[1].range, "step 2");
+  EXPECT_EQ(steps[0].streams.size(), 4u);
+  EXPECT_EQ(steps[0].streams[3].stream, 21u);
+  EXPECT_NEAR(steps[0].span_ms, 0.060, kEps);
+  EXPECT_EQ(steps[1].streams.size(), 3u);
+  EXPECT_NEAR(steps[1].span_ms, 0.050, kEps);
   for (const StepStreamSummary& s : steps) {
-    EXPECT_NEAR(s.span_ms, 0.050, kEps);
     EXPECT_EQ(s.streams.at(s.compute).records, 5);
     EXPECT_NEAR(s.gap_ms, 0.012, kEps);
   }
