@@ -34,10 +34,10 @@ more steps ("step 1", "step 2") run with rank 0's kernels, memory copies and NCC
 CUDA stream through CUPTI (the other ranks step along untraced; the timed steps are not affected). Rank 0
 writes them to PREFIX-<size>-ctx<ctx>-<precision>-zero<stage>.json and prints step 2's stream summary:
 per stream its busy time and span; for the compute stream (the one running most non-NCCL kernel time) its
-gaps, how much of them an NCCL kernel, a copy on another stream or nothing filled, the 10 largest with the
-records around them, and the time its kernels ran beside NCCL kernels (the document keeps it per step as
-"step_streams"). Draw with python3 tools/plot_timeline.py PREFIX-...-zero3.json --out zero3.png. Needs a
-CUDA build with CUPTI.)";
+gaps, how much of them an NCCL kernel, a copy on another stream or nothing filled, their sum by phase
+(model forward, model backward, optimizer step), the 10 largest with the records around them, and the time
+its kernels ran beside NCCL kernels (the document keeps it per step as "step_streams"). Draw with
+python3 tools/plot_timeline.py PREFIX-...-zero3.json --out zero3.png. Needs a CUDA build with CUPTI.)";
 
 int run_bench_fsdp(const BenchFsdpOptions& options) {
   return run_data_parallel_bench(options, resolve_bench_fsdp_options, bench_fsdp);

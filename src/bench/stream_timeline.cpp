@@ -72,6 +72,37 @@ StreamKey compute_stream(const std::vector<KernelRecord>& records) {
       ->first;
 }
 
+// The phase of a record: its range below the step's ("model forward"), or "(step)" when it has none.
+std::string phase_of(const KernelRecord& r) { return r.ranges.size() >= 2 ? r.ranges[1] : "(step)"; }
+
+// The gaps of one stream's records (by start): from the latest end so far to the next record's start, when
+// that start is later; what the other streams ran meanwhile from the disjoint intervals given.
+std::vector<ComputeGap> find_gaps(const std::vector<const KernelRecord*>& list, std::uint64_t origin,
+                                  const std::vector<Interval>& communication, const std::vector<Interval>& copies,
+                                  const std::vector<Interval>& others) {
+  std::uint64_t reach = list.front()->end_ns;
+  const KernelRecord* reaching = list.front();
+  std::vector<ComputeGap> gaps;
+  for (const KernelRecord* r : list) {
+    if (r->start_ns > reach) {
+      const Interval gap{reach, r->start_ns};
+      gaps.push_back({.start_ms = ms(reach - origin),
+                      .length_ms = ms(gap.end - gap.start),
+                      .before = reaching->name,
+                      .after = r->name,
+                      .phase = phase_of(*r),
+                      .communication_ms = ms(overlap(gap, communication)),
+                      .copy_ms = ms(overlap(gap, copies)),
+                      .idle_ms = ms(gap.end - gap.start - overlap(gap, others))});
+    }
+    if (r->end_ns > reach) {
+      reach = r->end_ns;
+      reaching = r;
+    }
+  }
+  return gaps;
+}
+
 }  // namespace
 
 StepStreamSummary summarize_step_streams(const std::string& range, const std::vector<KernelRecord>& records,
@@ -127,33 +158,18 @@ StepStreamSummary summarize_step_streams(const std::string& range, const std::ve
     a.lane = key == compute ? "compute" : any_communication ? "communication" : copies_only ? "copy" : "other";
     if (key == compute) {
       s.compute = s.streams.size();
-      // A gap: from the latest end so far to the next record's start, when that start is later.
-      std::uint64_t reach = list.front()->end_ns;
-      const KernelRecord* reaching = list.front();
-      std::vector<ComputeGap> gaps;
-      for (const KernelRecord* r : list) {
-        if (r->start_ns > reach) {
-          const Interval gap{reach, r->start_ns};
-          const std::uint64_t filled = overlap(gap, others);
-          gaps.push_back({.start_ms = ms(reach - origin),
-                          .length_ms = ms(gap.end - gap.start),
-                          .before = reaching->name,
-                          .after = r->name,
-                          .communication_ms = ms(overlap(gap, communication)),
-                          .copy_ms = ms(overlap(gap, copies)),
-                          .idle_ms = ms(gap.end - gap.start - filled)});
-        }
-        if (r->end_ns > reach) {
-          reach = r->end_ns;
-          reaching = r;
-        }
-      }
+      std::vector<ComputeGap> gaps = find_gaps(list, origin, communication, copies, others);
       s.gaps = static_cast<std::int64_t>(gaps.size());
       for (const ComputeGap& g : gaps) {
         s.gap_ms += g.length_ms;
         s.gap_communication_ms += g.communication_ms;
         s.gap_copy_ms += g.copy_ms;
         s.gap_idle_ms += g.idle_ms;
+        auto phase = std::find_if(s.gaps_by_phase.begin(), s.gaps_by_phase.end(),
+                                  [&g](const PhaseGaps& p) { return p.phase == g.phase; });
+        if (phase == s.gaps_by_phase.end()) phase = s.gaps_by_phase.insert(phase, PhaseGaps{.phase = g.phase});
+        ++phase->gaps;
+        phase->gap_ms += g.length_ms;
       }
       std::stable_sort(gaps.begin(), gaps.end(),
                        [](const ComputeGap& x, const ComputeGap& y) { return x.length_ms > y.length_ms; });
@@ -207,22 +223,27 @@ std::string format_step_streams(const StepStreamSummary& s) {
       << fixed(c.busy_ms, 2) << " ms of its " << fixed(c.span_ms, 2) << " ms span; " << s.gaps << " gaps, "
       << fixed(s.gap_ms, 2) << " ms (NCCL running " << fixed(s.gap_communication_ms, 2) << ", copies running "
       << fixed(s.gap_copy_ms, 2) << ", no other stream busy " << fixed(s.gap_idle_ms, 2)
-      << "); its kernels beside NCCL kernels " << fixed(s.nccl_overlap_ms, 2) << " ms\n\n";
+      << "); its kernels beside NCCL kernels " << fixed(s.nccl_overlap_ms, 2) << " ms\n";
+  out << "Gaps by the phase of the record after them:";
+  for (const PhaseGaps& p : s.gaps_by_phase)
+    out << " " << p.phase << " " << p.gaps << " (" << fixed(p.gap_ms, 2) << " ms);";
+  out << "\n\n";
   ReportTable streams({"device", "stream", "lane", "records", "first_ms", "busy_ms", "span_ms"});
   for (const StreamActivity& a : s.streams)
     streams.add_row({std::to_string(a.device), std::to_string(a.stream), a.lane, std::to_string(a.records),
                      fixed(a.first_ms, 2), fixed(a.busy_ms, 2), fixed(a.span_ms, 2)});
   out << streams.markdown() << "\n";
-  ReportTable gaps({"start_ms", "gap_ms", "nccl_ms", "copy_ms", "idle_ms", "before", "after"});
+  ReportTable gaps({"start_ms", "gap_ms", "nccl_ms", "copy_ms", "idle_ms", "phase", "before", "after"});
   for (const ComputeGap& g : s.largest_gaps)
     gaps.add_row({fixed(g.start_ms, 2), fixed(g.length_ms, 3), fixed(g.communication_ms, 3), fixed(g.copy_ms, 3),
-                  fixed(g.idle_ms, 3), short_kernel_name(g.before, 50), short_kernel_name(g.after, 50)});
+                  fixed(g.idle_ms, 3), g.phase, short_kernel_name(g.before, 50), short_kernel_name(g.after, 50)});
   if (gaps.rows() > 0) out << "Largest gaps of the compute stream:\n\n" << gaps.markdown();
   return out.str();
 }
 
 nlohmann::json step_streams_json(const StepStreamSummary& s) {
-  nlohmann::json streams = nlohmann::json::array(), gaps = nlohmann::json::array();
+  nlohmann::json streams = nlohmann::json::array(), gaps = nlohmann::json::array(),
+                 phases = nlohmann::json::array();
   for (const StreamActivity& a : s.streams)
     streams.push_back({{"device", a.device},
                        {"stream", a.stream},
@@ -237,8 +258,11 @@ nlohmann::json step_streams_json(const StepStreamSummary& s) {
                     {"communication_ms", g.communication_ms},
                     {"copy_ms", g.copy_ms},
                     {"idle_ms", g.idle_ms},
+                    {"phase", g.phase},
                     {"before", short_kernel_name(g.before)},
                     {"after", short_kernel_name(g.after)}});
+  for (const PhaseGaps& p : s.gaps_by_phase)
+    phases.push_back({{"phase", p.phase}, {"gaps", p.gaps}, {"gap_ms", p.gap_ms}});
   return {{"range", s.range},
           {"span_ms", s.span_ms},
           {"compute_stream", s.streams.at(s.compute).stream},
@@ -248,6 +272,7 @@ nlohmann::json step_streams_json(const StepStreamSummary& s) {
           {"gap_copy_ms", s.gap_copy_ms},
           {"gap_idle_ms", s.gap_idle_ms},
           {"nccl_overlap_ms", s.nccl_overlap_ms},
+          {"gaps_by_phase", std::move(phases)},
           {"streams", std::move(streams)},
           {"largest_gaps", std::move(gaps)}};
 }

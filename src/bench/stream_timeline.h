@@ -2,7 +2,9 @@
 // (kernel_profiler.h), in host code that needs no GPU: per stream its busy time (the union of its records'
 // intervals) and span; for the compute stream its gaps (where it ran nothing between its first and last
 // record), how much of each gap an NCCL kernel, a copy on another stream, or nothing at all filled, the
-// largest gaps with the records around them, and the time its kernels ran beside NCCL kernels.
+// largest gaps with the records around them, the gaps summed by phase (the range below the step's of the
+// record after each gap: "model forward", "model backward", "optimizer step", or "(step)" between them), and
+// the time its kernels ran beside NCCL kernels.
 //
 // The compute stream is the stream whose kernels other than NCCL's ran longest (the model's stream: it runs
 // every GEMM and attention kernel). Communication kernels are those kernel_summary.h classes as
@@ -38,9 +40,17 @@ struct ComputeGap {
   double start_ms = 0;  // from the step's start
   double length_ms = 0;
   std::string before, after;  // the compute stream's records ending it and starting after it (full names)
+  std::string phase;          // the range of `after` below the step's ("model backward"), or "(step)"
   double communication_ms = 0;  // of the gap, time an NCCL kernel ran
   double copy_ms = 0;           // time a copy ran on another stream
   double idle_ms = 0;           // time no other stream of the device ran anything
+};
+
+// The compute stream's gaps before records of one phase.
+struct PhaseGaps {
+  std::string phase;
+  std::int64_t gaps = 0;
+  double gap_ms = 0;
 };
 
 struct StepStreamSummary {
@@ -54,6 +64,7 @@ struct StepStreamSummary {
   double gap_copy_ms = 0;
   double gap_idle_ms = 0;
   double nccl_overlap_ms = 0;  // the compute stream's kernels' time while an NCCL kernel ran (any stream)
+  std::vector<PhaseGaps> gaps_by_phase;  // every gap by its phase, in the order phases first had a gap
   std::vector<ComputeGap> largest_gaps;  // the longest `top` gaps, longest first (then earliest)
 };
 
@@ -64,12 +75,13 @@ StepStreamSummary summarize_step_streams(const std::string& range, const std::ve
 std::vector<StepStreamSummary> summarize_step_streams_by_range(const std::vector<KernelRecord>& records,
                                                                std::size_t top = 10);
 
-// A line for the step and the compute stream, a table of the streams, and a table of the largest gaps.
+// A line for the step and the compute stream, a line of its gaps by phase, a table of the streams, and a table
+// of the largest gaps.
 std::string format_step_streams(const StepStreamSummary& summary);
 // {"range", "span_ms", "compute_stream", "gaps", "gap_ms", "gap_communication_ms", "gap_copy_ms",
-//  "gap_idle_ms", "nccl_overlap_ms", "streams": [{"device", "stream", "lane", "records", "first_ms",
-//  "busy_ms", "span_ms"}], "largest_gaps": [{"start_ms", "length_ms", "communication_ms", "copy_ms",
-//  "idle_ms", "before", "after"}]} with short kernel names.
+//  "gap_idle_ms", "nccl_overlap_ms", "gaps_by_phase": [{"phase", "gaps", "gap_ms"}], "streams": [{"device",
+//  "stream", "lane", "records", "first_ms", "busy_ms", "span_ms"}], "largest_gaps": [{"start_ms", "length_ms",
+//  "communication_ms", "copy_ms", "idle_ms", "phase", "before", "after"}]} with short kernel names.
 nlohmann::json step_streams_json(const StepStreamSummary& summary);
 
 }  // namespace ft

@@ -37,9 +37,11 @@ KernelRecord record(const std::string& name, std::uint32_t stream, std::uint64_t
 // E [42,44] beside D (another kernel overlapping on the same stream: counted once); NCCL kernels [5,15] and
 // [32,35] on the communication stream, which also runs a cast [36,37]; a DtoH copy [33,45] on the copy stream.
 // Compute gaps: [10,12] (NCCL all of it) and [30,40] (NCCL 32-35 = 3, copy 33-40 = 7, anything 32-40 = 8, so
-// idle 2). The compute kernels beside NCCL: A 5-10 and B 12-15 = 8.
+// idle 2), the second before the optimizer step's D. The compute kernels beside NCCL: A 5-10 and B 12-15 = 8.
 std::vector<KernelRecord> step(std::uint64_t base_us, const std::string& name) {
   const auto at = [base_us](std::uint64_t t) { return base_us + t; };
+  KernelRecord d = record("gemm_D", kCompute, at(40), at(50), name);
+  d.ranges = {name, "optimizer step", "adamw"};
   return {record("gemm_A", kCompute, at(0), at(10), name),
           record(kNccl, kComm, at(5), at(15), name),
           record("rmsnorm_B", kCompute, at(12), at(20), name),
@@ -47,7 +49,7 @@ std::vector<KernelRecord> step(std::uint64_t base_us, const std::string& name) {
           record(kNccl, kComm, at(32), at(35), name),
           record("memcpy DtoH", kCopy, at(33), at(45), name, ActivityKind::memcpy),
           record("cast_bf16", kComm, at(36), at(37), name),
-          record("gemm_D", kCompute, at(40), at(50), name),
+          d,
           record("rope_E", kCompute, at(42), at(44), name)};
 }
 
@@ -86,6 +88,7 @@ TEST(StreamTimeline, StreamsGapsAndOverlapOfOneStep) {
   EXPECT_NEAR(longest.length_ms, 0.010, kEps);
   EXPECT_EQ(longest.before, "flash_fwd_C");
   EXPECT_EQ(longest.after, "gemm_D");
+  EXPECT_EQ(longest.phase, "optimizer step");
   EXPECT_NEAR(longest.communication_ms, 0.003, kEps);
   EXPECT_NEAR(longest.copy_ms, 0.007, kEps);
   EXPECT_NEAR(longest.idle_ms, 0.002, kEps);
@@ -94,8 +97,16 @@ TEST(StreamTimeline, StreamsGapsAndOverlapOfOneStep) {
   EXPECT_NEAR(shorter.length_ms, 0.002, kEps);
   EXPECT_EQ(shorter.before, "gemm_A");
   EXPECT_EQ(shorter.after, "rmsnorm_B");
+  EXPECT_EQ(shorter.phase, "model forward");
   EXPECT_NEAR(shorter.communication_ms, 0.002, kEps);
   EXPECT_NEAR(shorter.idle_ms, 0, kEps);
+
+  ASSERT_EQ(s.gaps_by_phase.size(), 2u);  // in the order of their first gap
+  EXPECT_EQ(s.gaps_by_phase[0].phase, "model forward");
+  EXPECT_EQ(s.gaps_by_phase[0].gaps, 1);
+  EXPECT_NEAR(s.gaps_by_phase[0].gap_ms, 0.002, kEps);
+  EXPECT_EQ(s.gaps_by_phase[1].phase, "optimizer step");
+  EXPECT_NEAR(s.gaps_by_phase[1].gap_ms, 0.010, kEps);
 
   // top keeps the longest only; the sums still cover every gap.
   const StepStreamSummary one = summarize_step_streams("step 1", step(0, "step 1"), 1);
@@ -146,6 +157,9 @@ TEST(StreamTimeline, StepsByOutermostRangeTableAndJson) {
   EXPECT_NE(text.find("step 2: 0.05 ms; compute stream 7 busy 0.04 ms"), std::string::npos) << text;
   EXPECT_NE(text.find("| communication |"), std::string::npos) << text;
   EXPECT_NE(text.find("Largest gaps of the compute stream"), std::string::npos) << text;
+  EXPECT_NE(text.find("phase of the record after them: model forward 1 (0.00 ms); optimizer step 1 (0.01 ms);"),
+            std::string::npos)
+      << text;
   EXPECT_NE(text.find("flash_fwd_C"), std::string::npos) << text;
 
   const nlohmann::json j = step_streams_json(steps[1]);
@@ -158,6 +172,10 @@ TEST(StreamTimeline, StepsByOutermostRangeTableAndJson) {
   ASSERT_EQ(j["largest_gaps"].size(), 2u);
   EXPECT_NEAR(j["largest_gaps"][0]["idle_ms"].get<double>(), 0.002, kEps);
   EXPECT_EQ(j["largest_gaps"][1]["after"], "rmsnorm_B");
+  EXPECT_EQ(j["largest_gaps"][0]["phase"], "optimizer step");
+  ASSERT_EQ(j["gaps_by_phase"].size(), 2u);
+  EXPECT_EQ(j["gaps_by_phase"][1]["phase"], "optimizer step");
+  EXPECT_EQ(j["gaps_by_phase"][1]["gaps"], 1);
 
   // The timeline document carries the summary of each step.
   KernelProfile profile;
