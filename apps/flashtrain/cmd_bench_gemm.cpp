@@ -31,7 +31,7 @@ workspace); each is timed on buffers of the problem's size (operands standard no
 runs, then --repeats runs timed with CUDA events, median and min reported. planned = the algorithm the
 plan runs without autotuning (the heuristic's first that does not split K on a large fp32 output: Note
 [Split K on large outputs]); fastest = the least median among those a plan may run; autotuned = what
-FT_GEMM_AUTOTUNE would keep among the first --autotune-candidates by these times (Note [GEMM autotuning]).
+--gemm-autotune would keep among the first --autotune-candidates by these times (Note [GEMM autotuning]).
 The step total is the sum of calls x median ms. The ids (tile, stages, cluster) index cuBLASLt's enums
 (cublasLtMatmulTile_t, cublasLtMatmulStages_t, cublasLtClusterShape_t in cublasLt.h).
 Memory: the largest problem's operands and output (the LM head's dW: V x d fp32, plus its operands).)";

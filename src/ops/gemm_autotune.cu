@@ -3,12 +3,12 @@
 //
 // Note [GEMM autotuning]
 // cuBLASLt's heuristic ranks its algorithms by a model of the GPU, not by running them; at the model's
-// shapes its first choice need not be the fastest. Under FT_GEMM_AUTOTUNE a new plan (gemm_cuda.cu: once per
-// problem, on its first call) times the heuristic's first candidates that it may run (Note [Split K on large
-// outputs] in gemm_plan.cu), kAutotuneWarmup untimed then kAutotuneRepeats timed runs each, and keeps the one
-// with the least median time unless it beats the heuristic's choice by less than kAutotuneMargin (noise, under
-// a power cap, should not move a plan). FT_GEMM_AUTOTUNE: unset or 0 off; 1 on with kAutotuneDefault
-// candidates; N >= 2 on with the first N (at most kMostCandidates).
+// shapes its first choice need not be the fastest. With autotuning (ops/gemm_tuning.h: N candidates, the
+// commands' --gemm-autotune N; off by default) a new plan (gemm_cuda.cu: once per problem, on its first call) times the
+// heuristic's first N candidates that it may run (Note [Split K on large outputs] in gemm_plan.cu),
+// kAutotuneWarmup untimed then kAutotuneRepeats timed runs each, and keeps the one with the least median time
+// unless it beats the heuristic's choice by less than kAutotuneMargin (noise, under a power cap, should not
+// move a plan).
 // The timing runs are the call's own GEMM on its own operands, on its stream, with its workspace: no memory
 // is allocated and nothing but D is written. They write D with the call's alpha, beta and C, and the call then
 // runs once more with the chosen algorithm, so D ends as the call alone leaves it. Where D is also read — beta
@@ -16,38 +16,33 @@
 // first call keeps the heuristic's choice, as does a first call while its stream is being captured into a
 // graph (the timing waits for events). The plan is then cached: every later call of the problem, whatever its
 // beta, runs the same algorithm for the whole process.
-// Results: different algorithms sum a dot product's K in different orders (tile depth, split K), so they give
-// different bits. A run's results stay bitwise repeatable within the run (one plan per problem), and the fused
-// epilogues keep the bits of the separate GEMM and add (the same plan serves both, Note [GEMM epilogue
-// addend] in ops/linear.cpp); but two runs, or two ranks, may time differently and choose differently, so
-// bitwise equality across runs holds only without autotuning.
+// What it trades: different algorithms sum a dot product's K in different orders (tile depth, split K), so
+// they give different bits. Within a process the plans are fixed, so a run stays consistent with itself
+// (every call of a problem the same algorithm; the fused epilogues keep the bits of the separate GEMM and
+// add, the same plan serving both: Note [GEMM epilogue addend] in ops/linear.cpp). But the choice follows
+// timings, so two runs may choose differently and differ in the last bits: bit-for-bit repeatable runs (the
+// toolkit's default) need autotuning off. In a distributed run each rank tunes its own plans, on its own
+// operands: ranks may choose differently. That is still correct — each rank's GEMMs make that rank's
+// activations and gradient contributions, which the reductions then combine as they would any other values
+// (parameters stay identical across ranks: they are updated from the reduced gradients) — but the result
+// then differs in the last bits from a single-process run, as between two runs. Agreeing on one choice
+// (rank 0 deciding, then a broadcast per problem) would need the communicator inside the GEMM's first call.
 #include "ops/gemm_plan.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <string>
 
 #include "core/cuda_check.h"
 #include "core/error.h"
+#include "ops/gemm_tuning.h"
 
 namespace ft::gemm::detail {
 
 namespace {
 
-constexpr int kAutotuneDefault = 8;
 constexpr int kAutotuneWarmup = 2;
 constexpr int kAutotuneRepeats = 5;
 constexpr double kAutotuneMargin = 0.02;  // a fraction of the heuristic's choice's median
-
-int parse_autotune(const char* text) {
-  if (text == nullptr || *text == '\0') return 0;
-  char* end = nullptr;
-  const long value = std::strtol(text, &end, 10);
-  FT_CHECK(*end == '\0' && value >= 0, "FT_GEMM_AUTOTUNE must be 0 (off), 1 (on) or a number of candidates >= 2, ",
-           "given '", text, "'");
-  if (value == 1) return kAutotuneDefault;
-  return static_cast<int>(std::min<long>(value, kMostCandidates));
-}
+static_assert(kGemmAutotuneMost <= kMostCandidates);
 
 // The extent of a matrix operand in bytes from its first element.
 std::int64_t extent_bytes(const Matrix& x, std::int64_t rows, std::int64_t cols, std::int64_t batch) {
@@ -108,11 +103,6 @@ Timing time_algo(cublasLtHandle_t handle, const Plan& plan, const cublasLtMatmul
   return {n % 2 ? ms[n / 2] : 0.5 * (ms[n / 2 - 1] + ms[n / 2]), ms.front()};
 }
 
-int autotune_candidates() {
-  static const int count = parse_autotune(std::getenv("FT_GEMM_AUTOTUNE"));
-  return count;
-}
-
 std::size_t tuned_choice(const std::vector<std::optional<double>>& median_ms, std::size_t heuristic) {
   std::size_t best = heuristic;
   for (std::size_t i = 0; i < median_ms.size(); ++i) {
@@ -125,7 +115,7 @@ std::size_t tuned_choice(const std::vector<std::optional<double>>& median_ms, st
 std::optional<std::size_t> autotune_choice(int device, cublasLtHandle_t handle, const Plan& plan, const Args& args,
                                            const std::vector<Candidate>& found,
                                            void* workspace, cudaStream_t stream) {
-  const int count = autotune_candidates();
+  const int count = gemm_autotune();
   if (count < 2 || output_is_read(args) || capturing(stream)) return std::nullopt;
   const std::size_t heuristic = default_choice(device, args, found);
   std::vector<std::optional<double>> median_ms(std::min(found.size(), static_cast<std::size_t>(count)));

@@ -17,6 +17,7 @@
 #include "core/cuda_check.h"
 #include "core/error.h"
 #include "ops/gemm_plan.h"
+#include "ops/gemm_tuning.h"
 
 namespace ft::gemm {
 
@@ -61,7 +62,7 @@ void check_operand(const Matrix& x, const char* name, std::int64_t rows, std::in
            " must be >= ", cols, ": given ", x.ld);
 }
 
-// Heuristic candidates asked for: the split-K fallback's choices, or autotune_candidates() to time.
+// Heuristic candidates asked for: the split-K fallback's choices, or gemm_autotune()'s count to time.
 constexpr int kCandidates = 8;
 
 // A new plan of the problem: its descriptors and its algorithm (see the top of this file), chosen on the call's
@@ -69,7 +70,7 @@ constexpr int kCandidates = 8;
 std::unique_ptr<detail::Plan> make_plan(int device, cublasLtHandle_t handle, const Args& args, void* workspace,
                                         cudaStream_t stream) {
   std::unique_ptr<detail::Plan> p = detail::describe(args);
-  const auto found = detail::candidates(handle, *p, args, std::max(kCandidates, detail::autotune_candidates()));
+  const auto found = detail::candidates(handle, *p, args, std::max(kCandidates, gemm_autotune()));
   const std::optional<std::size_t> tuned = detail::autotune_choice(device, handle, *p, args, found, workspace, stream);
   p->algo = found[tuned ? *tuned : detail::default_choice(device, args, found)].algo;
   p->splits_k = detail::splits_k(p->algo);

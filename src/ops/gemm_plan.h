@@ -82,10 +82,9 @@ struct Timing {
 Timing time_algo(cublasLtHandle_t handle, const Plan& plan, const cublasLtMatmulAlgo_t& algo, const Args& args,
                  void* workspace, cudaStream_t stream, int warmup, int repeats);
 
-// Autotuning (Note [GEMM autotuning]): the number of candidates to time, 0 when off.
-int autotune_candidates();
-// The index autotuning keeps given the candidates' median times (none: not timed, or not allowed) and the
-// heuristic's choice (default_choice).
+// Autotuning (Note [GEMM autotuning]; how many candidates it times is ops/gemm_tuning.h's): the index it keeps
+// given the candidates' median times (none: not timed, or not allowed) and the heuristic's choice
+// (default_choice).
 std::size_t tuned_choice(const std::vector<std::optional<double>>& median_ms, std::size_t heuristic);
 // The candidate of `found` a plan of args runs under autotuning, timed on args' own operands on `stream`;
 // nullopt where autotuning must not run (see the Note): the caller then takes default_choice.

@@ -1,12 +1,11 @@
-// test_gemm_autotune_cuda.cpp — GEMM plans under autotuning (FT_GEMM_AUTOTUNE, set for this whole process
-// before any GEMM runs; see Note [GEMM autotuning] in ops/gemm_autotune.cu): the linear layer's GEMMs give the
+// test_gemm_autotune_cuda.cpp — GEMM plans under autotuning (set_gemm_autotune, for this whole process before
+// any GEMM runs; see Note [GEMM autotuning] in ops/gemm_autotune.cu): the linear layer's GEMMs give the
 // CPU reference's results, an accumulation in place (beta = 1, C = D) adds its product once, a fused residual
 // keeps the bits of the GEMM then the add, each problem is planned once and its plan reused (the same bits
 // again), a faster candidate replaces the heuristic's only beyond the margin; and the candidates' timing of `flashtrain bench gemm` (ops/gemm_candidates.h).
 // Run on a GPU machine: ./build/bin/gpu_test_gemm_autotune_cuda
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <string>
 
 #include "common/device_pair.h"
@@ -18,14 +17,18 @@
 #include "ops/gemm_candidates.h"
 #include "ops/gemm_cuda.h"
 #include "ops/gemm_plan.h"
+#include "ops/gemm_tuning.h"
 #include "ops/linear.h"
 #include "ops/residual.h"
 
 namespace ft {
 namespace {
 
-// Before main: the plans read FT_GEMM_AUTOTUNE once, at the first GEMM.
-const bool kAutotuneOn = [] { return setenv("FT_GEMM_AUTOTUNE", "8", 1) == 0; }();
+// Before main, so that every plan of this process is autotuned.
+const bool kAutotuneOn = [] {
+  set_gemm_autotune(8);
+  return true;
+}();
 
 const Device kGpu = Device::cuda(0);
 using testing_util::device_pair;
@@ -47,9 +50,12 @@ OwnedTensor copy_of(const Tensor& t) {
 // Shapes large enough for cuBLASLt to offer several algorithms; bf16 operands, fp32 and bf16 outputs.
 constexpr std::int64_t kRows = 1024, kIn = 768, kOut = 1280;
 
-TEST(GemmAutotuneCuda, IsOnInThisProcess) {
+TEST(GemmAutotuneCuda, IsOnInThisProcessAndRefusesABadCount) {
   ASSERT_TRUE(kAutotuneOn);
-  EXPECT_STREQ(std::getenv("FT_GEMM_AUTOTUNE"), "8");
+  EXPECT_EQ(gemm_autotune(), 8);
+  EXPECT_THROW(set_gemm_autotune(1), Error);
+  EXPECT_THROW(set_gemm_autotune(kGemmAutotuneMost + 1), Error);
+  EXPECT_EQ(gemm_autotune(), 8);
 }
 
 TEST(GemmAutotuneCuda, ForwardMatchesTheCpuAndItsPlanIsReused) {
