@@ -1,10 +1,11 @@
 // transformer_backward.cpp — TransformerLM backward: LM head (in bf16 mode with the forward's cast of its
 // weight; the fused loss made its gradients in the forward), final RMSNorm, the blocks from the last to the
 // first (in bf16 mode the cast of the block's weights again; with recomputation the block's forward again,
-// see Note [Recomputation]; FFN: w2, SwiGLU with h recomputed, w3 and w1 (adding its input gradient to w3's),
-// ln2; attention: output projection, attention, inverse RoPE, fused QKV, ln1 — the norms writing the residual
-// stream's gradient and, in bf16 mode, its bf16 copy; with offloading, each block's unit copied back ahead of
-// it), the embedding; the gradient-ready hook told as each gradient is final.
+// see Note [Recomputation]; FFN: w2's input gradient, SwiGLU's backward recomputing h, w2's weight gradient, w3
+// and w1 (adding its input gradient to w3's), ln2; attention: output projection, attention, inverse RoPE, fused
+// QKV, ln1 — the norms writing the residual stream's gradient and, in bf16 mode, its bf16 copy; with offloading,
+// each block's unit copied back ahead of it), the embedding; the gradient-ready hook told as each gradient is
+// final.
 #include "core/error.h"
 #include "core/nvtx.h"
 #include "model/transformer.h"
@@ -116,16 +117,17 @@ void TransformerLM::layer_backward(std::int64_t l, const Batch& b, const Backwar
   const Tensor dres_c = work(ws_.dres_c, c, {b.B, b.T, d});         // (B, T, d) dres as a GEMM operand
   const Tensor dnorm = work(ws_.dnorm, DType::f32, {b.B, b.T, d});  // (B, T, d) fp32: d of a norm's output
 
-  // FFN: h = silu(a) * g is recomputed; da, dg overwrite a, g (no longer needed).
+  // FFN: w2's input gradient dh first (it does not need h); then h = silu(a) * g recomputed beside da, dg in one
+  // pass over a, g, dh (da, dg overwrite a, g: no longer needed); then w2's weight gradient from h.
   const Tensor a = act(s.ffn_a, c, {b.B, b.T, f});       // (B, T, d_ff)
   const Tensor g = act(s.ffn_b, c, {b.B, b.T, f});       // (B, T, d_ff)
   const Tensor h = work(ws_.ffn_h, c, {b.B, b.T, f});    // (B, T, d_ff)
   const Tensor dh = work(ws_.ffn_dh, c, {b.B, b.T, f});  // (B, T, d_ff)
   const Tensor ln2_y = act(s.ln2_y, c, {b.B, b.T, d});   // (B, T, d)
-  swiglu_forward(h, a, g, stream);
-  linear_backward({dh, grads_[index(LayerSlot::w2)], acc}, dres_c, h, w.w2, lin);
+  linear_backward({dh, Tensor()}, dres_c, h, w.w2, lin);  // no dw: h only gives its shape
+  swiglu_recompute_backward(h, a, g, dh, a, g, stream);
+  linear_backward({Tensor(), grads_[index(LayerSlot::w2)], acc}, dres_c, h, w.w2, lin);
   notify(options, index(LayerSlot::w2));
-  swiglu_backward(a, g, dh, a, g, stream);
   linear_backward({dnorm, grads_[index(LayerSlot::w3)], acc}, g, ln2_y, w.w3, lin);
   notify(options, index(LayerSlot::w3));
   // d ln2.y = the w3 input gradient + the w1 one, added in the w1 GEMM's epilogue.

@@ -18,5 +18,10 @@ void swiglu_forward(const Tensor& h, const Tensor& a, const Tensor& b, const Str
 // da, db <- gradients given dh and the forward inputs a, b.
 void swiglu_backward(const Tensor& da, const Tensor& db, const Tensor& dh, const Tensor& a, const Tensor& b,
                      const Stream& stream = {});
+// h <- silu(a) * b and da, db <- the gradients given dh, in one pass over a, b and dh (a backward that recomputes
+// h, for the next projection's weight gradient, where dh did not need it): bitwise swiglu_forward then
+// swiglu_backward (outputs may overlap inputs element for element there too).
+void swiglu_recompute_backward(const Tensor& h, const Tensor& da, const Tensor& db, const Tensor& dh, const Tensor& a,
+                               const Tensor& b, const Stream& stream = {});
 
 }  // namespace ft

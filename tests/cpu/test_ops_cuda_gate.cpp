@@ -45,6 +45,8 @@ TEST(DeviceChecks, MixedDeviceCallsAreRejectedBeforeDispatch) {
   expect_mixed([&] { rmsnorm_backward({x, cuda_view({8})}, x, x, vec, rows); }, "rmsnorm_backward", "dw", cpu, cuda);
   expect_mixed([&] { swiglu_forward(x, x, cuda_view({2, 3, 8})); }, "swiglu_forward", "b", cpu, cuda);
   expect_mixed([&] { swiglu_backward(x, cuda_view({2, 3, 8}), x, x, x); }, "swiglu_backward", "db", cpu, cuda);
+  expect_mixed([&] { swiglu_recompute_backward(cuda_view({2, 3, 8}), x, x, x, x, x); }, "swiglu_recompute_backward",
+               "h", cpu, cuda);
   expect_mixed([&] { cross_entropy(logits, ids, cuda_view({6, 10})); }, "cross_entropy", "dlogits", cpu, cuda);
   expect_mixed([&] { cross_entropy(cuda_view({6, 10}), ids, Tensor()); }, "cross_entropy", "targets", cuda, cpu);
   expect_mixed([&] { adamw_step(vec, vec, cuda_view({8}), vec, {}, 1); }, "adamw_step", "exp_avg", cpu, cuda);
@@ -76,6 +78,7 @@ TEST(DeviceChecks, CudaTensorsNeedACudaBuild) {
   expect_no_cuda([&] { rope_backward(cuda_view({2, 3, 4, 8})); }, "rope_backward");
   expect_no_cuda([&] { swiglu_forward(x, x, x); }, "swiglu_forward");
   expect_no_cuda([&] { swiglu_backward(x, x, x, x, x); }, "swiglu_backward");
+  expect_no_cuda([&] { swiglu_recompute_backward(x, x, x, x, x, x); }, "swiglu_recompute_backward");
   expect_no_cuda([&] { cross_entropy(logits, cuda_ids, logits); }, "cross_entropy");
   expect_no_cuda([&] { adamw_step(vec, vec, vec, vec, {}, 1); }, "adamw_step");
   expect_no_cuda([&] { sgd_step(vec, vec, 0.1); }, "sgd_step");

@@ -1,5 +1,6 @@
 // test_ops_swiglu.cpp — SwiGLU elementwise forward against a double reference, backward against central
-// finite differences, halves of a fused (rows, 2 d_ff) buffer, in-place gradients, bf16, bad calls.
+// finite differences, halves of a fused (rows, 2 d_ff) buffer, in-place gradients, bf16, the backward that
+// recomputes h (bitwise the forward then the backward), bad calls.
 #include <gtest/gtest.h>
 
 #include "ops/swiglu.h"
@@ -57,6 +58,25 @@ TEST(SwiGlu, HalvesOfAFusedBufferAndBf16) {
   for (std::size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], expected[i], std::fabs(expected[i]) * 4e-3 + 1e-6) << i;
 }
 
+// The backward that recomputes h: bitwise the forward then the backward, gradients over their inputs, fp32 and bf16.
+TEST(SwiGlu, RecomputeBackwardIsForwardThenBackwardBitwise) {
+  for (DType dtype : {DType::f32, DType::bf16}) {
+    SCOPED_TRACE(name_of(dtype));
+    const auto a = test::rounded(normals(rows * d_ff, 6, 2.0), dtype);
+    const auto b = test::rounded(normals(rows * d_ff, 7), dtype), g = test::rounded(normals(rows * d_ff, 8), dtype);
+    auto a1 = tensor_of({rows, d_ff}, dtype, a), b1 = tensor_of({rows, d_ff}, dtype, b);
+    auto a2 = tensor_of({rows, d_ff}, dtype, a), b2 = tensor_of({rows, d_ff}, dtype, b);
+    auto dh = tensor_of({rows, d_ff}, dtype, g);
+    OwnedTensor h1({rows, d_ff}, dtype, Device::cpu(), "test"), h2({rows, d_ff}, dtype, Device::cpu(), "test");
+    swiglu_forward(h1, a1, b1);
+    swiglu_backward(a1, b1, dh, a1, b1);
+    swiglu_recompute_backward(h2, a2, b2, dh, a2, b2);
+    EXPECT_EQ(read_as_double(h2), read_as_double(h1));
+    EXPECT_EQ(read_as_double(a2), read_as_double(a1));
+    EXPECT_EQ(read_as_double(b2), read_as_double(b1));
+  }
+}
+
 TEST(SwiGlu, MalformedCallsNameExpectedAndGiven) {
   auto a = test::zeros({rows, d_ff}), b_short = test::zeros({rows, d_ff - 1}), h16 = test::zeros({rows, d_ff}, DType::bf16);
   test::expect_error([&] { swiglu_forward(a, a, b_short); }, ErrorKind::invalid_argument,
@@ -64,6 +84,8 @@ TEST(SwiGlu, MalformedCallsNameExpectedAndGiven) {
   test::expect_error([&] { swiglu_forward(h16, a, a); }, ErrorKind::invalid_argument, {"h", "expected fp32", "given bf16"});
   test::expect_error([&] { swiglu_backward(a, b_short, a, a, a); }, ErrorKind::invalid_argument,
                      {"swiglu_backward", "db", "given [6, 9]"});
+  test::expect_error([&] { swiglu_recompute_backward(b_short, a, a, a, a, a); }, ErrorKind::invalid_argument,
+                     {"swiglu_recompute_backward", "h", "expected [6, 10]", "given [6, 9]"});
 }
 
 }  // namespace

@@ -1,9 +1,11 @@
 // test_ops_cuda.cpp — every model op's CUDA implementation against its CPU implementation on the same
 // inputs: linear (fp32 with TF32 off, bf16 operands with fp32 / bf16 outputs, strided rows, accumulation),
-// embedding (bit-identical forward and backward, repeated ids), RMSNorm, RoPE (both memory layouts, offset),
-// SwiGLU (in place), cross-entropy (vocab 97 to 151936, in-place / bf16 / no dlogits), residual add,
-// AdamW (clipping folded in too), SGD, casts and fills, gradient clipping; vectorised and scalar paths (aligned and unaligned
-// shapes); determinism (two runs bit-identical); ids out of range raise before anything is written.
+// embedding (bit-identical forward and backward, repeated ids), RMSNorm (dx accumulated, its 16-bit copy), RoPE
+// (both memory layouts, offset), SwiGLU (in place; the backward recomputing h bitwise the forward then the
+// backward), linear's dx and dw alone bitwise both at once, cross-entropy (vocab 97 to 151936, in-place / bf16 / no
+// dlogits), residual add, AdamW (clipping folded in too), SGD, casts and fills, gradient clipping; vectorised and
+// scalar paths (aligned and unaligned shapes); determinism (two runs bit-identical); ids out of range raise before
+// anything is written.
 // Run on a GPU machine: ./build/bin/gpu_test_ops_cuda
 #include <gtest/gtest.h>
 
@@ -131,6 +133,14 @@ TEST_P(LinearCuda, MatchesCpu) {
   const auto first = read_as_double(dw.gpu);
   linear_backward({Tensor(), dw.gpu, false}, dy.gpu, x_gpu, w.gpu);
   EXPECT_EQ(read_as_double(dw.gpu), first) << "dw differs between two runs";
+
+  // dx alone, then dw alone: the bits of both in one call (the model's w2 backward runs them apart).
+  linear_backward({dx.gpu, dw.gpu, false}, dy.gpu, x_gpu, w.gpu);
+  const auto both_dx = read_as_double(dx.gpu), both_dw = read_as_double(dw.gpu);
+  linear_backward({dx.gpu, Tensor()}, dy.gpu, x_gpu, w.gpu);
+  linear_backward({Tensor(), dw.gpu}, dy.gpu, x_gpu, w.gpu);
+  EXPECT_EQ(read_as_double(dx.gpu), both_dx) << "dx alone differs from dx beside dw";
+  EXPECT_EQ(read_as_double(dw.gpu), both_dw) << "dw alone differs from dw beside dx";
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, LinearCuda,
@@ -189,7 +199,8 @@ TEST(EmbeddingCuda, IdsOutOfRangeRaiseBeforeAnythingIsWritten) {
 
 // rows, d, pad (x is a column slice of wider rows: the scalar path when d + pad is not a multiple of 4), y / dy
 // dtype. Enough rows for row groups of several rows, one shorter, and d past the columns a block holds in
-// registers (8192; see Note [RMSNorm rows in registers]) on both paths.
+// registers (8192 in 4-element packs, 2048 in single elements; see Note [RMSNorm rows in registers]) on both
+// paths; d below a warp's columns, odd, and one not filling the last warp.
 class RmsNormCuda : public ::testing::TestWithParam<std::tuple<std::int64_t, std::int64_t, std::int64_t, DType>> {};
 
 TEST_P(RmsNormCuda, MatchesCpu) {
@@ -206,11 +217,24 @@ TEST_P(RmsNormCuda, MatchesCpu) {
   const Pair dy = pair({rows, d}, ydtype, 24);
   const Pair dx = pair({rows, d}, DType::f32, 25), dw = pair({d}, DType::f32, 26);
   for (bool accumulate : {true, false}) {
-    rmsnorm_backward({dx.cpu, dw.cpu, accumulate, accumulate}, dy.cpu, x_cpu, w.cpu, rstd.cpu);
-    rmsnorm_backward({dx.gpu, dw.gpu, accumulate, accumulate}, dy.gpu, x_gpu, w.gpu, rstd.gpu);
-    const std::string tag = accumulate ? " (accumulated)" : "";
-    expect_close_to_largest(dx.gpu, dx.cpu, 1e-5, "dx" + tag);
-    expect_close_to_largest(dw.gpu, dw.cpu, 1e-5, "dw" + tag);
+    for (DType cast : {DType::f32, DType::bf16, DType::f16}) {  // f32: no dx_cast
+      const std::string tag =
+          str(accumulate ? " (accumulated)" : "", cast == DType::f32 ? "" : str(" with a ", name_of(cast), " copy"));
+      const OwnedTensor dx_cast({rows, d}, cast, kGpu, "test");
+      const Tensor cast_view = cast == DType::f32 ? Tensor() : Tensor(dx_cast);
+      rmsnorm_backward({dx.cpu, dw.cpu, accumulate, accumulate}, dy.cpu, x_cpu, w.cpu, rstd.cpu);
+      rmsnorm_backward({dx.gpu, dw.gpu, accumulate, accumulate, cast_view}, dy.gpu, x_gpu, w.gpu, rstd.gpu);
+      expect_close_to_largest(dx.gpu, dx.cpu, 1e-5, "dx" + tag);
+      expect_close_to_largest(dw.gpu, dw.cpu, 1e-5, "dw" + tag);
+      if (cast == DType::f32) continue;
+      // The copy: dx's final value rounded, bit for bit.
+      const auto got = read_as_double(dx_cast), dx_values = read_as_double(dx.gpu);
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        const auto f = static_cast<float>(dx_values[i]);
+        const double rounded = cast == DType::bf16 ? to_float(to_bf16(f)) : to_float(to_f16(f));
+        ASSERT_EQ(got[i], rounded) << "dx copy [" << i << "]" << tag;
+      }
+    }
   }
   // dx alone and dw alone: the same bits as together (one pass computes both).
   const auto first_dx = read_as_double(dx.gpu), first_dw = read_as_double(dw.gpu);
@@ -226,6 +250,8 @@ INSTANTIATE_TEST_SUITE_P(
                       std::make_tuple(std::int64_t{21}, std::int64_t{768}, std::int64_t{256}, DType::bf16),
                       std::make_tuple(std::int64_t{21}, std::int64_t{50}, std::int64_t{3}, DType::f32),
                       std::make_tuple(std::int64_t{21}, std::int64_t{2600}, std::int64_t{0}, DType::f32),
+                      std::make_tuple(std::int64_t{9}, std::int64_t{2052}, std::int64_t{1}, DType::bf16),
+                      std::make_tuple(std::int64_t{3}, std::int64_t{4}, std::int64_t{0}, DType::bf16),
                       std::make_tuple(std::int64_t{1030}, std::int64_t{4096}, std::int64_t{0}, DType::f32),
                       std::make_tuple(std::int64_t{1030}, std::int64_t{4096}, std::int64_t{0}, DType::bf16),
                       std::make_tuple(std::int64_t{600}, std::int64_t{10000}, std::int64_t{0}, DType::bf16),
@@ -233,11 +259,14 @@ INSTANTIATE_TEST_SUITE_P(
 
 // ---- RoPE ----------------------------------------------------------------------------------------
 
-class RopeCuda : public ::testing::TestWithParam<std::tuple<DType, bool, std::int64_t>> {};
+// dtype, layout, Dh, H, T: pairs a thread takes 4 (Dh = 16, 64, 128), 2 (Dh = 12) and 1 (Dh = 6, 10); heads past
+// a thread's (8) and a last group not full; positions past a block's rows (see Note [RoPE rotation threads]).
+class RopeCuda
+    : public ::testing::TestWithParam<std::tuple<DType, bool, std::int64_t, std::int64_t, std::int64_t>> {};
 
 TEST_P(RopeCuda, ForwardAndBackwardMatchCpu) {
-  const auto [dtype, bthd, Dh] = GetParam();
-  const std::int64_t B = 2, H = 3, T = 9;
+  const auto [dtype, bthd, Dh, H, T] = GetParam();
+  const std::int64_t B = 2;
   // (B, H, T, Dh), or a (B, T, 3, H, Dh) buffer like the model's fused QKV seen as (B, H, T, Dh).
   const Pair store = bthd ? pair({B, T, 3, H, Dh}, dtype, 30) : pair({B, H, T, Dh}, dtype, 30);
   auto view = [&](const Tensor& t) {
@@ -257,11 +286,22 @@ TEST_P(RopeCuda, ForwardAndBackwardMatchCpu) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layouts, RopeCuda,
-                         ::testing::Values(std::make_tuple(DType::f32, false, std::int64_t{16}),
-                                           std::make_tuple(DType::f32, true, std::int64_t{64}),
-                                           std::make_tuple(DType::bf16, true, std::int64_t{64}),
-                                           std::make_tuple(DType::f16, false, std::int64_t{6}),
-                                           std::make_tuple(DType::f32, true, std::int64_t{10})));
+                         ::testing::Values(std::make_tuple(DType::f32, false, std::int64_t{16}, std::int64_t{3},
+                                                           std::int64_t{9}),
+                                           std::make_tuple(DType::f32, true, std::int64_t{64}, std::int64_t{3},
+                                                           std::int64_t{9}),
+                                           std::make_tuple(DType::bf16, true, std::int64_t{64}, std::int64_t{3},
+                                                           std::int64_t{9}),
+                                           std::make_tuple(DType::f16, false, std::int64_t{6}, std::int64_t{3},
+                                                           std::int64_t{9}),
+                                           std::make_tuple(DType::f32, true, std::int64_t{10}, std::int64_t{3},
+                                                           std::int64_t{9}),
+                                           std::make_tuple(DType::bf16, true, std::int64_t{128}, std::int64_t{11},
+                                                           std::int64_t{37}),
+                                           std::make_tuple(DType::f32, false, std::int64_t{12}, std::int64_t{17},
+                                                           std::int64_t{45}),
+                                           std::make_tuple(DType::f16, true, std::int64_t{6}, std::int64_t{9},
+                                                           std::int64_t{300})));
 
 // Per-token positions (packed documents): the CPU's rotation value for value, and a position outside [0, T)
 // turns its row into NaN (the CPU would refuse it; the device cannot check without a sync).
@@ -295,30 +335,64 @@ TEST(RopeCuda, PerTokenPositionsMatchCpu) {
 
 // ---- SwiGLU --------------------------------------------------------------------------------------
 
-class SwigluCuda : public ::testing::TestWithParam<std::tuple<DType, std::int64_t>> {};
+// dtype, d_ff, and whether a and b are the two halves of one (rows, 2 d_ff) buffer, as a fused GEMM would write
+// them (strided rows), or two contiguous tensors (walked as one row). Packs of 8 (16-bit, d_ff = 64), 4 and 1.
+class SwigluCuda : public ::testing::TestWithParam<std::tuple<DType, std::int64_t, bool>> {};
+
+// (2, 5, 7, d_ff) storage of a and b, or (5, 7, 2 d_ff) for halves; a and b seen in it.
+struct SwigluInputs {
+  std::int64_t f;
+  bool halves;
+  Shape storage() const { return halves ? Shape{5, 7, 2 * f} : Shape{2, 5, 7, f}; }
+  Tensor a(const Tensor& t) const { return halves ? first_cols(t, f) : t.select(0, 0); }
+  Tensor b(const Tensor& t) const { return halves ? t.narrow(2, f, f) : t.select(0, 1); }
+};
 
 TEST_P(SwigluCuda, ForwardAndInPlaceBackwardMatchCpu) {
-  const auto [dtype, f] = GetParam();
-  // a and b: the two halves of one (rows, 2 f) buffer, as a fused GEMM would write them.
-  const Pair ab = pair({5, 7, 2 * f}, dtype, 40);
-  const Tensor a_cpu = first_cols(ab.cpu, f), a_gpu = first_cols(ab.gpu, f);
-  auto second = [&](const Tensor& t) { return t.narrow(2, f, f); };
+  const auto [dtype, f, halves] = GetParam();
+  const SwigluInputs in{f, halves};
+  const Pair ab = pair(in.storage(), dtype, 40);
   const Pair h = pair({5, 7, f}, dtype, 41), dh = pair({5, 7, f}, dtype, 42);
   const double tol = dtype == DType::f32 ? 1e-5 : 1e-2;
-  swiglu_forward(h.cpu, a_cpu, second(ab.cpu));
-  swiglu_forward(h.gpu, a_gpu, second(ab.gpu));
+  swiglu_forward(h.cpu, in.a(ab.cpu), in.b(ab.cpu));
+  swiglu_forward(h.gpu, in.a(ab.gpu), in.b(ab.gpu));
   expect_close_to_largest(h.gpu, h.cpu, tol, "h");
-  swiglu_backward(a_cpu, second(ab.cpu), dh.cpu, a_cpu, second(ab.cpu));
-  swiglu_backward(a_gpu, second(ab.gpu), dh.gpu, a_gpu, second(ab.gpu));
-  expect_close_to_largest(a_gpu, a_cpu, tol, "da (over a)");
-  expect_close_to_largest(second(ab.gpu), second(ab.cpu), tol, "db (over b)");
+  swiglu_backward(in.a(ab.cpu), in.b(ab.cpu), dh.cpu, in.a(ab.cpu), in.b(ab.cpu));
+  swiglu_backward(in.a(ab.gpu), in.b(ab.gpu), dh.gpu, in.a(ab.gpu), in.b(ab.gpu));
+  expect_close_to_largest(in.a(ab.gpu), in.a(ab.cpu), tol, "da (over a)");
+  expect_close_to_largest(in.b(ab.gpu), in.b(ab.cpu), tol, "db (over b)");
+}
+
+// The backward that recomputes h (the model's FFN backward): bitwise the forward then the backward on the GPU,
+// with the gradients over their inputs, and close to the CPU's.
+TEST_P(SwigluCuda, RecomputeBackwardIsForwardThenBackwardBitwise) {
+  const auto [dtype, f, halves] = GetParam();
+  const SwigluInputs in{f, halves};
+  const Pair ab = pair(in.storage(), dtype, 43), dh = pair({5, 7, f}, dtype, 44);
+  const OwnedTensor ab2(in.storage(), dtype, kGpu, "test");
+  copy(ab2, ab.gpu);
+  const Pair h = pair({5, 7, f}, dtype, 45);
+  const OwnedTensor h2({5, 7, f}, dtype, kGpu, "test");
+  swiglu_forward(h.gpu, in.a(ab.gpu), in.b(ab.gpu));
+  swiglu_backward(in.a(ab.gpu), in.b(ab.gpu), dh.gpu, in.a(ab.gpu), in.b(ab.gpu));
+  swiglu_recompute_backward(h2, in.a(ab2), in.b(ab2), dh.gpu, in.a(ab2), in.b(ab2));
+  expect_equal(h2, h.gpu, "h");
+  expect_equal(ab2, ab.gpu, "da and db (over a and b)");
+  swiglu_recompute_backward(h.cpu, in.a(ab.cpu), in.b(ab.cpu), dh.cpu, in.a(ab.cpu), in.b(ab.cpu));
+  const double tol = dtype == DType::f32 ? 1e-5 : 1e-2;
+  expect_close_to_largest(h2, h.cpu, tol, "h against the CPU");
+  expect_close_to_largest(ab2, ab.cpu, tol, "da and db against the CPU");
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, SwigluCuda,
-                         ::testing::Values(std::make_tuple(DType::f32, std::int64_t{36}),
-                                           std::make_tuple(DType::f32, std::int64_t{35}),
-                                           std::make_tuple(DType::bf16, std::int64_t{172}),
-                                           std::make_tuple(DType::f16, std::int64_t{64})));
+                         ::testing::Values(std::make_tuple(DType::f32, std::int64_t{36}, true),
+                                           std::make_tuple(DType::f32, std::int64_t{35}, true),
+                                           std::make_tuple(DType::bf16, std::int64_t{172}, true),
+                                           std::make_tuple(DType::f16, std::int64_t{64}, true),
+                                           std::make_tuple(DType::f32, std::int64_t{35}, false),
+                                           std::make_tuple(DType::bf16, std::int64_t{172}, false),
+                                           std::make_tuple(DType::bf16, std::int64_t{64}, false),
+                                           std::make_tuple(DType::f16, std::int64_t{6}, false)));
 
 // ---- cross-entropy -------------------------------------------------------------------------------
 

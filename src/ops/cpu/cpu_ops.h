@@ -30,8 +30,9 @@ void rope_table(float* table, std::int64_t T, std::int64_t half, double theta, s
 
 // swiglu.cpp — all (rows, d_ff) of one dtype.
 void swiglu_forward(const ops::RowView& h, const ops::RowView& a, const ops::RowView& b);
-void swiglu_backward(const ops::RowView& da, const ops::RowView& db, const ops::RowView& dh, const ops::RowView& a,
-                     const ops::RowView& b);
+// h (null data: not wanted) <- silu(a) * b beside the backward.
+void swiglu_backward(const ops::RowView& h, const ops::RowView& da, const ops::RowView& db, const ops::RowView& dh,
+                     const ops::RowView& a, const ops::RowView& b);
 
 // cross_entropy.cpp — logits (rows, vocab) fp32, targets (rows), dlogits (rows, vocab) fp32 / bf16 or null
 // data; returns the sum of the row losses / divisor (dlogits scaled by grad_scale / divisor).

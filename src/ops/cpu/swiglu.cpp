@@ -1,4 +1,5 @@
-// swiglu.cpp — CPU SwiGLU elementwise forward and backward, computed in fp32.
+// swiglu.cpp — CPU SwiGLU elementwise forward and backward (h recomputed beside it when wanted), computed in
+// fp32.
 #include <cmath>
 
 #include "ops/cpu/cpu_ops.h"
@@ -26,8 +27,8 @@ void swiglu_forward(const ops::RowView& h, const ops::RowView& a, const ops::Row
   });
 }
 
-void swiglu_backward(const ops::RowView& da, const ops::RowView& db, const ops::RowView& dh, const ops::RowView& a,
-                     const ops::RowView& b) {
+void swiglu_backward(const ops::RowView& h, const ops::RowView& da, const ops::RowView& db, const ops::RowView& dh,
+                     const ops::RowView& a, const ops::RowView& b) {
   with_dtype(dh.dtype, [&](auto tag) {
     using T = decltype(tag);
     FT_OMP_PARALLEL_FOR
@@ -37,9 +38,11 @@ void swiglu_backward(const ops::RowView& da, const ops::RowView& db, const ops::
       const T* gr = static_cast<const T*>(dh.data) + r * dh.row_stride;   // (d_ff)
       T* dar = static_cast<T*>(da.data) + r * da.row_stride;              // (d_ff)
       T* dbr = static_cast<T*>(db.data) + r * db.row_stride;              // (d_ff)
+      T* hr = h.data ? static_cast<T*>(h.data) + r * h.row_stride : nullptr;  // (d_ff) or none
       for (std::int64_t j = 0; j < dh.cols; ++j) {
         const float av = load(ar[j]), bv = load(br[j]), g = load(gr[j]);
         const float s = sigmoid(av);
+        if (hr) hr[j] = from_float<T>(av * s * bv);
         dar[j] = from_float<T>(g * bv * s * (1.0f + av * (1.0f - s)));
         dbr[j] = from_float<T>(g * av * s);
       }

@@ -58,8 +58,9 @@ void rope_table(const Tensor& table, double theta, const Stream& stream);
 // swiglu.cu — all (rows, d_ff) of one dtype; outputs may alias inputs element for element.
 void swiglu_forward(const ops::RowView& h, const ops::RowView& a, const ops::RowView& b, Device device,
                     const Stream& stream);
-void swiglu_backward(const ops::RowView& da, const ops::RowView& db, const ops::RowView& dh, const ops::RowView& a,
-                     const ops::RowView& b, Device device, const Stream& stream);
+// h (null data: not wanted) <- silu(a) * b beside the backward.
+void swiglu_backward(const ops::RowView& h, const ops::RowView& da, const ops::RowView& db, const ops::RowView& dh,
+                     const ops::RowView& a, const ops::RowView& b, Device device, const Stream& stream);
 
 // cross_entropy.cu — logits (rows, vocab) fp32, targets (rows) int32 in range (device memory), dlogits
 // (rows, vocab) fp32 (may be logits itself) / bf16 or no data; the row losses' sum and dlogits divided by

@@ -1,8 +1,8 @@
 // rope.cu — CUDA rotary embedding on interleaved pairs, in place. A first kernel fills a (T, Dh/2) table
 // of (cos, sin) computed in double and rounded to fp32 (the CPU's table, value for value); the second
-// rotates every pair of every (b, h, t) row through the tensor's strides, two pairs per thread in one
-// pack where the strides allow, with the CPU's unfused fp32 products. With per-token positions the row reads
-// the table at its position instead of t (NaN for a position outside [0, T)).
+// rotates every pair of every (b, h, t) row through the tensor's strides, up to four pairs of several heads a
+// thread (see Note [RoPE rotation threads]), with the CPU's unfused fp32 products. With per-token positions the
+// row reads the table at its position instead of t (NaN for a position outside [0, T)).
 // rope_append's one kernel does the same rotation for q and k at a position read from device memory (each
 // thread computing its pair's angle as the table does) and writes k and v into the cache. rope_table fills the
 // first kernel's table for positions [0, T) into a caller's tensor (the fused decode GEMM reads it).
@@ -17,6 +17,7 @@ namespace ft::gpu {
 namespace {
 
 constexpr int kThreads = 256;
+constexpr int kHeadsPerThread = 8;  // heads a rotating thread takes (see Note [RoPE rotation threads])
 
 // table (T, half) <- (cos, sin) of (offset + t) * theta^(-2i / Dh); sin negated for the inverse.
 __global__ void table_kernel(float2* __restrict__ table, std::int64_t T, std::int64_t half, std::int64_t Dh,
@@ -32,43 +33,61 @@ __global__ void table_kernel(float2* __restrict__ table, std::int64_t T, std::in
   }
 }
 
-// x (B, H, T, Dh) strided; kPairs consecutive pairs per thread (kPairs > 1: one pack of 2 kPairs elements;
-// 1: element accesses, any strides).
+// Note [RoPE rotation threads]
+// A thread rotates one pack of kPairs consecutive pairs (kPairs > 1: one access of 2 kPairs elements; 1: element
+// accesses, any strides) at one position t of one batch row b, for up to kHeadsPerThread heads: it reads its
+// pairs' (cos, sin) from the table once for all those heads (the table, T x Dh/2 x 8 bytes, is twice a bf16
+// head's rows: read again for every head it moved more bytes, from L2, than the rotation itself) and issues
+// every head's load before the first store. The grid is (position rows, head groups, batch): no integer division
+// per element.
+
+// x (B, H, T, Dh) strided, rotated in place; a block of (packs of a row, positions) threads, grid (ceil(T /
+// blockDim.y), ceil(H / kHeadsPerThread), B). See Note [RoPE rotation threads].
 template <class E, int kPairs>
-__global__ void rotate_kernel(E* x, std::int64_t H, std::int64_t T, std::int64_t half, std::int64_t sb,
-                              std::int64_t sh, std::int64_t st, const float2* __restrict__ table,
-                              const std::int32_t* __restrict__ positions /* (B, T) or null */,
-                              std::int64_t groups /* B H T half / kPairs */) {
+__global__ void __launch_bounds__(kThreads)
+    rotate_kernel(E* __restrict__ x, std::int64_t H, std::int64_t T, std::int64_t half, std::int64_t sb,
+                  std::int64_t sh, std::int64_t st, const float2* __restrict__ table,
+                  const std::int32_t* __restrict__ positions /* (B, T) or null */) {
   constexpr int N = 2 * kPairs;
-  const std::int64_t per_row = half / kPairs;
-  for (std::int64_t e = blockIdx.x * static_cast<std::int64_t>(blockDim.x) + threadIdx.x; e < groups;
-       e += static_cast<std::int64_t>(gridDim.x) * blockDim.x) {
-    const std::int64_t row = e / per_row, i0 = (e % per_row) * kPairs;
-    const std::int64_t t = row % T, h = row / T % H, b = row / (T * H);
-    E* v = x + b * sb + h * sh + t * st + 2 * i0;  // (2 kPairs)
-    const std::int64_t pos = positions ? positions[b * T + t] : t;
-    const bool valid = pos >= 0 && pos < T;
-    const float2* cs = table + (valid ? pos : 0) * half + i0;  // (kPairs)
-    Pack<E, N> p;
-    if constexpr (kPairs > 1) {
-      p = load_pack<N>(v);
-    } else {
-      p.v[0] = v[0];
-      p.v[1] = v[1];
+  const std::int64_t t = static_cast<std::int64_t>(blockIdx.x) * blockDim.y + threadIdx.y;
+  if (t >= T) return;
+  const std::int64_t b = blockIdx.z, h0 = static_cast<std::int64_t>(blockIdx.y) * kHeadsPerThread;
+  const std::int64_t pos = positions ? positions[b * T + t] : t;
+  const bool valid = pos >= 0 && pos < T;
+  const float nan = __int_as_float(0x7fc00000);
+  for (std::int64_t i0 = static_cast<std::int64_t>(threadIdx.x) * kPairs; i0 < half;
+       i0 += static_cast<std::int64_t>(blockDim.x) * kPairs) {
+    const Pack<float2, kPairs> cs = valid ? load_pack<kPairs>(table + pos * half + i0) : Pack<float2, kPairs>{};
+    E* row = x + b * sb + t * st + 2 * i0;  // head h0's pairs, (2 kPairs)
+    Pack<E, N> p[kHeadsPerThread];
+#pragma unroll
+    for (int j = 0; j < kHeadsPerThread; ++j) {
+      if (h0 + j >= H) break;
+      const E* v = row + (h0 + j) * sh;
+      if constexpr (kPairs > 1) {
+        p[j] = load_pack<N>(v);
+      } else {
+        p[j].v[0] = v[0];
+        p[j].v[1] = v[1];
+      }
     }
 #pragma unroll
-    for (int k = 0; k < kPairs; ++k) {
-      const float x0 = to_f32(p.v[2 * k]), x1 = to_f32(p.v[2 * k + 1]);
-      const float nan = __int_as_float(0x7fc00000);
-      const float c = valid ? cs[k].x : nan, s = valid ? cs[k].y : nan;
-      p.v[2 * k] = from_f32<E>(__fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s)));
-      p.v[2 * k + 1] = from_f32<E>(__fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c)));
-    }
-    if constexpr (kPairs > 1) {
-      store_pack<N>(v, p);
-    } else {
-      v[0] = p.v[0];
-      v[1] = p.v[1];
+    for (int j = 0; j < kHeadsPerThread; ++j) {
+      if (h0 + j >= H) break;
+#pragma unroll
+      for (int k = 0; k < kPairs; ++k) {
+        const float x0 = to_f32(p[j].v[2 * k]), x1 = to_f32(p[j].v[2 * k + 1]);
+        const float c = valid ? cs.v[k].x : nan, s = valid ? cs.v[k].y : nan;
+        p[j].v[2 * k] = from_f32<E>(__fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, s)));
+        p[j].v[2 * k + 1] = from_f32<E>(__fadd_rn(__fmul_rn(x0, s), __fmul_rn(x1, c)));
+      }
+      E* v = row + (h0 + j) * sh;
+      if constexpr (kPairs > 1) {
+        store_pack<N>(v, p[j]);
+      } else {
+        v[0] = p[j].v[0];
+        v[1] = p[j].v[1];
+      }
     }
   }
 }
@@ -129,6 +148,8 @@ __global__ void rope_append_kernel(E* q, Strides4 qs, const E* k, Strides4 ks, c
 
 Strides4 strides4(const Tensor& x) { return {x.stride(0), x.stride(1), x.stride(2)}; }
 
+constexpr std::int64_t kMaxGridYZ = 65535;  // CUDA's bound on a grid's y and z
+
 }  // namespace
 
 void rope_append(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& k_cache, const Tensor& v_cache,
@@ -169,18 +190,32 @@ void rope(const Tensor& x, double theta, std::int64_t position_offset, const std
   table_kernel<<<grid_for(T * half, kThreads), kThreads, 0, s>>>(tp, T, half, Dh, theta, position_offset, inverse);
   FT_CUDA_CHECK_LAUNCH();
   const std::int64_t sb = x.stride(0), sh = x.stride(1), st = x.stride(2);
+  const std::int64_t head_groups = ceil_div(H, kHeadsPerThread);
+  FT_CHECK(B <= kMaxGridYZ && head_groups <= kMaxGridYZ, "rope (CUDA): at most ", kMaxGridYZ, " batch rows and ",
+           kMaxGridYZ * kHeadsPerThread, " heads, given ", B, " and ", H);
   with_cuda_dtype(x.dtype(), [&](auto tag) {
     using E = decltype(tag);
     auto* xp = static_cast<E*>(x.data());
-    const bool packs = half % 2 == 0 && (B == 1 || sb % 4 == 0) && (H == 1 || sh % 4 == 0) &&
-                       (T == 1 || st % 4 == 0) && pack_aligned(xp, 4, sizeof(E));
-    const std::int64_t pairs = B * H * T * half;
-    if (packs)
-      rotate_kernel<E, 2><<<grid_for(pairs / 2, kThreads), kThreads, 0, s>>>(xp, H, T, half, sb, sh, st, tp,
-                                                                              positions, pairs / 2);
+    // Pairs a thread takes: the largest of 4, 2, 1 whose packs every stride and the address allow.
+    const auto fits = [&](std::int64_t pairs) {
+      const std::int64_t n = 2 * pairs;
+      return half % pairs == 0 && (B == 1 || sb % n == 0) && (H == 1 || sh % n == 0) && (T == 1 || st % n == 0) &&
+             pack_aligned(xp, static_cast<int>(n), sizeof(E));
+    };
+    const auto launch = [&](auto pairs_tag) {
+      constexpr int kPairs = decltype(pairs_tag)::value;
+      const std::int64_t packs = half / kPairs;  // a row's packs
+      const int tx = static_cast<int>(packs < kThreads ? packs : kThreads), ty = kThreads / tx;
+      const dim3 grid(static_cast<unsigned>(ceil_div(T, ty)), static_cast<unsigned>(head_groups),
+                      static_cast<unsigned>(B));
+      rotate_kernel<E, kPairs><<<grid, dim3(tx, ty), 0, s>>>(xp, H, T, half, sb, sh, st, tp, positions);
+    };
+    if (fits(4))
+      launch(std::integral_constant<int, 4>{});
+    else if (fits(2))
+      launch(std::integral_constant<int, 2>{});
     else
-      rotate_kernel<E, 1><<<grid_for(pairs, kThreads), kThreads, 0, s>>>(xp, H, T, half, sb, sh, st, tp, positions,
-                                                                          pairs);
+      launch(std::integral_constant<int, 1>{});
   });
   FT_CUDA_CHECK_LAUNCH();
 }
