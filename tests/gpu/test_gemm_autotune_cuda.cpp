@@ -2,11 +2,13 @@
 // any GEMM runs; see Note [GEMM autotuning] in ops/gemm_autotune.cu): the linear layer's GEMMs give the
 // CPU reference's results, an accumulation in place (beta = 1, C = D) adds its product once, a fused residual
 // keeps the bits of the GEMM then the add, each problem is planned once and its plan reused (the same bits
-// again), a faster candidate replaces the heuristic's only beyond the margin; and the candidates' timing of `flashtrain bench gemm` (ops/gemm_candidates.h).
+// again), a faster candidate replaces the heuristic's only beyond the margin, a bf16 model's training step
+// repeats bit for bit and its recomputation still equals `none`; and the candidates' timing of `flashtrain bench gemm` (ops/gemm_candidates.h).
 // Run on a GPU machine: ./build/bin/gpu_test_gemm_autotune_cuda
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
 
 #include "common/device_pair.h"
 #include "common/expect_close.h"
@@ -14,6 +16,8 @@
 #include "core/buffer.h"
 #include "core/error.h"
 #include "core/tensor_io.h"
+#include "gpu/device_token_batch.h"
+#include "model/transformer.h"
 #include "ops/gemm_candidates.h"
 #include "ops/gemm_cuda.h"
 #include "ops/gemm_plan.h"
@@ -112,6 +116,36 @@ TEST(GemmAutotuneCuda, FusedResidualKeepsTheBitsOfTheGemmThenTheAdd) {
   OwnedTensor on_cpu({rows, out}, DType::f32, Device::cpu(), "test");
   linear_forward_residual(on_cpu, x.cpu, w.cpu, r.cpu);
   expect_close_to_largest(fused, on_cpu, 1e-5, "y against the CPU");
+}
+
+// A bf16 model (rows, widths and vocabulary off the powers of two) under autotuning: within the process the
+// plans are fixed, so a step repeats its loss and gradients bit for bit, and selective-qkv recomputation
+// (which runs the output projection, w1 and w3 again) still gives none's.
+TEST(GemmAutotuneCuda, ModelStepRepeatsAndRecomputationEqualsNone) {
+  ModelShapeOverrides shape;
+  shape.d_model = 320, shape.d_ff = 864, shape.num_layers = 2, shape.num_heads = 5, shape.vocab_size = 1001;
+  shape.context_length = 96;
+  const ModelConfig config = with_overrides(model_config("tiny"), shape);
+  const test::DeviceTokenBatch batch(3, 96, config.vocab_size, 41);
+  const auto step = [&](Recompute recompute) {
+    ModelOptions o;
+    o.precision = Precision::bf16;
+    o.max_batch = 3;
+    o.max_seq_len = 96;
+    o.seed = 7;
+    o.device = kGpu;
+    o.recompute = recompute;
+    TransformerLM model(config, o);
+    const double loss = model.forward_backward(batch.inputs(kGpu), batch.targets(kGpu), {});
+    return std::pair{loss, read_as_double(model.gradients().flat())};
+  };
+  const auto first = step(Recompute::none);
+  const auto again = step(Recompute::none);
+  const auto recomputed = step(Recompute::selective_qkv);
+  EXPECT_EQ(again.first, first.first);
+  EXPECT_TRUE(same_bits(again.second, first.second)) << "gradients of a second step";
+  EXPECT_EQ(recomputed.first, first.first);
+  EXPECT_TRUE(same_bits(recomputed.second, first.second)) << "gradients with selective-qkv recomputation";
 }
 
 // The heuristic's choice stays unless another candidate is faster by more than the margin (2%).
