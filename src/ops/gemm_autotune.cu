@@ -104,6 +104,7 @@ Timing time_algo(cublasLtHandle_t handle, const Plan& plan, const cublasLtMatmul
 }
 
 std::size_t tuned_choice(const std::vector<std::optional<double>>& median_ms, std::size_t heuristic) {
+  if (heuristic >= median_ms.size()) return heuristic;  // the heuristic's choice was not among those timed
   std::size_t best = heuristic;
   for (std::size_t i = 0; i < median_ms.size(); ++i) {
     if (median_ms[i] && (!median_ms[best] || *median_ms[i] < *median_ms[best])) best = i;
@@ -113,8 +114,7 @@ std::size_t tuned_choice(const std::vector<std::optional<double>>& median_ms, st
 }
 
 std::optional<std::size_t> autotune_choice(int device, cublasLtHandle_t handle, const Plan& plan, const Args& args,
-                                           const std::vector<Candidate>& found,
-                                           void* workspace, cudaStream_t stream) {
+                                           const std::vector<Candidate>& found, void* workspace, cudaStream_t stream) {
   const int count = gemm_autotune();
   if (count < 2 || output_is_read(args) || capturing(stream)) return std::nullopt;
   const std::size_t heuristic = default_choice(device, args, found);

@@ -1,7 +1,8 @@
 // gemm_plan.h — internal (CUDA builds only): a cuBLASLt GEMM's plan and its pieces, shared by
-// gemm_cuda.cu (the cached plans matmul runs), gemm_autotune.cu (timing a problem's candidate algorithms)
-// and gemm_candidates.cpp (the benchmark's sweep): the per-device handle, the descriptors of a problem, the
-// heuristic's candidates, which of them a plan may run, one launch. Never include from public headers.
+// gemm_cuda.cu (the cached plans matmul runs, and the benchmark's sweep of a problem's candidates) and
+// gemm_autotune.cu (timing candidates, the autotuned choice): the per-device handle, the descriptors of a
+// problem, the heuristic's candidates, which of them a plan may run, one launch. Never include from public
+// headers.
 #pragma once
 
 #include <cublasLt.h>
@@ -33,7 +34,7 @@ using DescPtr = std::unique_ptr<std::remove_pointer_t<cublasLtMatmulDesc_t>, dec
 using LayoutPtr =
     std::unique_ptr<std::remove_pointer_t<cublasLtMatrixLayout_t>, decltype(&cublasLtMatrixLayoutDestroy)>;
 
-// The descriptors of one GEMM (at most kMaxBatch matrices, C given), the algorithm chosen for them, and
+// The descriptors of one GEMM (at most 65535 matrices, C given), the algorithm chosen for them, and
 // whether that algorithm splits K. The descriptors hold nothing but the problem, so every call of it shares
 // them.
 struct Plan {
@@ -65,8 +66,7 @@ bool splits_k(const cublasLtMatmulAlgo_t& algo);
 // large outputs] in gemm_plan.cu).
 bool allowed(int device, const Args& args, const cublasLtMatmulAlgo_t& algo);
 // The heuristic's first allowed candidate, else its first (the plan without autotuning).
-std::size_t default_choice(int device, const Args& args,
-                           const std::vector<Candidate>& found);
+std::size_t default_choice(int device, const Args& args, const std::vector<Candidate>& found);
 
 GemmAlgoInfo info_of(const Candidate& candidate);
 
@@ -89,7 +89,6 @@ std::size_t tuned_choice(const std::vector<std::optional<double>>& median_ms, st
 // The candidate of `found` a plan of args runs under autotuning, timed on args' own operands on `stream`;
 // nullopt where autotuning must not run (see the Note): the caller then takes default_choice.
 std::optional<std::size_t> autotune_choice(int device, cublasLtHandle_t handle, const Plan& plan, const Args& args,
-                                           const std::vector<Candidate>& found,
-                                           void* workspace, cudaStream_t stream);
+                                           const std::vector<Candidate>& found, void* workspace, cudaStream_t stream);
 
 }  // namespace ft::gemm::detail

@@ -155,6 +155,7 @@ TEST(GemmAutotuneCuda, KeepsTheHeuristicsChoiceWithinTheMargin) {
   EXPECT_EQ(tuned_choice({1.0, 0.99, 0.9}, 0), 2u);
   EXPECT_EQ(tuned_choice({std::nullopt, 1.0, 0.97}, 1), 2u);
   EXPECT_EQ(tuned_choice({std::nullopt, 1.0, 1.5}, 1), 1u);
+  EXPECT_EQ(tuned_choice({1.0, 0.5}, 3), 3u);  // the heuristic's choice was not timed: it stays
 }
 
 TEST(GemmCandidatesCuda, TimesEachCandidateAndMarksThePlannedOne) {
