@@ -473,6 +473,13 @@ std::vector<FlashCase> head_dim_cases() {
       cases.push_back({.name = prefix + "full_q31_k300", .dtype = dtype, .heads_q = 2, .heads_kv = 1, .len_q = 31,
                        .len_k = 300, .head_dim = d});
     }
+    // A negative scale at d=256, whose Hopper forward negates Q in shared memory before S = Q K^T: -1/16, the
+    // default's magnitude. At 0.3 (the d=64 case's) the scores spread over ~5 (0.3 x 16) and the gradients
+    // reach ~20, so the TF32 rounding of fp32 inputs alone (10 mantissa bits, exact otherwise) puts dK a few
+    // elements past the fixed 1e-2 + 1e-2 |ref| bound, with either sign; at 1/16 it stays 10x below it.
+    cases.push_back({.name = std::string(name_of(dtype)) + "_d256_negative_scale_causal_q150_k170", .dtype = dtype,
+                     .heads_q = 2, .heads_kv = 1, .len_q = 150, .len_k = 170, .head_dim = 256, .causal = true,
+                     .scale = -1.0 / 16});
     cases.push_back({.name = std::string(name_of(dtype)) + "_d128_causal_long_1031", .dtype = dtype, .heads_q = 2,
                      .heads_kv = 1, .len_q = 1031, .len_k = 1031, .head_dim = 128, .causal = true});
   }

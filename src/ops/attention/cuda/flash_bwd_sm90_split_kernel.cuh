@@ -37,6 +37,17 @@
 // (Tr::kDqInRing in bwd_producer), which issues the additions in both modes, so that no consumer thread
 // waits for them to read shared memory. Before dK and dV are staged over K, V and the first bytes of the
 // ring, every slot's last step has been freed.
+
+// Note [Split dK/dV epilogue]
+// ~~~~~~~~~~~~~~~~~~~~~~~~~~~
+// After the loop dK and dV are rounded to T, staged in padded shared tiles (over K, V and the first bytes
+// of the ring) and copied out with 16-byte stores. A thread's accumulator fragments cover its warp's 16 key
+// rows of its warpgroup's 128 columns, so each warp copies out exactly the 16 x 128 blocks of dK and dV
+// its own lanes staged, after a __syncwarp: no warp reads what another staged, so nothing after the
+// staging orders one warp behind another (copying whole rows would read the other warpgroup's columns and
+// need a barrier of all 256 consumer threads between the stores and the copies). The barrier before the
+// staging remains: it keeps the stores off K, V and the ring until both warpgroups' products are done
+// with them.
 #pragma once
 
 #include <cstdint>
@@ -252,16 +263,19 @@ __global__ void __launch_bounds__(BwdSplitTraits<T, D>::kThreads, 1)
     mbar_wait(&slot_free[it % kStages], (it / kStages) & 1);
 
   named_barrier_sync(kAllBarrier, kConsumerThreads);  // every product is done with sK, sV, sQ and sdO
-  T* sdK = sK;                    // (BN, kLd) padded staging
-  T* sdV = sdK + BN * kLd<T, D>;  // (BN, kLd)
-  store_acc<T, kDc / 8>(sdK, kLd<T, D>, warp_row, dc, acc_dk, s.scale, s.scale, lane);
-  store_acc<T, kDc / 8>(sdV, kLd<T, D>, warp_row, dc, acc_dv, 1.f, 1.f, lane);
-  named_barrier_sync(kAllBarrier, kConsumerThreads);
-  const int keys_valid = seq.len_k() - n0;
-  T* dk = p.dk.at<T>(b, hk, seq.k0() + n0);
-  T* dv = p.dv.at<T>(b, hk, seq.k0() + n0);
-  store_tile<T, BN, D, kConsumerThreads>(dk, p.dk.row_stride, sdK, keys_valid, true, ctid);
-  store_tile<T, BN, D, kConsumerThreads>(dv, p.dv.row_stride, sdV, keys_valid, true, ctid);
+  // Each warp stages its 16 key rows of this warpgroup's dK and dV columns and copies out exactly those
+  // (See Note [Split dK/dV epilogue]).
+  constexpr int kLdS = kLd<T, D>;
+  T* sdK = sK + warp_row * kLdS + dc;         // (16, kDc) of the padded (BN, kLd) staging
+  T* sdV = sK + (BN + warp_row) * kLdS + dc;  // (16, kDc) of the one after it
+  store_acc<T, kDc / 8>(sdK, kLdS, 0, 0, acc_dk, s.scale, s.scale, lane);
+  store_acc<T, kDc / 8>(sdV, kLdS, 0, 0, acc_dv, 1.f, 1.f, lane);
+  __syncwarp();
+  const int rows_valid = seq.len_k() - n0 - warp_row;
+  T* dk = p.dk.at<T>(b, hk, seq.k0() + n0 + warp_row) + dc;
+  T* dv = p.dv.at<T>(b, hk, seq.k0() + n0 + warp_row) + dc;
+  store_tile<T, 16, kDc, 32, kLdS>(dk, p.dk.row_stride, sdK, rows_valid, true, lane);
+  store_tile<T, 16, kDc, 32, kLdS>(dv, p.dv.row_stride, sdV, rows_valid, true, lane);
 #endif
 }
 

@@ -52,11 +52,12 @@ __device__ __forceinline__ void load_tile(T* smem, const T* gmem, std::int64_t l
   }
 }
 
-// Shared tile (ROWS, kLd) -> rows [0, valid_rows) of a global matrix (row stride ld_g elements).
-template <class T, int ROWS, int D, int THREADS>
+// Shared tile (ROWS, D) with rows LDS elements apart (default the padded kLd) -> rows [0, valid_rows) of a
+// global matrix (row stride ld_g elements).
+template <class T, int ROWS, int D, int THREADS, int LDS = kLd<T, D>>
 __device__ __forceinline__ void store_tile(T* gmem, std::int64_t ld_g, const T* smem, int valid_rows, bool vec16,
                                            int tid) {
-  constexpr int kLdS = kLd<T, D>;
+  constexpr int kLdS = LDS;
   if (vec16) {
     constexpr int kPer = 16 / sizeof(T);
     constexpr int kChunks = D / kPer;
