@@ -58,7 +58,7 @@ void profile_timeline(DataParallelReplica& replica, Communicator& host, const st
     write_json_atomic(path, doc);
     return;
   }
-  const std::vector<StepStreamSummary> steps = summarize_step_streams_by_range(profile.records);
+  const std::vector<StepStreamSummary> steps = summarize_step_streams_by_range(profile.records, profile.host_calls);
   if (!steps.empty()) *summary << "\nStreams of the profiled " << format_step_streams(steps.back()) << "\n";
   write_json_reported(path, doc, *summary);
 }

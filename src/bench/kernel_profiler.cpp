@@ -84,6 +84,7 @@ struct Collector {
   std::vector<RangeNode> nodes;
   std::map<std::pair<std::uint64_t, std::string>, std::uint64_t> node_ids;  // (parent, name) -> id
   std::vector<KernelRecord> records;                      // ranges still empty
+  std::vector<HostCallRecord> host_calls;                 // ranges still empty
   std::unordered_map<std::uint32_t, std::uint64_t> external;  // API correlation id -> range-stack id
   std::uint64_t dropped = 0;
   std::string hook_error;  // the first CUPTI failure inside a range hook (reported by stop())
@@ -185,6 +186,7 @@ KernelRecord record_of(ActivityKind kind, std::string name, const Activity& acti
 void CUPTIAPI buffer_completed(CUcontext context, std::uint32_t stream_id, std::uint8_t* buffer, std::size_t,
                                std::size_t valid_bytes) {
   std::vector<KernelRecord> records;
+  std::vector<HostCallRecord> host_calls;
   std::vector<std::pair<std::uint32_t, std::uint64_t>> links;  // (API correlation id, range-stack id)
   std::unordered_map<std::string, std::string> readable;       // mangled -> demangled, within this buffer
   std::uint64_t incomplete = 0;
@@ -226,8 +228,24 @@ void CUPTIAPI buffer_completed(CUcontext context, std::uint32_t stream_id, std::
         if (e->externalKind == kExternalKind) links.emplace_back(e->correlationId, e->externalId);
         break;
       }
+      case CUPTI_ACTIVITY_KIND_RUNTIME:
+      case CUPTI_ACTIVITY_KIND_DRIVER: {
+        const auto* a = reinterpret_cast<const CUpti_ActivityAPI*>(activity);
+        if (a->end < a->start || a->end - a->start < kSlowHostCallNs) break;  // the fast calls: only correlations
+        const char* name = nullptr;
+        const CUpti_CallbackDomain domain =
+            activity->kind == CUPTI_ACTIVITY_KIND_RUNTIME ? CUPTI_CB_DOMAIN_RUNTIME_API : CUPTI_CB_DOMAIN_DRIVER_API;
+        if (cuptiGetCallbackName(domain, a->cbid, &name) != CUPTI_SUCCESS || name == nullptr) name = "(CUDA call)";
+        host_calls.push_back({.name = name,
+                              .thread = a->threadId,
+                              .start_ns = a->start,
+                              .end_ns = a->end,
+                              .correlation = a->correlationId,
+                              .ranges = {}});
+        break;
+      }
       default:
-        break;  // runtime and driver API records: only their external correlations matter
+        break;
     }
   }
   std::size_t dropped = 0;
@@ -238,6 +256,7 @@ void CUPTIAPI buffer_completed(CUcontext context, std::uint32_t stream_id, std::
   std::lock_guard<std::mutex> lock(c.mutex);
   if (!c.collecting) return;  // a buffer from after stop(): nobody asked for it
   for (KernelRecord& r : records) c.records.push_back(std::move(r));
+  for (HostCallRecord& h : host_calls) c.host_calls.push_back(std::move(h));
   for (const auto& [correlation, id] : links) c.external[correlation] = id;
   c.dropped += dropped + incomplete;
 }
@@ -269,6 +288,7 @@ void KernelProfiler::start() {
     c.nodes.clear();
     c.node_ids.clear();
     c.records.clear();
+    c.host_calls.clear();
     c.external.clear();
     c.dropped = 0;
     c.hook_error.clear();
@@ -333,12 +353,14 @@ KernelProfile KernelProfiler::stop() {
     c.collecting = false;
     profile.start_ns = c.start_ns;
     profile.records = std::move(c.records);
+    profile.host_calls = std::move(c.host_calls);
     profile.dropped = c.dropped;
     external = std::move(c.external);
     nodes = c.nodes;
     first_id = c.first_id;
     hook_error = c.hook_error;
     c.records.clear();
+    c.host_calls.clear();
     c.external.clear();
   }
   profile.end_ns = end_ns;
@@ -348,15 +370,19 @@ KernelProfile KernelProfiler::stop() {
   FT_CHECK_KIND(device, hook_error.empty(), "KernelProfiler: ", hook_error);
 
   std::unordered_map<std::uint64_t, std::vector<std::string>> names;  // range-stack id -> its names
-  for (KernelRecord& r : profile.records) {
-    const auto link = external.find(r.correlation);
-    if (link == external.end()) continue;  // launched outside every range
+  const auto ranges_of = [&](std::uint32_t correlation) -> std::vector<std::string> {
+    const auto link = external.find(correlation);
+    if (link == external.end()) return {};  // made outside every range
     auto it = names.find(link->second);
     if (it == names.end()) it = names.emplace(link->second, range_names(link->second, first_id, nodes)).first;
-    r.ranges = it->second;
-  }
+    return it->second;
+  };
+  for (KernelRecord& r : profile.records) r.ranges = ranges_of(r.correlation);
+  for (HostCallRecord& h : profile.host_calls) h.ranges = ranges_of(h.correlation);
   std::stable_sort(profile.records.begin(), profile.records.end(),
                    [](const KernelRecord& a, const KernelRecord& b) { return a.start_ns < b.start_ns; });
+  std::stable_sort(profile.host_calls.begin(), profile.host_calls.end(),
+                   [](const HostCallRecord& a, const HostCallRecord& b) { return a.start_ns < b.start_ns; });
   return profile;
 }
 

@@ -2,7 +2,8 @@
 // machines): between start() and stop() it records every kernel, memcpy and memset the process runs on
 // its GPUs with device, stream, start and end (GPU timestamps in ns), the CUDA correlation id, and the
 // stack of ft::NvtxRange names open on the thread that launched it ("step 3" > "model forward" >
-// "layer 0 forward" > "linear.forward"). kernel_summary.h turns the records into per-range tables.
+// "layer 0 forward" > "linear.forward"), and every CUDA runtime or driver call on the host that took at least
+// kSlowHostCallNs (with its thread and ranges). kernel_summary.h turns the records into per-range tables.
 //
 // How a kernel finds its ranges: while profiling, an NvtxObserver (core/nvtx.h) sees every NvtxRange
 // open and close. Each distinct stack of range names gets an id, and on every open (close) the profiler
@@ -43,10 +44,25 @@ struct KernelRecord {
   double duration_ms() const { return static_cast<double>(end_ns - start_ns) * 1e-6; }
 };
 
+// A CUDA runtime or driver call on the host that took at least kSlowHostCallNs: what the host was blocked in
+// (a synchronisation, an allocation, a launch that waited) while a GPU stream may have waited for it.
+constexpr std::uint64_t kSlowHostCallNs = 100'000;
+struct HostCallRecord {
+  std::string name;               // the API function ("cudaStreamSynchronize", "cuLaunchKernelEx", ...)
+  std::uint32_t thread = 0;       // CUPTI's id of the calling thread
+  std::uint64_t start_ns = 0;     // host start and end, on CUPTI's clock
+  std::uint64_t end_ns = 0;
+  std::uint32_t correlation = 0;  // the call's correlation id (its kernel's or copy's, for a launch)
+  std::vector<std::string> ranges;  // NvtxRange names open on the calling thread, outermost first
+
+  double duration_ms() const { return static_cast<double>(end_ns - start_ns) * 1e-6; }
+};
+
 struct KernelProfile {
   std::uint64_t start_ns = 0;         // CUPTI's clock at start() and stop()
   std::uint64_t end_ns = 0;
   std::vector<KernelRecord> records;  // by start_ns
+  std::vector<HostCallRecord> host_calls;  // the slow runtime and driver calls, by start_ns
   std::uint64_t dropped = 0;          // records lost: CUPTI dropped them (its buffers were full) or their
                                       // timestamps never arrived (the work had not finished); 0 normally
 };

@@ -316,6 +316,15 @@ void add_timeline_fields(nlohmann::json& doc, const KernelProfile& profile) {
   doc["windows"] = std::move(windows);
   doc["streams"] = std::move(stream_list);
   doc["records"] = std::move(records);
+  nlohmann::json calls = nlohmann::json::array();
+  for (const HostCallRecord& h : profile.host_calls)
+    calls.push_back({{"name", h.name},
+                     {"thread", h.thread},
+                     {"start_ns", relative(h.start_ns)},
+                     {"end_ns", relative(h.end_ns)},
+                     {"correlation", h.correlation},
+                     {"ranges", h.ranges}});
+  doc["host_calls"] = std::move(calls);
 }
 
 }  // namespace
@@ -327,7 +336,7 @@ nlohmann::json kernel_timeline_document(const KernelProfile& profile, Device dev
   nlohmann::json doc = results_document("kernel-timeline", device, std::move(config), std::move(rows));
   add_timeline_fields(doc, profile);
   nlohmann::json steps = nlohmann::json::array();
-  for (const StepStreamSummary& s : summarize_step_streams_by_range(profile.records))
+  for (const StepStreamSummary& s : summarize_step_streams_by_range(profile.records, profile.host_calls))
     steps.push_back(step_streams_json(s));
   doc["step_streams"] = std::move(steps);
   return doc;

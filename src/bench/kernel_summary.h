@@ -102,6 +102,7 @@ nlohmann::json kernel_record_json(const KernelRecord& record, std::uint64_t orig
 //   "streams": [{"device", "stream", "lane", "records"}]: lane "communication" when the stream ran a
 //              communication kernel, else "compute",
 //   "records": [kernel_record_json of every record, by start],
+//   "host_calls": [{"name", "thread", "start_ns", "end_ns", "correlation", "ranges"}]: the slow CUDA calls,
 //   "step_streams": [step_streams_json of each outermost range (stream_timeline.h): busy time and span per
 //                   stream, the compute stream's gaps and its time beside NCCL kernels].
 nlohmann::json kernel_timeline_document(const KernelProfile& profile, Device device, nlohmann::json config);

@@ -86,14 +86,18 @@ std::vector<ComputeGap> find_gaps(const std::vector<const KernelRecord*>& list, 
   for (const KernelRecord* r : list) {
     if (r->start_ns > reach) {
       const Interval gap{reach, r->start_ns};
-      gaps.push_back({.start_ms = ms(reach - origin),
+      gaps.push_back({.start_ns = gap.start,
+                      .end_ns = gap.end,
+                      .start_ms = ms(reach - origin),
                       .length_ms = ms(gap.end - gap.start),
                       .before = reaching->name,
                       .after = r->name,
                       .phase = phase_of(*r),
                       .communication_ms = ms(overlap(gap, communication)),
                       .copy_ms = ms(overlap(gap, copies)),
-                      .idle_ms = ms(gap.end - gap.start - overlap(gap, others))});
+                      .idle_ms = ms(gap.end - gap.start - overlap(gap, others)),
+                      .host_call = {},  // named for the largest gaps only
+                      .host_call_ms = 0});
     }
     if (r->end_ns > reach) {
       reach = r->end_ns;
@@ -103,10 +107,21 @@ std::vector<ComputeGap> find_gaps(const std::vector<const KernelRecord*>& list, 
   return gaps;
 }
 
+// Sets the gap's host call: the slow host call that covers most of it.
+void name_host_call(ComputeGap& g, const std::vector<HostCallRecord>& host_calls) {
+  for (const HostCallRecord& h : host_calls) {
+    const double covered = ms(overlap(Interval{g.start_ns, g.end_ns}, {{h.start_ns, h.end_ns}}));
+    if (covered > g.host_call_ms) {
+      g.host_call = h.name;
+      g.host_call_ms = covered;
+    }
+  }
+}
+
 }  // namespace
 
 StepStreamSummary summarize_step_streams(const std::string& range, const std::vector<KernelRecord>& records,
-                                         std::size_t top) {
+                                         const std::vector<HostCallRecord>& host_calls, std::size_t top) {
   StepStreamSummary s;
   s.range = range;
   const StreamKey compute = compute_stream(records);
@@ -159,8 +174,12 @@ StepStreamSummary summarize_step_streams(const std::string& range, const std::ve
     if (key == compute) {
       s.compute = s.streams.size();
       std::vector<ComputeGap> gaps = find_gaps(list, origin, communication, copies, others);
+      std::vector<Interval> calls;
+      for (const HostCallRecord& h : host_calls) calls.push_back({h.start_ns, h.end_ns});
+      calls = merged(std::move(calls));
       s.gaps = static_cast<std::int64_t>(gaps.size());
       for (const ComputeGap& g : gaps) {
+        s.gap_host_call_ms += ms(overlap(Interval{g.start_ns, g.end_ns}, calls));
         s.gap_ms += g.length_ms;
         s.gap_communication_ms += g.communication_ms;
         s.gap_copy_ms += g.copy_ms;
@@ -174,6 +193,7 @@ StepStreamSummary summarize_step_streams(const std::string& range, const std::ve
       std::stable_sort(gaps.begin(), gaps.end(),
                        [](const ComputeGap& x, const ComputeGap& y) { return x.length_ms > y.length_ms; });
       gaps.resize(std::min(gaps.size(), top));
+      for (ComputeGap& g : gaps) name_host_call(g, host_calls);
       s.largest_gaps = std::move(gaps);
     }
     s.streams.push_back(std::move(a));
@@ -182,6 +202,7 @@ StepStreamSummary summarize_step_streams(const std::string& range, const std::ve
 }
 
 std::vector<StepStreamSummary> summarize_step_streams_by_range(const std::vector<KernelRecord>& records,
+                                                               const std::vector<HostCallRecord>& host_calls,
                                                                std::size_t top) {
   std::vector<std::pair<std::string, std::vector<KernelRecord>>> steps;  // in order of first start
   std::map<std::string, std::size_t> index;
@@ -212,7 +233,7 @@ std::vector<StepStreamSummary> summarize_step_streams_by_range(const std::vector
   for (const auto& [range, step] : steps)
     if (std::any_of(step.begin(), step.end(),
                     [](const KernelRecord& r) { return r.kind == ActivityKind::kernel && !is_communication(r); }))
-      out.push_back(summarize_step_streams(range, step, top));
+      out.push_back(summarize_step_streams(range, step, host_calls, top));
   return out;
 }
 
@@ -223,6 +244,7 @@ std::string format_step_streams(const StepStreamSummary& s) {
       << fixed(c.busy_ms, 2) << " ms of its " << fixed(c.span_ms, 2) << " ms span; " << s.gaps << " gaps, "
       << fixed(s.gap_ms, 2) << " ms (NCCL running " << fixed(s.gap_communication_ms, 2) << ", copies running "
       << fixed(s.gap_copy_ms, 2) << ", no other stream busy " << fixed(s.gap_idle_ms, 2)
+      << "; a slow CUDA call on the host " << fixed(s.gap_host_call_ms, 2)
       << "); its kernels beside NCCL kernels " << fixed(s.nccl_overlap_ms, 2) << " ms\n";
   out << "Gaps by the phase of the record after them:";
   for (const PhaseGaps& p : s.gaps_by_phase)
@@ -233,10 +255,12 @@ std::string format_step_streams(const StepStreamSummary& s) {
     streams.add_row({std::to_string(a.device), std::to_string(a.stream), a.lane, std::to_string(a.records),
                      fixed(a.first_ms, 2), fixed(a.busy_ms, 2), fixed(a.span_ms, 2)});
   out << streams.markdown() << "\n";
-  ReportTable gaps({"start_ms", "gap_ms", "nccl_ms", "copy_ms", "idle_ms", "phase", "before", "after"});
+  ReportTable gaps(
+      {"start_ms", "gap_ms", "nccl_ms", "copy_ms", "idle_ms", "host_call", "phase", "before", "after"});
   for (const ComputeGap& g : s.largest_gaps)
     gaps.add_row({fixed(g.start_ms, 2), fixed(g.length_ms, 3), fixed(g.communication_ms, 3), fixed(g.copy_ms, 3),
-                  fixed(g.idle_ms, 3), g.phase, short_kernel_name(g.before, 50), short_kernel_name(g.after, 50)});
+                  fixed(g.idle_ms, 3), g.host_call.empty() ? "-" : str(g.host_call, " ", fixed(g.host_call_ms, 3)),
+                  g.phase, short_kernel_name(g.before, 50), short_kernel_name(g.after, 50)});
   if (gaps.rows() > 0) out << "Largest gaps of the compute stream:\n\n" << gaps.markdown();
   return out.str();
 }
@@ -258,6 +282,8 @@ nlohmann::json step_streams_json(const StepStreamSummary& s) {
                     {"communication_ms", g.communication_ms},
                     {"copy_ms", g.copy_ms},
                     {"idle_ms", g.idle_ms},
+                    {"host_call", g.host_call},
+                    {"host_call_ms", g.host_call_ms},
                     {"phase", g.phase},
                     {"before", short_kernel_name(g.before)},
                     {"after", short_kernel_name(g.after)}});
@@ -271,6 +297,7 @@ nlohmann::json step_streams_json(const StepStreamSummary& s) {
           {"gap_communication_ms", s.gap_communication_ms},
           {"gap_copy_ms", s.gap_copy_ms},
           {"gap_idle_ms", s.gap_idle_ms},
+          {"gap_host_call_ms", s.gap_host_call_ms},
           {"nccl_overlap_ms", s.nccl_overlap_ms},
           {"gaps_by_phase", std::move(phases)},
           {"streams", std::move(streams)},

@@ -2,7 +2,8 @@
 // (kernel_profiler.h), in host code that needs no GPU: per stream its busy time (the union of its records'
 // intervals) and span; for the compute stream its gaps (where it ran nothing between its first and last
 // record), how much of each gap an NCCL kernel, a copy on another stream, or nothing at all filled, the
-// largest gaps with the records around them, the gaps summed by phase (the range below the step's of the
+// largest gaps with the records around them and the slow host call during each (what the host was blocked
+// in while the stream waited for its next launch), the gaps summed by phase (the range below the step's of the
 // record after each gap: "model forward", "model backward", "optimizer step", or "(step)" between them), and
 // the time its kernels ran beside NCCL kernels.
 //
@@ -37,6 +38,7 @@ struct StreamActivity {
 
 // A stretch of the compute stream with nothing on it, and what ran elsewhere on its device meanwhile.
 struct ComputeGap {
+  std::uint64_t start_ns = 0, end_ns = 0;  // on CUPTI's clock
   double start_ms = 0;  // from the step's start
   double length_ms = 0;
   std::string before, after;  // the compute stream's records ending it and starting after it (full names)
@@ -44,6 +46,8 @@ struct ComputeGap {
   double communication_ms = 0;  // of the gap, time an NCCL kernel ran
   double copy_ms = 0;           // time a copy ran on another stream
   double idle_ms = 0;           // time no other stream of the device ran anything
+  std::string host_call;        // the slow host call (kernel_profiler.h) overlapping it longest, if any
+  double host_call_ms = 0;      // how much of the gap that call covered
 };
 
 // The compute stream's gaps before records of one phase.
@@ -63,25 +67,29 @@ struct StepStreamSummary {
   double gap_communication_ms = 0;      // split as ComputeGap's fields, summed over the gaps
   double gap_copy_ms = 0;
   double gap_idle_ms = 0;
+  double gap_host_call_ms = 0;  // of the gaps, time a slow host call (any thread) was running
   double nccl_overlap_ms = 0;  // the compute stream's kernels' time while an NCCL kernel ran (any stream)
   std::vector<PhaseGaps> gaps_by_phase;  // every gap by its phase, in the order phases first had a gap
   std::vector<ComputeGap> largest_gaps;  // the longest `top` gaps, longest first (then earliest)
 };
 
-// One step's records (any order, at least one kernel). top: how many gaps to list.
+// One step's records (any order, at least one kernel) and the profile's slow host calls (any order; those
+// outside the step's gaps do not count). top: how many gaps to list.
 StepStreamSummary summarize_step_streams(const std::string& range, const std::vector<KernelRecord>& records,
-                                         std::size_t top = 10);
+                                         const std::vector<HostCallRecord>& host_calls, std::size_t top = 10);
 // A summary per outermost range (each "step N") that ran a kernel other than NCCL's, in order of first start.
 std::vector<StepStreamSummary> summarize_step_streams_by_range(const std::vector<KernelRecord>& records,
+                                                               const std::vector<HostCallRecord>& host_calls,
                                                                std::size_t top = 10);
 
 // A line for the step and the compute stream, a line of its gaps by phase, a table of the streams, and a table
 // of the largest gaps.
 std::string format_step_streams(const StepStreamSummary& summary);
 // {"range", "span_ms", "compute_stream", "gaps", "gap_ms", "gap_communication_ms", "gap_copy_ms",
-//  "gap_idle_ms", "nccl_overlap_ms", "gaps_by_phase": [{"phase", "gaps", "gap_ms"}], "streams": [{"device",
-//  "stream", "lane", "records", "first_ms", "busy_ms", "span_ms"}], "largest_gaps": [{"start_ms", "length_ms",
-//  "communication_ms", "copy_ms", "idle_ms", "phase", "before", "after"}]} with short kernel names.
+//  "gap_idle_ms", "gap_host_call_ms", "nccl_overlap_ms", "gaps_by_phase": [{"phase", "gaps", "gap_ms"}],
+//  "streams": [{"device", "stream", "lane", "records", "first_ms", "busy_ms", "span_ms"}], "largest_gaps":
+//  [{"start_ms", "length_ms", "communication_ms", "copy_ms", "idle_ms", "host_call", "host_call_ms", "phase",
+//  "before", "after"}]} with short kernel names.
 nlohmann::json step_streams_json(const StepStreamSummary& summary);
 
 }  // namespace ft

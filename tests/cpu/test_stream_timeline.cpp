@@ -53,8 +53,19 @@ std::vector<KernelRecord> step(std::uint64_t base_us, const std::string& name) {
           record("rope_E", kCompute, at(42), at(44), name)};
 }
 
+// A slow host call from start_us to end_us.
+HostCallRecord host_call(const std::string& name, std::uint64_t start_us, std::uint64_t end_us) {
+  return {.name = name, .thread = 1, .start_ns = start_us * 1000, .end_ns = end_us * 1000, .correlation = 0,
+          .ranges = {}};
+}
+
 TEST(StreamTimeline, StreamsGapsAndOverlapOfOneStep) {
-  const StepStreamSummary s = summarize_step_streams("step 1", step(100, "step 1"));
+  // Host calls during the gaps [110,112] and [130,140]: a synchronisation covering 8 µs of the second, an
+  // allocation inside it covering 3, a launch covering 1 µs of the first; one after the step covers none.
+  const std::vector<HostCallRecord> calls = {host_call("cudaStreamSynchronize", 129, 138),
+                                             host_call("cudaMalloc", 133, 136), host_call("cuLaunchKernel", 111, 113),
+                                             host_call("cudaFree", 150, 170)};
+  const StepStreamSummary s = summarize_step_streams("step 1", step(100, "step 1"), calls);
   EXPECT_EQ(s.range, "step 1");
   EXPECT_NEAR(s.span_ms, 0.050, kEps);
   ASSERT_EQ(s.streams.size(), 3u);  // by (device, stream)
@@ -80,6 +91,7 @@ TEST(StreamTimeline, StreamsGapsAndOverlapOfOneStep) {
   EXPECT_NEAR(s.gap_communication_ms, 0.002 + 0.003, kEps);
   EXPECT_NEAR(s.gap_copy_ms, 0.007, kEps);
   EXPECT_NEAR(s.gap_idle_ms, 0.002, kEps);
+  EXPECT_NEAR(s.gap_host_call_ms, 0.008 + 0.001, kEps);
   EXPECT_NEAR(s.nccl_overlap_ms, 0.008, kEps);
 
   ASSERT_EQ(s.largest_gaps.size(), 2u);
@@ -89,6 +101,10 @@ TEST(StreamTimeline, StreamsGapsAndOverlapOfOneStep) {
   EXPECT_EQ(longest.before, "flash_fwd_C");
   EXPECT_EQ(longest.after, "gemm_D");
   EXPECT_EQ(longest.phase, "optimizer step");
+  EXPECT_EQ(longest.start_ns, 130'000u);
+  EXPECT_EQ(longest.end_ns, 140'000u);
+  EXPECT_EQ(longest.host_call, "cudaStreamSynchronize");
+  EXPECT_NEAR(longest.host_call_ms, 0.008, kEps);
   EXPECT_NEAR(longest.communication_ms, 0.003, kEps);
   EXPECT_NEAR(longest.copy_ms, 0.007, kEps);
   EXPECT_NEAR(longest.idle_ms, 0.002, kEps);
@@ -98,6 +114,8 @@ TEST(StreamTimeline, StreamsGapsAndOverlapOfOneStep) {
   EXPECT_EQ(shorter.before, "gemm_A");
   EXPECT_EQ(shorter.after, "rmsnorm_B");
   EXPECT_EQ(shorter.phase, "model forward");
+  EXPECT_EQ(shorter.host_call, "cuLaunchKernel");
+  EXPECT_NEAR(shorter.host_call_ms, 0.001, kEps);
   EXPECT_NEAR(shorter.communication_ms, 0.002, kEps);
   EXPECT_NEAR(shorter.idle_ms, 0, kEps);
 
@@ -109,7 +127,7 @@ TEST(StreamTimeline, StreamsGapsAndOverlapOfOneStep) {
   EXPECT_NEAR(s.gaps_by_phase[1].gap_ms, 0.010, kEps);
 
   // top keeps the longest only; the sums still cover every gap.
-  const StepStreamSummary one = summarize_step_streams("step 1", step(0, "step 1"), 1);
+  const StepStreamSummary one = summarize_step_streams("step 1", step(0, "step 1"), {}, 1);
   ASSERT_EQ(one.largest_gaps.size(), 1u);
   EXPECT_NEAR(one.largest_gaps[0].length_ms, 0.010, kEps);
   EXPECT_NEAR(one.gap_ms, 0.012, kEps);
@@ -120,15 +138,15 @@ TEST(StreamTimeline, ComputeStreamIsTheLongestNonNcclKernelTime) {
   std::vector<KernelRecord> records = {record(kNccl, kComm, 0, 100), record("cast_bf16", kComm, 100, 103),
                                        record("gemm", kCompute, 0, 5), record("memcpy HtoD", kCopy, 0, 50, "step 1",
                                                                               ActivityKind::memcpy)};
-  StepStreamSummary s = summarize_step_streams("step 1", records);
+  StepStreamSummary s = summarize_step_streams("step 1", records, {});
   EXPECT_EQ(s.streams.at(s.compute).stream, kCompute);
   EXPECT_NEAR(s.nccl_overlap_ms, 0.005, kEps);
   records[1].end_ns = 106'000;  // the cast now outlasts the GEMM: its stream is the compute stream
-  s = summarize_step_streams("step 1", records);
+  s = summarize_step_streams("step 1", records, {});
   EXPECT_EQ(s.streams.at(s.compute).stream, kComm);
   EXPECT_EQ(s.streams.at(s.compute).lane, "compute");
   // Only NCCL kernels and copies: no compute stream.
-  EXPECT_THROW(summarize_step_streams("step 1", {record(kNccl, kComm, 0, 1)}), Error);
+  EXPECT_THROW(summarize_step_streams("step 1", {record(kNccl, kComm, 0, 1)}, {}), Error);
 }
 
 TEST(StreamTimeline, StepsByOutermostRangeTableAndJson) {
@@ -139,7 +157,8 @@ TEST(StreamTimeline, StepsByOutermostRangeTableAndJson) {
   records.push_back(record("memcpy PtoP", 21, 20, 60, "", ActivityKind::memcpy));
   records.back().ranges.clear();  // outside every range, starting within step 1: part of it
   records.push_back(record(kNccl, kComm, 2000, 2001, "barrier"));  // a range with NCCL alone: no summary
-  const std::vector<StepStreamSummary> steps = summarize_step_streams_by_range(records);
+  const std::vector<HostCallRecord> calls = {host_call("cudaStreamSynchronize", 1031, 1039)};  // step 2's gap
+  const std::vector<StepStreamSummary> steps = summarize_step_streams_by_range(records, calls);
   ASSERT_EQ(steps.size(), 2u);
   EXPECT_EQ(steps[0].range, "step 1");
   EXPECT_EQ(steps[1].range, "step 2");
@@ -157,6 +176,7 @@ TEST(StreamTimeline, StepsByOutermostRangeTableAndJson) {
   EXPECT_NE(text.find("step 2: 0.05 ms; compute stream 7 busy 0.04 ms"), std::string::npos) << text;
   EXPECT_NE(text.find("| communication |"), std::string::npos) << text;
   EXPECT_NE(text.find("Largest gaps of the compute stream"), std::string::npos) << text;
+  EXPECT_NE(text.find("| cudaStreamSynchronize 0.008 |"), std::string::npos) << text;
   EXPECT_NE(text.find("phase of the record after them: model forward 1 (0.00 ms); optimizer step 1 (0.01 ms);"),
             std::string::npos)
       << text;
@@ -173,6 +193,9 @@ TEST(StreamTimeline, StepsByOutermostRangeTableAndJson) {
   EXPECT_NEAR(j["largest_gaps"][0]["idle_ms"].get<double>(), 0.002, kEps);
   EXPECT_EQ(j["largest_gaps"][1]["after"], "rmsnorm_B");
   EXPECT_EQ(j["largest_gaps"][0]["phase"], "optimizer step");
+  EXPECT_EQ(j["largest_gaps"][0]["host_call"], "cudaStreamSynchronize");
+  EXPECT_NEAR(j["gap_host_call_ms"].get<double>(), 0.008, kEps);
+  EXPECT_EQ(steps[0].largest_gaps[0].host_call, "");  // the call lies in step 2
   ASSERT_EQ(j["gaps_by_phase"].size(), 2u);
   EXPECT_EQ(j["gaps_by_phase"][1]["phase"], "optimizer step");
   EXPECT_EQ(j["gaps_by_phase"][1]["gaps"], 1);
@@ -182,7 +205,11 @@ TEST(StreamTimeline, StepsByOutermostRangeTableAndJson) {
   profile.start_ns = 0;
   profile.end_ns = 3'000'000;
   profile.records = records;
+  profile.host_calls = calls;
   const nlohmann::json doc = kernel_timeline_document(profile, Device::cpu(), {{"size", "tiny"}});
+  ASSERT_EQ(doc["host_calls"].size(), 1u);
+  EXPECT_EQ(doc["host_calls"][0]["name"], "cudaStreamSynchronize");
+  EXPECT_EQ(doc["host_calls"][0]["end_ns"], 1'039'000);
   ASSERT_EQ(doc["step_streams"].size(), 2u);
   EXPECT_EQ(doc["step_streams"][1], j);
 }
