@@ -3,7 +3,8 @@
 // and a spin kernel of this test loaded from PTX at run time, also launched outside every range) is
 // recorded once each with the right kind, name (demangled), bytes, stream, range path and a plausible
 // duration; stop() leaves CUPTI disabled (work between two profiles is in neither) and a second
-// start/stop works; ranges opened before start() are not attributed; one profiler runs at a time.
+// start/stop works; ranges opened before start() are not attributed; a host call that waits for the GPU is
+// kept as a slow host call with its range, the fast calls are not; one profiler runs at a time.
 // Run on a GPU machine: ./build/bin/gpu_test_kernel_profiler
 #include <gtest/gtest.h>
 
@@ -309,6 +310,33 @@ TEST_F(KernelProfilerTest, StopLeavesCuptiDisabledAndASecondProfileWorks) {
     EXPECT_GE(r.start_ns, second.start_ns);
   }
   EXPECT_GT(second.start_ns, first.end_ns);
+}
+
+TEST_F(KernelProfilerTest, KeepsSlowHostCallsWithTheirRanges) {
+  KernelProfiler profiler;
+  profiler.start();
+  {
+    NvtxRange outer(kOuter);
+    spin(0);
+    spin(1);
+    FT_CUDA_CHECK(cudaStreamSynchronize(stream_));  // the host waits for both spins: about 2 x kSpinNs
+  }
+  const KernelProfile p = profiler.stop();
+  std::string names;
+  for (const HostCallRecord& h : p.host_calls) {
+    names += str(" ", h.name, " ", h.duration_ms(), " ms;");
+    EXPECT_GE(h.end_ns - h.start_ns, kSlowHostCallNs) << h.name;  // the fast calls are not kept
+  }
+  EXPECT_TRUE(std::is_sorted(p.host_calls.begin(), p.host_calls.end(),
+                             [](const HostCallRecord& a, const HostCallRecord& b) { return a.start_ns < b.start_ns; }));
+  const auto sync = std::find_if(p.host_calls.begin(), p.host_calls.end(), [](const HostCallRecord& h) {
+    return h.name.rfind("cudaStreamSynchronize", 0) == 0;  // CUPTI may add a version suffix ("_v3020")
+  });
+  ASSERT_NE(sync, p.host_calls.end()) << "slow host calls:" << names;
+  EXPECT_EQ(sync->ranges, Ranges{kOuter});
+  EXPECT_GE(sync->start_ns, p.start_ns);
+  EXPECT_LE(sync->end_ns, p.end_ns);
+  EXPECT_NE(sync->correlation, 0u);
 }
 
 TEST_F(KernelProfilerTest, OneProfileAtATime) {
