@@ -313,6 +313,10 @@ double TransformerLM::read_back(const double* value) const {
   return host;
 }
 
+double* TransformerLM::fused_loss_slot() const {
+  return reinterpret_cast<double*>(static_cast<char*>(workspace_.data()) + ws_.loss);
+}
+
 Tensor TransformerLM::logits() const {
   FT_CHECK(!fused_loss(),
            "TransformerLM::logits: the model computes its loss with the fused LM head (ModelOptions::loss_chunk = ",

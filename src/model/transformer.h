@@ -281,6 +281,8 @@ class TransformerLM {
   bool fused_loss() const { return options_.loss_chunk > 0; }
   // A double the model's device wrote (after the stream's work so far), read back to the host.
   double read_back(const double* value) const;
+  // The fused loss's slot in the workspace (one double; kept through the backward).
+  double* fused_loss_slot() const;
 
   ModelConfig config_;
   ModelOptions options_;

@@ -34,10 +34,14 @@ double TransformerLM::run_forward_backward(const char* what, const TokenIds& inp
   check_training(what);
   const Batch b = check_batch(inputs, targets);
   logits_batch_ = {};
-  const double loss = run_forward(b, inputs, targets, &options, loss_to);
+  // The fused loss stays in its slot until the backward is enqueued: read back between forward and backward, it
+  // would hold the host until the forward's last kernel and leave the GPU idle while the host launches the
+  // backward's first ones (with ZeRO-3, its collectives).
+  double* const deferred = loss_to == nullptr && fused_loss() ? fused_loss_slot() : nullptr;
+  const double loss = run_forward(b, inputs, targets, &options, loss_to ? loss_to : deferred);
   if (options.on_backward_start) options.on_backward_start();
   run_backward(b, inputs, options);
-  return loss;
+  return deferred ? read_back(deferred) : loss;
 }
 
 void TransformerLM::notify(const BackwardOptions& options, std::size_t index) const {

@@ -95,7 +95,7 @@ double TransformerLM::lm_head_loss(const Batch& b, const TokenIds& targets, cons
     f.grad_scale = loss_scale;
     f.allow_tf32 = options_.allow_tf32;
     f.stream = stream;
-    auto* loss = loss_to ? loss_to : reinterpret_cast<double*>(static_cast<char*>(workspace_.data()) + ws_.loss);
+    double* loss = loss_to ? loss_to : fused_loss_slot();
     fused_lm_head_loss(loss, f);
     return loss_to ? 0 : read_back(loss);
   }

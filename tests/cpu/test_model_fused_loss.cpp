@@ -173,6 +173,28 @@ TEST(FusedLmHeadLoss, ModelLossAndGradientsEqualTheMaterialisedPath) {
   EXPECT_LE(relative_error(fused16.grads, bf16.grads), relative_error(bf16.grads, ref.grads));
 }
 
+// forward_backward reads the fused loss back after enqueuing the backward: it returns what forward() gives and
+// forward_backward_to leaves in memory, bit for bit (the backward does not touch the loss's slot), micro-batch
+// after micro-batch.
+TEST(FusedLmHeadLoss, ForwardBackwardReturnsTheForwardsLoss) {
+  for (Precision precision : {Precision::fp32, Precision::bf16}) {
+    SCOPED_TRACE(name_of(precision));
+    ModelOptions o = test::tiny_options(precision);
+    o.loss_chunk = 5;
+    TransformerLM model(kTiny, o);
+    for (int micro = 0; micro < 2; ++micro) {
+      const auto b = test::random_batch(2, 16, kTiny.vocab_size, 60 + micro);
+      const double forward = model.forward(b.input_ids(), b.target_ids());
+      const BackwardOptions options{.loss_scale = 0.5, .accumulate = micro > 0};
+      const double returned = model.forward_backward(b.input_ids(), b.target_ids(), options);
+      double written = 0;
+      model.forward_backward_to(&written, b.input_ids(), b.target_ids(), options);
+      EXPECT_EQ(returned, forward);
+      EXPECT_EQ(written, forward);
+    }
+  }
+}
+
 TEST(FusedLmHeadLoss, KeepsNoLogitsInTheArena) {
   ModelOptions o = test::tiny_options(Precision::bf16);
   const TransformerLM materialised(kTiny, test::materialised(o));

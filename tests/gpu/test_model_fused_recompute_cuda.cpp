@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "core/buffer.h"
 #include "core/error.h"
 #include "core/tensor_io.h"
 #include "gpu/device_token_batch.h"
@@ -81,6 +82,28 @@ TEST(FusedLossCuda, EqualsTheMaterialisedLossAndTheCpu) {
   const Result fused16 = run(Precision::bf16, gpu, 24, Recompute::none);
   EXPECT_LE(std::fabs(fused16.loss - bf16.loss), std::max(1e-6 * ref.loss, std::fabs(bf16.loss - ref.loss)));
   EXPECT_LE(relative_error(fused16.grads, bf16.grads), relative_error(bf16.grads, ref.grads));
+}
+
+// forward_backward reads the fused loss back after enqueuing the backward (no read-back between them): the
+// loss forward() gives, bit for bit, and the gradients of forward_backward_to.
+TEST(FusedLossCuda, ForwardBackwardReturnsTheForwardsLoss) {
+  const Device gpu = Device::cuda(0);
+  for (Precision precision : {Precision::fp32, Precision::bf16}) {
+    SCOPED_TRACE(name_of(precision));
+    TransformerLM model(config(), options_for(precision, gpu, 24, Recompute::none));
+    const Batch batch(9);
+    const double forward = model.forward(batch.inputs(gpu), batch.targets(gpu));
+    const double returned = model.forward_backward(batch.inputs(gpu), batch.targets(gpu), {.loss_scale = 0.5});
+    const std::vector<double> grads = read_as_double(model.gradients().flat());
+    EXPECT_EQ(returned, forward);
+    OwnedTensor written({2}, DType::f32, gpu, "test.loss");  // one double
+    model.forward_backward_to(static_cast<double*>(written->data()), batch.inputs(gpu), batch.targets(gpu),
+                              {.loss_scale = 0.5});
+    EXPECT_EQ(read_as_double(model.gradients().flat()), grads);
+    double to = 0;
+    copy(Tensor(&to, DType::f32, Device::cpu(), {2}), written);
+    EXPECT_EQ(to, forward);
+  }
 }
 
 TEST(RecomputeCuda, GradientsAreBitIdenticalToNone) {
