@@ -350,13 +350,15 @@ void Fsdp::refresh() {
       work->join();
       work.reset();
     }
+  // The norms' small all-reduce, which the host waits for, goes first: queued behind the gathers on the
+  // communication stream it would wait for them (ZeRO-3: the embedding's, milliseconds), and the host with it.
+  if (options_.precision == Precision::bf16) refresh_norms();
   if (options_.stage == 3) {  // the gathered units are stale now; the next forward starts with the embedding
     std::fill(std::begin(resident_), std::end(resident_), -1);
     issue_gather(0);
   } else {
     for (std::size_t u = 0; u < plan_.units().size(); ++u) issue_gather(u);
   }
-  if (options_.precision == Precision::bf16) refresh_norms();
 }
 
 void Fsdp::refresh_norms() {
