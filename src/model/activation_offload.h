@@ -2,9 +2,9 @@
 // input x_l and what the recompute policy keeps beside it; the last unit is the final norm's input x_L alone)
 // between a small ring of device slots and host memory, so a training model holds a few units on the device
 // instead of one per block. The model calls it at fixed points of forward and backward (a unit goes to the
-// host in parts, each as soon as the block's forward has made it); the copies run on a stream of their own, ordered against
-// the model's stream with events, so they overlap the blocks' compute. See Note [Activation offloading] in
-// model/transformer.h.
+// host in parts, each as soon as the block's forward has made it); the copies run on a stream of their own,
+// ordered against the model's stream with events, so they overlap the blocks' compute. See Note [Activation
+// offloading] in model/transformer.h.
 #pragma once
 
 #include <cstddef>

@@ -133,8 +133,8 @@ void TransformerLM::plan_memory() {
       };
       offload_parts_.attention = final_before({s.x_mid, s.ln2_y, s.ln2_rstd, s.ffn_a, s.ffn_b});
       offload_parts_.qkv = final_before({s.attn_o, s.attn_lse, s.x_mid, s.ln2_y, s.ln2_rstd, s.ffn_a, s.ffn_b});
-      offload_parts_.input =
-          final_before({s.ln1_y, s.ln1_rstd, s.qkv, s.attn_o, s.attn_lse, s.x_mid, s.ln2_y, s.ln2_rstd, s.ffn_a, s.ffn_b});
+      offload_parts_.input = final_before(
+          {s.ln1_y, s.ln1_rstd, s.qkv, s.attn_o, s.attn_lse, s.x_mid, s.ln2_y, s.ln2_rstd, s.ffn_a, s.ffn_b});
       for (std::size_t l = 0; l < L; ++l) {
         residual_slots_.push_back(ring_x[l % ring]);
         layer_slots_.push_back(ring_kept[l % ring]);

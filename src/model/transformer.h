@@ -54,20 +54,21 @@
 //
 // Note [Activation offloading]
 // Training with ModelOptions::offload_activations: block l's unit — what its backward reads that was made in
-// its forward: x_l and what the policy keeps per block (none: every tensor of the block; selective: attn.o and
-// attn.lse; selective_qkv: attn.qkv, attn.o and attn.lse; full: nothing more) — and unit L, the final norm's
-// input x_L, live in slot u % R of a ring of R = min(kOffloadRing, L + 1) unit-sized slots of the arena
-// instead of a place of their own. A unit is x_l then the kept tensors in the order block l's forward makes
-// them, and for l <= L - R it is copied into pinned host memory on a copy stream in parts, each as soon as the
-// model's stream has enqueued its last write: x_l when block l starts (before its weights' cast: it is the
-// block's input), up to attn.qkv (with ln1's output before it under none) after the QKV GEMM and RoPE, up to
-// attn.o and attn.lse after the attention, and the rest (none: x_mid to ffn.b; the other policies: nothing)
-// after the block. The parts' bytes come from the layout (the unit's bytes before its first tensor made
-// later), so every policy splits alike. The model's stream waits for the unit's copies only right before it
-// writes the slot again: block l + R - 1's w2 GEMM writes x_{l+R} there (block l + R's own tensors come
+// its forward: x_l and what the policy keeps per block (none: every tensor of the block; selective: attn.o
+// and attn.lse; selective_qkv: attn.qkv, attn.o and attn.lse; full: nothing more) — and unit L, the final
+// norm's input x_L, live in slot u % R of a ring of R = min(kOffloadRing, L + 1) unit-sized slots of the
+// arena instead of a place of their own. A unit is x_l then the kept tensors in the order block l's forward
+// makes them, and for l <= L - R it is copied into pinned host memory on a copy stream in parts, each as soon
+// as the model's stream has enqueued its last write: x_l when block l starts (before its weights' cast: it is
+// the block's input), up to attn.qkv (with ln1's output before it under none) after the QKV GEMM and RoPE, up
+// to attn.o and attn.lse after the attention, and the rest (none: x_mid to ffn.b; the other policies:
+// nothing) after the block. The parts' bytes come from the layout (the unit's bytes before its first tensor
+// made later), so every policy splits alike. The model's stream waits for the unit's copies only right before
+// it writes the slot again: block l + R - 1's w2 GEMM writes x_{l+R} there (block l + R's own tensors come
 // later), so with R = 2 the copies run from block l's start to block l + 1's last GEMM — almost two blocks'
-// compute for one unit's bytes over PCIe, so the copy stream's jitter rarely makes the model's stream wait. The last R units stay in their slots until their backward. In backward, once unit u's last reader is
-// done (the final norm's backward for x_L, block u's backward) the copy stream brings unit u - R back into the
+// compute for one unit's bytes over PCIe, so the copy stream's jitter rarely makes the model's stream wait.
+// The last R units stay in their slots until their backward. In backward, once unit u's last reader is done
+// (the final norm's backward for x_L, block u's backward) the copy stream brings unit u - R back into the
 // same slot, so each copy has the R - 1 blocks between to finish; block u - R's backward waits for it. The
 // bytes the backward reads are the bytes the forward wrote, so losses and gradients are bit for bit those
 // without offloading, for every policy. See model/activation_offload.h.
