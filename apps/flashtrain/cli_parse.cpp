@@ -146,6 +146,11 @@ void add_model_training_options(CLI::App& command, ModelTrainingArgs& args) {
                    "Training: the attention backward adds dQ with atomics instead of in a fixed order (faster on "
                    "Hopper at long context; gradients then differ in the last bits from run to run, and "
                    "--recompute is no longer bit-identical to none)");
+  command.add_option("--gemm-autotune", args.gemm_autotune,
+                     "CUDA: each GEMM problem's first call times the first N (2-32, e.g. 8) of cuBLASLt's candidate "
+                     "algorithms and keeps the fastest for the run: a little faster, but two runs (or ranks) may "
+                     "choose differently and differ in the last bits; 0 = off, cuBLASLt's heuristic choice, runs "
+                     "repeat bit for bit");
 }
 
 }  // namespace ft::cli

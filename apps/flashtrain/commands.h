@@ -37,6 +37,9 @@ void add_bench_model_options(CLI::App& command, BenchModelOptions& options);
 void add_model_definition_options(CLI::App& command, BenchModelOptions& options);
 void register_bench_model(CLI::App& bench, Action& action);
 
+// `flashtrain bench gemm` (cmd_bench_gemm.cpp): cuBLASLt's candidate algorithms for a training step's GEMMs.
+void register_bench_gemm(CLI::App& bench, Action& action);
+
 // `flashtrain bench comm` (cmd_bench_comm.cpp): all-reduce timing over the ranks of an mpirun/srun job.
 void register_bench_comm(CLI::App& bench, Action& action);
 

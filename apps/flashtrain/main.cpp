@@ -68,6 +68,7 @@ int main(int argc, char** argv) {
   CLI::App* bench = app.add_subcommand("bench", "Benchmarks: time kernels, models and communication");
   register_bench_attention(*bench, action);
   register_bench_model(*bench, action);
+  register_bench_gemm(*bench, action);
   register_bench_comm(*bench, action);
   register_bench_ddp(*bench, action);
   register_bench_zero(*bench, action);

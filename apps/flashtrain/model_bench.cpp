@@ -307,7 +307,8 @@ ModelBenchRow run_model_bench_case(const ModelBenchCase& c, const ModelBenchConf
 
 std::string describe_model_training(const ModelTrainingOptions& options) {
   return str("recompute ", name_of(options.recompute), options.offload_activations ? " with offloaded activations" : "",
-             options.deterministic_attention ? "" : ", atomic attention backward");
+             options.deterministic_attention ? "" : ", atomic attention backward",
+             options.gemm_autotune > 0 ? str(", GEMMs autotuned over ", options.gemm_autotune, " candidates") : "");
 }
 
 std::string format_model_bench(const std::vector<ModelBenchRow>& rows, bool csv) {

@@ -16,6 +16,7 @@ struct ModelTrainingArgs {
   std::int64_t loss_chunk = 1024;  // rows per chunk of the fused LM head loss; 0 = materialised logits
   bool offload_activations = false;
   bool nondeterministic_attention = false;  // !ModelTrainingOptions::deterministic_attention
+  int gemm_autotune = 0;  // 0 = off, else 2..32 candidates
 };
 
 // The values validated (ft::Error invalid_argument naming the option and the value given).

@@ -26,10 +26,12 @@ from . import model
 from . import packing
 from . import numpy
 from ._C import (__version__, attention_backward, attention_forward, attention_varlen_backward,
-                 attention_varlen_forward, built_with_cuda, cuda_available, git_commit)
+                 attention_varlen_forward, built_with_cuda, cuda_available, gemm_autotune, git_commit,
+                 set_gemm_autotune)
 
 __all__ = ["attention_forward", "attention_backward", "attention_varlen_forward", "attention_varlen_backward",
-           "built_with_cuda", "cuda_available", "git_commit", "model", "numpy", "packing", "torch"]
+           "built_with_cuda", "cuda_available", "gemm_autotune", "git_commit", "model", "numpy", "packing",
+           "set_gemm_autotune", "torch"]
 
 
 def __getattr__(name):

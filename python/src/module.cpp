@@ -20,6 +20,7 @@
 #include "model_bindings.h"
 #include "ops/attention.h"
 #include "ops/attention_varlen.h"
+#include "ops/gemm_tuning.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -177,6 +178,10 @@ NB_MODULE(_C, m) {
   m.attr("git_commit") = ft::git_commit();
   m.attr("built_with_cuda") = ft::built_with_cuda();
   m.def("cuda_available", &ft::cuda_available, "True when this build has CUDA and a device is visible.");
+  m.def("set_gemm_autotune", &ft::set_gemm_autotune, "candidates"_a,
+        "CUDA GEMMs made after the call time their first `candidates` (2-32) cuBLASLt algorithms once and keep the "
+        "fastest; 0 (the default) keeps the heuristic's choice, bit-for-bit repeatable (ops/gemm_tuning.h).");
+  m.def("gemm_autotune", &ft::gemm_autotune, "The candidates set_gemm_autotune set (0: off).");
 
   m.def("attention_forward", &forward, "q"_a, "k"_a, "v"_a, "o"_a, "lse"_a, nb::kw_only(),
         "sinks"_a = nb::none(), "causal"_a = false, "window_left"_a = -1, "window_right"_a = -1,

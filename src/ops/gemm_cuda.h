@@ -4,12 +4,15 @@
 // One cuBLASLt handle per device, created on first use. Never include from public headers.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include <cuda_runtime.h>
 
 #include "core/device.h"
 #include "core/dtype.h"
+#include "ops/gemm_candidates.h"
 
 namespace ft::gemm {
 
@@ -41,7 +44,17 @@ void matmul(const Args& args, Device device, cudaStream_t stream);
 
 // Whether the algorithm matmul runs for args splits K into slices whose partial products it sums: beta * C may
 // then join the sum before its last partial product rather than after the finished one. The same cached
-// choice as matmul's (a heuristic query on first use). Throws as matmul does.
-bool splits_k(const Args& args, Device device);
+// choice as matmul's (made on first use, on `stream`, which autotuning runs the GEMM on: Note [GEMM
+// autotuning] in gemm_autotune.cu). Throws as matmul does.
+bool splits_k(const Args& args, Device device, cudaStream_t stream);
+
+// The number of problems planned so far in this process (each keeps its plan for the whole process).
+std::size_t cached_plans();
+
+// Each of the heuristic's first `options.candidates` algorithms for args (batch <= 65535) timed on args'
+// operands on `stream` (D is written, repeatedly: give scratch operands), best first, with the one matmul's
+// plan runs without autotuning marked. Throws as matmul does.
+std::vector<GemmCandidateTime> time_candidates(const Args& args, Device device, cudaStream_t stream,
+                                               const GemmSweepOptions& options);
 
 }  // namespace ft::gemm

@@ -11,7 +11,7 @@
 // dimension and alignment: the model's arena tensors) it picks the beta = 0 GEMM's algorithm, and the
 // epilogue adds C to the unchanged fp32 accumulator once. An algorithm that splits K (gemm::splits_k) could
 // add C to a partial sum instead; such a GEMM (a small output over a long K: large fp32 outputs are planned
-// without split K, Note [Split K on large outputs] in ops/gemm_cuda.cu) runs with beta = 0 and the add after
+// without split K, Note [Split K on large outputs] in ops/gemm_plan.cu) runs with beta = 0 and the add after
 // it, as two passes (an in-place dx through a scratch product). gpu_test_fused_epilogues_cuda checks the bits
 // against the separate GEMM and add at the model's shapes, scaled down and at the 8B width.
 #include "ops/linear.h"

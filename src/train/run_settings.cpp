@@ -52,6 +52,7 @@ std::vector<RunSetting> run_settings(const TrainPlan& plan) {
       {"--max-documents", str(plan.max_documents)},
       {"--offload-activations", plan.model_training.offload_activations ? "on" : "off"},
       {"--nondeterministic-attention", plan.model_training.deterministic_attention ? "off" : "on"},
+      {"--gemm-autotune", str(plan.model_training.gemm_autotune)},
       {"--device", plan.device.is_cpu() ? "cpu" : "cuda"},
       {"--batch", str(plan.batch)},
       {"--steps", str(plan.steps)},

@@ -142,6 +142,15 @@ TEST(TrainOptions, AttentionBackwardIsDeterministicUnlessAsked) {
                    .model_training.deterministic_attention);
 }
 
+TEST(TrainOptions, GemmAutotuningIsOffUnlessAsked) {
+  EXPECT_EQ(resolve_train_options(parse_train("--size tiny")).model_training.gemm_autotune, 0);
+  EXPECT_EQ(resolve_train_options(parse_train("--size tiny --gemm-autotune 0")).model_training.gemm_autotune, 0);
+  EXPECT_EQ(resolve_train_options(parse_train("--size tiny --gemm-autotune 16")).model_training.gemm_autotune, 16);
+  for (const char* line : {"--size tiny --gemm-autotune 1", "--size tiny --gemm-autotune 33"})
+    expect_error([&] { resolve_train_options(parse_train(line)); }, ErrorKind::invalid_argument,
+                 {"--gemm-autotune must be 0 (off) or 2 to 32 candidates"});
+}
+
 TEST(TrainOptions, RejectsBadValuesNamingTheOption) {
   const auto bad = [](const std::string& line, const std::vector<std::string>& fragments,
                       ErrorKind kind = ErrorKind::invalid_argument) {

@@ -110,7 +110,7 @@ INSTANTIATE_TEST_SUITE_P(
                       EpilogueCase{DType::bf16, 16384, 11008, 4096, false},
                       EpilogueCase{DType::bf16, 16384, 4096, 11008, false}));
 
-// Large fp32 outputs are planned without split K (see Note [Split K on large outputs] in ops/gemm_cuda.cu), so
+// Large fp32 outputs are planned without split K (see Note [Split K on large outputs] in ops/gemm_plan.cu), so
 // their epilogue takes the addend: the 8B block's output projection and w2 forward and w1 input gradient at
 // 32768 rows, in bf16 with fp32 outputs.
 TEST(GemmPlanCuda, LargeFp32OutputsDoNotSplitK) {
@@ -126,7 +126,7 @@ TEST(GemmPlanCuda, LargeFp32OutputsDoNotSplitK) {
     forward.d = {out->data(), DType::f32, d, 0, false};
     forward.c = forward.d;
     forward.beta = 1.0f;
-    EXPECT_FALSE(gemm::splits_k(forward, kGpu));
+    EXPECT_FALSE(gemm::splits_k(forward, kGpu, nullptr));
   }
   gemm::Args backward;  // out (rows, d) += dy (rows, f) w1, w1 (f, d)
   backward.m = rows, backward.n = d, backward.k = f;
@@ -135,7 +135,7 @@ TEST(GemmPlanCuda, LargeFp32OutputsDoNotSplitK) {
   backward.d = {out->data(), DType::f32, d, 0, false};
   backward.c = backward.d;
   backward.beta = 1.0f;
-  EXPECT_FALSE(gemm::splits_k(backward, kGpu));
+  EXPECT_FALSE(gemm::splits_k(backward, kGpu, nullptr));
 }
 
 // ---- RMSNorm backward writing dx's 16-bit copy ---------------------------------------------------

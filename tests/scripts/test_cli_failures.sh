@@ -46,6 +46,9 @@ refused checkpoint_dir_unwritable "--checkpoint-dir /proc/flashtrain-ckpt: canno
   "${tiny[@]}" --checkpoint-dir /proc/flashtrain-ckpt
 refused bench_json_unwritable "--json /proc/flashtrain/model.json: cannot create files in /proc" \
   bench model --size tiny --device cpu --json /proc/flashtrain/model.json
+refused bench_gemm_on_cpu "bench gemm times cuBLASLt: --device must be cuda or cuda:N, given cpu" \
+  bench gemm --device cpu
+refused bench_gemm_unknown_problem "unknown problem 'w9.fwd'" bench gemm --problems w2.dw,w9.fwd --device cpu
 
 # Stale temporaries of an interrupted checkpoint write are removed before training.
 mkdir -p "$work/ckpt"

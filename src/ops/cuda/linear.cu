@@ -29,7 +29,7 @@ void matmul_adding(gemm::Args g, const ops::RowView& out, const ops::RowView& ad
   g.c = matrix(addend, false);
   g.beta = 1.0f;
   const cudaStream_t s = cuda_stream(stream);
-  if (out.dtype != DType::f32 || !gemm::splits_k(g, device)) return gemm::matmul(g, device, s);
+  if (out.dtype != DType::f32 || !gemm::splits_k(g, device, s)) return gemm::matmul(g, device, s);
   g.c = gemm::Matrix{};
   g.beta = 0.0f;
   if (addend.data != out.data) {
