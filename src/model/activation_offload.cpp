@@ -17,7 +17,8 @@ ActivationOffload::ActivationOffload(std::int64_t units, std::vector<char*> slot
       compute_(compute),
       host_(unit_bytes * static_cast<std::size_t>(host_units(units, static_cast<std::int64_t>(slots_.size()))),
             device, "offloaded activations"),
-      storing_(slots_.size(), false) {
+      storing_(slots_.size(), false),
+      stored_bytes_(slots_.size(), 0) {
   FT_CHECK(!slots_.empty(), "ActivationOffload: the ring needs at least one slot");
   if (device_.is_cpu()) return;
   copy_ = Stream::create(device_);
@@ -29,12 +30,12 @@ ActivationOffload::ActivationOffload(std::int64_t units, std::vector<char*> slot
   copied_ = std::make_unique<Event>(device_, false);
 }
 
-void ActivationOffload::copy_after_compute(char* dst, const char* src, Event* done) {
+void ActivationOffload::copy_after_compute(char* dst, const char* src, std::size_t bytes, Event* done) {
   if (!device_.is_cpu()) {
     computed_->record(compute_);
     computed_->wait_on(copy_);
   }
-  copy_bytes_async(dst, src, unit_bytes_, device_, copy_);
+  copy_bytes_async(dst, src, bytes, device_, copy_);
   if (done) done->record(copy_);
   copies_issued_ = true;
 }
@@ -47,11 +48,21 @@ void ActivationOffload::make_writable(std::int64_t unit) {
   storing_[k] = false;
 }
 
+void ActivationOffload::store_part(std::int64_t l, std::size_t bytes) {
+  if (slots_.empty() || l >= host_units(units_, static_cast<std::int64_t>(slots_.size()))) return;
+  FT_CHECK(bytes <= unit_bytes_, "ActivationOffload: a part of ", bytes, " bytes exceeds the unit's ", unit_bytes_);
+  const std::size_t k = slot_of(l), from = stored_bytes_[k];
+  if (bytes <= from) return;
+  copy_after_compute(host_unit(l) + from, slots_[k] + from, bytes - from,
+                     device_.is_cpu() ? nullptr : stored_[k].get());
+  stored_bytes_[k] = bytes;
+  storing_[k] = true;
+}
+
 void ActivationOffload::store(std::int64_t l) {
   if (slots_.empty() || l >= host_units(units_, static_cast<std::int64_t>(slots_.size()))) return;
-  const std::size_t k = slot_of(l);
-  copy_after_compute(host_unit(l), slots_[k], device_.is_cpu() ? nullptr : stored_[k].get());
-  storing_[k] = true;
+  store_part(l, unit_bytes_);
+  stored_bytes_[slot_of(l)] = 0;  // the slot's next unit starts from its beginning
 }
 
 void ActivationOffload::make_readable(std::int64_t l) {
@@ -63,7 +74,7 @@ void ActivationOffload::release(std::int64_t u) {
   const auto ring = static_cast<std::int64_t>(slots_.size());
   if (slots_.empty() || u < ring) return;
   const std::size_t k = slot_of(u);  // unit u - ring's slot too
-  copy_after_compute(slots_[k], host_unit(u - ring), device_.is_cpu() ? nullptr : loaded_[k].get());
+  copy_after_compute(slots_[k], host_unit(u - ring), unit_bytes_, device_.is_cpu() ? nullptr : loaded_[k].get());
 }
 
 void ActivationOffload::finish() {
@@ -73,6 +84,7 @@ void ActivationOffload::finish() {
     copied_->wait_on(compute_);
   }
   storing_.assign(slots_.size(), false);
+  stored_bytes_.assign(slots_.size(), 0);
   copies_issued_ = false;
 }
 

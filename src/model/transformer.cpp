@@ -4,6 +4,7 @@
 #include "model/transformer.h"
 
 #include <algorithm>
+#include <initializer_list>
 #include <utility>
 
 #include "core/error.h"
@@ -121,6 +122,19 @@ void TransformerLM::plan_memory() {
         offload_slots_.push_back(ring_x.back());
         offload_unit_bytes_ = a.end() - ring_x.back();
       }
+      // A unit's bytes final at a point of its block's forward: those before its first tensor made later (every
+      // slot has slot 0's layout; the recomputed tensors' shared slots lie outside the unit).
+      const LayerSlots& s = ring_kept[0];
+      const auto final_before = [&](std::initializer_list<std::size_t> later) {
+        std::size_t bytes = offload_unit_bytes_;
+        for (std::size_t offset : later)
+          if (offset >= ring_x[0] && offset - ring_x[0] < bytes) bytes = offset - ring_x[0];
+        return bytes;
+      };
+      offload_parts_.attention = final_before({s.x_mid, s.ln2_y, s.ln2_rstd, s.ffn_a, s.ffn_b});
+      offload_parts_.qkv = final_before({s.attn_o, s.attn_lse, s.x_mid, s.ln2_y, s.ln2_rstd, s.ffn_a, s.ffn_b});
+      offload_parts_.input = final_before(
+          {s.ln1_y, s.ln1_rstd, s.qkv, s.attn_o, s.attn_lse, s.x_mid, s.ln2_y, s.ln2_rstd, s.ffn_a, s.ffn_b});
       for (std::size_t l = 0; l < L; ++l) {
         residual_slots_.push_back(ring_x[l % ring]);
         layer_slots_.push_back(ring_kept[l % ring]);

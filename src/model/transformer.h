@@ -55,17 +55,23 @@
 // Note [Activation offloading]
 // Training with ModelOptions::offload_activations: block l's unit — what its backward reads that was made in
 // its forward: x_l and what the policy keeps per block (none: every tensor of the block; selective: attn.o
-// and attn.lse; selective_qkv: attn.qkv, attn.o and attn.lse; full: nothing more) — and unit L, the final norm's input x_L, live in slot u % R of a ring
-// of R = min(kOffloadRing, L + 1) unit-sized slots of the arena instead of a place of their own. Right after
-// block l's forward (l <= L - R) its unit is copied into pinned host memory on a copy stream. The model's
-// stream waits for that copy only right before it writes the slot again: block l + R - 1's w2 GEMM writes
-// x_{l+R} there (block l + R's own tensors come later), so with R = 2 the copy runs while the next block's
-// forward computes up to its last GEMM. The last R units stay in their slots until their backward. In
-// backward, once unit u's last reader is done (the final norm's backward for x_L, block u's backward) the
-// copy stream brings unit u - R back into the same slot, so each copy has the R - 1 blocks between to
-// finish; block u - R's backward waits for it. The bytes the backward reads are the bytes the forward wrote,
-// so losses and gradients are bit for bit those without offloading, for every policy. See
-// model/activation_offload.h.
+// and attn.lse; selective_qkv: attn.qkv, attn.o and attn.lse; full: nothing more) — and unit L, the final
+// norm's input x_L, live in slot u % R of a ring of R = min(kOffloadRing, L + 1) unit-sized slots of the
+// arena instead of a place of their own. A unit is x_l then the kept tensors in the order block l's forward
+// makes them, and for l <= L - R it is copied into pinned host memory on a copy stream in parts, each as soon
+// as the model's stream has enqueued its last write: x_l when block l starts (before its weights' cast: it is
+// the block's input), up to attn.qkv (with ln1's output before it under none) after the QKV GEMM and RoPE, up
+// to attn.o and attn.lse after the attention, and the rest (none: x_mid to ffn.b; the other policies:
+// nothing) after the block. The parts' bytes come from the layout (the unit's bytes before its first tensor
+// made later), so every policy splits alike. The model's stream waits for the unit's copies only right before
+// it writes the slot again: block l + R - 1's w2 GEMM writes x_{l+R} there (block l + R's own tensors come
+// later), so with R = 2 the copies run from block l's start to block l + 1's last GEMM — almost two blocks'
+// compute for one unit's bytes over PCIe, so the copy stream's jitter rarely makes the model's stream wait.
+// The last R units stay in their slots until their backward. In backward, once unit u's last reader is done
+// (the final norm's backward for x_L, block u's backward) the copy stream brings unit u - R back into the
+// same slot, so each copy has the R - 1 blocks between to finish; block u - R's backward waits for it. The
+// bytes the backward reads are the bytes the forward wrote, so losses and gradients are bit for bit those
+// without offloading, for every policy. See model/activation_offload.h.
 // The fused QKV GEMM uses q_proj, k_proj, v_proj as one (3d, d) matrix (they are adjacent in the layout)
 // writing (B,T,3,H,Dh); attention reads q, k, v as strided (B,H,T,Dh) views of it without copies.
 #pragma once
@@ -240,8 +246,10 @@ class TransformerLM {
                      double* loss_to);
   // The final norm's output -> the loss: materialised logits, or the fused loss (see run_forward).
   double lm_head_loss(const Batch& b, const TokenIds& targets, const BackwardOptions* backward, double* loss_to);
-  void layer_forward(std::int64_t l, const Batch& b);
-  void block_forward(std::int64_t l, const Batch& b, const BlockWeights& w, BlockPass pass);
+  // store_unit (offloading, a forward before a backward): the parts of block l's unit go to the host as they
+  // become final (see Note [Activation offloading]).
+  void layer_forward(std::int64_t l, const Batch& b, bool store_unit);
+  void block_forward(std::int64_t l, const Batch& b, const BlockWeights& w, BlockPass pass, bool store_unit = false);
   // forward_backward (loss_to null) or forward_backward_to; `what` names the caller in errors.
   double run_forward_backward(const char* what, const TokenIds& inputs, const TokenIds& targets,
                               const BackwardOptions& options, double* loss_to);
@@ -296,6 +304,12 @@ class TransformerLM {
   std::vector<LayerSlots> layer_slots_;      // per layer (inference: every layer the same slots)
   std::vector<std::size_t> offload_slots_;   // offloading: where each ring slot starts in the arena
   std::size_t offload_unit_bytes_ = 0;       // offloading: bytes of one block's unit (a ring slot)
+  // Offloading: how many bytes at the start of a block's unit are final at points of its forward (see Note
+  // [Activation offloading]): at its start (its input x_l), after its QKV GEMM and RoPE, after its attention.
+  struct OffloadParts {
+    std::size_t input = 0, qkv = 0, attention = 0;
+  };
+  OffloadParts offload_parts_;
   std::size_t lnf_y_ = 0, lnf_rstd_ = 0, logits_ = 0, dlogits_ = 0;
   WorkspaceSlots ws_{};
   std::int64_t loss_group_ = 1;  // fused loss, bf16 training: chunks the dlogits tile holds (a group)

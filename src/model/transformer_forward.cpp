@@ -4,7 +4,7 @@
 // recomputation before its backward, see Note [Recomputation]), final RMSNorm, LM head (in bf16 mode after
 // the cast of its weight) and mean cross-entropy (with its softmax gradient when backward follows):
 // materialised, or fused in chunks with the LM head's backward (see Note [Fused LM head loss]); with
-// offloading, each block's unit copied to the host after it.
+// offloading, each block's unit copied to the host in parts as its forward makes them.
 #include <algorithm>
 
 #include "core/error.h"
@@ -57,8 +57,8 @@ double TransformerLM::run_forward(const Batch& b, const TokenIds& inputs, const 
   offload_.make_writable(0);
   embedding_forward(residual(0, b), inputs, params_[ParameterLayout::embedding_index()], stream);
   for (std::int64_t l = 0; l < L; ++l) {
-    layer_forward(l, b);
-    if (backward) offload_.store(l);
+    layer_forward(l, b, backward != nullptr);
+    if (backward) offload_.store(l);  // what of block l's unit its forward did not store yet
   }
   bind_parameters(L + 1);
 
@@ -111,12 +111,15 @@ double TransformerLM::lm_head_loss(const Batch& b, const TokenIds& targets, cons
   return 0;
 }
 
-void TransformerLM::layer_forward(std::int64_t l, const Batch& b) {
+void TransformerLM::layer_forward(std::int64_t l, const Batch& b, bool store_unit) {
   NvtxRange range(str("layer ", l, " forward"));
-  block_forward(l, b, cast_block_weights(l), BlockPass::forward);  // bf16: cast into weight slot l % 2
+  // x_l is final: its copy need not wait for the weights' cast (see Note [Activation offloading]).
+  if (store_unit) offload_.store_part(l, offload_parts_.input);
+  block_forward(l, b, cast_block_weights(l), BlockPass::forward, store_unit);  // bf16: cast into weight slot l % 2
 }
 
-void TransformerLM::block_forward(std::int64_t l, const Batch& b, const BlockWeights& w, BlockPass pass) {
+void TransformerLM::block_forward(std::int64_t l, const Batch& b, const BlockWeights& w, BlockPass pass,
+                                  bool store_unit) {
   const LayerSlots& s = layer_slots_[static_cast<std::size_t>(l)];
   const Stream& stream = options_.stream;
   const std::int64_t d = config_.d_model, f = config_.d_ff;
@@ -137,8 +140,10 @@ void TransformerLM::block_forward(std::int64_t l, const Batch& b, const BlockWei
     // restart per document.
     rope_forward(qkv_view(qkv, 0, b, 2), rope_options());
   }
+  if (store_unit) offload_.store_part(l, offload_parts_.qkv);  // up to qkv (see Note [Activation offloading])
   if (pass == BlockPass::forward || pass == BlockPass::recompute_full)  // selective recomputation keeps o, lse
     attention_forward_pass(attn.tensors);
+  if (store_unit) offload_.store_part(l, offload_parts_.attention);  // up to o and lse
   const Tensor x_mid = act(s.x_mid, DType::f32, {b.B, b.T, d});  // (B, T, d) fp32
   linear_forward_residual(x_mid, attn.o_rows, w.output_proj, x, lin);  // the residual add in the GEMM's epilogue
 

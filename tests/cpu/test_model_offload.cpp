@@ -3,13 +3,16 @@
 // policy, fp32 and bf16, the fused and the materialised loss, offloading gives the losses and every gradient
 // of the same model without it bit for bit (six blocks through a ring of two, over two accumulated
 // micro-batches of different lengths, then a forward-only call), and the device arena holds the ring instead
-// of one unit per block while the host holds the other units; a host allocation that fails names its bytes.
+// of one unit per block while the host holds the other units; a unit stored in parts reaches the host as each
+// part was when stored; a host allocation that fails names its bytes.
 #include <gtest/gtest.h>
 
+#include <string>
 #include <vector>
 
 #include "core/pinned_memory.h"
 #include "core/tensor_io.h"
+#include "model/activation_offload.h"
 #include "test_model_util.h"
 #include "test_ops_util.h"
 
@@ -94,6 +97,27 @@ TEST(Offload, FewerBlocksThanTheRingStayOnTheDevice) {
   EXPECT_EQ(model.forward_backward(b.input_ids(), b.target_ids()),
             reference.forward_backward(b.input_ids(), b.target_ids()));
   EXPECT_EQ(read_as_double(model.gradients().flat()), read_as_double(reference.gradients().flat()));
+}
+
+// A unit stored in parts: each part copies the bytes after the previous part's end as they are when it is
+// stored (later writes to a stored part do not reach the host), store() copies the rest, and the copy back
+// returns the bytes as stored; a part beyond the unit is refused.
+TEST(Offload, UnitIsStoredInParts) {
+  std::string slot0(8, 'A'), slot1(8, 'x');
+  ActivationOffload offload(4, {slot0.data(), slot1.data()}, 8, Device::cpu(), Stream());  // units 0, 1 to the host
+  offload.store_part(0, 3);
+  slot0.assign(8, 'B');
+  offload.store_part(0, 2);  // within what is stored: nothing
+  offload.store_part(0, 6);
+  slot0.assign(8, 'C');
+  offload.store(0);
+  test::expect_error([&] { offload.store_part(1, 9); }, ErrorKind::invalid_argument, {"9 bytes", "8"});
+  slot0.assign(8, 'D');  // unit 2, which stays in its slot
+  offload.store_part(2, 4);
+  offload.store(2);
+  offload.release(2);  // unit 0 back into slot 0
+  EXPECT_EQ(slot0, "AAABBBCC");
+  offload.finish();
 }
 
 TEST(Offload, HostAllocationFailureNamesTheBytes) {
