@@ -137,14 +137,15 @@ std::string format_gemm_summary(const std::vector<GemmBenchResult>& results, boo
     const auto calls = static_cast<double>(r.problem.calls);
     planned_total += calls * p->median_ms, fastest_total += calls * b->median_ms;
     autotuned_total += calls * a->median_ms;
+    const auto tflops = [&](const auto* c) { return fixed(gemm_tflops(r.problem.problem, c->median_ms), 1); };
     table.add_row({r.problem.name, shape_of(r.problem.problem), std::to_string(r.problem.calls),
-                   std::to_string(p->index), fixed(p->median_ms, 3), fixed(gemm_tflops(r.problem.problem, p->median_ms), 1),
-                   std::to_string(b->index), fixed(b->median_ms, 3), fixed(gemm_tflops(r.problem.problem, b->median_ms), 1),
+                   std::to_string(p->index), fixed(p->median_ms, 3), tflops(p),
+                   std::to_string(b->index), fixed(b->median_ms, 3), tflops(b),
                    std::to_string(a->index), fixed(a->median_ms, 3),
                    fixed(100.0 * (p->median_ms - b->median_ms) / p->median_ms, 1)});
   }
-  table.add_row({"step total (calls x ms)", "-", "-", "-", fixed(planned_total, 1), "-", "-", fixed(fastest_total, 1), "-",
-                 "-", fixed(autotuned_total, 1),
+  table.add_row({"step total (calls x ms)", "-", "-", "-", fixed(planned_total, 1), "-", "-", fixed(fastest_total, 1),
+                 "-", "-", fixed(autotuned_total, 1),
                  fixed(planned_total > 0 ? 100.0 * (planned_total - fastest_total) / planned_total : 0.0, 1)});
   return csv ? table.csv() : table.markdown();
 }

@@ -1,7 +1,8 @@
 // test_bench_gemm.cpp — `flashtrain bench gemm`'s problem list (apps/flashtrain/gemm_bench.h): the 8B step's
 // GEMMs add up to the model's training FLOPs (6 x block parameters x tokens, plus 2 x the recomputed
-// projections' parameters x tokens, plus the LM head's 6 x V x d x tokens), the LM head's chunking, and the errors of a bad selection; the
-// command on a CPU build says it needs CUDA. (The timing itself: gpu_test_gemm_autotune_cuda.)
+// projections' parameters x tokens, plus the LM head's 6 x V x d x tokens), the LM head's chunking, and the
+// errors of a bad selection; the command on a CPU build says it needs CUDA. (The timing itself:
+// gpu_test_gemm_autotune_cuda.)
 #include <gtest/gtest.h>
 
 #include <map>

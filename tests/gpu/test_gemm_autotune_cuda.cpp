@@ -3,7 +3,8 @@
 // CPU reference's results, an accumulation in place (beta = 1, C = D) adds its product once, a fused residual
 // keeps the bits of the GEMM then the add, each problem is planned once and its plan reused (the same bits
 // again), a faster candidate replaces the heuristic's only beyond the margin, a bf16 model's training step
-// repeats bit for bit and its recomputation still equals `none`; and the candidates' timing of `flashtrain bench gemm` (ops/gemm_candidates.h).
+// repeats bit for bit and its recomputation still equals `none`; and the candidates' timing of `flashtrain bench
+// gemm` (ops/gemm_candidates.h).
 // Run on a GPU machine: ./build/bin/gpu_test_gemm_autotune_cuda
 #include <gtest/gtest.h>
 

@@ -18,9 +18,9 @@ namespace {
 // dw's finishing pass: columns and group slices of a block (see dw_finish_kernel).
 constexpr int kFinishColumns = 32, kFinishSlices = 32;
 // A block works on one row at a time, each thread holding kHeldPacks N-element packs of it in registers (see
-// Note [RMSNorm rows in registers]), with at most kMaxRowThreads threads; kForwardBlocks and kBackwardBlocks blocks of that
-// size fit an SM (the register budgets). The backward's dw partials: at most kRowGroups row groups (fixed: one
-// summation order; see Note [RMSNorm backward in one pass]).
+// Note [RMSNorm rows in registers]), with at most kMaxRowThreads threads; kForwardBlocks and kBackwardBlocks
+// blocks of that size fit an SM (the register budgets). The backward's dw partials: at most kRowGroups row
+// groups (fixed: one summation order; see Note [RMSNorm backward in one pass]).
 constexpr int kHeldPacks = 8;
 constexpr int kMaxRowThreads = 256;
 constexpr int kForwardBlocks = 4, kBackwardBlocks = 2;
