@@ -133,5 +133,6 @@ fi
 echo
 echo "test.sh summary ($((SECONDS - start)) s in all):"
 printf '%s\n' "${summary[@]}"
+echo "build tree: $(du -sh "$FT_BUILD" | cut -f1) in $FT_BUILD"  # CI's disk is small: Note [Fatbinary size]
 echo "summary: $total_passed passed, $total_failed failed"
 exit "$any_failed"
