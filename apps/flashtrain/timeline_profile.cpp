@@ -53,12 +53,12 @@ void profile_timeline(DataParallelReplica& replica, Communicator& host, const st
   }
   if (!root) return;
   const KernelProfile profile = profiler.stop();
-  const nlohmann::json doc = kernel_timeline_document(profile, device, std::move(row_config));
+  const std::vector<StepStreamSummary> steps = summarize_step_streams_by_range(profile.records, profile.host_calls);
+  const nlohmann::json doc = kernel_timeline_document(profile, steps, device, std::move(row_config));
   if (!summary) {
     write_json_atomic(path, doc);
     return;
   }
-  const std::vector<StepStreamSummary> steps = summarize_step_streams_by_range(profile.records, profile.host_calls);
   if (!steps.empty()) *summary << "\nStreams of the profiled " << format_step_streams(steps.back()) << "\n";
   write_json_reported(path, doc, *summary);
 }

@@ -31,9 +31,10 @@ void add_timeline_options(CLI::App& command, std::string& profile, std::string& 
 std::string resolve_timeline_prefix(const std::string& profile, const std::string& prefix, Device device);
 
 // Runs 2 more steps of the replica ("step 1", "step 2": timed_step's barrier, then the step); collective, every
-// rank calls it. Rank 0 records them under the kernel profiler, writes kernel_timeline_document(profile, device,
-// row_config) to path and, with summary set, prints the last step's stream summary there. The other ranks return
-// after their steps (their next host collective waits for rank 0's writing).
+// rank calls it. Rank 0 records them under the kernel profiler, summarises each step's streams once, writes
+// kernel_timeline_document(profile, those summaries, device, row_config) to path and, with summary set, prints
+// the last step's summary there. The other ranks return after their steps (their next host collective waits for
+// rank 0's writing).
 void profile_timeline(DataParallelReplica& replica, Communicator& host, const std::function<void()>& sync,
                       const std::string& path, Device device, nlohmann::json row_config, std::ostream* summary);
 

@@ -329,16 +329,16 @@ void add_timeline_fields(nlohmann::json& doc, const KernelProfile& profile) {
 
 }  // namespace
 
-nlohmann::json kernel_timeline_document(const KernelProfile& profile, Device device, nlohmann::json config) {
+nlohmann::json kernel_timeline_document(const KernelProfile& profile, const std::vector<StepStreamSummary>& steps,
+                                        Device device, nlohmann::json config) {
   nlohmann::json rows = nlohmann::json::array();
   for (const RangeKernelSummary& s : summarize_outermost_ranges(profile.records))
     rows.push_back(kernel_overview_row(s));
   nlohmann::json doc = results_document("kernel-timeline", device, std::move(config), std::move(rows));
   add_timeline_fields(doc, profile);
-  nlohmann::json steps = nlohmann::json::array();
-  for (const StepStreamSummary& s : summarize_step_streams_by_range(profile.records, profile.host_calls))
-    steps.push_back(step_streams_json(s));
-  doc["step_streams"] = std::move(steps);
+  nlohmann::json step_streams = nlohmann::json::array();
+  for (const StepStreamSummary& s : steps) step_streams.push_back(step_streams_json(s));
+  doc["step_streams"] = std::move(step_streams);
   return doc;
 }
 

@@ -30,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include "bench/kernel_profiler.h"
+#include "bench/stream_timeline.h"
 #include "core/device.h"
 
 namespace ft {
@@ -103,9 +104,11 @@ nlohmann::json kernel_record_json(const KernelRecord& record, std::uint64_t orig
 //              communication kernel, else "compute",
 //   "records": [kernel_record_json of every record, by start],
 //   "host_calls": [{"name", "thread", "start_ns", "end_ns", "correlation", "ranges"}]: the slow CUDA calls,
-//   "step_streams": [step_streams_json of each outermost range (stream_timeline.h): busy time and span per
-//                   stream, the compute stream's gaps and its time beside NCCL kernels].
-nlohmann::json kernel_timeline_document(const KernelProfile& profile, Device device, nlohmann::json config);
+//   "step_streams": [step_streams_json of each of `steps`: the profile's summarize_step_streams_by_range
+//                   (stream_timeline.h; the caller's, which it may print too): busy time and span per stream, the
+//                   compute stream's gaps and its time beside NCCL kernels].
+nlohmann::json kernel_timeline_document(const KernelProfile& profile, const std::vector<StepStreamSummary>& steps,
+                                        Device device, nlohmann::json config);
 
 // The kernel-profile document: benchmark "kernel-profile", rows = kernel_overview_row of each summary,
 // "ranges" = kernel_summary_json of each, "classes" = the classification rules in words, and the

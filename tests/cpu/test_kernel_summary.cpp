@@ -312,7 +312,9 @@ TEST(KernelSummary, TimelineDocument) {
   p.end_ns = 3'000'000;
   p.records = two_steps();
   p.records.push_back(kernel(kNccl, 300, 400, {"step 1", "all-reduce"}, 9));  // a communication stream
-  const nlohmann::json doc = kernel_timeline_document(p, Device::cpu(), {{"size", "tiny"}});
+  const nlohmann::json doc =
+      kernel_timeline_document(p, summarize_step_streams_by_range(p.records, p.host_calls), Device::cpu(),
+                               {{"size", "tiny"}});
   EXPECT_EQ(doc["benchmark"], "kernel-timeline");
   EXPECT_EQ(doc["config"]["size"], "tiny");
   EXPECT_EQ(doc["origin_ns"], 50'000);

@@ -206,7 +206,7 @@ TEST(StreamTimeline, StepsByOutermostRangeTableAndJson) {
   profile.end_ns = 3'000'000;
   profile.records = records;
   profile.host_calls = calls;
-  const nlohmann::json doc = kernel_timeline_document(profile, Device::cpu(), {{"size", "tiny"}});
+  const nlohmann::json doc = kernel_timeline_document(profile, steps, Device::cpu(), {{"size", "tiny"}});
   ASSERT_EQ(doc["host_calls"].size(), 1u);
   EXPECT_EQ(doc["host_calls"][0]["name"], "cudaStreamSynchronize");
   EXPECT_EQ(doc["host_calls"][0]["end_ns"], 1'039'000);
