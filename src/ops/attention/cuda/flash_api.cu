@@ -44,14 +44,13 @@ FlashKernels choose_kernels(const AttentionTensors& t, const AttentionGrads* g, 
   if (kernels == FlashKernels::sm80) return FlashKernels::sm80;
   const bool layout = aligned16 && all_operands(t, g, forward_strides);
   const int d = static_cast<int>(s.head_dim);
-  const bool head_dim = g ? flash::has_sm90_backward(2, d) : flash::has_sm90_forward(2, d);
-  const bool fits = t.q.dtype() != DType::f32 && head_dim && layout;
+  const bool fits = t.q.dtype() != DType::f32 && flash::has_sm90_kernels(2, d) && layout;
   const bool device = sm90_device(t.q.device().index);
   if (kernels == FlashKernels::sm90) {
     FT_CHECK_KIND(unsupported, device, "flash attention: kernels sm90 need a compute capability 9.0 GPU (H100, H200) ",
                   "and a build for sm_90a (CMAKE_CUDA_ARCHITECTURES with 90a); given ", describe_device(t.q.device()));
     FT_CHECK_KIND(unsupported, fits, "flash attention: kernels sm90 run bf16 or fp16 at head dims ",
-                  g ? flash::kSm90BackwardHeadDims : flash::kSm90ForwardHeadDims, g ? " (backward)" : " (forward)",
+                  flash::kSm90HeadDims, g ? " (backward)" : " (forward)",
                   " with 16-byte aligned base pointers and positive 16-byte-multiple strides; given ",
                   name_of(t.q.dtype()), " at head dim ", s.head_dim,
                   layout ? "" : " with unaligned or broadcast operands");

@@ -1,6 +1,6 @@
 // flash_launch_template.cuh — internal (CUDA builds only): the definitions behind flash_launch.h.
 // Each launcher picks the Hopper kernels where FlashShape::sm90 says so (16-bit inputs at the head dims of
-// has_sm90_forward / has_sm90_backward) or the sm80 ones, the masked or unmasked kernel (causal / window /
+// has_sm90_kernels) or the sm80 ones, the masked or unmasked kernel (causal / window /
 // sink tokens, or none), raises the dynamic shared-memory limit where the traits need more than 48 KB, and
 // checks every launch.
 // Included only by the per-head-dim instantiation files.
@@ -102,7 +102,7 @@ void run_flash_fwd_sm90(const FlashFwdParams& p, cudaStream_t stream) {
 template <class T, int D>
 void run_flash_fwd(const FlashFwdParams& p, cudaStream_t stream) {
   const FlashShape& s = p.shape;
-  if constexpr (has_sm90_forward(sizeof(T), D)) {
+  if constexpr (has_sm90_kernels(sizeof(T), D)) {
     if (s.sm90) {
       run_flash_fwd_sm90<T, D>(p, stream);
       return;
@@ -175,7 +175,7 @@ void run_flash_bwd(const FlashBwdParams& p, cudaStream_t stream) {
                  kPreThreads, 0, stream, p);
   if (p.sinks) run_flash_bwd_sink(p, stream);
 
-  if constexpr (has_sm90_backward(sizeof(T), D)) {
+  if constexpr (has_sm90_kernels(sizeof(T), D)) {
     if (s.sm90) {
       run_flash_bwd_sm90<T, D>(p, stream);
       return;

@@ -220,14 +220,12 @@ constexpr int sm90_smem_dim(int d) { return (d + 63) / 64 * 64; }
 // (64 in all where they split the head dim).
 constexpr int sm90_fwd_block_m(int d) { return 64 * sm90_fwd_tiles(d).consumers; }
 constexpr int sm90_bwd_block_n(int d) { return sm90_bwd_tiles(d).split_d ? 64 : 64 * sm90_bwd_tiles(d).consumers; }
-// Whether the Hopper kernels run inputs of elem_bytes bytes at head dim d: the forward, or the backward.
-constexpr bool has_sm90_forward(int elem_bytes, int d) {
+// Whether the Hopper kernels (forward and backward alike) run inputs of elem_bytes bytes at head dim d.
+constexpr bool has_sm90_kernels(int elem_bytes, int d) {
   return elem_bytes == 2 && (d == 64 || d == 80 || d == 96 || d == 128 || d == 256);
 }
-constexpr bool has_sm90_backward(int elem_bytes, int d) { return has_sm90_forward(elem_bytes, d); }
-// The head dims of has_sm90_forward and has_sm90_backward, for messages.
-inline constexpr const char* kSm90ForwardHeadDims = "64, 80, 96, 128, 256";
-inline constexpr const char* kSm90BackwardHeadDims = kSm90ForwardHeadDims;
+// The head dims of has_sm90_kernels, for messages.
+inline constexpr const char* kSm90HeadDims = "64, 80, 96, 128, 256";
 
 constexpr int head_dim_index(int d) {
   for (int i = 0; i < static_cast<int>(sizeof(kHeadDims) / sizeof(kHeadDims[0])); ++i)

@@ -63,11 +63,6 @@ flash::FlashShape varlen_flash_shape(const VarlenAttentionTensors& t, const Varl
   return f;
 }
 
-// The head dims the Hopper kernels run (the backward's when `backward`), for messages.
-const char* sm90_head_dims(bool backward) {
-  return backward ? flash::kSm90BackwardHeadDims : flash::kSm90ForwardHeadDims;
-}
-
 // The Hopper backward's grid key tiles: a bound on the key tiles of every sequence (Note [Packed-sequence
 // tiles]), at most the 65535 of a grid's y dimension.
 std::int64_t sm90_grid_key_tiles(const VarlenAttentionShape& s) {
@@ -87,14 +82,13 @@ FlashKernels choose_varlen_kernels(const VarlenAttentionTensors& t, const Varlen
   const bool grid = !g || sm90_grid_key_tiles(s) <= kMaxGridY;
   const bool layout = aligned && all_operands(t, g, forward_strides);
   const int d = static_cast<int>(s.head_dim);
-  const bool head_dim = g ? flash::has_sm90_backward(2, d) : flash::has_sm90_forward(2, d);
-  const bool fits = t.q.dtype() != DType::f32 && head_dim && layout;
+  const bool fits = t.q.dtype() != DType::f32 && flash::has_sm90_kernels(2, d) && layout;
   const bool device = sm90_device(t.q.device().index);
   if (kernels == FlashKernels::sm90) {
     FT_CHECK_KIND(unsupported, device, "flash attention: kernels sm90 need a compute capability 9.0 GPU (H100, H200) ",
                   "and a build for sm_90a (CMAKE_CUDA_ARCHITECTURES with 90a); given ", describe_device(t.q.device()));
     FT_CHECK_KIND(unsupported, fits, "flash attention: kernels sm90 run bf16 or fp16 at head dims ",
-                  sm90_head_dims(g != nullptr), g ? " (backward)" : " (forward)",
+                  flash::kSm90HeadDims, g ? " (backward)" : " (forward)",
                   " with 16-byte aligned base pointers and positive 16-byte-multiple strides; given ",
                   name_of(t.q.dtype()), " at head dim ", s.head_dim,
                   layout ? "" : " with unaligned or broadcast operands");
