@@ -247,7 +247,7 @@ class TransformerLM {
   // The final norm's output -> the loss: materialised logits, or the fused loss (see run_forward).
   double lm_head_loss(const Batch& b, const TokenIds& targets, const BackwardOptions* backward, double* loss_to);
   // store_unit (offloading, a forward before a backward): the parts of block l's unit go to the host as they
-  // become final (see Note [Activation offloading]).
+  // become final, the rest after the block (see Note [Activation offloading]).
   void layer_forward(std::int64_t l, const Batch& b, bool store_unit);
   void block_forward(std::int64_t l, const Batch& b, const BlockWeights& w, BlockPass pass, bool store_unit = false);
   // forward_backward (loss_to null) or forward_backward_to; `what` names the caller in errors.

@@ -56,10 +56,7 @@ double TransformerLM::run_forward(const Batch& b, const TokenIds& inputs, const 
   bind_parameters(0);
   offload_.make_writable(0);
   embedding_forward(residual(0, b), inputs, params_[ParameterLayout::embedding_index()], stream);
-  for (std::int64_t l = 0; l < L; ++l) {
-    layer_forward(l, b, backward != nullptr);
-    if (backward) offload_.store(l);  // what of block l's unit its forward did not store yet
-  }
+  for (std::int64_t l = 0; l < L; ++l) layer_forward(l, b, backward != nullptr);
   bind_parameters(L + 1);
 
   const Tensor lnf_y = act(lnf_y_, c, {b.B, b.T, d});  // (B, T, d)
@@ -116,6 +113,7 @@ void TransformerLM::layer_forward(std::int64_t l, const Batch& b, bool store_uni
   // x_l is final: its copy need not wait for the weights' cast (see Note [Activation offloading]).
   if (store_unit) offload_.store_part(l, offload_parts_.input);
   block_forward(l, b, cast_block_weights(l), BlockPass::forward, store_unit);  // bf16: cast into weight slot l % 2
+  if (store_unit) offload_.store(l);  // what of the unit the block's forward did not store yet
 }
 
 void TransformerLM::block_forward(std::int64_t l, const Batch& b, const BlockWeights& w, BlockPass pass,
